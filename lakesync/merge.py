@@ -1,0 +1,191 @@
+"""Column-level last-writer-wins merge with row tombstones and revival (SPEC §4).
+
+The state is a join-semilattice: per cell the greatest ``(hlc, client_id)`` write, per row the
+greatest DELETE clock (tombstone) and the greatest write clock. Joining is commutative,
+associative and idempotent, so the merged state is a pure function of the *set* of deltas.
+
+Reading the state: a row is live when its greatest write clock beats its tombstone (a DELETE
+wins an exact clock tie); a live row shows only the cells written after the tombstone, so a
+revived row does not resurrect cells from before its deletion (they read as null).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lakesync.canonical import canonical_json
+from lakesync.delta import RowDelta
+
+__all__ = [
+    "Cell",
+    "Clock",
+    "MergedState",
+    "RowChange",
+    "RowState",
+    "apply_delta",
+    "merge_state",
+]
+
+Clock = tuple[int, str]
+"""An LWW order key: ``(hlc, client_id)``; compare as tuples."""
+
+
+@dataclass(slots=True)
+class Cell:
+    """The winning write of one cell: its value and the clock that wrote it."""
+
+    value: Any
+    hlc: int
+    client_id: str
+
+    @property
+    def clock(self) -> Clock:
+        """The cell's ``(hlc, client_id)`` order key."""
+        return (self.hlc, self.client_id)
+
+
+def _beats(clock: Clock, other: Clock | None) -> bool:
+    return other is None or clock > other
+
+
+@dataclass(slots=True)
+class RowState:
+    """Everything the merge keeps about one row."""
+
+    cells: dict[str, Cell] = field(default_factory=dict)
+    write: Clock | None = None
+    tombstone: Clock | None = None
+
+    @property
+    def live(self) -> bool:
+        """Whether the row exists: some write beats the latest DELETE."""
+        return self.write is not None and _beats(self.write, self.tombstone)
+
+    def visible(self) -> dict[str, Any] | None:
+        """The row's columns as readers see them, or None when the row is absent."""
+        if not self.live:
+            return None
+        t = self.tombstone
+        return {name: c.value for name, c in self.cells.items() if _beats(c.clock, t)}
+
+    def last_change(self) -> Clock | None:
+        """The greatest clock that touched the row (write or delete)."""
+        if self.write is None:
+            return self.tombstone
+        if self.tombstone is None:
+            return self.write
+        return max(self.write, self.tombstone)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (HLCs as decimal strings) for stores."""
+        return {
+            "c": {k: [c.value, str(c.hlc), c.client_id] for k, c in self.cells.items()},
+            "w": None if self.write is None else [str(self.write[0]), self.write[1]],
+            "t": None if self.tombstone is None else [str(self.tombstone[0]), self.tombstone[1]],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RowState:
+        """Rebuild a state written by :meth:`to_dict`."""
+        w, t = d.get("w"), d.get("t")
+        return cls(
+            cells={k: Cell(v[0], int(v[1]), v[2]) for k, v in d.get("c", {}).items()},
+            write=None if w is None else (int(w[0]), w[1]),
+            tombstone=None if t is None else (int(t[0]), t[1]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    """What applying a delta did to the visible row: ``before`` and ``after`` (None = absent)."""
+
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything a reader can see changed."""
+        return (self.before is None) != (self.after is None) or bool(self.changed_columns)
+
+    @property
+    def created(self) -> bool:
+        """The row appeared (insert or revival)."""
+        return self.before is None and self.after is not None
+
+    @property
+    def deleted(self) -> bool:
+        """The row disappeared."""
+        return self.before is not None and self.after is None
+
+    @property
+    def changed_columns(self) -> set[str]:
+        """Columns whose visible value differs (a column absent on one side reads as null)."""
+        b, a = self.before or {}, self.after or {}
+        return {
+            k
+            for k in b.keys() | a.keys()
+            if k not in a or k not in b or canonical_json(a[k]) != canonical_json(b[k])
+        }
+
+
+def _wins(new: Cell, old: Cell) -> bool:
+    if new.clock != old.clock:
+        return new.clock > old.clock
+    # Same clock, different value: only a misbehaving client does this; stay deterministic.
+    return canonical_json(new.value) > canonical_json(old.value)
+
+
+def _join(row: RowState, delta: RowDelta) -> None:
+    clock: Clock = (delta.hlc, delta.client_id)
+    if delta.op == "DELETE":
+        if _beats(clock, row.tombstone):
+            row.tombstone = clock
+        return
+    if _beats(clock, row.write):
+        row.write = clock
+    for col in delta.columns:
+        new = Cell(col.value, delta.hlc, delta.client_id)
+        old = row.cells.get(col.column)
+        if old is None or _wins(new, old):
+            row.cells[col.column] = new
+
+
+def apply_delta(row: RowState, delta: RowDelta) -> RowChange:
+    """Join one delta into ``row`` (in place) and report the visible before/after."""
+    before = row.visible()
+    _join(row, delta)
+    return RowChange(before, row.visible())
+
+
+class MergedState:
+    """The merged state of many rows, built incrementally one delta at a time."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], RowState] = {}
+
+    def apply(self, delta: RowDelta) -> RowChange:
+        """Apply one delta and report how its row's visible state changed."""
+        key = (delta.table, delta.row_id)
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = RowState()
+        return apply_delta(row, delta)
+
+    def live_rows(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every live row's visible columns, keyed by ``(table, row_id)``."""
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for key, row in self.rows.items():
+            vis = row.visible()
+            if vis is not None:
+                out[key] = vis
+        return out
+
+
+def merge_state(deltas: Iterable[RowDelta]) -> dict[tuple[str, str], dict[str, Any]]:
+    """The live rows defined by a set of deltas, independent of their order and duplicates."""
+    state = MergedState()
+    for d in deltas:
+        state.apply(d)
+    return state.live_rows()

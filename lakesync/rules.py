@@ -1,0 +1,213 @@
+"""Declarative sync rules (SPEC §8): which rows each client sees.
+
+A rules document holds buckets; a row is visible to a client when some bucket covers its table
+and all of that bucket's filters match the row's merged state. ``jwt:<claim>`` filter values
+resolve to the client's token claims (an array claim acts as a list; a missing claim fails the
+filter). Row values are compared in their JavaScript string form; ``gt``/``lt``/``gte``/``lte``
+compare numerically when both sides are finite numbers or numeric strings, otherwise by code
+points, and never match null.
+
+Write access (used by the gateway): a client may push to the tables its rules let it read, i.e.
+the union of its buckets' tables (``tables: []`` or no rules at all means every table).
+
+List semantics, where the SPEC is silent: with a list on the right, ``eq`` and ``in`` match when
+the row value equals any element, ``neq`` when it equals none, and the ordering operators when
+they hold for any element.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
+
+import msgspec
+
+from lakesync.canonical import canonical_json, js_number_str
+from lakesync.delta import validate_identifier
+from lakesync.errors import SchemaError, ValidationError
+
+__all__ = [
+    "Bucket",
+    "Filter",
+    "FilterOp",
+    "SyncRules",
+    "buckets_for",
+    "parse_rules",
+    "rules_to_wire",
+    "tables_for",
+    "visible",
+]
+
+FilterOp = Literal["eq", "neq", "in", "gt", "lt", "gte", "lte"]
+_OPS: frozenset[str] = frozenset(get_args(FilterOp))
+_NUMERIC = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+JWT_PREFIX = "jwt:"
+
+
+class Filter(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One condition on a row column."""
+
+    column: str
+    op: str
+    value: str | list[str]
+
+
+class Bucket(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A named set of rows: tables (empty = all) and ANDed filters."""
+
+    name: str
+    tables: list[str] = []
+    filters: list[Filter] = []
+
+
+class SyncRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A sync rules document; buckets are ORed."""
+
+    version: int
+    buckets: list[Bucket]
+
+
+def parse_rules(obj: object) -> SyncRules:
+    """Validate a rules document; :class:`ValidationError` names the offending field."""
+    try:
+        rules = msgspec.convert(obj, SyncRules)
+    except msgspec.ValidationError as exc:
+        raise ValidationError(f"invalid sync rules: {exc}") from None
+    if rules.version != 1:
+        raise ValidationError(f"invalid sync rules: `$.version` must be 1, got {rules.version}")
+    names: set[str] = set()
+    for i, bucket in enumerate(rules.buckets):
+        where = f"$.buckets[{i}]"
+        if not bucket.name:
+            raise ValidationError(f"invalid sync rules: `{where}.name` must not be empty")
+        if bucket.name in names:
+            raise ValidationError(f"invalid sync rules: duplicate bucket name {bucket.name!r}")
+        names.add(bucket.name)
+        try:
+            for j, table in enumerate(bucket.tables):
+                validate_identifier(table, f"`{where}.tables[{j}]`")
+            for j, f in enumerate(bucket.filters):
+                validate_identifier(f.column, f"`{where}.filters[{j}].column`")
+        except SchemaError as exc:
+            raise ValidationError(f"invalid sync rules: {exc.message}") from None
+        for j, f in enumerate(bucket.filters):
+            if f.op not in _OPS:
+                raise ValidationError(
+                    f"invalid sync rules: `{where}.filters[{j}].op` is {f.op!r}; "
+                    f"expected one of {', '.join(sorted(_OPS))}"
+                )
+    return rules
+
+
+def rules_to_wire(rules: SyncRules) -> dict[str, Any]:
+    """The JSON-ready form of a rules document."""
+    return msgspec.to_builtins(rules)  # type: ignore[no-any-return]
+
+
+def _js_string(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return js_number_str(value)
+    return canonical_json(value)
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float) or (isinstance(value, str) and _NUMERIC.fullmatch(value)):
+        f = float(value)
+    else:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _resolve(value: str | list[str], claims: Mapping[str, Any]) -> list[str] | None:
+    """The filter's right-hand side as a list of strings; None when a claim is missing."""
+    if isinstance(value, list):
+        return value
+    if not value.startswith(JWT_PREFIX):
+        return [value]
+    claim = claims.get(value[len(JWT_PREFIX) :])
+    if claim is None:
+        return None
+    if isinstance(claim, list | tuple):
+        return [_js_string(c) for c in claim]
+    return [_js_string(claim)]
+
+
+def _ordered(op: str, left: Any, right: str) -> bool:
+    ln, rn = _as_number(left), _as_number(right)
+    a: float | str
+    b: float | str
+    if ln is not None and rn is not None:
+        a, b = ln, rn
+    else:
+        a, b = _js_string(left), right
+    if op == "gt":
+        return a > b  # type: ignore[operator]
+    if op == "lt":
+        return a < b  # type: ignore[operator]
+    if op == "gte":
+        return a >= b  # type: ignore[operator]
+    return a <= b  # type: ignore[operator]
+
+
+def _matches(f: Filter, claims: Mapping[str, Any], row: Mapping[str, Any]) -> bool:
+    rhs = _resolve(f.value, claims)
+    if rhs is None:
+        return False
+    value = row.get(f.column)
+    if f.op in ("eq", "in"):
+        return _js_string(value) in rhs
+    if f.op == "neq":
+        return _js_string(value) not in rhs
+    if value is None:
+        return False
+    return any(_ordered(f.op, value, r) for r in rhs)
+
+
+def _bucket_matches(
+    bucket: Bucket, claims: Mapping[str, Any], table: str, row: Mapping[str, Any]
+) -> bool:
+    if bucket.tables and table not in bucket.tables:
+        return False
+    return all(_matches(f, claims, row) for f in bucket.filters)
+
+
+def buckets_for(
+    rules: SyncRules | None, claims: Mapping[str, Any], table: str, row: Mapping[str, Any] | None
+) -> list[str]:
+    """Names of the buckets a live row falls in for this client (none for an absent row)."""
+    if row is None or rules is None:
+        return []
+    return [b.name for b in rules.buckets if _bucket_matches(b, claims, table, row)]
+
+
+def visible(
+    rules: SyncRules | None, claims: Mapping[str, Any], table: str, row: Mapping[str, Any] | None
+) -> bool:
+    """Whether a row (its merged visible state; None = absent) is visible to this client."""
+    if row is None:
+        return False
+    if rules is None:
+        return True
+    return any(_bucket_matches(b, claims, table, row) for b in rules.buckets)
+
+
+def tables_for(rules: SyncRules | None, claims: Mapping[str, Any]) -> set[str] | None:
+    """Tables this client may read and write; None means every table."""
+    if rules is None:
+        return None
+    tables: set[str] = set()
+    for b in rules.buckets:
+        if not b.tables:
+            return None
+        tables.update(b.tables)
+    return tables

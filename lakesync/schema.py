@@ -1,0 +1,138 @@
+"""Table schemas (SPEC §10): validation, additive evolution and delta checks."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+import msgspec
+
+from lakesync.delta import RowDelta, validate_identifier
+from lakesync.errors import SchemaError
+
+__all__ = [
+    "RESERVED_COLUMNS",
+    "ColumnSpec",
+    "ColumnType",
+    "TableSchema",
+    "check_delta",
+    "check_value",
+    "evolve",
+    "parse_schema",
+    "schema_to_wire",
+]
+
+ColumnType = Literal["string", "number", "boolean", "json", "null"]
+_TYPES: frozenset[str] = frozenset(get_args(ColumnType))
+# Names every replica and destination adds itself (SPEC §11, the lake's current-state tables).
+RESERVED_COLUMNS = frozenset({"row_id", "gateway_id", "props", "synced_at", "deleted_at"})
+
+
+class ColumnSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One column of a table: its name and type."""
+
+    name: str
+    type: str
+
+
+class TableSchema(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """A synced table's declared shape."""
+
+    table: str
+    columns: list[ColumnSpec]
+    primary_key: list[str] | None = None
+    soft_delete: bool = False
+    external_id_column: str | None = None
+
+    def column_types(self) -> dict[str, str]:
+        """``{column name: type}`` in declaration order."""
+        return {c.name: c.type for c in self.columns}
+
+
+def parse_schema(obj: object) -> TableSchema:
+    """Validate a table schema document; :class:`SchemaError` names the problem."""
+    try:
+        schema = msgspec.convert(obj, TableSchema)
+    except msgspec.ValidationError as exc:
+        raise SchemaError(f"invalid table schema: {exc}") from None
+    validate_identifier(schema.table, "table name")
+    seen: set[str] = set()
+    for c in schema.columns:
+        validate_identifier(c.name, f"column name in table {schema.table!r}")
+        if c.type not in _TYPES:
+            raise SchemaError(
+                f"column {c.name!r} of {schema.table!r} has type {c.type!r}; "
+                f"expected one of {', '.join(sorted(_TYPES))}"
+            )
+        folded = c.name.lower()
+        if folded in RESERVED_COLUMNS:
+            raise SchemaError(f"column name {c.name!r} is reserved; rename the column")
+        if folded in seen:
+            raise SchemaError(f"column {c.name!r} appears twice in {schema.table!r}")
+        seen.add(folded)
+    names = {c.name for c in schema.columns}
+    for extra in (*(schema.primary_key or []), schema.external_id_column):
+        if extra is not None and extra != "row_id" and extra not in names:
+            raise SchemaError(f"{schema.table!r} refers to unknown column {extra!r}")
+    return schema
+
+
+def schema_to_wire(schema: TableSchema) -> dict[str, Any]:
+    """The JSON-ready form of a schema (camelCase keys, unset options omitted)."""
+    out: dict[str, Any] = {
+        "table": schema.table,
+        "columns": [{"name": c.name, "type": c.type} for c in schema.columns],
+    }
+    if schema.primary_key is not None:
+        out["primaryKey"] = schema.primary_key
+    if schema.soft_delete:
+        out["softDelete"] = True
+    if schema.external_id_column is not None:
+        out["externalIdColumn"] = schema.external_id_column
+    return out
+
+
+def evolve(old: TableSchema, new: TableSchema) -> TableSchema:
+    """Accept ``new`` if it only adds columns to ``old``; else raise :class:`SchemaError`."""
+    if old.table != new.table:
+        raise SchemaError(f"cannot evolve table {old.table!r} into {new.table!r}")
+    new_types = new.column_types()
+    for name, typ in old.column_types().items():
+        if name not in new_types:
+            raise SchemaError(
+                f"column {name!r} of {old.table!r} cannot be removed (evolution is additive only)"
+            )
+        if new_types[name] != typ:
+            raise SchemaError(
+                f"column {name!r} of {old.table!r} cannot change type from {typ} to "
+                f"{new_types[name]} (evolution is additive only)"
+            )
+    return new
+
+
+def check_value(column: str, typ: str, value: Any) -> None:
+    """Raise :class:`SchemaError` if ``value`` does not fit a ``typ`` column (null fits all)."""
+    if value is None or typ == "json":
+        return
+    ok = {
+        "string": isinstance(value, str),
+        "number": isinstance(value, int | float) and not isinstance(value, bool),
+        "boolean": isinstance(value, bool),
+        "null": False,
+    }[typ]
+    if not ok:
+        raise SchemaError(
+            f"column {column!r} is declared {typ} but the value is {type(value).__name__}"
+        )
+
+
+def check_delta(schema: TableSchema, delta: RowDelta) -> None:
+    """Reject a delta naming a column the schema lacks or holding a value of the wrong type."""
+    types = schema.column_types()
+    for col in delta.columns:
+        typ = types.get(col.column)
+        if typ is None:
+            raise SchemaError(
+                f"table {schema.table!r} has no column {col.column!r}; "
+                f"register it first (schemas evolve by adding columns)"
+            )
+        check_value(col.column, typ, col.value)
