@@ -1,0 +1,173 @@
+"""One typed settings object for the lake: catalog, warehouse, jars and Spark's target.
+
+Everything the pipeline, the flusher, queries and the bootstrap need to agree on is derived here,
+from the data dir plus a few environment variables, so pyiceberg, Spark and DuckDB always see the
+same catalog. Environment (all optional):
+
+- ``LAKESYNC_DATA_DIR``: data dir (default ``./.lakesync``); embedded layout ``D/catalog.db``,
+  ``D/warehouse``.
+- ``LAKESYNC_CATALOG_URI``: ``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``
+  (default: the SQLite file).
+- ``LAKESYNC_CATALOG_USER`` / ``LAKESYNC_CATALOG_PASSWORD``: JDBC credentials for PostgreSQL.
+- ``LAKESYNC_WAREHOUSE``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``).
+- ``LAKESYNC_SPARK_MASTER``: Spark master URL (default ``local[2]``).
+- ``LAKESYNC_SPARK_CORES_MAX`` / ``LAKESYNC_SPARK_EXECUTOR_MEMORY``: sizing on a cluster master.
+- ``LAKESYNC_JARS_DIR``: where the bootstrap writes built jars
+  (default ``<sys.prefix>/share/lakesync/jars``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+from lakesync.errors import ConfigError
+
+__all__ = [
+    "ANALYTICS_NAMESPACE",
+    "CATALOG_NAME",
+    "LANDING_NAMESPACE",
+    "LANDING_TABLE",
+    "LakeSettings",
+    "default_jars_dir",
+]
+
+CATALOG_NAME = "lake"
+LANDING_NAMESPACE = "lakesync"
+LANDING_TABLE = "landing"
+ANALYTICS_NAMESPACE = "analytics"
+
+SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
+POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+ICEBERG_RUNTIME_JAR_NAME = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+JACKSON_JAR_NAME = "iceberg-shaded-jackson-2.15.2.jar"
+
+
+def default_jars_dir() -> Path:
+    """Directory for jars built at setup time: inside the active environment (per venv, stable)."""
+    return Path(sys.prefix) / "share" / "lakesync" / "jars"
+
+
+def iceberg_runtime_jar() -> Path:
+    """The Iceberg Spark runtime jar shipped by the ``snowpark-connect-deps-iceberg`` wheel."""
+    import snowpark_connect_deps_iceberg
+
+    return Path(snowpark_connect_deps_iceberg.get_jars_dir()) / ICEBERG_RUNTIME_JAR_NAME
+
+
+@dataclass(frozen=True)
+class LakeSettings:
+    """Catalog, warehouse, jars and Spark target shared by every lake component."""
+
+    data_dir: Path
+    catalog_uri: str
+    warehouse: str
+    catalog_user: str | None = None
+    catalog_password: str | None = None
+    spark_master: str = "local[2]"
+    spark_cores_max: int | None = None
+    spark_executor_memory: str | None = None
+    jars_dir: Path = field(default_factory=default_jars_dir)
+    shuffle_partitions: int = 4
+
+    @classmethod
+    def from_env(
+        cls, data_dir: Path | str | None = None, env: Mapping[str, str] | None = None
+    ) -> LakeSettings:
+        """Settings for ``data_dir`` (else ``$LAKESYNC_DATA_DIR``, else ``./.lakesync``)."""
+        env = os.environ if env is None else env
+        root = Path(data_dir or env.get("LAKESYNC_DATA_DIR") or ".lakesync").resolve()
+        cores = env.get("LAKESYNC_SPARK_CORES_MAX")
+        return cls(
+            data_dir=root,
+            catalog_uri=env.get("LAKESYNC_CATALOG_URI") or f"jdbc:sqlite:{root / 'catalog.db'}",
+            warehouse=env.get("LAKESYNC_WAREHOUSE") or (root / "warehouse").as_uri(),
+            catalog_user=env.get("LAKESYNC_CATALOG_USER") or None,
+            catalog_password=env.get("LAKESYNC_CATALOG_PASSWORD") or None,
+            spark_master=env.get("LAKESYNC_SPARK_MASTER") or "local[2]",
+            spark_cores_max=int(cores) if cores else None,
+            spark_executor_memory=env.get("LAKESYNC_SPARK_EXECUTOR_MEMORY") or None,
+            jars_dir=Path(jars) if (jars := env.get("LAKESYNC_JARS_DIR")) else default_jars_dir(),
+        )
+
+    def with_changes(self, **changes: object) -> LakeSettings:
+        """Copy with some fields replaced (e.g. another master URL for a cluster run)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether the catalog lives in an embedded SQLite file."""
+        return self.catalog_uri.startswith("jdbc:sqlite:")
+
+    @property
+    def sqlite_path(self) -> Path:
+        """Path of the SQLite catalog file (only meaningful when :attr:`is_sqlite`)."""
+        return Path(self.catalog_uri.removeprefix("jdbc:sqlite:"))
+
+    @property
+    def warehouse_path(self) -> Path | None:
+        """Local filesystem path of the warehouse, or None when it is not a ``file:`` URI."""
+        parts = urlsplit(self.warehouse)
+        return Path(parts.path) if parts.scheme == "file" else None
+
+    @property
+    def jackson_jar(self) -> Path:
+        """The relocated Jackson jar the Iceberg runtime needs (built by the bootstrap)."""
+        return self.jars_dir / JACKSON_JAR_NAME
+
+    @property
+    def spark_jars(self) -> list[Path]:
+        """Every jar Spark needs on ``spark.jars``, driver and executors alike."""
+        return [iceberg_runtime_jar(), self.jackson_jar, SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR]
+
+    def sqlalchemy_uri(self) -> str:
+        """The same catalog as a SQLAlchemy URL for pyiceberg's ``SqlCatalog``."""
+        if self.is_sqlite:
+            return f"sqlite:///{self.sqlite_path}"
+        if self.catalog_uri.startswith("jdbc:postgresql://"):
+            rest = self.catalog_uri.removeprefix("jdbc:postgresql://")
+            auth = ""
+            if self.catalog_user:
+                auth = quote(self.catalog_user, safe="")
+                if self.catalog_password:
+                    auth += ":" + quote(self.catalog_password, safe="")
+                auth += "@"
+            return f"postgresql+psycopg://{auth}{rest}"
+        raise ConfigError(
+            f"unsupported catalog URI {self.catalog_uri!r} (jdbc:sqlite: or jdbc:postgresql:)"
+        )
+
+    def spark_conf(self) -> dict[str, str]:
+        """Spark settings from STACK.md: Iceberg JDBC catalog ``lake`` as the default catalog."""
+        cat = f"spark.sql.catalog.{CATALOG_NAME}"
+        conf = {
+            "spark.master": self.spark_master,
+            "spark.jars": ",".join(str(p) for p in self.spark_jars),
+            "spark.sql.extensions": ICEBERG_EXTENSIONS,
+            "spark.sql.catalogImplementation": "in-memory",
+            cat: "org.apache.iceberg.spark.SparkCatalog",
+            f"{cat}.type": "jdbc",
+            f"{cat}.uri": self.catalog_uri,
+            f"{cat}.warehouse": self.warehouse,
+            f"{cat}.jdbc.init-catalog-tables": "false",
+            # Without this Spark keeps serving table metadata from before pyiceberg's commits.
+            f"{cat}.cache-enabled": "false",
+            "spark.sql.defaultCatalog": CATALOG_NAME,
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            "spark.ui.enabled": "false",
+            "spark.sql.session.timeZone": "UTC",
+        }
+        if self.catalog_user:
+            conf[f"{cat}.jdbc.user"] = self.catalog_user
+        if self.catalog_password:
+            conf[f"{cat}.jdbc.password"] = self.catalog_password
+        if self.spark_cores_max:
+            conf["spark.cores.max"] = str(self.spark_cores_max)
+        if self.spark_executor_memory:
+            conf["spark.executor.memory"] = self.spark_executor_memory
+        return conf
