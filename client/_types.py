@@ -1,0 +1,62 @@
+"""Small public value types of the client: row changes, sync events and sync status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Change", "Event", "EventKind", "Origin", "SyncStatus"]
+
+Origin = Literal["local", "remote", "realtime"]
+EventKind = Literal["synced", "sync_error", "dead_letter", "connected", "disconnected"]
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """How one row of the replica changed: visible values before and after (None = absent).
+
+    ``origin`` says where the change came from: a local write, a pulled page, or a realtime
+    WebSocket broadcast.
+    """
+
+    table: str
+    row_id: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    origin: Origin
+
+    @property
+    def kind(self) -> Literal["insert", "update", "delete"]:
+        """``insert`` when the row appeared, ``delete`` when it vanished, else ``update``."""
+        if self.before is None:
+            return "insert"
+        if self.after is None:
+            return "delete"
+        return "update"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something the sync machinery reports: a finished cycle, an error, a dead-lettered delta.
+
+    ``detail`` holds event-specific facts (for ``dead_letter``: ``delta_id``, ``table``,
+    ``row_id``, ``code`` and ``error``).
+    """
+
+    kind: EventKind
+    message: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncStatus:
+    """A snapshot of the client's sync state (see :attr:`LakeSyncClient.status`)."""
+
+    state: Literal["idle", "syncing", "offline", "error", "closed"]
+    queue_depth: int
+    dead_letters: int
+    cursor: int
+    last_synced_at: float | None
+    last_error: str | None
+    auto_sync: bool
+    connected: bool
