@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Make sure a PostgreSQL and a MariaDB server answer, and write their DSNs to .lakesync-env.
+# Order: a DSN already in the environment; the machine's own service on the standard port
+# (started if installed but stopped); else a throwaway server in .servers/ on a private port.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+log() { printf '\033[1;34m[services]\033[0m %s\n' "$*"; }
+SERVERS=$ROOT/.servers
+mkdir -p "$SERVERS"
+
+pg_ok() { psql "$1" -Atqc 'select 1' >/dev/null 2>&1; }
+my_ok() { mariadb --host=127.0.0.1 --port="$1" --user=root -e 'select 1' >/dev/null 2>&1; }
+
+# --- PostgreSQL ---
+PG_DSN=${LAKESYNC_TEST_PG_DSN:-}
+if [ -z "$PG_DSN" ]; then
+  if ! pg_ok "postgresql://postgres@127.0.0.1:5432/postgres" && [ -d /etc/postgresql ] \
+       && [ -n "$(ls /etc/postgresql 2>/dev/null)" ] && command -v pg_ctlcluster >/dev/null; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start >/dev/null 2>&1 || true
+    sleep 1
+  fi
+  if pg_ok "postgresql://postgres@127.0.0.1:5432/postgres"; then
+    psql "postgresql://postgres@127.0.0.1:5432/postgres" -Atqc "select 1 from pg_database where datname='test'" | grep -q 1 \
+      || psql "postgresql://postgres@127.0.0.1:5432/postgres" -qc "create database test" >/dev/null
+    PG_DSN="postgresql://postgres@127.0.0.1:5432/test"
+  else
+    PORT=55432
+    BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+    DATA=$SERVERS/pg
+    if ! pg_ok "postgresql://postgres@127.0.0.1:$PORT/postgres"; then
+      log "starting a throwaway PostgreSQL on port $PORT"
+      id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
+      if [ ! -f "$DATA/PG_VERSION" ]; then
+        mkdir -p "$DATA" && chown postgres "$DATA" "$SERVERS"
+        su postgres -s /bin/sh -c "$BIN/initdb -D '$DATA' -U postgres --auth=trust" >/dev/null
+      fi
+      chown postgres "$SERVERS"
+      su postgres -s /bin/sh -c "$BIN/pg_ctl -D '$DATA' -l '$DATA/log' -w start -o \"-p $PORT -k '$DATA' -c listen_addresses=127.0.0.1\"" >/dev/null
+    fi
+    psql "postgresql://postgres@127.0.0.1:$PORT/postgres" -Atqc "select 1 from pg_database where datname='test'" | grep -q 1 \
+      || psql "postgresql://postgres@127.0.0.1:$PORT/postgres" -qc "create database test" >/dev/null
+    PG_DSN="postgresql://postgres@127.0.0.1:$PORT/test"
+  fi
+fi
+pg_ok "$PG_DSN" || { echo "PostgreSQL at $PG_DSN does not answer" >&2; exit 1; }
+
+# --- MariaDB ---
+MY_DSN=${LAKESYNC_TEST_MYSQL_DSN:-}
+if [ -z "$MY_DSN" ]; then
+  if ! my_ok 3306 && [ -x /usr/sbin/mariadbd ] && [ -d /var/lib/mysql/mysql ]; then
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >/dev/null 2>&1 || true
+    for _ in $(seq 20); do my_ok 3306 && break; sleep 0.5; done
+  fi
+  if my_ok 3306; then
+    MY_PORT=3306
+  else
+    MY_PORT=53306
+    DATA=$SERVERS/mariadb
+    if ! my_ok $MY_PORT; then
+      log "starting a throwaway MariaDB on port $MY_PORT"
+      [ -d "$DATA/mysql" ] || mariadb-install-db --datadir="$DATA" --auth-root-authentication-method=normal >/dev/null
+      (/usr/sbin/mariadbd --user=root --datadir="$DATA" --socket="$DATA/mysqld.sock" --port=$MY_PORT \
+         --bind-address=127.0.0.1 --skip-grant-tables=0 >"$DATA.log" 2>&1 &)
+      for _ in $(seq 40); do my_ok $MY_PORT && break; sleep 0.25; done
+    fi
+  fi
+  mariadb --host=127.0.0.1 --port=$MY_PORT --user=root -e 'create database if not exists test' >/dev/null
+  MY_DSN="mysql://root@127.0.0.1:$MY_PORT/test"
+fi
+
+cat > "$ROOT/.lakesync-env" <<ENV
+export LAKESYNC_TEST_PG_DSN='$PG_DSN'
+export LAKESYNC_TEST_MYSQL_DSN='$MY_DSN'
+ENV
+log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN"

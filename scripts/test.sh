@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up everything (idempotent) and run the whole test suite: ruff, mypy --strict, pytest.
+# Extra arguments go to pytest, e.g. `scripts/test.sh -m "not spark and not slow"` for the fast subset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+# shellcheck disable=SC1091
+source .lakesync-env
+export PATH="$PWD/.venv/bin:$PATH"
+echo "== ruff"; ruff check .
+echo "== mypy --strict"; mypy
+echo "== pytest"
+set +e
+pytest "$@"
+rc=$?
+set -e
+# pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.
+exit $rc
