@@ -55,7 +55,7 @@ class WireColumn(msgspec.Struct):
 
 
 class WireDelta(msgspec.Struct, rename="camel"):
-    """A RowDelta as it appears in JSON bodies: HLC as a decimal string (an integer is tolerated)."""
+    """A RowDelta as it appears in JSON bodies: HLC a decimal string (an integer is tolerated)."""
 
     op: str
     table: str

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from lakesync.errors import ClockDriftError, ValidationError
 
 __all__ = [
+    "HLC",
     "MAX_COUNTER",
     "MAX_DRIFT_MS",
     "MAX_HLC",
     "MAX_WALL",
-    "HLC",
     "decode",
     "encode",
     "parse",
