@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from lakesync.lake.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
 
@@ -81,22 +82,23 @@ def landing_schema() -> Any:
     )
 
 
-def ensure_landing_table(catalog: SqlCatalog) -> Table:
+def ensure_landing_table(catalog: Catalog) -> Table:
     """Create the ``lakesync`` namespace and the landing table if missing; return the table.
 
-    Partitioned by ingest day (old days are never rewritten by appends); files are written in ingest
-    order, so per-file min/max stats on ``ingest_hlc`` prune incremental reads within a day.
+    Partitioned by gateway (per-tenant queries read only their files); files are written in ingest
+    order, so per-file min/max stats on ``ingest_hlc`` prune incremental reads. (A day transform
+    would need the optional ``pyiceberg-core`` wheel for appends.)
     """
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
     from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import DayTransform
+    from pyiceberg.transforms import IdentityTransform
 
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(LANDING_NAMESPACE)
     if catalog.table_exists(LANDING_IDENTIFIER):
         return catalog.load_table(LANDING_IDENTIFIER)
     spec = PartitionSpec(
-        PartitionField(source_id=11, field_id=1000, transform=DayTransform(), name="ingested_day")
+        PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="gateway_id")
     )
     try:
         return catalog.create_table(
