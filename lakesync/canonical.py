@@ -25,7 +25,11 @@ def js_number_str(x: float) -> str:
     """Format a number exactly as JavaScript's ``String(x)`` does (NaN/Infinity → ``null``)."""
     if isinstance(x, int) and abs(x) <= _MAX_SAFE_INT:
         return str(x)
-    f = float(x)
+    try:
+        f = float(x)
+    except OverflowError:
+        # JavaScript parses such an integer literal as ±Infinity, which prints as null.
+        return "null"
     if math.isnan(f) or math.isinf(f):
         return "null"
     if f == 0:
