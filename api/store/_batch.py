@@ -1,0 +1,44 @@
+"""Store-independent parts of an append: dedup within the batch and merge into row states."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from api.store.base import RowKey
+from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
+from lakesync.merge import RowState, apply_delta
+
+__all__ = ["fresh_deltas", "merge_into", "next_ingest", "touched_keys"]
+
+
+def fresh_deltas(deltas: Sequence[RowDelta], known: Collection[str]) -> list[RowDelta]:
+    """The deltas whose deltaId is neither ``known`` nor repeated earlier in the batch."""
+    seen: set[str] = set(known)
+    out: list[RowDelta] = []
+    for d in deltas:
+        if d.delta_id not in seen:
+            seen.add(d.delta_id)
+            out.append(d)
+    return out
+
+
+def touched_keys(deltas: Sequence[RowDelta]) -> list[RowKey]:
+    """The distinct ``(table, row_id)`` keys of a batch, in first-seen order."""
+    return list(dict.fromkeys((d.table, d.row_id) for d in deltas))
+
+
+def merge_into(states: dict[RowKey, RowState], deltas: Sequence[RowDelta]) -> None:
+    """Join every delta into its row's state (creating missing rows) with the core merge."""
+    for d in deltas:
+        key = (d.table, d.row_id)
+        row = states.get(key)
+        if row is None:
+            row = states[key] = RowState()
+        apply_delta(row, d)
+
+
+def next_ingest(clock: HLC, last_stored: int) -> int:
+    """The first ingest HLC of a new batch: the clock's next tick, but above the stored head so
+    ingest order stays strictly increasing even across processes with skewed clocks."""
+    return max(clock.now(), last_stored + 1)

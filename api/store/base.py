@@ -1,0 +1,235 @@
+"""The hot-log store interface: one durable log of accepted deltas plus the merged row state.
+
+A :class:`HotLog` holds, for every gateway (tenant) it serves, the deltas accepted by push in
+ingest order, the merged per-cell state of every row (``lakesync.merge.RowState``), the gateway's
+sync rules (with the ingest stamp of their last change), table schemas and connector documents,
+and per-client view stamps. Ingest HLCs are strictly increasing across the whole store and are
+visible to readers without gaps, so a reader that has seen ingest ``h`` will never later find a
+new entry at or below ``h``. The landing flusher reads the same log with :meth:`HotLog.read_log`.
+
+Implementations are synchronous (they run in worker threads under the async app) and safe to
+call from many threads at once.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import msgspec
+
+from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
+from lakesync.merge import RowState
+from lakesync.rules import SyncRules, parse_rules, rules_to_wire
+
+__all__ = [
+    "AppendResult",
+    "HotLog",
+    "LogEntry",
+    "LogNotice",
+    "Page",
+    "RowKey",
+    "RowRecord",
+    "RulesRecord",
+    "decode_delta",
+    "decode_rules",
+    "decode_state",
+    "encode_delta",
+    "encode_rules",
+    "encode_state",
+]
+
+RowKey = tuple[str, str]
+"""``(table, row_id)``."""
+
+
+class LogEntry(NamedTuple):
+    """One accepted delta: its ingest HLC, its gateway and the delta itself."""
+
+    ingest_hlc: int
+    gateway_id: str
+    delta: RowDelta
+
+
+@dataclass(frozen=True, slots=True)
+class RowRecord:
+    """A row's merged state and the ingest HLC of the last delta that touched it."""
+
+    state: RowState
+    last_ingest: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Outcome of an atomic push append.
+
+    ``stored`` are the newly stored entries (known deltaIds are skipped), ``accepted`` counts
+    stored plus duplicates, ``head`` is the store's ingest head after the append and ``rows``
+    holds the merged state after the append of every row a new delta touched.
+    """
+
+    stored: list[LogEntry]
+    accepted: int
+    head: int
+    rows: dict[RowKey, RowRecord] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A consistent read: log entries after a cursor, the current state of the rows they touch
+    (when asked for), and the ingest head at the time of the read."""
+
+    entries: list[LogEntry]
+    rows: dict[RowKey, RowRecord]
+    head: int
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RulesRecord:
+    """A gateway's sync rules (None = everything visible) and the ingest stamp of their last
+    change (0 = rules were never set)."""
+
+    rules: SyncRules | None
+    stamp: int
+
+
+class LogNotice(NamedTuple):
+    """Another process appended entries ``(after, upto]`` for a gateway (cross-process fan-out)."""
+
+    gateway_id: str
+    after: int
+    upto: int
+    origin: str
+
+
+_delta_decoder = msgspec.json.Decoder(RowDelta)
+_encoder = msgspec.json.Encoder()
+
+
+def encode_delta(delta: RowDelta) -> bytes:
+    """The stored form of a delta (trusted: it was validated on push)."""
+    return _encoder.encode(delta)
+
+
+def decode_delta(raw: bytes | str | memoryview) -> RowDelta:
+    """Read a delta written by :func:`encode_delta`."""
+    return _delta_decoder.decode(bytes(raw) if isinstance(raw, memoryview) else raw)
+
+
+def encode_state(state: RowState) -> bytes:
+    """The stored form of a merged row state."""
+    return _encoder.encode(state.to_dict())
+
+
+def decode_state(raw: bytes | str | memoryview) -> RowState:
+    """Read a row state written by :func:`encode_state`."""
+    data = bytes(raw) if isinstance(raw, memoryview) else raw
+    return RowState.from_dict(msgspec.json.decode(data))
+
+
+def encode_rules(rules: SyncRules | None) -> bytes | None:
+    """The stored form of a rules document (None stays None)."""
+    return None if rules is None else _encoder.encode(rules_to_wire(rules))
+
+
+def decode_rules(raw: bytes | str | memoryview | None) -> SyncRules | None:
+    """Read a rules document written by :func:`encode_rules`."""
+    if raw is None:
+        return None
+    data = bytes(raw) if isinstance(raw, memoryview) else raw
+    return parse_rules(msgspec.json.decode(data))
+
+
+class HotLog(abc.ABC):
+    """The durable hot log of accepted deltas and the merged row state, for many gateways."""
+
+    def __init__(self, clock: HLC) -> None:
+        self.clock = clock
+
+    # -- push ---------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def append(self, gateway_id: str, deltas: Sequence[RowDelta]) -> AppendResult:
+        """Store a push batch atomically and durably: skip known deltaIds, stamp each new delta
+        with a strictly increasing ingest HLC, merge it into its row; return after commit."""
+
+    # -- pull ---------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def read_page(self, gateway_id: str, after: int, limit: int, with_rows: bool) -> Page:
+        """Entries of ``gateway_id`` with ingest HLC > ``after`` (at most ``limit``) and, when
+        ``with_rows``, the current state of the rows they touch, read consistently."""
+
+    @abc.abstractmethod
+    def read_range(self, gateway_id: str, after: int, upto: int) -> Page:
+        """Entries with ``after`` < ingest <= ``upto`` and the current state of their rows."""
+
+    @abc.abstractmethod
+    def read_all_rows(self, gateway_id: str) -> Page:
+        """Every row of a gateway (no entries) and the head, read consistently (resyncs)."""
+
+    @abc.abstractmethod
+    def read_rows(self, gateway_id: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
+        """The current state of the given rows (missing rows are left out)."""
+
+    @abc.abstractmethod
+    def head(self) -> int:
+        """The greatest ingest HLC stored (0 when empty)."""
+
+    # -- landing flusher ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def read_log(self, after: int, limit: int) -> list[tuple[int, str, RowDelta]]:
+        """Entries of every gateway with ingest HLC > ``after``, ascending, at most ``limit``:
+        ``(ingest_hlc, gateway_id, delta)``. Used by the landing flusher."""
+
+    @abc.abstractmethod
+    def mark_flushed(self, position: int) -> None:
+        """Record that every entry with ingest HLC <= ``position`` reached the landing table."""
+
+    @abc.abstractmethod
+    def flushed_position(self) -> int:
+        """The last position passed to :meth:`mark_flushed` (0 if none)."""
+
+    @abc.abstractmethod
+    def unflushed_bytes(self) -> int:
+        """Stored size of the entries after the flushed position (drives backpressure)."""
+
+    # -- gateway documents --------------------------------------------------------------------
+    @abc.abstractmethod
+    def get_rules(self, gateway_id: str) -> RulesRecord:
+        """The gateway's sync rules and the stamp of their last change."""
+
+    @abc.abstractmethod
+    def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
+        """Replace the rules; a real change gets a fresh ingest stamp (clients then resync)."""
+
+    @abc.abstractmethod
+    def put_doc(self, gateway_id: str, kind: str, name: str, body: dict[str, Any]) -> None:
+        """Store a named JSON document (``schema`` per table, ``connector`` per name)."""
+
+    @abc.abstractmethod
+    def list_docs(self, gateway_id: str, kind: str) -> dict[str, dict[str, Any]]:
+        """Every document of a kind, by name."""
+
+    @abc.abstractmethod
+    def delete_doc(self, gateway_id: str, kind: str, name: str) -> bool:
+        """Remove a document; False when it did not exist."""
+
+    @abc.abstractmethod
+    def view_stamp(self, gateway_id: str, client_id: str, claims_hash: str) -> int:
+        """The ingest stamp of the last change of this client's claims (0 for the first one
+        seen); a changed ``claims_hash`` is recorded with a fresh stamp."""
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise if the store cannot be reached."""
+
+    def listen(self, callback: Callable[[LogNotice], None]) -> None:  # noqa: B027
+        """Call ``callback`` for appends made by other processes (no-op for embedded stores)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections and threads."""

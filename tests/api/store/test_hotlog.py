@@ -1,0 +1,144 @@
+"""One behaviour suite for every HotLog implementation."""
+
+from __future__ import annotations
+
+import threading
+
+from api.store.base import HotLog
+from lakesync.delta import RowDelta
+from lakesync.merge import merge_state
+from lakesync.rules import parse_rules
+
+RULES = parse_rules(
+    {"version": 1, "buckets": [{"name": "mine", "tables": ["todos"],
+                                "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]}]}
+)
+
+
+def d(op: str, row: str, hlc: int, client: str = "c1", **cols: object) -> RowDelta:
+    return RowDelta.create(op, "todos", row, client, cols, hlc)  # type: ignore[arg-type]
+
+
+def test_append_assigns_increasing_ingest_and_dedups(store: HotLog) -> None:
+    a = d("INSERT", "r1", 10, title="a")
+    b = d("UPDATE", "r1", 11, title="b")
+    res = store.append("gw1", [a, b, a])
+    assert res.accepted == 3
+    assert [e.delta for e in res.stored] == [a, b]
+    assert res.stored[0].ingest_hlc < res.stored[1].ingest_hlc == res.head
+    again = store.append("gw1", [b, d("INSERT", "r2", 12, title="c")])
+    assert again.accepted == 2
+    assert [e.delta.row_id for e in again.stored] == ["r2"]
+    assert again.stored[0].ingest_hlc > res.head
+    # Ingest stamps exceed the client HLCs they carry (synthetic clocks rely on it).
+    assert all(e.ingest_hlc > e.delta.hlc for e in res.stored + again.stored)
+
+
+def test_dedup_is_per_gateway(store: HotLog) -> None:
+    a = d("INSERT", "r1", 10, title="a")
+    store.append("gw1", [a])
+    res = store.append("gw2", [a])
+    assert len(res.stored) == 1
+    assert [e.delta for e in store.read_page("gw2", 0, 10, False).entries] == [a]
+
+
+def test_rows_hold_merged_state(store: HotLog) -> None:
+    late = d("UPDATE", "r1", 5, client="c2", title="late", done=True)
+    res = store.append("gw1", [d("INSERT", "r1", 10, title="new")])
+    res2 = store.append("gw1", [late])
+    row = res2.rows[("todos", "r1")]
+    assert row.state.visible() == {"title": "new", "done": True}
+    assert row.last_ingest == res2.head > res.head
+    stored = store.read_rows("gw1", [("todos", "r1"), ("todos", "nope")])
+    assert list(stored) == [("todos", "r1")]
+    assert stored[("todos", "r1")].state.visible() == {"title": "new", "done": True}
+
+
+def test_read_page_pages_by_ingest_with_rows(store: HotLog) -> None:
+    deltas = [d("INSERT", f"r{i}", 100 - i, title=str(i)) for i in range(5)]
+    store.append("gw1", deltas[:3])
+    store.append("gw1", deltas[3:])
+    page = store.read_page("gw1", 0, 2, True)
+    assert [e.delta for e in page.entries] == deltas[:2]
+    assert page.has_more
+    assert set(page.rows) == {("todos", "r0"), ("todos", "r1")}
+    rest = store.read_page("gw1", page.entries[-1].ingest_hlc, 10, False)
+    assert [e.delta for e in rest.entries] == deltas[2:]
+    assert not rest.has_more and rest.rows == {}
+    assert rest.head == rest.entries[-1].ingest_hlc
+    ranged = store.read_range("gw1", page.entries[0].ingest_hlc, rest.entries[1].ingest_hlc)
+    assert [e.delta for e in ranged.entries] == deltas[1:4]
+
+
+def test_read_log_spans_gateways_in_order(store: HotLog) -> None:
+    store.append("gw1", [d("INSERT", "a", 1, x=1)])
+    store.append("gw2", [d("INSERT", "b", 2, x=2)])
+    store.append("gw1", [d("INSERT", "c", 3, x=3)])
+    log = store.read_log(0, 10)
+    assert [(g, delta.row_id) for _, g, delta in log] == [("gw1", "a"), ("gw2", "b"), ("gw1", "c")]
+    assert [i for i, _, _ in log] == sorted(i for i, _, _ in log)
+    assert store.read_log(log[0][0], 1) == log[1:2]
+
+
+def test_flushed_position_and_unflushed_bytes(store: HotLog) -> None:
+    assert store.unflushed_bytes() == 0
+    res = store.append("gw1", [d("INSERT", "a", 1, x=1), d("INSERT", "b", 2, x=2)])
+    total = store.unflushed_bytes()
+    assert total > 0
+    store.mark_flushed(res.stored[0].ingest_hlc)
+    assert store.flushed_position() == res.stored[0].ingest_hlc
+    assert 0 < store.unflushed_bytes() < total
+    store.mark_flushed(res.head)
+    store.mark_flushed(1)  # never moves backwards
+    assert store.flushed_position() == res.head
+    assert store.unflushed_bytes() == 0
+
+
+def test_rules_persist_with_a_fresh_stamp_per_change(store: HotLog) -> None:
+    assert store.get_rules("gw1").rules is None and store.get_rules("gw1").stamp == 0
+    head = store.append("gw1", [d("INSERT", "a", 1, x=1)]).head
+    first = store.set_rules("gw1", RULES)
+    assert first.stamp > head and store.get_rules("gw1") == first
+    assert store.set_rules("gw1", RULES) == first  # unchanged: same stamp
+    cleared = store.set_rules("gw1", None)
+    assert cleared.rules is None and cleared.stamp > first.stamp
+    assert store.get_rules("gw2").stamp == 0
+    later = store.append("gw1", [d("INSERT", "b", 2, x=1)])
+    assert later.stored[0].ingest_hlc > cleared.stamp
+
+
+def test_docs_and_view_stamps(store: HotLog) -> None:
+    store.put_doc("gw1", "schema", "todos", {"table": "todos", "columns": []})
+    store.put_doc("gw1", "connector", "pg", {"name": "pg"})
+    assert store.list_docs("gw1", "schema") == {"todos": {"table": "todos", "columns": []}}
+    assert store.list_docs("gw2", "schema") == {}
+    assert store.delete_doc("gw1", "connector", "pg")
+    assert not store.delete_doc("gw1", "connector", "pg")
+    assert store.view_stamp("gw1", "alice", "h1") == 0
+    assert store.view_stamp("gw1", "alice", "h1") == 0
+    changed = store.view_stamp("gw1", "alice", "h2")
+    assert changed > 0 and store.view_stamp("gw1", "alice", "h2") == changed
+
+
+def test_concurrent_appends_keep_every_delta_once(store: HotLog) -> None:
+    def push(worker: int) -> None:
+        for i in range(10):
+            batch = [d("INSERT", f"w{worker}-{i}-{j}", 1000 + j, client=f"c{worker}", x=j)
+                     for j in range(5)]
+            store.append("gw1", batch + batch[:2])
+
+    threads = [threading.Thread(target=push, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    log = store.read_log(0, 10_000)
+    assert len(log) == 6 * 10 * 5
+    assert len({delta.delta_id for _, _, delta in log}) == len(log)
+    ingests = [i for i, _, _ in log]
+    assert ingests == sorted(set(ingests))
+    rows = store.read_all_rows("gw1")
+    assert len(rows.rows) == len(log)
+    assert {k: r.state.visible() for k, r in rows.rows.items()} == merge_state(
+        delta for _, _, delta in log
+    )
