@@ -1,0 +1,30 @@
+"""LakeSync Python client: an offline-first SQLite replica with a durable outbox.
+
+``LakeSyncClient`` (and its asyncio twin ``AsyncLakeSyncClient``) keeps a local copy of a
+gateway's tables, applies local writes at once and syncs them over HTTP or WebSocket with
+column-level last-writer-wins merging (SPEC §4). Needs only the ``client`` extra.
+"""
+
+from client._async import AsyncLakeSyncClient
+from client._backoff import Backoff
+from client._client import LakeSyncClient
+from client._store import DeadLetter
+from client._sync import SyncReport
+from client._types import Change, Event, SyncStatus
+from client._watch import Watch
+from client.transport import HttpTransport, Transport, WebSocketTransport
+
+__all__ = [
+    "AsyncLakeSyncClient",
+    "Backoff",
+    "Change",
+    "DeadLetter",
+    "Event",
+    "HttpTransport",
+    "LakeSyncClient",
+    "SyncReport",
+    "SyncStatus",
+    "Transport",
+    "Watch",
+    "WebSocketTransport",
+]

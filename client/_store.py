@@ -42,7 +42,14 @@ from lakesync.delta import Op, RowDelta, extract_delta
 from lakesync.errors import ClockDriftError, SchemaError
 from lakesync.hlc import HLC
 from lakesync.merge import Cell, Clock, RowState, apply_delta
-from lakesync.schema import ColumnSpec, TableSchema, check_delta, evolve, parse_schema, schema_to_wire
+from lakesync.schema import (
+    ColumnSpec,
+    TableSchema,
+    check_delta,
+    evolve,
+    parse_schema,
+    schema_to_wire,
+)
 
 __all__ = ["DeadLetter", "LocalStore", "OutboxEntry"]
 
@@ -486,7 +493,7 @@ class LocalStore:
     # -- outbox ---------------------------------------------------------------------------
 
     def outbox(self, limit: int, max_bytes: int, after_seq: int = 0) -> list[OutboxEntry]:
-        """The oldest queued deltas after ``after_seq``: at most ``limit`` and about ``max_bytes``."""
+        """The oldest queued deltas after ``after_seq``: at most ``limit``, about ``max_bytes``."""
         out: list[OutboxEntry] = []
         size = 0
         with self._lock:
@@ -530,7 +537,9 @@ class LocalStore:
             rows = self.conn.execute(
                 "SELECT seq, body, code, error, failed_at FROM _ls_dead_letters ORDER BY seq"
             ).fetchall()
-        return [DeadLetter(int(s), _decode_delta(bytes(b)), c, e, float(f)) for s, b, c, e, f in rows]
+        return [
+            DeadLetter(int(s), _decode_delta(bytes(b)), c, e, float(f)) for s, b, c, e, f in rows
+        ]
 
     def requeue_dead_letters(self) -> int:
         """Put every dead-lettered delta back in the outbox (after fixing the cause)."""
@@ -554,7 +563,9 @@ class LocalStore:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
+    def query(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[dict[str, Any]]:
         """Run a read-only SQL statement; rows as dicts with values decoded to JSON types."""
         with self._lock:
             conn = self.conn

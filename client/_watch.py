@@ -1,0 +1,161 @@
+"""Watching the replica: callbacks and async iterators over row changes or query results."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+from client._types import Change
+
+__all__ = ["Watch", "Watchers"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Watch(Generic[T]):
+    """A live subscription: calls its callback, or feeds ``async for``, until cancelled.
+
+    Without a callback the items are buffered for async iteration; the iterator ends when the
+    watch is cancelled (or its client closes). Also a context manager that cancels on exit.
+    """
+
+    def __init__(self, owner: Watchers, callback: Callable[[T], None] | None) -> None:
+        self._owner = owner
+        self._callback = callback
+        self._lock = threading.Lock()
+        self._buffer: list[T] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.Queue[T | None] | None = None
+        self.cancelled = False
+
+    def _deliver(self, item: T) -> None:
+        if self.cancelled:
+            return
+        if self._callback is not None:
+            try:
+                self._callback(item)
+            except Exception:
+                _log.exception("a watch callback raised")
+            return
+        with self._lock:
+            if self._queue is None or self._loop is None:
+                self._buffer.append(item)
+                return
+            loop, q = self._loop, self._queue
+        try:
+            loop.call_soon_threadsafe(q.put_nowait, item)
+        except RuntimeError:  # the consumer's loop is gone
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Stop delivering; a pending ``async for`` ends."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        self._owner.remove(self)
+        with self._lock:
+            loop, q = self._loop, self._queue
+        if loop is not None and q is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(q.put_nowait, None)
+
+    def __enter__(self) -> Watch[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel()
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[T]:
+        with self._lock:
+            if self._queue is None:
+                self._loop = asyncio.get_running_loop()
+                self._queue = asyncio.Queue()
+                for item in self._buffer:
+                    self._queue.put_nowait(item)
+                self._buffer.clear()
+            q = self._queue
+        if self.cancelled:
+            q.put_nowait(None)
+        while True:
+            got = await q.get()
+            if got is None:
+                return
+            yield got
+
+
+class Watchers:
+    """The registry of a client's watches; dispatches each committed batch of changes."""
+
+    def __init__(
+        self, run_query: Callable[[str, Sequence[Any] | Mapping[str, Any]], list[dict[str, Any]]]
+    ) -> None:
+        self._run_query = run_query
+        self._lock = threading.Lock()
+        self._tables: list[tuple[Watch[list[Change]], str | None]] = []
+        self._queries: dict[
+            Watch[list[dict[str, Any]]],
+            tuple[str, Sequence[Any] | Mapping[str, Any], list[dict[str, Any]]],
+        ] = {}
+
+    def watch_table(
+        self, table: str | None, callback: Callable[[list[Change]], None] | None
+    ) -> Watch[list[Change]]:
+        """Watch changed rows of ``table`` (None = every table)."""
+        w: Watch[list[Change]] = Watch(self, callback)
+        with self._lock:
+            self._tables.append((w, table))
+        return w
+
+    def watch_query(
+        self,
+        sql: str,
+        params: Sequence[Any] | Mapping[str, Any],
+        callback: Callable[[list[dict[str, Any]]], None] | None,
+    ) -> Watch[list[dict[str, Any]]]:
+        """Watch a query's result: delivered now, then whenever a change alters it."""
+        w: Watch[list[dict[str, Any]]] = Watch(self, callback)
+        rows = self._run_query(sql, params)
+        with self._lock:
+            self._queries[w] = (sql, params, rows)
+        w._deliver(rows)
+        return w
+
+    def remove(self, w: Watch[Any]) -> None:
+        """Forget a cancelled watch."""
+        with self._lock:
+            self._tables = [(x, t) for x, t in self._tables if x is not w]
+            self._queries.pop(w, None)
+
+    def cancel_all(self) -> None:
+        """Cancel every watch (the client is closing)."""
+        with self._lock:
+            watches: list[Watch[Any]] = [w for w, _ in self._tables] + list(self._queries)
+        for w in watches:
+            w.cancel()
+
+    def dispatch(self, changes: list[Change]) -> None:
+        """Deliver a committed batch to table watches and re-check watched queries."""
+        if not changes:
+            return
+        with self._lock:
+            tables = list(self._tables)
+            queries = list(self._queries.items())
+        for tw, table in tables:
+            mine = changes if table is None else [c for c in changes if c.table == table]
+            if mine:
+                tw._deliver(mine)
+        for qw, (sql, params, last) in queries:
+            rows = self._run_query(sql, params)
+            if rows != last:
+                with self._lock:
+                    if qw in self._queries:
+                        self._queries[qw] = (sql, params, rows)
+                qw._deliver(rows)

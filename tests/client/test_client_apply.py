@@ -1,0 +1,233 @@
+"""Applying remote deltas to the replica: column LWW, tombstones, atomic pages, watches."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from client import Change, LakeSyncClient
+from client._store import LocalStore
+from lakesync.delta import Op, RowDelta
+from lakesync.hlc import HLC, encode
+from lakesync.merge import merge_state
+from lakesync.schema import parse_schema
+
+SCHEMA = parse_schema(
+    {
+        "table": "t",
+        "columns": [
+            {"name": "a", "type": "string"},
+            {"name": "b", "type": "number"},
+            {"name": "c", "type": "boolean"},
+        ],
+    }
+)
+BASE = encode(1_700_000_000_000, 0)
+
+
+def d(op: Op, row: str, client: str, hlc: int, **cols: Any) -> RowDelta:
+    return RowDelta.create(op, "t", row, client, cols, BASE + hlc)
+
+
+def store(path: str = ":memory:") -> LocalStore:
+    return LocalStore(path, [SCHEMA])
+
+
+def rows(s: LocalStore) -> dict[str, dict[str, Any]]:
+    out = {}
+    for r in s.query("select * from t"):
+        rid = r.pop("row_id")
+        out[rid] = {k: v for k, v in r.items() if v is not None}
+    return out
+
+
+def test_remote_delta_never_overwrites_newer_local_cell() -> None:
+    s, clock = store(), HLC()
+    s.apply_remote([d("INSERT", "r", "x", 10, a="old", b=1)], "remote", clock)
+    # A late delta: loses column a (older), wins column c (new), and must keep c.
+    s.apply_remote([d("INSERT", "r", "x", 20, a="new")], "remote", clock)
+    s.apply_remote([d("UPDATE", "r", "y", 15, a="late", c=True)], "remote", clock)
+    assert rows(s) == {"r": {"a": "new", "b": 1, "c": True}}
+
+
+def test_equal_hlc_breaks_tie_by_client_id() -> None:
+    s, clock = store(), HLC()
+    s.apply_remote([d("INSERT", "r", "b-client", 5, a="B")], "remote", clock)
+    s.apply_remote([d("INSERT", "r", "a-client", 5, a="A")], "remote", clock)
+    assert rows(s) == {"r": {"a": "B"}}
+
+
+def test_insert_of_existing_row_merges_and_update_of_deleted_row_revives_only_if_newer() -> None:
+    s, clock = store(), HLC()
+    s.apply_remote([d("INSERT", "r", "x", 10, a="one", b=1)], "remote", clock)
+    s.apply_remote([d("INSERT", "r", "y", 11, b=2)], "remote", clock)
+    assert rows(s) == {"r": {"a": "one", "b": 2}}
+    s.apply_remote([d("DELETE", "r", "x", 20)], "remote", clock)
+    s.apply_remote([d("UPDATE", "r", "y", 19, a="stale")], "remote", clock)
+    assert rows(s) == {}
+    s.apply_remote([d("UPDATE", "r", "y", 21, c=False)], "remote", clock)
+    # Revived: only the cell written after the tombstone is visible.
+    assert rows(s) == {"r": {"c": False}}
+    assert s.query("select a, b, c from t") == [{"a": None, "b": None, "c": False}]
+
+
+def test_delete_wins_an_exact_tie() -> None:
+    s, clock = store(), HLC()
+    s.apply_remote([d("INSERT", "r", "x", 10, a="v"), d("DELETE", "r", "x", 10)], "remote", clock)
+    assert rows(s) == {}
+
+
+def test_page_and_cursor_commit_together() -> None:
+    s, clock = store(), HLC()
+    s.apply_remote([d("INSERT", "r1", "x", 1, a="1")], "remote", clock, ("gw", 100))
+    assert s.cursor("gw") == 100
+
+    class CrashError(Exception):
+        pass
+
+    bad = d("INSERT", "r2", "x", 2, a="2")
+    original = s._save
+
+    def failing_save(*args: Any) -> None:
+        if args[2] == "r3":
+            raise CrashError
+        original(*args)
+
+    s._save = failing_save  # type: ignore[method-assign]
+    with pytest.raises(CrashError):
+        s.apply_remote([bad, d("INSERT", "r3", "x", 3, a="3")], "remote", clock, ("gw", 200))
+    assert s.cursor("gw") == 100
+    assert set(rows(s)) == {"r1"}
+    assert s.row_state("t", "r2").write is None
+
+
+def test_remote_unknown_table_and_columns_are_created() -> None:
+    s, clock = store(), HLC()
+    s.apply_remote(
+        [
+            RowDelta.create("INSERT", "notes", "n1", "x", {"body": "hi", "pinned": True}, BASE),
+            d("UPDATE", "r", "x", 1, a="v", extra={"k": [1]}),
+        ],
+        "remote",
+        clock,
+    )
+    assert s.query("select * from notes") == [{"row_id": "n1", "body": "hi", "pinned": True}]
+    assert s.query("select extra from t") == [{"extra": {"k": [1]}}]
+    assert s.schema_versions() == {"t": 2, "notes": 1}
+    assert s.schema("t").column_types()["extra"] == "json"
+
+
+def test_remote_deltas_advance_the_local_clock() -> None:
+    s, clock = store(), HLC(physical=lambda: 1_700_000_000_000)
+    far = encode(1_700_000_000_000 + 4_000, 7)
+    s.apply_remote([RowDelta.create("INSERT", "t", "r", "x", {"a": "v"}, far)], "remote", clock)
+    assert clock.now() > far
+
+
+def test_hlc_above_2_63_round_trips() -> None:
+    s, clock = store(), HLC()
+    huge = (1 << 64) - 5
+    s.apply_remote(
+        [RowDelta.create("INSERT", "t", "r", "x", {"a": "v"}, huge)], "remote", clock, ("gw", huge)
+    )
+    assert s.row_state("t", "r").cells["a"].hlc == huge
+    assert s.cursor("gw") == huge
+
+
+OPS = st.tuples(
+    st.sampled_from(["INSERT", "UPDATE", "DELETE"]),
+    st.sampled_from(["r1", "r2"]),
+    st.sampled_from(["c1", "c2", "c3"]),
+    st.integers(0, 6),
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(0, 3), max_size=3),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(OPS, max_size=14), data=st.data())
+def test_replica_equals_core_merge_in_any_order_and_page_split(
+    ops: list[tuple[str, str, str, int, dict[str, int]]], data: st.DataObject
+) -> None:
+    deltas = []
+    for op, row, client, h, cols in ops:
+        values: dict[str, Any] = {}
+        if op != "DELETE":
+            values = {
+                k: (f"s{v}" if k == "a" else v if k == "b" else v % 2 == 0) for k, v in cols.items()
+            }
+        deltas.append(RowDelta.create(op, "t", row, client, values, BASE + h))  # type: ignore[arg-type]
+    expected = {
+        k[1]: {c: v for c, v in row.items() if v is not None}
+        for k, row in merge_state(deltas).items()
+    }
+    shuffled = data.draw(st.permutations(deltas + deltas[: len(deltas) // 2]))
+    cut = data.draw(st.integers(0, len(shuffled)))
+    s, clock = store(), HLC()
+    s.apply_remote(shuffled[:cut], "remote", clock)
+    for one in shuffled[cut:]:
+        s.apply_remote([one], "remote", clock)
+    assert rows(s) == expected
+
+
+def test_watch_callbacks_and_query_watch() -> None:
+    with LakeSyncClient(
+        ":memory:",
+        client_id="me",
+        schemas=[{"table": "t", "columns": [{"name": "a", "type": "string"}]}],
+    ) as c:
+        seen: list[list[Change]] = []
+        results: list[list[dict[str, Any]]] = []
+        w = c.watch("t", seen.append)
+        qw = c.watch_query("select row_id, a from t order by row_id", (), results.append)
+        c.insert("t", "r1", {"a": "x"})
+        c.update("t", "r1", {"a": "y"})
+        c._store.apply_remote(
+            [RowDelta.create("DELETE", "t", "r1", "zz", {}, c._clock.now())], "remote", c._clock
+        )
+        assert [[ch.kind for ch in batch] for batch in seen] == [["insert"], ["update"]]
+        assert results == [[], [{"row_id": "r1", "a": "x"}], [{"row_id": "r1", "a": "y"}]]
+        w.cancel()
+        qw.cancel()
+        c.insert("t", "r2", {"a": "z"})
+        assert len(seen) == 2 and len(results) == 3
+
+
+def test_async_iteration_over_watch() -> None:
+    async def main() -> list[list[str]]:
+        with LakeSyncClient(
+            ":memory:",
+            client_id="me",
+            schemas=[{"table": "t", "columns": [{"name": "a", "type": "string"}]}],
+        ) as c:
+            w = c.watch("t")
+            c.insert("t", "r0", {"a": "before iteration"})
+            got: list[list[str]] = []
+
+            async def consume() -> None:
+                async for batch in w:
+                    got.append([ch.row_id for ch in batch])
+                    if len(got) == 3:
+                        w.cancel()
+
+            task = asyncio.create_task(consume())
+            await asyncio.sleep(0)
+            await asyncio.to_thread(c.insert, "t", "r1", {"a": "from a thread"})
+            c.insert("t", "r2", {"a": "x"})
+            await asyncio.wait_for(task, 5)
+            return got
+
+    assert asyncio.run(main()) == [["r0"], ["r1"], ["r2"]]
+
+
+def test_crash_reopen_keeps_consistent_state(tmp_path: Path) -> None:
+    path = str(tmp_path / "x.db")
+    s, clock = store(path), HLC()
+    s.apply_remote([d("INSERT", "r", "x", 1, a="v")], "remote", clock, ("gw", 5))
+    s.close()
+    s2 = store(path)
+    assert s2.cursor("gw") == 5 and rows(s2) == {"r": {"a": "v"}}
