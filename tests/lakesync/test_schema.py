@@ -1,0 +1,161 @@
+"""Table schemas (SPEC §10): parsing, reserved names, additive evolution, delta checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lakesync.delta import RowDelta
+from lakesync.errors import SchemaError
+from lakesync.schema import (
+    ColumnSpec,
+    TableSchema,
+    check_delta,
+    evolve,
+    parse_schema,
+    schema_to_wire,
+)
+
+TODOS: dict[str, Any] = {
+    "table": "todos",
+    "columns": [
+        {"name": "title", "type": "string"},
+        {"name": "done", "type": "boolean"},
+        {"name": "priority", "type": "number"},
+        {"name": "meta", "type": "json"},
+        {"name": "nothing", "type": "null"},
+    ],
+}
+
+
+def test_parse_schema_full_document() -> None:
+    doc = {**TODOS, "primaryKey": ["title"], "softDelete": True, "externalIdColumn": "title"}
+    schema = parse_schema(doc)
+    assert schema.table == "todos"
+    assert schema.columns[0] == ColumnSpec("title", "string")
+    assert schema.primary_key == ["title"]
+    assert schema.soft_delete is True
+    assert schema.external_id_column == "title"
+    assert schema.column_types() == {
+        "title": "string",
+        "done": "boolean",
+        "priority": "number",
+        "meta": "json",
+        "nothing": "null",
+    }
+    assert schema_to_wire(schema) == doc
+    assert parse_schema(schema_to_wire(schema)) == schema
+
+
+def test_parse_schema_defaults() -> None:
+    schema = parse_schema(TODOS)
+    assert schema.primary_key is None
+    assert schema.soft_delete is False
+    assert schema.external_id_column is None
+    assert schema_to_wire(schema) == TODOS
+
+
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        ({**TODOS, "table": "bad-name"}, "'bad-name'"),
+        ({**TODOS, "table": "t; drop table x"}, "identifiers must match"),
+        ({**TODOS, "columns": [{"name": "1st", "type": "string"}]}, "'1st'"),
+        ({**TODOS, "columns": [{"name": "a", "type": "integer"}]}, "'integer'"),
+        ({**TODOS, "columns": [{"name": "a"}]}, "type"),
+        ({"columns": []}, "table"),
+        ({**TODOS, "bogus": 1}, "bogus"),
+        (
+            {
+                **TODOS,
+                "columns": [{"name": "a", "type": "string"}, {"name": "A", "type": "number"}],
+            },
+            "appears twice",
+        ),
+        ({**TODOS, "primaryKey": ["nope"]}, "'nope'"),
+        ({**TODOS, "externalIdColumn": "nope"}, "'nope'"),
+        ("todos", "table schema"),
+    ],
+)
+def test_invalid_schemas_are_rejected(doc: object, needle: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        parse_schema(doc)
+    assert needle in info.value.message
+    assert info.value.status == 422
+
+
+@pytest.mark.parametrize(
+    "name", ["row_id", "props", "synced_at", "deleted_at", "gateway_id", "Row_Id"]
+)
+def test_reserved_column_names_are_rejected(name: str) -> None:
+    with pytest.raises(SchemaError, match="reserved"):
+        parse_schema({"table": "t", "columns": [{"name": name, "type": "string"}]})
+
+
+def test_primary_key_may_name_row_id() -> None:
+    assert parse_schema({**TODOS, "primaryKey": ["row_id"]}).primary_key == ["row_id"]
+
+
+def _schema(*cols: tuple[str, str], table: str = "todos") -> TableSchema:
+    return parse_schema({"table": table, "columns": [{"name": n, "type": t} for n, t in cols]})
+
+
+def test_evolve_additive_is_accepted() -> None:
+    old = _schema(("title", "string"))
+    new = _schema(("title", "string"), ("due", "number"))
+    assert evolve(old, new) == new
+    assert evolve(old, old) == old
+
+
+@pytest.mark.parametrize(
+    ("new", "needle"),
+    [
+        (_schema(("due", "number")), "cannot be removed"),
+        (_schema(("title", "number")), "cannot change type from string to number"),
+        (_schema(("title", "string"), table="other"), "cannot evolve"),
+    ],
+)
+def test_evolve_rejects_removal_retype_and_rename(new: TableSchema, needle: str) -> None:
+    with pytest.raises(SchemaError, match=needle):
+        evolve(_schema(("title", "string")), new)
+
+
+def _update(**cols: Any) -> RowDelta:
+    return RowDelta.create("UPDATE", "todos", "r1", "c1", cols, 1)
+
+
+@pytest.mark.parametrize(
+    "cols",
+    [
+        {"title": "x", "done": True, "priority": 1, "meta": {"a": [1]}, "nothing": None},
+        {"priority": 1.5},
+        {"title": None, "done": None, "priority": None},  # null fits every type
+        {"meta": "a string is JSON too"},
+        {},
+    ],
+)
+def test_check_delta_accepts_matching_values(cols: dict[str, Any]) -> None:
+    check_delta(parse_schema(TODOS), _update(**cols))
+
+
+@pytest.mark.parametrize(
+    ("cols", "needle"),
+    [
+        ({"unknown": 1}, "no column 'unknown'"),
+        ({"title": 5}, "'title' is declared string"),
+        ({"done": 1}, "'done' is declared boolean"),
+        ({"priority": True}, "'priority' is declared number"),  # a boolean is not a number
+        ({"priority": "1"}, "'priority' is declared number"),
+        ({"nothing": 0}, "'nothing' is declared null"),
+    ],
+)
+def test_check_delta_rejects_unknown_columns_and_wrong_types(
+    cols: dict[str, Any], needle: str
+) -> None:
+    with pytest.raises(SchemaError, match=needle):
+        check_delta(parse_schema(TODOS), _update(**cols))
+
+
+def test_check_delta_accepts_a_delete() -> None:
+    check_delta(parse_schema(TODOS), RowDelta.create("DELETE", "todos", "r1", "c1", {}, 1))
