@@ -41,6 +41,10 @@ class AsyncLakeSyncClient:
         """See :meth:`LakeSyncClient.update`."""
         return await asyncio.to_thread(self.sync_client.update, table, row_id, values)
 
+    async def upsert(self, table: str, row_id: str, values: Mapping[str, Any]) -> Change | None:
+        """See :meth:`LakeSyncClient.upsert`."""
+        return await asyncio.to_thread(self.sync_client.upsert, table, row_id, values)
+
     async def delete(self, table: str, row_id: str) -> Change:
         """See :meth:`LakeSyncClient.delete`."""
         return await asyncio.to_thread(self.sync_client.delete, table, row_id)

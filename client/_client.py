@@ -155,13 +155,22 @@ class LakeSyncClient:
         """
         return self._write("UPDATE", table, row_id, values)
 
+    def upsert(self, table: str, row_id: str, values: Mapping[str, Any]) -> Change | None:
+        """Insert the row if it is absent locally, else update the given columns.
+
+        Returns None when the row already holds these values. Raises like :meth:`insert`.
+        """
+        return self._write("UPSERT", table, row_id, values)
+
     def delete(self, table: str, row_id: str) -> Change:
         """Delete a live row (a tombstone that syncs). Raises :class:`RowNotFoundError`."""
         change = self._write("DELETE", table, row_id, {})
         assert change is not None  # a delete of a live row always changes it
         return change
 
-    def _write(self, op: Op, table: str, row_id: str, values: Mapping[str, Any]) -> Change | None:
+    def _write(
+        self, op: Op | Literal["UPSERT"], table: str, row_id: str, values: Mapping[str, Any]
+    ) -> Change | None:
         result = self._store.write(op, table, row_id, values, self._clock, self.client_id)
         if result is None:
             return None

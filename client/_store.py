@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -383,14 +383,14 @@ class LocalStore:
 
     def write(
         self,
-        op: Op,
+        op: Op | Literal["UPSERT"],
         table: str,
         row_id: str,
         values: Mapping[str, Any],
         clock: HLC,
         client_id: str,
     ) -> tuple[RowDelta, Change] | None:
-        """Apply a local insert/update/delete and queue its delta, in one transaction.
+        """Apply a local insert/update/upsert/delete and queue its delta, in one transaction.
 
         Returns the delta and the row change, or None for an update that changes nothing.
         Raises :class:`SchemaError` (unknown table/column, wrong type), :class:`RowExistsError`
@@ -404,6 +404,8 @@ class LocalStore:
         with self._tx() as c:
             state = self._load(c, table, row_id)
             before = state.visible()
+            if op == "UPSERT":
+                op = "INSERT" if before is None else "UPDATE"
             if op == "INSERT" and before is not None:
                 raise RowExistsError(f"{table}/{row_id} already exists; use update()")
             if op != "INSERT" and before is None:

@@ -218,3 +218,14 @@ def test_export_names_the_extra_when_missing(monkeypatch: pytest.MonkeyPatch) ->
             c.to_arrow("select 1")
         with pytest.raises(MissingExtraError, match="pandas"):
             c.to_pandas("select 1")
+
+
+def test_upsert_inserts_then_updates() -> None:
+    with local() as c:
+        first = c.upsert("todos", "r1", {"title": "a", "n": 1})
+        assert first is not None and first.kind == "insert"
+        second = c.upsert("todos", "r1", {"n": 2})
+        assert second is not None and second.kind == "update"
+        assert c.upsert("todos", "r1", {"n": 2}) is None
+        assert c.get("todos", "r1") == {"title": "a", "n": 2}
+        assert c.queue_depth == 2
