@@ -89,9 +89,14 @@ def delta_to_proto(delta: RowDelta) -> pb.RowDelta:
     )
 
 
+def _reject_constant(name: str) -> Any:
+    # Python's json accepts NaN/Infinity, which are not JSON and which JSON replicas cannot hold.
+    raise ValueError(f"{name} is not JSON")
+
+
 def _json_value(raw: bytes, where: str) -> Any:
     try:
-        return json.loads(raw.decode("utf-8")) if raw else None
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant) if raw else None
     except (UnicodeDecodeError, ValueError):
         raise ValidationError(f"{where}: column value is not UTF-8 JSON") from None
 
