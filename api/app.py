@@ -1,0 +1,107 @@
+"""The gateway's Litestar application factory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio.to_thread
+from litestar import Litestar
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
+
+from api.auth import provide_service
+from api.controllers.admin import AdminController
+from api.controllers.health import health, metrics, ready
+from api.controllers.legacy import legacy_redirect
+from api.controllers.sync import SyncController
+from api.controllers.ws import sync_socket
+from api.errors import exception_handlers
+from api.logs import request_id_middleware
+from api.metrics import GatewayMetrics
+from api.services.hub import Hub
+from api.services.sync import SyncService
+from api.settings import GatewaySettings
+from api.store import HotLog, LogNotice, open_store
+from lakesync.hlc import HLC
+
+__all__ = ["create_app"]
+
+Flusher = Callable[[str], Awaitable[None]]
+
+
+def create_app(
+    settings: GatewaySettings,
+    store: HotLog | None = None,
+    flusher: Flusher | None = None,
+) -> Litestar:
+    """Build the gateway app. Without ``store`` it opens (and closes) the one the settings
+    name; ``flusher(gw)``, if given, serves ``POST /v1/admin/flush/{gw}``."""
+    metrics_ = GatewayMetrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        owned = store is None
+        hot = store
+        if hot is None:
+            hot = await anyio.to_thread.run_sync(
+                open_store, settings.store_url, settings.data_dir, HLC(), settings.pg_schema
+            )
+        service = SyncService(hot, settings, metrics_, Hub(settings.ws_max_connections))
+        app.state.service = service
+        for gw_id, gateway in settings.gateways.items():
+            for schema in gateway.schemas:
+                await service.put_schema(gw_id, schema)
+            if gateway.rules is not None:
+                await service.set_rules(gw_id, gateway.rules)
+        loop = asyncio.get_running_loop()
+        relays: set[asyncio.Task[None]] = set()
+
+        def spawn(notice: LogNotice) -> None:
+            task = loop.create_task(service.relay(notice))
+            relays.add(task)
+            task.add_done_callback(relays.discard)
+
+        def on_notice(notice: LogNotice) -> None:
+            loop.call_soon_threadsafe(spawn, notice)
+
+        hot.listen(on_notice)
+        try:
+            yield
+        finally:
+            service.draining = True
+            for task in list(relays):
+                task.cancel()
+            if owned:
+                await anyio.to_thread.run_sync(hot.close)
+
+    app = Litestar(
+        route_handlers=[
+            SyncController,
+            AdminController,
+            sync_socket,
+            legacy_redirect,
+            health,
+            ready,
+            metrics,
+        ],
+        dependencies={"service": Provide(provide_service, sync_to_thread=False)},
+        exception_handlers=exception_handlers,
+        middleware=[request_id_middleware],
+        lifespan=[lifespan],
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=OpenAPIConfig(
+            title="LakeSync gateway",
+            version="1",
+            path="/docs",
+            render_plugins=[SwaggerRenderPlugin(path="/"), JsonRenderPlugin()],
+        ),
+        debug=False,
+    )
+    app.state.metrics = metrics_
+    app.state.flusher = flusher
+    return app
+
+

@@ -1,0 +1,1 @@
+"""HTTP and WebSocket route handlers: decode, authenticate, call a service, encode."""

@@ -1,0 +1,140 @@
+"""Admin routes (role ``admin``): flush, schemas, sync rules, connectors, per-gateway metrics."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import anyio.to_thread
+import msgspec
+from litestar import Controller, Request, delete, get, post
+from litestar.di import Provide
+
+from api.auth import provide_admin_claims
+from api.errors import ERROR_RESPONSES
+from api.services.sync import SyncService
+from lakesync.errors import NotFoundError, ValidationError
+from lakesync.rules import parse_rules, rules_to_wire
+from lakesync.schema import parse_schema, schema_to_wire
+from lakesync.tokens import Claims
+
+__all__ = ["AdminController"]
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+class FlushResponse(msgspec.Struct, rename="camel"):
+    """State of the landing flush for a gateway's store."""
+
+    flushed: bool
+    flushed_position: str
+    unflushed_bytes: int
+
+
+class RulesResponse(msgspec.Struct):
+    """The rules now in force (null = everything visible) and the stamp of their last change."""
+
+    rules: dict[str, Any] | None
+    stamp: str
+
+
+class ConnectorsResponse(msgspec.Struct):
+    """Registered connector documents."""
+
+    connectors: list[dict[str, Any]]
+
+
+class GatewayMetricsResponse(msgspec.Struct, rename="camel"):
+    """Per-gateway counters and hot-log figures."""
+
+    gateway: str
+    pushes: int
+    pulls: int
+    deltas_stored: int
+    ws_connections: int
+    hot_log_head: str
+    unflushed_bytes: int
+
+
+class AdminController(Controller):
+    """``/v1/admin/…/{gw}``."""
+
+    path = "/v1/admin"
+    dependencies = {"claims": Provide(provide_admin_claims, sync_to_thread=False)}  # noqa: RUF012
+    tags = ["admin"]  # noqa: RUF012
+
+    @post("/flush/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
+    async def flush(
+        self, gw: str, claims: Claims, service: SyncService, request: Request[Any, Any, Any]
+    ) -> FlushResponse:
+        """Flush the hot log to the landing table now, if a flusher is attached to the app."""
+        flusher = getattr(request.app.state, "flusher", None)
+        if flusher is not None:
+            await flusher(gw)
+        store = service.store
+        position = await anyio.to_thread.run_sync(store.flushed_position)
+        unflushed = await anyio.to_thread.run_sync(store.unflushed_bytes)
+        return FlushResponse(flusher is not None, str(position), unflushed)
+
+    @post("/schema/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
+    async def schema(
+        self, gw: str, data: dict[str, Any], claims: Claims, service: SyncService
+    ) -> dict[str, Any]:
+        """Register a table schema or evolve it additively (422 otherwise)."""
+        return schema_to_wire(await service.put_schema(gw, parse_schema(data)))
+
+    @post("/sync-rules/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
+    async def sync_rules(
+        self, gw: str, data: dict[str, Any], claims: Claims, service: SyncService
+    ) -> RulesResponse:
+        """Replace the gateway's sync rules; clients resync on their next pull."""
+        record = await service.set_rules(gw, parse_rules(data))
+        wire = None if record.rules is None else rules_to_wire(record.rules)
+        return RulesResponse(wire, str(record.stamp))
+
+    @get("/connectors/{gw:str}", responses=ERROR_RESPONSES)
+    async def list_connectors(
+        self, gw: str, claims: Claims, service: SyncService
+    ) -> ConnectorsResponse:
+        """Every registered connector document."""
+        docs = await anyio.to_thread.run_sync(service.store.list_docs, gw, "connector")
+        return ConnectorsResponse(list(docs.values()))
+
+    @post("/connectors/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
+    async def add_connector(
+        self, gw: str, data: dict[str, Any], claims: Claims, service: SyncService
+    ) -> dict[str, Any]:
+        """Register (or replace) a connector: a JSON object with a ``name`` and a ``type``."""
+        name, kind = data.get("name"), data.get("type")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ValidationError("connector.name must match [A-Za-z0-9_.-]{1,128}")
+        if not isinstance(kind, str) or not kind:
+            raise ValidationError("connector.type must be a non-empty string")
+        await anyio.to_thread.run_sync(service.store.put_doc, gw, "connector", name, data)
+        return data
+
+    @delete("/connectors/{gw:str}/{name:str}", status_code=204, responses=ERROR_RESPONSES)
+    async def remove_connector(
+        self, gw: str, name: str, claims: Claims, service: SyncService
+    ) -> None:
+        """Unregister a connector (404 if unknown)."""
+        if not await anyio.to_thread.run_sync(service.store.delete_doc, gw, "connector", name):
+            raise NotFoundError(f"no connector {name!r} on gateway {gw!r}")
+
+    @get("/metrics/{gw:str}", responses=ERROR_RESPONSES)
+    async def metrics(
+        self, gw: str, claims: Claims, service: SyncService
+    ) -> GatewayMetricsResponse:
+        """Counters of this gateway since the process started, and hot-log figures."""
+        tally = service.metrics.tally
+        head = await anyio.to_thread.run_sync(service.store.head)
+        unflushed = await anyio.to_thread.run_sync(service.store.unflushed_bytes)
+        return GatewayMetricsResponse(
+            gw,
+            tally[(gw, "pushes")],
+            tally[(gw, "pulls")],
+            tally[(gw, "deltas")],
+            service.hub.count_for(gw),
+            str(head),
+            unflushed,
+        )

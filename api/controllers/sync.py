@@ -1,0 +1,143 @@
+"""Client sync routes (SPEC §5): push, pull, checkpoint, actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Controller, get, post
+from litestar.di import Provide
+from litestar.params import Parameter
+
+from api.auth import provide_claims
+from api.errors import ERROR_RESPONSES
+from api.services.sync import SyncService
+from lakesync import hlc as _hlc
+from lakesync.delta import RowDelta
+from lakesync.errors import NotFoundError, ValidationError
+from lakesync.tokens import Claims
+from lakesync.wire import PullResponse, PushRequest, PushResponse
+
+__all__ = ["ActionRequest", "ActionResponse", "ActionsResponse", "SyncController"]
+
+
+class Action(msgspec.Struct, rename="camel"):
+    """One imperative action addressed to a connector."""
+
+    action_id: str
+    connector: str
+    action_type: str
+    params: dict[str, Any] = {}
+
+
+class ActionRequest(msgspec.Struct, rename="camel"):
+    """``POST /v1/sync/{gw}/action`` body."""
+
+    client_id: str
+    actions: list[Action]
+
+
+class ActionResult(msgspec.Struct, rename="camel"):
+    """The outcome of one action (an error result when no handler takes it)."""
+
+    action_id: str
+    code: str
+    message: str
+    retryable: bool = False
+
+
+class ActionResponse(msgspec.Struct):
+    """Results in request order."""
+
+    results: list[ActionResult]
+
+
+class ActionsResponse(msgspec.Struct):
+    """Action discovery: connector name → the action types it handles."""
+
+    connectors: dict[str, list[str]]
+
+
+def _int_param(raw: str | None, name: str, default: int) -> int:
+    if raw is None or raw == "":
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 20:
+        raise ValidationError(f"{name} must be a non-negative decimal integer, got {raw!r}")
+    return int(raw)
+
+
+class SyncController(Controller):
+    """``/v1/sync/{gw}/…``: every route needs a token for ``gw``."""
+
+    path = "/v1/sync/{gw:str}"
+    dependencies = {"claims": Provide(provide_claims, sync_to_thread=False)}  # noqa: RUF012
+    tags = ["sync"]  # noqa: RUF012
+
+    @post("/push", status_code=200, responses=ERROR_RESPONSES)
+    async def push(
+        self, gw: str, data: PushRequest, claims: Claims, service: SyncService
+    ) -> PushResponse:
+        """Store a batch of deltas atomically (known deltaIds count as accepted, applied once)."""
+        service.check_rate(gw, str(claims["sub"]))
+        service.check_client(claims, data.client_id)
+        limit = service.settings.max_deltas
+        if len(data.deltas) > limit:
+            raise ValidationError(f"a push carries at most {limit} deltas, got {len(data.deltas)}")
+        if data.last_seen_hlc is not None:
+            _hlc.parse(data.last_seen_hlc, "lastSeenHlc")
+        deltas = [RowDelta.from_wire_struct(w, f"deltas[{i}]") for i, w in enumerate(data.deltas)]
+        result = await service.push(gw, claims, data.client_id, deltas)
+        return PushResponse(
+            str(result.server_hlc), result.accepted, [d.to_wire_struct() for d in result.stored]
+        )
+
+    @get("/pull", responses=ERROR_RESPONSES)
+    async def pull(
+        self,
+        gw: str,
+        claims: Claims,
+        service: SyncService,
+        since: str | None = None,
+        client_id: str | None = Parameter(query="clientId", default=None),
+        limit: str | None = None,
+        source: str | None = None,
+    ) -> PullResponse:
+        """The deltas after ``since`` (the gateway's ingest cursor) that this client may see."""
+        service.check_rate(gw, str(claims["sub"]))
+        service.check_client(claims, client_id)
+        cursor = 0 if since is None or since == "" else _hlc.parse(since, "since")
+        settings = service.settings
+        n = _int_param(limit, "limit", settings.pull_default_limit)
+        if not 1 <= n <= settings.pull_max_limit:
+            raise ValidationError(f"limit must be between 1 and {settings.pull_max_limit}")
+        if source:
+            raise NotFoundError(f"unknown pull source {source!r}: no source adapters registered")
+        result = await service.pull(gw, claims, cursor, n)
+        return PullResponse(
+            [d.to_wire_struct() for d in result.deltas], str(result.server_hlc), result.has_more
+        )
+
+    @get("/checkpoint", responses=ERROR_RESPONSES)
+    async def checkpoint(self, gw: str, claims: Claims) -> None:
+        """Initial-sync checkpoint stream; 404 until checkpoints are generated."""
+        raise NotFoundError(f"no checkpoint for gateway {gw!r} yet; pull from since=0")
+
+    @post("/action", status_code=200, responses=ERROR_RESPONSES)
+    async def action(
+        self, gw: str, data: ActionRequest, claims: Claims, service: SyncService
+    ) -> ActionResponse:
+        """Run imperative actions; with no connector handlers every action reports NOT_FOUND."""
+        service.check_client(claims, data.client_id)
+        return ActionResponse(
+            [
+                ActionResult(
+                    a.action_id, "NOT_FOUND", f"no handler for connector {a.connector!r}", False
+                )
+                for a in data.actions
+            ]
+        )
+
+    @get("/actions", responses=ERROR_RESPONSES)
+    async def actions(self, gw: str, claims: Claims) -> ActionsResponse:
+        """Which connectors accept which action types (none registered yet)."""
+        return ActionsResponse({})

@@ -1,0 +1,95 @@
+"""The sync WebSocket (SPEC §9) on ``/v1/sync/{gw}/ws`` and ``/sync/{gw}/ws``.
+
+Binary frames only: 0x01 SyncPush, 0x02 SyncPull in; untagged SyncResponse replies and 0x03
+broadcasts out. Close codes: 4401 bad token, 4403 forbidden (wrong gateway or clientId), 4400
+invalid frame, 4409/4422/4429/4503 for the SPEC errors of a push, 1003 text frame, 1008 frame
+rate exceeded, 1013 connection cap reached or receiver too slow, 1001 gateway shutting down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from litestar import WebSocket, websocket
+from litestar.exceptions import WebSocketDisconnect
+
+from api.auth import authenticate
+from api.services.hub import Connection
+from api.services.limits import TokenBucket
+from api.services.sync import SyncService
+from lakesync.errors import LakeSyncError
+from lakesync.wsframes import SyncPushMsg, decode_client_frame, encode_response
+
+__all__ = ["sync_socket"]
+
+log = logging.getLogger("lakesync.gateway")
+
+
+def _close_code(exc: LakeSyncError) -> int:
+    return 4000 + exc.status
+
+
+def _reason(message: str) -> str:
+    # A close reason is at most 123 bytes of UTF-8.
+    return message.encode()[:120].decode(errors="ignore")
+
+
+@websocket(["/v1/sync/{gw:str}/ws", "/sync/{gw:str}/ws"])
+async def sync_socket(socket: WebSocket, gw: str) -> None:  # type: ignore[type-arg]
+    """Authenticate, register with the hub, then serve push/pull frames until closed."""
+    service: SyncService = socket.app.state.service
+    await socket.accept()
+    try:
+        claims = authenticate(socket, gw)
+    except LakeSyncError as exc:
+        await socket.close(4401 if exc.status == 401 else 4403, _reason(exc.message))
+        return
+    if service.draining:
+        await socket.close(1001, "gateway shutting down")
+        return
+    if service.hub.full():
+        await socket.close(1013, "connection limit reached; retry later")
+        return
+    sub = str(claims["sub"])
+    stamp = await service.view_stamp(gw, claims)
+
+    async def close(code: int, reason: str) -> None:
+        with contextlib.suppress(Exception):
+            await socket.close(code, _reason(reason))
+
+    conn = Connection(gw, sub, claims, stamp, socket.send_bytes, close)
+    service.hub.add(conn)
+    rate = service.settings.ws_rate_limit
+    bucket = TokenBucket(rate, 2 * rate) if rate > 0 else None
+    try:
+        while True:
+            message = await socket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("bytes")
+            if not isinstance(data, bytes):
+                await close(1003, "binary frames only (SPEC §9)")
+                return
+            if bucket is not None and bucket.take() > 0:
+                await close(1008, "frame rate limit exceeded")
+                return
+            try:
+                frame = decode_client_frame(data)
+                service.check_client(claims, frame.client_id or sub)
+                if isinstance(frame, SyncPushMsg):
+                    result = await service.push(gw, claims, sub, frame.deltas, origin=conn)
+                    reply = encode_response([], result.server_hlc, False)
+                else:
+                    limit = frame.max_deltas or service.settings.pull_default_limit
+                    limit = min(limit, service.settings.pull_max_limit)
+                    page = await service.pull(gw, claims, frame.since_hlc, limit)
+                    reply = encode_response(page.deltas, page.server_hlc, page.has_more)
+            except LakeSyncError as exc:
+                await close(_close_code(exc), exc.message)
+                return
+            await conn.outbox.put(reply)
+    except WebSocketDisconnect:
+        return
+    finally:
+        await service.hub.remove(conn)

@@ -1,0 +1,90 @@
+"""The one place exceptions become HTTP replies: ``{"error": message, "code": CODE}`` (SPEC §5)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
+
+from lakesync.errors import LakeSyncError, RateLimitedError
+from lakesync.wire import ErrorBody
+
+__all__ = ["ERROR_RESPONSES", "exception_handlers"]
+
+log = logging.getLogger("lakesync.gateway")
+
+_CODE_BY_STATUS = {
+    401: "AUTH_ERROR",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    409: "CLOCK_DRIFT",
+    422: "SCHEMA_ERROR",
+    429: "RATE_LIMITED",
+    503: "BACKPRESSURE_ERROR",
+}
+
+
+def _reply(request: Request[Any, Any, Any], status: int, message: str, code: str,
+           headers: dict[str, str] | None = None) -> Response[dict[str, str]]:
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.errors.labels(code).inc()
+    return Response(
+        {"error": message, "code": code},
+        status_code=status,
+        media_type=MediaType.JSON,
+        headers=headers,
+    )
+
+
+def _lakesync_error(request: Request[Any, Any, Any], exc: LakeSyncError) -> Response[Any]:
+    headers = None
+    if isinstance(exc, RateLimitedError):
+        headers = {"Retry-After": str(max(1, round(exc.retry_after + 0.499)))}
+    if exc.status >= 500 and exc.code == "INTERNAL_ERROR":
+        log.error("internal error: %s", exc.message)
+    return _reply(request, exc.status, exc.message, exc.code, headers)
+
+
+def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    status = exc.status_code
+    message = str(exc.detail)
+    if isinstance(exc, ValidationException) and exc.extra:
+        message = f"{message}: {exc.extra}"
+    if status >= 500:
+        log.error("internal error: %s", message)
+        return _reply(request, status, "internal error", "INTERNAL_ERROR")
+    return _reply(request, status, message, _CODE_BY_STATUS.get(status, "VALIDATION_ERROR"),
+                  dict(exc.headers or {}) or None)
+
+
+def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _reply(request, 500, "internal error", "INTERNAL_ERROR")
+
+
+exception_handlers: dict[type[Exception] | int, Any] = {
+    LakeSyncError: _lakesync_error,
+    HTTPException: _http_error,
+    Exception: _internal_error,
+}
+
+ERROR_RESPONSES: dict[int, ResponseSpec] = {
+    status: ResponseSpec(data_container=ErrorBody, description=description)
+    for status, description in {
+        400: "VALIDATION_ERROR: malformed input",
+        401: "AUTH_ERROR: missing, forged or expired token",
+        403: "FORBIDDEN / AUTH_ERROR: wrong gateway, clientId not the token's sub, no access",
+        404: "NOT_FOUND",
+        405: "VALIDATION_ERROR: method not allowed",
+        409: "CLOCK_DRIFT: a delta HLC too far ahead",
+        413: "VALIDATION_ERROR: body over 1 MiB",
+        422: "SCHEMA_ERROR: bad identifier, unknown column, wrong type, deltaId mismatch",
+        429: "RATE_LIMITED (Retry-After)",
+        503: "BACKPRESSURE_ERROR",
+    }.items()
+}
+"""OpenAPI documentation of every error reply a route may give."""

@@ -1,0 +1,209 @@
+"""Push and pull for every gateway: validation, access, the hot log and broadcasts.
+
+Handlers (HTTP and WebSocket) decode their input, authenticate, and call :class:`SyncService`;
+it validates everything before storing anything, appends the batch atomically, and hands new
+entries to the :class:`~api.services.hub.Hub`. Store calls run in worker threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio.to_thread
+
+from api.metrics import GatewayMetrics
+from api.services.hub import Connection, Hub
+from api.services.limits import RateLimiter
+from api.services.views import (
+    check_write,
+    claims_hash,
+    effective_rules,
+    page_view,
+    resync_view,
+)
+from api.settings import GatewaySettings
+from api.store.base import HotLog, LogNotice, RulesRecord
+from lakesync.delta import RowDelta
+from lakesync.errors import (
+    BackpressureError,
+    ForbiddenError,
+    RateLimitedError,
+    ValidationError,
+)
+from lakesync.hlc import HLC
+from lakesync.rules import SyncRules
+from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
+
+__all__ = ["PullResult", "PushResult", "SyncService"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """A stored push: the ingest HLC after it, deltas counted as accepted, newly stored ones."""
+
+    server_hlc: int
+    accepted: int
+    stored: list[RowDelta]
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """A pull page: deltas for the client, the next cursor and whether more is waiting."""
+
+    deltas: list[RowDelta]
+    server_hlc: int
+    has_more: bool
+
+
+async def _run(fn: Callable[..., T], *args: Any) -> T:
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+class SyncService:
+    """The gateway's behaviour, shared by every gateway (tenant) the app serves."""
+
+    def __init__(
+        self,
+        store: HotLog,
+        settings: GatewaySettings,
+        metrics: GatewayMetrics,
+        hub: Hub,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self.hub = hub
+        self.clock: HLC = store.clock
+        self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst)
+        self.draining = False
+
+    # -- guards ---------------------------------------------------------------------------------
+    def check_rate(self, gateway_id: str, client_id: str) -> None:
+        """Raise :class:`RateLimitedError` when this client exceeds its request rate."""
+        wait = self.limiter.take((gateway_id, client_id))
+        if wait > 0:
+            raise RateLimitedError("too many requests; slow down", retry_after=wait)
+
+    @staticmethod
+    def check_client(claims: Mapping[str, Any], client_id: str | None) -> str:
+        """The client id of a request, which must be the token's ``sub``."""
+        sub = str(claims["sub"])
+        if client_id is not None and client_id != sub:
+            raise ForbiddenError(f"clientId {client_id!r} does not match the token subject")
+        return sub
+
+    # -- push -----------------------------------------------------------------------------------
+    async def push(
+        self,
+        gateway_id: str,
+        claims: Mapping[str, Any],
+        client_id: str,
+        deltas: Sequence[RowDelta],
+        origin: Connection | None = None,
+    ) -> PushResult:
+        """Validate and store a batch; broadcast what is new. Nothing is stored on any error."""
+        sub = self.check_client(claims, client_id)
+        if len(deltas) > self.settings.max_deltas:
+            raise ValidationError(
+                f"a push carries at most {self.settings.max_deltas} deltas, got {len(deltas)}"
+            )
+        for i, d in enumerate(deltas):
+            if d.client_id != sub:
+                raise ForbiddenError(
+                    f"deltas[{i}].clientId {d.client_id!r} does not match the token subject"
+                )
+        if self.draining:
+            raise BackpressureError("the gateway is shutting down; retry on another instance")
+        if not deltas:
+            return PushResult(await _run(self.store.head), 0, [])
+        schemas = await self.schemas(gateway_id)
+        for d in deltas:
+            schema = schemas.get(d.table)
+            if schema is not None:
+                check_delta(schema, d)
+        # Drift check and clock merge: ingest stamps then exceed every client HLC in the batch.
+        self.clock.recv(max(d.hlc for d in deltas))
+        rules = await _run(self.store.get_rules, gateway_id)
+        applied = effective_rules(rules.rules, claims)
+        if applied is not None:
+            keys = list(dict.fromkeys((d.table, d.row_id) for d in deltas))
+            current = await _run(self.store.read_rows, gateway_id, keys)
+            check_write(deltas, current, applied, claims)
+        limit = self.settings.backpressure_bytes
+        if limit > 0 and await _run(self.store.unflushed_bytes) > limit:
+            raise BackpressureError(
+                "the hot log is over its un-flushed size limit; retry after the next flush"
+            )
+        result = await _run(self.store.append, gateway_id, list(deltas))
+        self.metrics.pushes.labels(gateway_id).inc()
+        self.metrics.pushed_deltas.labels(gateway_id).inc(len(result.stored))
+        self.metrics.count(gateway_id, "pushes")
+        self.metrics.count(gateway_id, "deltas", len(result.stored))
+        self.hub.publish(gateway_id, result.stored, result.rows, rules, origin)
+        return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
+
+    # -- pull -----------------------------------------------------------------------------------
+    async def pull(
+        self,
+        gateway_id: str,
+        claims: Mapping[str, Any],
+        since: int,
+        limit: int,
+    ) -> PullResult:
+        """A page of what the client may see after ``since`` (see :mod:`api.services.views`)."""
+        rules = await _run(self.store.get_rules, gateway_id)
+        raw = rules.stamp == 0
+        applied = effective_rules(rules.rules, claims)
+        stamp = 0
+        if not raw:
+            view = await _run(
+                self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(claims)
+            )
+            stamp = max(rules.stamp, view)
+        self.metrics.pulls.labels(gateway_id).inc()
+        self.metrics.count(gateway_id, "pulls")
+        if since < stamp:
+            snap = await _run(self.store.read_all_rows, gateway_id)
+            deltas = resync_view(snap.rows, applied, claims, stamp)
+            return PullResult(deltas, max(snap.head, stamp, since), False)
+        page = await _run(self.store.read_page, gateway_id, since, limit, not raw)
+        deltas = page_view(page.entries, page.rows, applied, claims, stamp, raw)
+        if page.has_more:
+            return PullResult(deltas, page.entries[-1].ingest_hlc, True)
+        return PullResult(deltas, max(page.head, since), False)
+
+    async def view_stamp(self, gateway_id: str, claims: Mapping[str, Any]) -> int:
+        """Register a client's claims (WebSocket connect) and return its view stamp."""
+        return await _run(
+            self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(claims)
+        )
+
+    # -- cross-process broadcasts ---------------------------------------------------------------
+    async def relay(self, notice: LogNotice) -> None:
+        """Broadcast entries another process stored (PostgreSQL NOTIFY) to local sockets."""
+        if self.hub.count_for(notice.gateway_id) == 0:
+            return
+        page = await _run(self.store.read_range, notice.gateway_id, notice.after, notice.upto)
+        rules = await _run(self.store.get_rules, notice.gateway_id)
+        self.hub.publish(notice.gateway_id, page.entries, page.rows, rules, None)
+
+    # -- admin ----------------------------------------------------------------------------------
+    async def schemas(self, gateway_id: str) -> dict[str, TableSchema]:
+        """The registered table schemas of a gateway."""
+        docs = await _run(self.store.list_docs, gateway_id, "schema")
+        return {name: parse_schema(body) for name, body in docs.items()}
+
+    async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:
+        """Register or evolve (additively) a table schema."""
+        old = (await self.schemas(gateway_id)).get(schema.table)
+        new = schema if old is None else evolve(old, schema)
+        await _run(self.store.put_doc, gateway_id, "schema", new.table, schema_to_wire(new))
+        return new
+
+    async def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
+        """Replace a gateway's sync rules; clients resync on their next pull."""
+        return await _run(self.store.set_rules, gateway_id, rules)
