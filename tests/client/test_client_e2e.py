@@ -1,0 +1,450 @@
+"""End-to-end: clients against a real gateway subprocess, over HTTP and WebSocket.
+
+The transport behaviour suite runs once per transport; the acceptance tests (convergence,
+offline column edits, crashes, realtime, reconnect) follow. They need ``api/__main__.py``; when
+the gateway is missing they are skipped with a message saying so.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from client_gateway_process import Gateway
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from client import Event, LakeSyncClient
+from client._auth import TokenProvider
+from client.errors import ForbiddenError, SchemaError
+from client.transport import HttpTransport, Transport, WebSocketTransport
+from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
+from lakesync.merge import merge_state
+
+pytestmark = pytest.mark.slow
+
+TODOS: dict[str, Any] = {
+    "table": "todos",
+    "columns": [
+        {"name": "title", "type": "string"},
+        {"name": "done", "type": "boolean"},
+        {"name": "prio", "type": "number"},
+        {"name": "tags", "type": "json"},
+    ],
+}
+TRANSPORTS = ["http", "websocket"]
+
+
+def make(
+    gw: Gateway, gw_id: str, sub: str, path: str | Path = ":memory:", **kw: Any
+) -> LakeSyncClient:
+    kw.setdefault("schemas", [TODOS])
+    return LakeSyncClient(str(path), url=gw.url, gateway_id=gw_id, token=gw.token(sub, gw_id), **kw)
+
+
+def replica(c: LakeSyncClient, table: str = "todos") -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for r in c.query(f"select * from {table}"):
+        rid = r.pop("row_id")
+        out[(table, rid)] = {k: v for k, v in r.items() if v is not None}
+    return out
+
+
+def all_deltas(gw: Gateway, gw_id: str) -> list[RowDelta]:
+    """Every delta the gateway holds, read with a fresh pull from the start."""
+    tr = HttpTransport(gw.url, gw_id, TokenProvider(gw.token("observer", gw_id)))
+    out: list[RowDelta] = []
+    since = 0
+    try:
+        while True:
+            page = tr.pull("observer", since, 10_000)
+            out.extend(page.deltas)
+            since = page.server_hlc
+            if not page.has_more:
+                return out
+    finally:
+        tr.close()
+
+
+def gateway_state(gw: Gateway, gw_id: str, table: str = "todos") -> dict[Any, dict[str, Any]]:
+    return {
+        k: {c: v for c, v in row.items() if v is not None}
+        for k, row in merge_state(all_deltas(gw, gw_id)).items()
+        if k[0] == table
+    }
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+# -- transport behaviour suite (one body, both transports) ---------------------------------
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def raw_transport(gateway: Gateway, gw_id: str, transport: str) -> Iterator[Transport]:
+    tokens = TokenProvider(gateway.token("raw", gw_id))
+    tr: Transport = (
+        HttpTransport(gateway.url, gw_id, tokens)
+        if transport == "http"
+        else WebSocketTransport(gateway.url, gw_id, tokens)
+    )
+    yield tr
+    tr.close()
+
+
+def test_transport_push_pull_dedup_and_paging(raw_transport: Transport) -> None:
+    clock = HLC()
+    deltas = [
+        RowDelta.create(
+            "INSERT", "todos", f"r{i}", "raw", {"title": f"t{i}", "prio": i}, clock.now()
+        )
+        for i in range(7)
+    ]
+    first = raw_transport.push("raw", deltas[:4], 0)
+    again = raw_transport.push("raw", deltas, 0)  # the first four are known: stored once
+    assert again.server_hlc >= first.server_hlc
+    got: list[RowDelta] = []
+    since, pages = 0, 0
+    while True:
+        page = raw_transport.pull("raw", since, 3)
+        got.extend(page.deltas)
+        pages += 1
+        assert page.server_hlc >= since
+        since = page.server_hlc
+        if not page.has_more:
+            break
+    assert sorted(d.delta_id for d in got) == sorted(d.delta_id for d in deltas)
+    assert pages >= 3
+    assert raw_transport.checkpoint() is None  # the gateway answers 404 for now
+    assert raw_transport.pull("raw", since, 3).deltas == []
+
+
+def test_transport_reports_typed_errors(raw_transport: Transport) -> None:
+    bad = RowDelta.create("INSERT", "todos", "r", "someone-else", {"title": "x"}, HLC().now())
+    with pytest.raises(ForbiddenError):
+        raw_transport.push("raw", [bad], 0)
+
+
+def test_clients_round_trip_values(gateway: Gateway, gw_id: str, transport: str) -> None:
+    with (
+        make(gateway, gw_id, "a", transport=transport) as a,
+        make(gateway, gw_id, "b", transport=transport, pull_limit=2) as b,
+    ):
+        a.insert("todos", "r1", {"title": "ünï ✓", "done": True, "prio": 2.5, "tags": {"x": [1]}})
+        a.insert("todos", "r2", {"title": "two", "done": False, "prio": 10**15})
+        a.insert("todos", "r3", {"title": "three"})
+        a.delete("todos", "r3")
+        a.sync()
+        b.sync()
+        assert replica(b) == replica(a) == gateway_state(gateway, gw_id)
+        assert b.query("select done from todos where row_id = 'r1'") == [{"done": True}]
+        assert b.status.queue_depth == 0 and a.queue_depth == 0
+
+
+def test_token_callable_is_called_again_on_401(
+    gateway: Gateway, gw_id: str, transport: str
+) -> None:
+    issued: list[str] = []
+
+    def token() -> str:
+        # The first token is already expired; the gateway's 401 makes the client ask again.
+        ttl = -60 if not issued else 3600
+        issued.append(gateway.token("t", gw_id, ttl_s=ttl))
+        return issued[-1]
+
+    with LakeSyncClient(
+        ":memory:",
+        url=gateway.url,
+        gateway_id=gw_id,
+        token=token,
+        schemas=[TODOS],
+        transport=transport,
+    ) as c:
+        c.insert("todos", "r", {"title": "x"})
+        c.sync()
+        assert len(issued) == 2 and c.queue_depth == 0
+
+
+def test_wrong_gateway_token_is_forbidden(gateway: Gateway, gw_id: str, transport: str) -> None:
+    with (
+        LakeSyncClient(
+            ":memory:",
+            url=gateway.url,
+            gateway_id=gw_id,
+            token=gateway.token("a", "another-gateway"),
+            transport=transport,
+        ) as c,
+        pytest.raises(ForbiddenError),
+    ):
+        c.sync()
+
+
+def test_refused_delta_is_dead_lettered(gateway: Gateway, gw_id: str, transport: str) -> None:
+    import httpx
+
+    # Register the table on the gateway without the column this client also writes.
+    admin = gateway.token("admin", gw_id, role="admin")
+    server_schema = {**TODOS, "columns": TODOS["columns"][:2]}
+    resp = httpx.post(
+        f"{gateway.url}/v1/admin/schema/{gw_id}",
+        json=server_schema,
+        headers={"Authorization": f"Bearer {admin}"},
+    )
+    assert resp.status_code in (200, 201), resp.text
+    with make(gateway, gw_id, "a", transport=transport) as a:
+        events: list[Event] = []
+        a.on("dead_letter", events.append)
+        a.insert("todos", "ok1", {"title": "fine"})
+        a.insert("todos", "bad", {"title": "x", "prio": 1})
+        a.insert("todos", "ok2", {"done": True})
+        report = a.sync()
+        assert (report.pushed, report.dead_lettered) == (2, 1)
+        assert [e.detail["row_id"] for e in events] == ["bad"]
+        assert a.dead_letters()[0].code == SchemaError.code
+        assert set(gateway_state(gateway, gw_id)) == {("todos", "ok1"), ("todos", "ok2")}
+
+
+# -- acceptance ------------------------------------------------------------------------------
+
+
+def test_offline_edits_to_different_columns_both_survive(gateway: Gateway, gw_id: str) -> None:
+    with make(gateway, gw_id, "a") as a, make(gateway, gw_id, "b") as b:
+        a.insert("todos", "r", {"title": "start", "done": False, "prio": 1})
+        a.sync()
+        b.sync()
+        # Both offline: a edits the title, b the flag; then the same column (prio) by both.
+        a.update("todos", "r", {"title": "from a", "prio": 5})
+        b.update("todos", "r", {"done": True, "prio": 7})
+        b.sync()
+        a.sync()
+        b.sync()
+        later = max(
+            (d.hlc, d.client_id, d.values().get("prio"))
+            for d in all_deltas(gateway, gw_id)
+            if "prio" in d.values()
+        )
+        expected = {("todos", "r"): {"title": "from a", "done": True, "prio": later[2]}}
+        assert replica(a) == replica(b) == gateway_state(gateway, gw_id) == expected
+
+
+CRASH_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from client import LakeSyncClient
+    path, url, gw, token = sys.argv[1:5]
+    todos = {"table": "todos", "columns": [{"name": "title", "type": "string"}]}
+    c = LakeSyncClient(path, url=url, gateway_id=gw, token=token, schemas=[todos])
+    c.insert("todos", "crash-row", {"title": "written, never pushed"})
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def test_kill_9_before_push_then_pushed_exactly_once(
+    gateway: Gateway, gw_id: str, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "crash.db")
+    token = gateway.token("crashy", gw_id)
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_CHILD, path, gateway.url, gw_id, token],
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == -signal.SIGKILL
+    assert all_deltas(gateway, gw_id) == []
+    with make(gateway, gw_id, "crashy", path, schemas=[]) as c:
+        assert c.queue_depth == 1
+        c.sync()
+        c.sync()
+        assert c.queue_depth == 0
+    deltas = all_deltas(gateway, gw_id)
+    assert [(d.row_id, d.values()) for d in deltas] == [
+        ("crash-row", {"title": "written, never pushed"})
+    ]
+
+
+PULL_CRASH_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from client import LakeSyncClient
+    from client._store import LocalStore
+    path, url, gw, token = sys.argv[1:5]
+    saved = 0
+    real = LocalStore._save
+    def save_then_die(self, *args):
+        global saved
+        real(self, *args)
+        saved += 1
+        if saved == 25:
+            os.kill(os.getpid(), signal.SIGKILL)
+    LocalStore._save = save_then_die
+    c = LakeSyncClient(path, url=url, gateway_id=gw, token=token, pull_limit=10)
+    c.sync()
+    """
+)
+
+
+def test_kill_9_during_pull_apply_then_resume(gateway: Gateway, gw_id: str, tmp_path: Path) -> None:
+    with make(gateway, gw_id, "writer") as w:
+        for i in range(40):
+            w.insert("todos", f"r{i:02d}", {"title": str(i)})
+        w.sync()
+    path = tmp_path / "pull-crash.db"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PULL_CRASH_CHILD,
+            str(path),
+            gateway.url,
+            gw_id,
+            gateway.token("p", gw_id),
+        ],
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == -signal.SIGKILL
+    with make(gateway, gw_id, "p", path, schemas=[]) as c:
+        # Two whole pages (20 rows) committed with their cursor; the third died mid-apply.
+        rows = replica(c)
+        assert len(rows) == 20
+        cursor = c.status.cursor
+        assert cursor > 0
+        c.sync()
+        assert replica(c) == gateway_state(gateway, gw_id)
+        assert len(replica(c)) == 40
+
+
+def test_websocket_push_reaches_other_client_and_watch_without_polling(
+    gateway: Gateway, gw_id: str
+) -> None:
+    with (
+        make(gateway, gw_id, "a", transport="websocket") as a,
+        make(gateway, gw_id, "b", transport="websocket") as b,
+    ):
+        b.sync()  # opens the socket; from now on b never polls
+        seen: list[str] = []
+        arrived = threading.Event()
+
+        def on_change(changes: list[Any]) -> None:
+            seen.extend(f"{c.origin}:{c.row_id}" for c in changes)
+            arrived.set()
+
+        b.watch("todos", on_change)
+        a.insert("todos", "live", {"title": "hello"})
+        a.sync()
+        assert arrived.wait(10)
+        assert seen == ["realtime:live"]
+        assert b.query("select title from todos") == [{"title": "hello"}]
+
+
+def test_websocket_drop_and_recover_without_loss_or_duplicates(own_gateway: Gateway) -> None:
+    gw, gw_id = own_gateway, "gwreconnect"
+    with make(gw, gw_id, "a") as a, make(gw, gw_id, "b", transport="websocket") as b:
+        b.sync()
+        a.insert("todos", "before", {"title": "1"})
+        a.sync()
+        wait_for(lambda: ("todos", "before") in replica(b))
+        gw.restart()  # drops b's socket; b reconnects with backoff on its own
+        b.insert("todos", "offline-edit", {"title": "made while disconnected"})
+        a.insert("todos", "during", {"title": "2"})
+        a.sync()
+        # b catches up after reconnecting (pull from its cursor), with no sync() call.
+        wait_for(lambda: ("todos", "during") in replica(b), timeout=30)
+        b.sync()
+        a.sync()
+        assert replica(a) == replica(b) == gateway_state(gw, gw_id)
+        ids = [d.delta_id for d in all_deltas(gw, gw_id)]
+        assert len(ids) == len(set(ids)) == 3
+
+
+# -- convergence property ----------------------------------------------------------------------
+
+CLIENTS = ("c0", "c1", "c2")
+STEP = st.one_of(
+    st.tuples(
+        st.just("write"),
+        st.sampled_from(CLIENTS),
+        st.sampled_from(["r0", "r1", "r2", "r3"]),
+        st.sampled_from(["upsert", "delete"]),
+        st.dictionaries(st.sampled_from(["title", "done", "prio"]), st.integers(0, 3), max_size=3),
+    ),
+    st.tuples(st.just("sync"), st.sampled_from(CLIENTS)),
+    st.tuples(st.just("restart"), st.sampled_from(CLIENTS)),
+    st.tuples(st.just("offline"), st.sampled_from(CLIENTS)),
+)
+
+
+def _value(col: str, v: int) -> Any:
+    return {"title": f"t{v}", "done": v % 2 == 0, "prio": v}[col]
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(STEP, min_size=5, max_size=25))
+def test_three_clients_converge_to_the_gateway_state(
+    gateway: Gateway, tmp_path: Path, steps: list[tuple[Any, ...]]
+) -> None:
+    import uuid
+
+    gw_id = f"gwprop{uuid.uuid4().hex[:10]}"
+    base = tmp_path / gw_id
+    base.mkdir()
+    transports = {"c0": "http", "c1": "websocket", "c2": "http"}
+    open_clients = {
+        cid: make(gateway, gw_id, cid, base / f"{cid}.db", transport=transports[cid])
+        for cid in CLIENTS
+    }
+    offline: set[str] = set()
+    try:
+        for step in steps:
+            kind, cid = step[0], step[1]
+            c = open_clients[cid]
+            if kind == "write":
+                _, _, row, op, cols = step
+                live = c.get("todos", row) is not None
+                if op == "delete" and live:
+                    c.delete("todos", row)
+                elif op == "upsert":
+                    c.upsert("todos", row, {k: _value(k, v) for k, v in cols.items()})
+            elif kind == "sync" and cid not in offline:
+                c.sync()
+            elif kind == "restart":
+                c.close()
+                open_clients[cid] = make(
+                    gateway, gw_id, cid, base / f"{cid}.db", transport=transports[cid]
+                )
+            elif kind == "offline":
+                offline ^= {cid}
+        for _ in range(2):
+            for c in open_clients.values():
+                c.sync()
+        expected = gateway_state(gateway, gw_id)
+        for c in open_clients.values():
+            assert replica(c) == expected
+    finally:
+        for c in open_clients.values():
+            c.close()
