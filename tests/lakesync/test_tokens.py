@@ -1,0 +1,158 @@
+"""JWT tokens (SPEC §7): mint/verify, expiry, forgery, gateway binding, rotation, roles."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jwt
+import pytest
+
+from lakesync.errors import AuthError, ForbiddenError, ValidationError
+from lakesync.tokens import mint_token, parse_ttl, unverified_claims, verify_token
+
+SECRET = "primary-secret-long-enough-for-every-hmac-algorithm-0123456789abcdef"
+OLD = "previous-secret-with-enough-bytes-for-hs256"
+
+
+def test_mint_and_verify() -> None:
+    token = mint_token(SECRET, "client-1", "gw1", claims={"team": "a", "orgs": ["x", "y"]})
+    claims = verify_token(token, [SECRET], "gw1")
+    assert claims == {
+        "sub": "client-1",
+        "gw": "gw1",
+        "role": "client",
+        "team": "a",
+        "orgs": ["x", "y"],
+    }
+
+
+def test_admin_role() -> None:
+    token = mint_token(SECRET, "ops", "gw1", role="admin")
+    assert verify_token(token, [SECRET], "gw1")["role"] == "admin"
+
+
+def test_ttl_sets_exp() -> None:
+    token = mint_token(SECRET, "c", "gw1", ttl_s=120, now=1_000_000)
+    payload = jwt.decode(token, options={"verify_signature": False})
+    assert payload["iat"] == 1_000_000
+    assert payload["exp"] == 1_000_120
+
+
+def test_expired_token() -> None:
+    token = mint_token(SECRET, "c", "gw1", ttl_s=60, now=time.time() - 3600)
+    with pytest.raises(AuthError, match="expired") as info:
+        verify_token(token, [SECRET], "gw1")
+    assert info.value.status == 401
+
+
+def test_forged_signature() -> None:
+    token = mint_token("attacker-secret-with-enough-bytes-hs256", "c", "gw1")
+    with pytest.raises(AuthError, match="signature"):
+        verify_token(token, [SECRET, OLD], "gw1")
+
+
+def test_tampered_payload() -> None:
+    header, _, sig = mint_token(SECRET, "c", "gw1").split(".")
+    other = mint_token(SECRET, "admin", "gw1", role="admin").split(".")[1]
+    with pytest.raises(AuthError):
+        verify_token(f"{header}.{other}.{sig}", [SECRET], "gw1")
+
+
+def test_wrong_gateway_is_forbidden() -> None:
+    token = mint_token(SECRET, "c", "gw1")
+    with pytest.raises(ForbiddenError, match="gw1") as info:
+        verify_token(token, [SECRET], "gw2")
+    assert info.value.status == 403
+
+
+def test_previous_secret_is_accepted() -> None:
+    token = mint_token(OLD, "c", "gw1")
+    assert verify_token(token, [SECRET, OLD], "gw1")["sub"] == "c"
+    with pytest.raises(AuthError):
+        verify_token(token, [SECRET], "gw1")
+
+
+def _raw(payload: dict[str, Any], secret: str = SECRET, alg: str = "HS256") -> str:
+    return jwt.encode(payload, secret, algorithm=alg)
+
+
+@pytest.mark.parametrize(
+    ("token", "needle"),
+    [
+        (_raw({"sub": "c", "gw": "gw1"}), "exp"),
+        (_raw({"gw": "gw1", "exp": int(time.time()) + 60}), "sub"),
+        (_raw({"sub": "c", "exp": int(time.time()) + 60}), "gw"),
+        (_raw({"sub": "", "gw": "gw1", "exp": int(time.time()) + 60}), "sub"),
+        (_raw({"sub": "c", "gw": "gw1", "exp": int(time.time()) + 60, "role": "root"}), "role"),
+        (_raw({"sub": "c", "gw": "gw1", "exp": int(time.time()) + 60}, alg="HS512"), "alg"),
+        (
+            jwt.encode(
+                {"sub": "c", "gw": "gw1", "exp": int(time.time()) + 60}, None, algorithm="none"
+            ),
+            "token",
+        ),
+        ("not.a.jwt", "token"),
+        ("", "missing"),
+    ],
+)
+def test_bad_tokens_are_auth_errors(token: str, needle: str) -> None:
+    with pytest.raises(AuthError) as info:
+        verify_token(token, [SECRET], "gw1")
+    assert type(info.value) is AuthError
+    assert needle in info.value.message
+
+
+def test_no_configured_secret_is_an_auth_error() -> None:
+    with pytest.raises(AuthError, match="secret"):
+        verify_token(mint_token(SECRET, "c", "gw1"), [], "gw1")
+
+
+def test_non_string_claims_are_dropped() -> None:
+    token = _raw(
+        {"sub": "c", "gw": "gw1", "exp": int(time.time()) + 60, "n": 5, "l": [1], "ok": "y"}
+    )
+    assert verify_token(token, [SECRET], "gw1") == {
+        "sub": "c",
+        "gw": "gw1",
+        "role": "client",
+        "ok": "y",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"secret": ""}, "LAKESYNC_JWT_SECRET"),
+        ({"sub": ""}, "sub"),
+        ({"gw": ""}, "gw"),
+        ({"role": "root"}, "role"),
+        ({"claims": {"exp": "1"}}, "reserved"),
+        ({"claims": {"sub": "other"}}, "reserved"),
+    ],
+)
+def test_mint_rejects(kwargs: dict[str, Any], needle: str) -> None:
+    args: dict[str, Any] = {"secret": SECRET, "sub": "c", "gw": "gw1", **kwargs}
+    with pytest.raises(ValidationError, match=needle):
+        mint_token(**args)
+
+
+def test_unverified_claims() -> None:
+    token = mint_token(SECRET, "c", "gw1", claims={"team": "a"})
+    assert unverified_claims(token) == {"sub": "c", "gw": "gw1", "role": "client", "team": "a"}
+    with pytest.raises(AuthError):
+        unverified_claims("garbage")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("30s", 30), ("15m", 900), ("1h", 3600), ("7d", 604_800), (" 2H ", 7200)],
+)
+def test_parse_ttl(text: str, seconds: int) -> None:
+    assert parse_ttl(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "0h", "1w", "-1h", "h", "1.5h", "one hour"])
+def test_parse_ttl_rejects(text: str) -> None:
+    with pytest.raises(ValidationError, match="duration"):
+        parse_ttl(text)
