@@ -14,6 +14,7 @@ same catalog. Environment (all optional):
 - ``LAKESYNC_SPARK_CORES_MAX`` / ``LAKESYNC_SPARK_EXECUTOR_MEMORY``: sizing on a cluster master.
 - ``LAKESYNC_JARS_DIR``: where the bootstrap writes built jars
   (default ``<sys.prefix>/share/lakesync/jars``).
+- ``LAKESYNC_DBT_PROJECT_DIR``: the dbt project (default: the repository root).
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def default_jars_dir() -> Path:
     return Path(sys.prefix) / "share" / "lakesync" / "jars"
 
 
+def default_dbt_project_dir() -> Path:
+    """The dbt project (``dbt_project.yml``, ``models/``, ``macros/``) at the repository root."""
+    return Path(__file__).resolve().parents[2]
+
+
 def iceberg_runtime_jar() -> Path:
     """The Iceberg Spark runtime jar shipped by the ``snowpark-connect-deps-iceberg`` wheel."""
     import snowpark_connect_deps_iceberg
@@ -73,6 +79,7 @@ class LakeSettings:
     spark_cores_max: int | None = None
     spark_executor_memory: str | None = None
     jars_dir: Path = field(default_factory=default_jars_dir)
+    dbt_project_dir: Path = field(default_factory=default_dbt_project_dir)
     shuffle_partitions: int = 4
 
     @classmethod
@@ -93,6 +100,11 @@ class LakeSettings:
             spark_cores_max=int(cores) if cores else None,
             spark_executor_memory=env.get("LAKESYNC_SPARK_EXECUTOR_MEMORY") or None,
             jars_dir=Path(jars) if (jars := env.get("LAKESYNC_JARS_DIR")) else default_jars_dir(),
+            dbt_project_dir=(
+                Path(proj)
+                if (proj := env.get("LAKESYNC_DBT_PROJECT_DIR"))
+                else default_dbt_project_dir()
+            ),
         )
 
     def with_changes(self, **changes: object) -> LakeSettings:
@@ -142,6 +154,32 @@ class LakeSettings:
             f"unsupported catalog URI {self.catalog_uri!r} (jdbc:sqlite: or jdbc:postgresql:)"
         )
 
+    def dbt_env(self) -> dict[str, str]:
+        """Environment ``profiles.yml`` reads (it only uses ``env_var()``), for this target."""
+        env = {
+            "LAKESYNC_DATA_DIR": str(self.data_dir),
+            "LAKESYNC_SPARK_MASTER": self.spark_master,
+            "LAKESYNC_SPARK_JARS": ",".join(str(p) for p in self.spark_jars),
+            "LAKESYNC_CATALOG_URI": self.catalog_uri,
+            "LAKESYNC_WAREHOUSE": self.warehouse,
+            "PYSPARK_PYTHON": sys.executable,
+        }
+        if self.catalog_user:
+            env["LAKESYNC_CATALOG_USER"] = self.catalog_user
+        if self.catalog_password:
+            env["LAKESYNC_CATALOG_PASSWORD"] = self.catalog_password
+        return env
+
+    @property
+    def dbt_dir(self) -> Path:
+        """dbt's working files for this data dir: generated models, target/, logs/."""
+        return self.data_dir / "dbt"
+
+    @property
+    def dbt_run_project_dir(self) -> Path:
+        """The per-data-dir dbt project: links to the repository's project plus generated models."""
+        return self.dbt_dir / "project"
+
     def spark_conf(self) -> dict[str, str]:
         """Spark settings from STACK.md: Iceberg JDBC catalog ``lake`` as the default catalog."""
         cat = f"spark.sql.catalog.{CATALOG_NAME}"
@@ -161,6 +199,8 @@ class LakeSettings:
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
             "spark.ui.enabled": "false",
             "spark.sql.session.timeZone": "UTC",
+            # Keep Spark's own (unused) warehouse dir out of the working directory.
+            "spark.sql.warehouse.dir": (self.data_dir / "spark-warehouse").as_uri(),
         }
         if self.catalog_user:
             conf[f"{cat}.jdbc.user"] = self.catalog_user

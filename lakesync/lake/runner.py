@@ -1,0 +1,175 @@
+"""Run the dbt project on Spark in this process: landing → cells/rows → ``analytics.<table>``.
+
+The runner builds the Spark session (so dbt-spark's ``getOrCreate()`` reuses it), registers the
+Python UDFs on it, writes the generated per-table models from the registered schemas, then calls
+``dbtRunner().invoke(["build", ...])`` (models, data tests and unit tests).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakesync.errors import LakeSyncError
+from lakesync.lake.bootstrap import bootstrap
+from lakesync.lake.catalog import open_catalog
+from lakesync.lake.models import model_name, prepare_project, table_columns, write_models
+from lakesync.lake.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
+from lakesync.lake.spark import spark_session
+from lakesync.schema import TableSchema
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["PipelineError", "PipelineResult", "ProgressCallback", "dbt_invoke", "run_pipeline"]
+
+ProgressCallback = Callable[[str, str], None]
+"""Called with ``(node name, status)``: status ``started`` then ``success``/``error``/``pass``/…"""
+
+
+class PipelineError(LakeSyncError):
+    """A dbt node failed; the message names the failed nodes."""
+
+    code = "PIPELINE_ERROR"
+    status = 500
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineResult:
+    """Summary of one pipeline run."""
+
+    rows_merged: int
+    """Landing rows (deltas) read by this run's increment."""
+    tables_updated: list[str]
+    """``analytics`` tables that got a new Iceberg snapshot."""
+    elapsed_s: float
+    models: list[str] = field(default_factory=list)
+    """Every generated current-state model."""
+    position: int | None = None
+    """Landing position (ingest HLC) the models are complete through."""
+
+
+def _schemas_from_config() -> list[TableSchema]:
+    from lakesync.config import load_config
+
+    config = load_config()
+    return [s for gw in config.gateways.values() for s in gw.schemas]
+
+
+def dbt_invoke(
+    settings: LakeSettings, args: Sequence[str], on_progress: ProgressCallback | None = None
+) -> Any:
+    """Invoke dbt in-process on the project with this data dir's target and log paths.
+
+    Returns dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt fails.
+    """
+    from dbt.cli.main import dbtRunner
+
+    os.environ.update(settings.dbt_env())
+    os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
+
+    def callback(event: Any) -> None:
+        name = event.info.name
+        if on_progress is None or name not in ("NodeStart", "NodeFinished"):
+            return
+        node = event.data.node_info
+        on_progress(node.node_name, "started" if name == "NodeStart" else node.node_status)
+
+    full_args = [
+        *args,
+        "--project-dir", str(settings.dbt_run_project_dir),
+        "--profiles-dir", str(settings.dbt_project_dir),
+        "--target-path", str(settings.dbt_dir / "target"),
+        "--log-path", str(settings.dbt_dir / "logs"),
+        "--quiet",
+    ]
+    result = dbtRunner(callbacks=[callback]).invoke(full_args)
+    if not result.success:
+        failed = []
+        for r in getattr(result.result, "results", None) or []:
+            if str(r.status) in ("error", "fail", "runtime error"):
+                failed.append(f"{r.node.name}: {r.message}")
+        detail = "; ".join(failed) or str(result.exception)
+        raise PipelineError(f"dbt {args[0]} failed: {detail}")
+    return result
+
+
+def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, int | None]:
+    catalog = open_catalog(settings)
+    out: dict[str, int | None] = {}
+    for t in tables:
+        ident = f"{ANALYTICS_NAMESPACE}.{t}"
+        if catalog.table_exists(ident):
+            snap = catalog.load_table(ident).current_snapshot()
+            out[t] = snap.snapshot_id if snap is not None else None
+        else:
+            out[t] = None
+    return out
+
+
+def _position(spark: SparkSession) -> int | None:
+    if not spark.catalog.tableExists(f"{LANDING_NAMESPACE}.int_rows_merged"):
+        return None
+    row = spark.sql(
+        f"select max(last_ingest_hlc) as p from {LANDING_NAMESPACE}.int_rows_merged"
+    ).first()
+    return None if row is None or row["p"] is None else int(row["p"])
+
+
+def run_pipeline(
+    data_dir: Path | str | None = None,
+    *,
+    settings: LakeSettings | None = None,
+    schemas: Sequence[TableSchema] | None = None,
+    full_refresh: bool = False,
+    on_progress: ProgressCallback | None = None,
+) -> PipelineResult:
+    """Build every model once: read new landing rows, merge them, refresh ``analytics.<table>``.
+
+    ``schemas`` defaults to every gateway's registered schemas from ``lakesync.config``; a table
+    whose column list changed since the last run is rebuilt in full. Raises
+    :class:`PipelineError` if any model or test fails.
+    """
+    started = time.monotonic()
+    settings = settings or LakeSettings.from_env(data_dir)
+    bootstrap(settings)
+    tables = table_columns(_schemas_from_config() if schemas is None else schemas)
+    generated_dir = prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
+    generated = write_models(generated_dir, tables)
+    spark = spark_session(settings)
+    from spark_udfs.register import register_udfs
+
+    register_udfs(spark)
+    before_pos = _position(spark)
+    landing = f"{LANDING_NAMESPACE}.landing"
+    pending_sql = f"select count(*) as n from {landing}"
+    if before_pos is not None and not full_refresh:
+        pending_sql += f" where ingest_hlc > {before_pos}"
+    pending_row = spark.sql(pending_sql).first()
+    pending = int(pending_row["n"]) if pending_row is not None else 0
+    before = _snapshots(settings, list(tables))
+
+    args = ["build"]
+    if full_refresh:
+        args.append("--full-refresh")
+    elif generated.changed:
+        args += ["--exclude", *generated.changed]
+    dbt_invoke(settings, args, on_progress)
+    if generated.changed and not full_refresh:
+        # New columns: rebuild those tables so cells that landed before the change show up.
+        rebuild = ["build", "--full-refresh", "--select", *generated.changed]
+        dbt_invoke(settings, rebuild, on_progress)
+
+    after = _snapshots(settings, list(tables))
+    updated = sorted(t for t in tables if after[t] != before[t])
+    return PipelineResult(
+        rows_merged=pending,
+        tables_updated=updated,
+        elapsed_s=time.monotonic() - started,
+        models=[model_name(t) for t in sorted(tables)],
+        position=_position(spark),
+    )

@@ -1,0 +1,112 @@
+{#- Typed current state of one synced table, generated from its registered schema.
+    `columns` is a list of {name, type} (SPEC §10 types). One row per live row per gateway:
+    gateway_id, row_id, one typed column per schema column, _hlc (the HLC of the row's last change),
+    _changed_at (its wall time) and _ingest_hlc (landing position of the row's last delta). -#}
+
+{% macro lakesync_decode(type, expr) -%}
+    {%- if type == 'string' -%} ls_json_string({{ expr }})
+    {%- elif type == 'number' -%} ls_json_double({{ expr }})
+    {%- elif type == 'boolean' -%} ls_json_boolean({{ expr }})
+    {%- elif type == 'json' -%} ls_json_text({{ expr }})
+    {%- elif type == 'null' -%} cast(null as string)
+    {%- else -%} {{ exceptions.raise_compiler_error('unknown column type ' ~ type) }}
+    {%- endif -%}
+{%- endmacro %}
+
+
+{#- Rows of `rows` (lakesync_row_clocks shape, one table) with the visible cells of `cells`
+    (lakesync_cell_winners shape) pivoted into typed columns. A live row shows only cells written
+    after its tombstone (SPEC §4 revival); a row that is not live comes out with _hlc null, which
+    the incremental merge turns into a delete. -#}
+{% macro lakesync_typed_rows(rows, cells, columns) %}
+    select
+        r.gateway_id,
+        r.row_id,
+        {%- for col in columns %}
+        {{ lakesync_decode(col['type'], 'v.`' ~ col['name'] ~ '`') }} as `{{ col['name'] }}`,
+        {%- endfor %}
+        case when r.is_live then r.write_hlc end as _hlc,
+        case when r.is_live then ls_hlc_to_timestamp(r.write_hlc) end as _changed_at,
+        r.last_ingest_hlc as _ingest_hlc
+    from {{ rows }} r
+    left join (
+        select
+            c.gateway_id,
+            c.row_id
+            {%- for col in columns %},
+            max(case when c.column_name = '{{ col['name'] }}' then c.value_json end)
+                as `{{ col['name'] }}`
+            {%- endfor %}
+        from {{ cells }} c
+        inner join {{ rows }} lr
+            on c.gateway_id = lr.gateway_id and c.row_id = lr.row_id
+        where lr.is_live
+            and (lr.delete_hlc is null
+                 or {{ lakesync_beats('c.hlc', 'c.client_id', 'lr.delete_hlc', 'lr.delete_client_id') }})
+        group by c.gateway_id, c.row_id
+    ) v
+        on v.gateway_id = r.gateway_id and v.row_id = r.row_id
+{% endmacro %}
+
+
+{#- The body of a generated current-state model. Incremental runs take only rows whose landing
+    position moved past this table's; full refreshes take live rows only. -#}
+{% macro lakesync_current_state(table_name, columns) %}
+with rows_changed as (
+    select *
+    from {{ ref('int_rows_merged') }}
+    where table_name = '{{ table_name }}'
+    {%- if is_incremental() %}
+        and last_ingest_hlc > (select coalesce(max(_ingest_hlc), -1) from {{ this }})
+    {%- else %}
+        and is_live
+    {%- endif %}
+),
+
+cells as (
+    select *
+    from {{ ref('int_cells_merged') }}
+    where table_name = '{{ table_name }}'
+),
+
+final as (
+    {{ lakesync_typed_rows('rows_changed', 'cells', columns) }}
+)
+
+select * from final
+{% endmacro %}
+
+
+{#- Time travel by HLC: the table's state from the landing deltas with hlc <= as_of_hlc, computed
+    with the same macros as the incremental models. Use via `lakesync pipeline as-of`. -#}
+{% macro lakesync_state_as_of(table_name, columns, as_of_hlc) %}
+with deltas as (
+    select *
+    from {{ ref('stg_lakesync__deltas') }}
+    where table_name = '{{ table_name }}' and hlc <= {{ as_of_hlc }}
+),
+
+cells_in as (
+    select *
+    from {{ ref('stg_lakesync__cells') }}
+    where table_name = '{{ table_name }}' and hlc <= {{ as_of_hlc }}
+),
+
+row_state as (
+    {{ lakesync_row_clocks('deltas') }}
+),
+
+cells as (
+    {{ lakesync_cell_winners('cells_in') }}
+),
+
+typed as (
+    {{ lakesync_typed_rows('row_state', 'cells', columns) }}
+),
+
+final as (
+    select * from typed where _hlc is not null
+)
+
+select * from final
+{% endmacro %}
