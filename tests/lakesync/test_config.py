@@ -150,5 +150,5 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, text: str, need
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
-    with pytest.raises(ConfigError, match="nope.yaml"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml"):
         load_config(missing, env={})
