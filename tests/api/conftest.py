@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from litestar.testing import TestClient
 from psycopg import sql
 
+from api.app import create_app
 from api.store.base import HotLog
 from api.store.postgres import PostgresHotLog
 from api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
-
-PG_DSN = os.environ.get("LAKESYNC_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-SECRET = "test-secret-0123456789abcdef0123456789"
-PREVIOUS_SECRET = "previous-secret-0123456789abcdef012345"
+from tests.api.helpers import PG_DSN, Gateway, make_settings
 
 
 def pg_available() -> bool:
@@ -59,3 +57,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HotLog]:
     yield s
     s.close()
     drop_pg_schema(schema)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """A fresh app on an embedded SQLite store."""
+    with TestClient(create_app(make_settings(tmp_path))) as client:
+        yield Gateway(client)
