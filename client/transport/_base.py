@@ -13,6 +13,7 @@ from lakesync.delta import RowDelta
 from lakesync.errors import LakeSyncError, RateLimitedError, error_for_code
 
 __all__ = [
+    "CODE_BY_STATUS",
     "BroadcastHandler",
     "Checkpoint",
     "PullPage",
@@ -94,7 +95,7 @@ def gateway_error(status: int, body: bytes, retry_after: str | None = None) -> L
         obj = msgspec.json.decode(body)
         code, message = str(obj["code"]), str(obj["error"])
     except (msgspec.DecodeError, KeyError, TypeError):
-        code = _CODE_BY_STATUS.get(status, "INTERNAL_ERROR")
+        code = CODE_BY_STATUS.get(status, "INTERNAL_ERROR")
         message = f"gateway answered HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
     err = error_for_code(code, message, status)
     if isinstance(err, RateLimitedError) and retry_after is not None:
@@ -103,7 +104,7 @@ def gateway_error(status: int, body: bytes, retry_after: str | None = None) -> L
     return err
 
 
-_CODE_BY_STATUS = {
+CODE_BY_STATUS = {
     400: "VALIDATION_ERROR",
     401: "AUTH_ERROR",
     403: "FORBIDDEN",

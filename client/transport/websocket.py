@@ -15,14 +15,25 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from inspect import signature
+from typing import Any
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from client._auth import TokenProvider
 from client._backoff import Backoff
-from client.errors import AuthError, ConnectionFailedError, LakeSyncError, ValidationError
+from client.errors import (
+    AuthError,
+    BackpressureError,
+    ConnectionFailedError,
+    ForbiddenError,
+    LakeSyncError,
+    RateLimitedError,
+    ValidationError,
+)
 from client.transport._base import (
+    CODE_BY_STATUS,
     BroadcastHandler,
     Checkpoint,
     PullPage,
@@ -39,6 +50,9 @@ __all__ = ["WebSocketTransport"]
 
 _log = logging.getLogger(__name__)
 _Reply = ServerFrame | LakeSyncError
+# websockets 17 deprecates using connect()'s result directly unless asked for with legacy=True
+# (its future connect() becomes an auto-reconnecting iterator); older versions lack the flag.
+_DIRECT: dict[str, Any] = {"legacy": True} if "legacy" in signature(connect).parameters else {}
 
 
 class WebSocketTransport(Transport):
@@ -67,6 +81,8 @@ class WebSocketTransport(Transport):
         self._request_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._closed = False
+        self._drops = 0
+        self._refresh_lock = threading.Lock()
         self._on_broadcast: BroadcastHandler | None = None
         self._on_reconnect: Callable[[], None] | None = None
 
@@ -118,13 +134,15 @@ class WebSocketTransport(Transport):
         for attempt in range(2):
             headers = {"Authorization": f"Bearer {self._tokens.token}"}
             try:
-                return connect(
+                ws: ClientConnection = connect(
                     self._url,
                     additional_headers=headers,
                     open_timeout=self._timeout,
                     max_size=None,
                     compression=None,
+                    **_DIRECT,
                 )
+                return ws
             except InvalidStatus as exc:
                 status = exc.response.status_code
                 if status == 401 and attempt == 0 and self._tokens.refreshable:
@@ -147,15 +165,35 @@ class WebSocketTransport(Transport):
                 ).start()
             return self._ws
 
+    def _refresh_if_stale(self, used: str) -> bool:
+        """Ask for a new token unless someone already replaced ``used``; False if impossible."""
+        if not self._tokens.refreshable:
+            return False
+        with self._refresh_lock:
+            if self._tokens.token == used:
+                self._tokens.refresh()
+        return True
+
     def _request(self, frame: bytes) -> ServerFrame:
+        for attempt in range(2):
+            used = self._tokens.token
+            try:
+                return self._request_once(frame)
+            except AuthError:
+                # The gateway accepts the socket, then closes it with 4401 for a bad token.
+                if attempt == 1 or not self._refresh_if_stale(used):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _request_once(self, frame: bytes) -> ServerFrame:
         with self._request_lock:
             ws = self._ensure()
-            while not self._replies.empty():  # leftovers of a request that timed out
+            while not self._replies.empty():  # leftovers of an earlier connection or request
                 self._replies.get_nowait()
             try:
                 ws.send(frame)
             except ConnectionClosed as exc:
-                raise ConnectionFailedError(f"WebSocket closed: {exc}") from exc
+                raise _close_error(ws) from exc
             try:
                 reply = self._replies.get(timeout=self._timeout)
             except queue.Empty:
@@ -168,10 +206,12 @@ class WebSocketTransport(Transport):
             return reply
 
     def _read_loop(self, ws: ClientConnection) -> None:
+        used = self._tokens.token
         try:
             for message in ws:
+                self._drops = 0
                 if isinstance(message, str):
-                    self._replies.put(_text_error(message))
+                    self._replies.put(ConnectionFailedError("unexpected text frame"))
                     continue
                 try:
                     frame = decode_server_frame(message)
@@ -189,21 +229,27 @@ class WebSocketTransport(Transport):
         except ConnectionClosed:
             pass
         finally:
-            self._replies.put(_close_error(ws))
+            err = _close_error(ws)
+            self._replies.put(err)
             with self._state_lock:
                 if self._ws is ws:
                     self._ws = None
+        if isinstance(err, AuthError | ForbiddenError) and (
+            isinstance(err, ForbiddenError) or not self._refresh_if_stale(used)
+        ):
+            return  # reconnecting cannot help; the next request reports the error
         self._reconnect()
 
     def _reconnect(self) -> None:
-        attempt = 0
         while not self._closed and self._on_broadcast is not None and self._ws is None:
-            time.sleep(self._backoff.delay(attempt))
-            attempt += 1
+            time.sleep(self._backoff.delay(self._drops))
+            self._drops += 1
             try:
                 self._ensure()
             except LakeSyncError as exc:
-                _log.info("WebSocket reconnect attempt %d failed: %s", attempt, exc)
+                _log.info("WebSocket reconnect attempt %d failed: %s", self._drops, exc)
+                if isinstance(exc, AuthError | ForbiddenError):
+                    return
                 continue
             if self._on_reconnect is not None:
                 try:
@@ -213,15 +259,20 @@ class WebSocketTransport(Transport):
             return
 
 
-def _text_error(message: str) -> LakeSyncError:
-    return gateway_error(500, message.encode())
-
-
 def _close_error(ws: ClientConnection) -> LakeSyncError:
-    """The error a waiting request gets when the socket closes under it."""
+    """The error a request gets when the gateway closes the socket under it.
+
+    The gateway closes with ``4000 + HTTP status`` for SPEC errors (4401 bad token, 4403
+    forbidden, 4422 schema, 4429 rate limited, …), 1008 when frames come too fast, 1013 when
+    it is full or the receiver is too slow, 1001 when it shuts down.
+    """
     code, reason = ws.close_code, ws.close_reason or ""
-    if code in (4401, 4001):
-        return error_for_code("AUTH_ERROR", reason or "WebSocket closed: unauthorised", 401)
-    if code in (4403, 1008):
-        return error_for_code("FORBIDDEN", reason or "WebSocket closed: forbidden", 403)
+    if code is not None and 4000 <= code < 5000:
+        status = code - 4000
+        message = reason or f"the gateway closed the WebSocket with code {code}"
+        return error_for_code(CODE_BY_STATUS.get(status, "INTERNAL_ERROR"), message, status)
+    if code == 1008:
+        return RateLimitedError(reason or "WebSocket frame rate limit exceeded")
+    if code == 1013:
+        return BackpressureError(reason or "the gateway is busy")
     return ConnectionFailedError(f"WebSocket closed (code {code}): {reason}")
