@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from lakesync.delta import RowDelta
+from lakesync.delta import Op, RowDelta
 
 identifiers = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,20}", fullmatch=True)
 json_values: st.SearchStrategy[Any] = st.recursive(
@@ -27,7 +27,7 @@ json_values: st.SearchStrategy[Any] = st.recursive(
 @st.composite
 def row_deltas(draw: st.DrawFn) -> RowDelta:
     """A valid delta: identifiers per SPEC §3, DELETE without columns, any 64-bit HLC."""
-    op = draw(st.sampled_from(["INSERT", "UPDATE", "DELETE"]))
+    op: Op = draw(st.sampled_from(["INSERT", "UPDATE", "DELETE"]))
     cols: dict[str, Any] = (
         {} if op == "DELETE" else draw(st.dictionaries(identifiers, json_values, max_size=4))
     )

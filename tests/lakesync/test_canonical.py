@@ -19,8 +19,13 @@ from js_oracle import run_oracle
 from lakesync.canonical import canonical_json, js_number_str
 from lakesync.delta import delta_id
 
-VECTOR_BASE = {"client_id": "client-1", "hlc": 1_000_000, "table": "users", "row_id": "row-1"}
-SPEC_DELTA_IDS = [
+VECTOR_BASE: dict[str, Any] = {
+    "client_id": "client-1",
+    "hlc": 1_000_000,
+    "table": "users",
+    "row_id": "row-1",
+}
+SPEC_DELTA_IDS: list[tuple[list[dict[str, Any]], str]] = [
     (
         [
             {"column": "name", "value": "Alice"},
@@ -91,7 +96,7 @@ NON_JSON_CASES: list[tuple[Any, str]] = [
 
 @pytest.mark.parametrize(("columns", "expected"), SPEC_DELTA_IDS)
 def test_spec_delta_ids(columns: list[dict[str, Any]], expected: str) -> None:
-    assert delta_id(columns=columns, **VECTOR_BASE) == expected  # type: ignore[arg-type]
+    assert delta_id(columns=columns, **VECTOR_BASE) == expected
 
 
 def test_delta_id_accepts_hlc_as_decimal_string() -> None:
@@ -101,7 +106,7 @@ def test_delta_id_accepts_hlc_as_decimal_string() -> None:
 
 def test_delta_id_depends_on_column_order() -> None:
     cols, expected = SPEC_DELTA_IDS[0]
-    assert delta_id(columns=list(reversed(cols)), **VECTOR_BASE) != expected  # type: ignore[arg-type]
+    assert delta_id(columns=list(reversed(cols)), **VECTOR_BASE) != expected
 
 
 @pytest.mark.parametrize(("value", "expected"), CASES + NON_JSON_CASES)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -177,7 +179,7 @@ _event = st.one_of(
 
 @given(st.lists(_event, max_size=60))
 def test_clock_is_strictly_monotonic_and_beats_everything_received(
-    events: list[tuple[int, ...]],
+    events: list[tuple[Any, ...]],
 ) -> None:
     clock = FakeClock(T0)
     c = HLC(clock)

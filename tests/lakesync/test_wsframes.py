@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from delta_strategies import row_deltas
 from hypothesis import given
@@ -113,7 +115,7 @@ def js_equal(a: list[RowDelta], b: list[RowDelta]) -> bool:
     return [canonical_json(d.to_wire()) for d in a] == [canonical_json(d.to_wire()) for d in b]
 
 
-def _raw_delta(value: bytes, op: int = pb.INSERT) -> bytes:
+def _raw_delta(value: bytes, op: Any = pb.INSERT) -> bytes:
     msg = pb.RowDelta(
         op=op,
         table="t",
