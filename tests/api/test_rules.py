@@ -1,0 +1,116 @@
+"""Sync rules on merged state (SPEC §8): what reaches whom, write access, rule changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakesync.rules import parse_rules, visible
+from tests.api.helpers import Gateway, Replica, auth, delta, token
+
+OWNER_RULES = {
+    "version": 1,
+    "buckets": [
+        {"name": "mine", "tables": ["todos"],
+         "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]},
+    ],
+}
+ALICE, BOB, CAROL = token("alice"), token("bob"), token("carol")
+
+
+def set_rules(gateway: Gateway, rules: dict[str, Any]) -> None:
+    r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=rules)
+    assert r.status_code == 200, r.text
+
+
+def expected(rows: dict[tuple[str, str], dict[str, Any]], rules: dict[str, Any],
+             sub: str) -> dict[tuple[str, str], dict[str, Any]]:
+    parsed = parse_rules(rules)
+    return {k: v for k, v in rows.items() if visible(parsed, {"sub": sub}, k[0], v)}
+
+
+def test_delete_partial_update_and_ownership_change_reach_the_right_clients(
+    gateway: Gateway,
+) -> None:
+    set_rules(gateway, OWNER_RULES)
+    replicas = {name: Replica() for name in ("alice", "bob", "carol")}
+    toks = {"alice": ALICE, "bob": BOB, "carol": CAROL}
+
+    def sync_all() -> None:
+        for name, rep in replicas.items():
+            gateway.sync(toks[name], name, rep)
+
+    assert gateway.push(ALICE, "alice", [
+        delta("INSERT", "t1", "alice", owner="alice", title="one", done=False),
+        delta("INSERT", "t2", "alice", owner="alice", title="two", done=False),
+    ]).status_code == 200
+    assert gateway.push(BOB, "bob", [
+        delta("INSERT", "t3", "bob", owner="bob", title="three")]).status_code == 200
+    sync_all()
+    assert set(replicas["alice"].rows()) == {("todos", "t1"), ("todos", "t2")}
+    assert set(replicas["bob"].rows()) == {("todos", "t3")}
+    assert replicas["carol"].rows() == {}
+
+    # An UPDATE of a non-filter column reaches the owner.
+    gateway.push(ALICE, "alice", [delta("UPDATE", "t1", "alice", done=True)])
+    # A DELETE reaches the owner.
+    gateway.push(ALICE, "alice", [delta("DELETE", "t2", "alice")])
+    # An ownership change: the row leaves alice's view and enters bob's, with all its columns.
+    gateway.push(BOB, "bob", [delta("UPDATE", "t3", "bob", owner="alice")])
+    sync_all()
+    assert replicas["alice"].rows() == {
+        ("todos", "t1"): {"owner": "alice", "title": "one", "done": True},
+        ("todos", "t3"): {"owner": "alice", "title": "three"},
+    }
+    assert replicas["bob"].rows() == {}
+    assert replicas["carol"].rows() == {}
+    gateway.push(ALICE, "alice", [delta("UPDATE", "t1", "alice", owner="carol")])
+    sync_all()
+    assert set(replicas["alice"].rows()) == {("todos", "t3")}
+    assert replicas["carol"].rows() == {
+        ("todos", "t1"): {"owner": "carol", "title": "one", "done": True}}
+
+
+def test_rule_change_takes_effect_on_next_pull(gateway: Gateway) -> None:
+    gateway.push(ALICE, "alice", [
+        delta("INSERT", "t1", "alice", owner="alice", team="red"),
+        delta("INSERT", "t2", "alice", owner="bob", team="red"),
+        delta("INSERT", "t3", "alice", owner="bob", team="blue"),
+    ])
+    bob = Replica()
+    gateway.sync(BOB, "bob", bob)
+    assert len(bob.rows()) == 3  # no rules: everything
+    set_rules(gateway, OWNER_RULES)
+    gateway.sync(BOB, "bob", bob)
+    assert set(bob.rows()) == {("todos", "t2"), ("todos", "t3")}
+    team_rules = {"version": 1, "buckets": [{"name": "team", "filters": [
+        {"column": "team", "op": "eq", "value": "jwt:team"}]}]}
+    set_rules(gateway, team_rules)
+    red_bob = token("bob", team="red")
+    gateway.sync(red_bob, "bob", bob)
+    assert set(bob.rows()) == {("todos", "t1"), ("todos", "t2")}
+    # Claims change (a new token with another team) also takes effect on the next pull.
+    gateway.sync(token("bob", team="blue"), "bob", bob)
+    assert set(bob.rows()) == {("todos", "t3")}
+
+
+def test_write_access_follows_the_rules(gateway: Gateway) -> None:
+    set_rules(gateway, OWNER_RULES)
+    r = gateway.push(ALICE, "alice", [delta("INSERT", "n1", "alice", table="notes", x=1)])
+    assert r.status_code == 403 and r.json()["code"] == "FORBIDDEN"
+    assert gateway.push(BOB, "bob", [delta("INSERT", "t1", "bob", owner="bob")]).status_code == 200
+    stolen = gateway.push(ALICE, "alice", [delta("UPDATE", "t1", "alice", owner="alice")])
+    assert stolen.status_code == 403 and stolen.json()["code"] == "FORBIDDEN"
+    # An admin token is not bound by the rules.
+    admin = token("root", role="admin")
+    r = gateway.push(admin, "root", [delta("UPDATE", "t1", "root", title="x")])
+    assert r.status_code == 200
+
+
+def test_snapshot_deltas_are_valid_wire_deltas(gateway: Gateway) -> None:
+    set_rules(gateway, OWNER_RULES)
+    gateway.push(ALICE, "alice", [delta("INSERT", "t1", "alice", owner="alice", n=1.5)])
+    body = gateway.http.get("/v1/sync/gw1/pull", params={"since": "0"}, headers=auth(ALICE)).json()
+    rep = Replica()
+    rep.apply(body["deltas"])  # from_wire recomputes every deltaId
+    assert [d["op"] for d in body["deltas"]] == ["DELETE", "INSERT"]
+    assert rep.rows() == {("todos", "t1"): {"owner": "alice", "n": 1.5}}
