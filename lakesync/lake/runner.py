@@ -69,6 +69,7 @@ def dbt_invoke(
     """
     from dbt.cli.main import dbtRunner
 
+    prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
     os.environ.update(settings.dbt_env())
     os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
 
@@ -126,13 +127,14 @@ def run_pipeline(
     settings: LakeSettings | None = None,
     schemas: Sequence[TableSchema] | None = None,
     full_refresh: bool = False,
+    tests: bool = True,
     on_progress: ProgressCallback | None = None,
 ) -> PipelineResult:
     """Build every model once: read new landing rows, merge them, refresh ``analytics.<table>``.
 
     ``schemas`` defaults to every gateway's registered schemas from ``lakesync.config``; a table
-    whose column list changed since the last run is rebuilt in full. Raises
-    :class:`PipelineError` if any model or test fails.
+    whose column list changed since the last run is rebuilt in full. ``tests`` runs the data
+    tests after each model (``dbt build``). Raises :class:`PipelineError` if a model or test fails.
     """
     started = time.monotonic()
     settings = settings or LakeSettings.from_env(data_dir)
@@ -153,7 +155,8 @@ def run_pipeline(
     pending = int(pending_row["n"]) if pending_row is not None else 0
     before = _snapshots(settings, list(tables))
 
-    args = ["build"]
+    # Unit tests check the SQL, not the data: CI runs them (`dbt test --select test_type:unit`).
+    args = ["build", "--exclude-resource-type", "unit_test"] if tests else ["run"]
     if full_refresh:
         args.append("--full-refresh")
     elif generated.changed:
@@ -161,7 +164,7 @@ def run_pipeline(
     dbt_invoke(settings, args, on_progress)
     if generated.changed and not full_refresh:
         # New columns: rebuild those tables so cells that landed before the change show up.
-        rebuild = ["build", "--full-refresh", "--select", *generated.changed]
+        rebuild = [args[0], "--full-refresh", "--select", *generated.changed]
         dbt_invoke(settings, rebuild, on_progress)
 
     after = _snapshots(settings, list(tables))
