@@ -135,7 +135,7 @@ def bench_e2e(rows: int, url: str, secret: str, tmp: Path, transport: str) -> No
     clock = HLC()
     table = f"items_{transport}"
     with httpx.Client(timeout=120) as http:
-        for start in range(0, rows, 5000):
+        for start in range(0, rows, 2000):
             batch = [
                 RowDelta.create(
                     "INSERT",
@@ -145,7 +145,7 @@ def bench_e2e(rows: int, url: str, secret: str, tmp: Path, transport: str) -> No
                     {"title": f"item {i}", "qty": i, "done": i % 2 == 0},
                     clock.now(),
                 )
-                for i in range(start, min(rows, start + 5000))
+                for i in range(start, min(rows, start + 2000))
             ]
             resp = http.post(
                 f"{url}/v1/sync/{gw}/push",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -56,6 +56,8 @@ __all__ = ["DeadLetter", "LocalStore", "OutboxEntry"]
 _PREFIX = "_ls_"
 _U64 = 1 << 64
 _I64_MAX = (1 << 63) - 1
+# Row ids per IN (...) lookup; SQLite allows 32766 parameters, small chunks plan well.
+_IN_CHUNK = 500
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS _ls_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -96,6 +98,16 @@ def _hlc_out(v: int) -> int:
 def _q(name: str) -> str:
     # Identifiers are validated against ^[a-zA-Z_][a-zA-Z0-9_]{0,63}$ before they get here.
     return f'"{name}"'
+
+
+@dataclass(slots=True)
+class _Touched:
+    """A row changed inside one transaction: its state, visible before/after, written cells."""
+
+    state: RowState
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    dirty: set[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,73 +319,95 @@ class LocalStore:
 
     # -- row states -----------------------------------------------------------------------
 
-    def _load(self, c: sqlite3.Connection, table: str, row_id: str) -> RowState:
-        meta = c.execute(
-            "SELECT write_hlc, write_client, tomb_hlc, tomb_client FROM _ls_rows "
-            "WHERE tbl = ? AND row_id = ?",
-            (table, row_id),
-        ).fetchone()
-        if meta is None:
-            return RowState()
-        cells = {
-            col: Cell(decode_json(value), _hlc_out(h), cid)
-            for col, value, h, cid in c.execute(
-                "SELECT col, value, hlc, client_id FROM _ls_cells WHERE tbl = ? AND row_id = ?",
-                (table, row_id),
-            )
-        }
-        write: Clock | None = None if meta[0] is None else (_hlc_out(meta[0]), meta[1])
-        tomb: Clock | None = None if meta[2] is None else (_hlc_out(meta[2]), meta[3])
-        return RowState(cells, write, tomb)
+    def _load(
+        self, c: sqlite3.Connection, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], RowState]:
+        """The merge states of many rows (empty states for rows never seen), a few queries."""
+        by_table: dict[str, list[str]] = {}
+        for table, row_id in keys:
+            by_table.setdefault(table, []).append(row_id)
+        states: dict[tuple[str, str], RowState] = {}
+        for table, ids in by_table.items():
+            for i in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[i : i + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                found = 0
+                for rid, wh, wc, th, tc in c.execute(
+                    "SELECT row_id, write_hlc, write_client, tomb_hlc, tomb_client FROM _ls_rows "
+                    f"WHERE tbl = ? AND row_id IN ({marks})",
+                    (table, *chunk),
+                ):
+                    write: Clock | None = None if wh is None else (_hlc_out(wh), wc)
+                    tomb: Clock | None = None if th is None else (_hlc_out(th), tc)
+                    states[(table, rid)] = RowState({}, write, tomb)
+                    found += 1
+                if not found:  # a fresh replica skips the cell lookup entirely
+                    continue
+                for rid, col, value, h, cid in c.execute(
+                    "SELECT row_id, col, value, hlc, client_id FROM _ls_cells "
+                    f"WHERE tbl = ? AND row_id IN ({marks})",
+                    (table, *chunk),
+                ):
+                    states[(table, rid)].cells[col] = Cell(decode_json(value), _hlc_out(h), cid)
+            for rid in ids:
+                states.setdefault((table, rid), RowState())
+        return states
 
-    def _save(
-        self,
-        c: sqlite3.Connection,
-        table: str,
-        row_id: str,
-        state: RowState,
-        dirty: set[str],
-        before: dict[str, Any] | None,
-    ) -> None:
-        w, t = state.write, state.tombstone
-        c.execute(
-            "INSERT OR REPLACE INTO _ls_rows "
-            "(tbl, row_id, write_hlc, write_client, tomb_hlc, tomb_client) VALUES (?,?,?,?,?,?)",
-            (
-                table,
-                row_id,
-                None if w is None else _hlc_in(w[0]),
-                None if w is None else w[1],
-                None if t is None else _hlc_in(t[0]),
-                None if t is None else t[1],
-            ),
-        )
-        cells = [
-            (table, row_id, col, encode_json(cell.value), _hlc_in(cell.hlc), cell.client_id)
-            for col in dirty
-            if (cell := state.cells.get(col)) is not None
-        ]
-        if cells:
-            c.executemany("INSERT OR REPLACE INTO _ls_cells VALUES (?,?,?,?,?,?)", cells)
-        after = state.visible()
-        if after is None:
-            if before is not None:
-                c.execute(f"DELETE FROM {_q(table)} WHERE row_id = ?", (row_id,))
-            return
-        types = self._schemas[table].column_types()
-        names = list(types)
-        # The full row is rewritten so a revived row reads its pre-tombstone cells as null.
-        placeholders = ", ".join("?" * (len(names) + 1))
-        c.execute(
-            f"INSERT OR REPLACE INTO {_q(table)} (row_id{''.join(', ' + _q(n) for n in names)}) "
-            f"VALUES ({placeholders})",
-            (row_id, *(to_sql_value(types[n], after.get(n)) for n in names)),
-        )
+    def _save(self, c: sqlite3.Connection, touched: Mapping[tuple[str, str], _Touched]) -> None:
+        """Write back merged states: clocks, won cells and the visible rows."""
+        metas = []
+        cells = []
+        upserts: dict[str, list[tuple[Any, ...]]] = {}
+        deletes: dict[str, list[tuple[str]]] = {}
+        for (table, row_id), t in touched.items():
+            w, tomb = t.state.write, t.state.tombstone
+            metas.append(
+                (
+                    table,
+                    row_id,
+                    None if w is None else _hlc_in(w[0]),
+                    None if w is None else w[1],
+                    None if tomb is None else _hlc_in(tomb[0]),
+                    None if tomb is None else tomb[1],
+                )
+            )
+            for col in t.dirty:
+                cell = t.state.cells.get(col)
+                if cell is not None:
+                    cells.append(
+                        (
+                            table,
+                            row_id,
+                            col,
+                            encode_json(cell.value),
+                            _hlc_in(cell.hlc),
+                            cell.client_id,
+                        )
+                    )
+            if t.after is None:
+                if t.before is not None:
+                    deletes.setdefault(table, []).append((row_id,))
+                continue
+            types = self._schemas[table].column_types()
+            # The full row is rewritten so a revived row reads its pre-tombstone cells as null.
+            upserts.setdefault(table, []).append(
+                (row_id, *(to_sql_value(typ, t.after.get(n)) for n, typ in types.items()))
+            )
+        c.executemany("INSERT OR REPLACE INTO _ls_rows VALUES (?,?,?,?,?,?)", metas)
+        c.executemany("INSERT OR REPLACE INTO _ls_cells VALUES (?,?,?,?,?,?)", cells)
+        for table, rows in deletes.items():
+            c.executemany(f"DELETE FROM {_q(table)} WHERE row_id = ?", rows)
+        for table, rows in upserts.items():
+            names = "".join(", " + _q(n) for n in self._schemas[table].column_types())
+            marks = ", ".join("?" * len(rows[0]))
+            c.executemany(
+                f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES ({marks})", rows
+            )
 
     def row_state(self, table: str, row_id: str) -> RowState:
         """The merge state of one row (empty if never seen)."""
         with self._lock:
-            return self._load(self.conn, table, row_id)
+            return self._load(self.conn, [(table, row_id)])[(table, row_id)]
 
     def get(self, table: str, row_id: str) -> dict[str, Any] | None:
         """The visible columns of one row, or None when it is absent."""
@@ -402,7 +436,7 @@ class LocalStore:
         if not isinstance(values, Mapping):
             raise ValidationError("values must be a mapping of column name to value")
         with self._tx() as c:
-            state = self._load(c, table, row_id)
+            state = self._load(c, [(table, row_id)])[(table, row_id)]
             before = state.visible()
             if op == "UPSERT":
                 op = "INSERT" if before is None else "UPDATE"
@@ -424,7 +458,8 @@ class LocalStore:
                 delta = RowDelta.create(op, table, row_id, client_id, values, ts)
             check_delta(schema, delta)
             change = apply_delta(state, delta)
-            self._save(c, table, row_id, state, {cv.column for cv in delta.columns}, before)
+            dirty = {cv.column for cv in delta.columns}
+            self._save(c, {(table, row_id): _Touched(state, before, change.after, dirty)})
             c.execute(
                 "INSERT INTO _ls_outbox (delta_id, body) VALUES (?, ?)",
                 (delta.delta_id, _encode_delta(delta)),
@@ -447,23 +482,25 @@ class LocalStore:
         an INSERT of an existing row merges into it, an UPDATE of a deleted row revives it only
         if it beats the tombstone (SPEC §4). ``cursor`` is ``(gateway_id, server_hlc)``.
         """
-        states: dict[tuple[str, str], tuple[RowState, dict[str, Any] | None, set[str]]] = {}
         with self._tx() as c:
             for delta in deltas:
                 self._learn(c, delta)
+            states = self._load(c, {(d.table, d.row_id) for d in deltas})
+            touched: dict[tuple[str, str], _Touched] = {}
+            for delta in deltas:
                 key = (delta.table, delta.row_id)
-                entry = states.get(key)
-                if entry is None:
-                    state = self._load(c, delta.table, delta.row_id)
-                    entry = states[key] = (state, state.visible(), set())
-                apply_delta(entry[0], delta)
-                entry[2].update(cv.column for cv in delta.columns)
-            changes: list[Change] = []
-            for (table, row_id), (state, before, dirty) in states.items():
-                after = state.visible()
-                self._save(c, table, row_id, state, dirty, before)
-                if before != after:
-                    changes.append(Change(table, row_id, before, after, origin))
+                change = apply_delta(states[key], delta)
+                t = touched.get(key)
+                if t is None:
+                    t = touched[key] = _Touched(states[key], change.before, change.after, set())
+                t.after = change.after
+                t.dirty.update(cv.column for cv in delta.columns)
+            self._save(c, touched)
+            changes = [
+                Change(table, row_id, t.before, t.after, origin)
+                for (table, row_id), t in touched.items()
+                if t.before != t.after
+            ]
             if cursor is not None:
                 c.execute(
                     "INSERT INTO _ls_cursors (gateway_id, server_hlc) VALUES (?, ?) "

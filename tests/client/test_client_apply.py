@@ -93,10 +93,10 @@ def test_page_and_cursor_commit_together() -> None:
     bad = d("INSERT", "r2", "x", 2, a="2")
     original = s._save
 
-    def failing_save(*args: Any) -> None:
-        if args[2] == "r3":
+    def failing_save(c: Any, touched: dict[tuple[str, str], Any]) -> None:
+        original(c, touched)
+        if ("t", "r3") in touched:
             raise CrashError
-        original(*args)
 
     s._save = failing_save  # type: ignore[method-assign]
     with pytest.raises(CrashError):
@@ -251,10 +251,11 @@ saved = 0
 real_save = s._save
 
 def save_then_die(*args):
+    # The second page is fully written inside its transaction, not yet committed.
     global saved
     real_save(*args)
     saved += 1
-    if saved == 5:
+    if saved == 1:
         os.kill(os.getpid(), signal.SIGKILL)
 
 s._save = save_then_die
@@ -271,8 +272,8 @@ def test_kill_9_during_page_apply_keeps_replica_and_cursor_consistent(tmp_path: 
     proc = subprocess.run([sys.executable, "-c", CHILD_APPLY, path], check=False, timeout=60)
     assert proc.returncode == -signal.SIGKILL
     s = store(path)
-    # The second page was half written when the process died: none of it is visible, and the
-    # cursor still points at the first page, so the next pull fetches the whole page again.
+    # The second page was written but not committed when the process died: none of it is
+    # visible, and the cursor still points at the first page, so the next pull fetches it again.
     assert s.cursor("gw") == 10
     assert sorted(rows(s)) == sorted(f"r{i}" for i in range(10))
     assert s.row_state("t", "r10").write is None
