@@ -9,7 +9,7 @@ into ``Config``:
 - ``LAKESYNC_BACKPRESSURE_BYTES`` (un-flushed hot-log size that turns pushes away with 503,
   0 = off; default 1 GiB)
 - ``LAKESYNC_WS_MAX_CONNECTIONS`` (default 10000) and ``LAKESYNC_WS_RATE_LIMIT`` (frames per
-  second per connection, default 100, burst 2x)
+  second per connection, default 100, burst twice that and at least 5)
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ async def sync_socket(socket: WebSocket, gw: str) -> None:  # type: ignore[type-
     conn = Connection(gw, sub, claims, stamp, socket.send_bytes, close)
     service.hub.add(conn)
     rate = service.settings.ws_rate_limit
-    bucket = TokenBucket(rate, 2 * rate) if rate > 0 else None
+    bucket = TokenBucket(rate, max(2 * rate, 5.0)) if rate > 0 else None
     try:
         while True:
             message = await socket.receive()

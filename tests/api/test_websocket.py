@@ -1,0 +1,96 @@
+"""The sync WebSocket (SPEC §9) through Litestar's test client: push, pull, broadcasts, closes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.exceptions import WebSocketDisconnect
+from litestar.testing import TestClient
+
+from api.app import create_app
+from lakesync.wsframes import decode_server_frame, encode_pull, encode_push
+from tests.api.helpers import Gateway, auth, delta, make_settings, token
+
+OWNER_RULES = {"version": 1, "buckets": [{"name": "mine", "filters": [
+    {"column": "owner", "op": "eq", "value": "jwt:sub"}]}]}
+
+
+def ws(gateway: Gateway, sub: str, path: str = "/v1/sync/gw1/ws", header: bool = False) -> Any:
+    tok = token(sub)
+    if header:
+        return gateway.http.websocket_connect(path, headers=auth(tok))
+    return gateway.http.websocket_connect(f"{path}?token={tok}")
+
+
+@pytest.mark.parametrize("path", ["/v1/sync/gw1/ws", "/sync/gw1/ws"])
+def test_push_pull_and_broadcast(gateway: Gateway, path: str) -> None:
+    with ws(gateway, "alice", path, header=True) as a, ws(gateway, "bob", path) as b:
+        d1 = delta("INSERT", "r1", "alice", title="x")
+        a.send_bytes(encode_push("alice", [d1]))
+        reply = decode_server_frame(a.receive_bytes())
+        assert not reply.broadcast and reply.deltas == [] and reply.server_hlc > d1.hlc
+        cast = decode_server_frame(b.receive_bytes())
+        assert cast.broadcast and cast.deltas == [d1]
+        b.send_bytes(encode_pull("bob", 0, 10))
+        page = decode_server_frame(b.receive_bytes())
+        assert not page.broadcast and page.deltas == [d1] and not page.has_more
+        # Never echoed: alice's next frame is the reply to her own pull, not a broadcast.
+        a.send_bytes(encode_pull("alice", reply.server_hlc, 10))
+        own = decode_server_frame(a.receive_bytes())
+        assert not own.broadcast and own.deltas == []
+
+
+def test_broadcasts_follow_each_receivers_rules(gateway: Gateway) -> None:
+    assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=OWNER_RULES).status_code == 200
+    with ws(gateway, "alice") as a, ws(gateway, "bob") as b, ws(gateway, "carol") as c:
+        d1 = delta("INSERT", "r1", "carol", owner="bob", title="for bob")
+        c.send_bytes(encode_push("carol", [d1]))
+        assert not decode_server_frame(c.receive_bytes()).broadcast
+        to_bob = decode_server_frame(b.receive_bytes())
+        to_alice = decode_server_frame(a.receive_bytes())
+        assert [d.op for d in to_bob.deltas] == ["DELETE", "INSERT"]
+        assert to_bob.deltas[1].values() == {"owner": "bob", "title": "for bob"}
+        assert [d.op for d in to_alice.deltas] == ["DELETE"]
+
+
+def _closed(gateway: Gateway, path: str, frame: bytes | str | None = None) -> int:
+    with gateway.http.websocket_connect(path) as sock:
+        if isinstance(frame, bytes):
+            sock.send_bytes(frame)
+        elif isinstance(frame, str):
+            sock.send_text(frame)
+        with pytest.raises(WebSocketDisconnect) as info:
+            sock.receive_bytes()
+    return info.value.code
+
+
+def test_close_codes(gateway: Gateway) -> None:
+    base = "/v1/sync/gw1/ws"
+    assert _closed(gateway, base) == 4401
+    assert _closed(gateway, f"{base}?token=garbage") == 4401
+    assert _closed(gateway, f"{base}?token={token('alice', gw='gw2')}") == 4403
+    good = f"{base}?token={token('alice')}"
+    assert _closed(gateway, good, "text") == 1003
+    assert _closed(gateway, good, b"\x09abc") == 4400
+    assert _closed(gateway, good, encode_pull("bob", 0, 1)) == 4403
+    bad = delta("INSERT", "r1", "alice", table="todos", x=1)
+    assert _closed(gateway, good, encode_push("alice", [bad])[:-3]) == 4400
+    foreign = delta("INSERT", "r1", "bob", x=1)
+    assert _closed(gateway, good, encode_push("alice", [foreign])) == 4403
+
+
+def test_connection_cap_and_frame_rate(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, ws_max_connections=1, ws_rate_limit=0.001)
+    with TestClient(create_app(settings)) as client:
+        gw = Gateway(client)
+        with ws(gw, "alice") as a:
+            for _ in range(5):  # the burst; a reply also proves alice is registered
+                a.send_bytes(encode_pull("alice", 0, 1))
+                assert not decode_server_frame(a.receive_bytes()).broadcast
+            assert _closed(gw, f"/v1/sync/gw1/ws?token={token('bob')}") == 1013
+            a.send_bytes(encode_pull("alice", 0, 1))
+            with pytest.raises(WebSocketDisconnect) as info:
+                a.receive_bytes()
+            assert info.value.code == 1008
