@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from api.cli import up
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.tokens import mint_token, parse_ttl
@@ -55,6 +56,9 @@ def token(
     typer.echo(mint_token(config.jwt_secrets[0], sub, gw, role, claims, parse_ttl(ttl)))
 
 
+app.command("up")(up)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI; LakeSync errors become a one-line message and exit code 2."""
     try:
@@ -63,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 1
     except LakeSyncError as exc:
         typer.secho(f"error: {exc.message}", err=True, fg=typer.colors.RED)
+        return 2
+    except ModuleNotFoundError as exc:
+        typer.secho(
+            f"error: this command needs the optional module {exc.name!r}; "
+            "install the matching extra, e.g. pip install 'lakesync[all]'",
+            err=True,
+            fg=typer.colors.RED,
+        )
         return 2
     return 0
 
