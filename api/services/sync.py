@@ -106,6 +106,17 @@ class SyncService:
         origin: Connection | None = None,
     ) -> PushResult:
         """Validate and store a batch; broadcast what is new. Nothing is stored on any error."""
+        with self.metrics.push_seconds.time():
+            return await self._push(gateway_id, claims, client_id, deltas, origin)
+
+    async def _push(
+        self,
+        gateway_id: str,
+        claims: Mapping[str, Any],
+        client_id: str,
+        deltas: Sequence[RowDelta],
+        origin: Connection | None,
+    ) -> PushResult:
         sub = self.check_client(claims, client_id)
         if len(deltas) > self.settings.max_deltas:
             raise ValidationError(
@@ -155,6 +166,12 @@ class SyncService:
         limit: int,
     ) -> PullResult:
         """A page of what the client may see after ``since`` (see :mod:`api.services.views`)."""
+        with self.metrics.pull_seconds.time():
+            return await self._pull(gateway_id, claims, since, limit)
+
+    async def _pull(
+        self, gateway_id: str, claims: Mapping[str, Any], since: int, limit: int
+    ) -> PullResult:
         rules = await _run(self.store.get_rules, gateway_id)
         raw = rules.stamp == 0
         applied = effective_rules(rules.rules, claims)

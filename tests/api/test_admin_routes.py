@@ -1,0 +1,144 @@
+"""Admin routes (role admin only) and the unauthenticated probes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.api.helpers import Gateway, auth, delta, token
+
+SCHEMA = {"table": "todos", "columns": [{"name": "title", "type": "string"},
+                                         {"name": "done", "type": "boolean"}]}
+ADMIN_ROUTES = [
+    ("POST", "/v1/admin/flush/gw1", None),
+    ("POST", "/v1/admin/schema/gw1", SCHEMA),
+    ("POST", "/v1/admin/sync-rules/gw1", {"version": 1, "buckets": []}),
+    ("GET", "/v1/admin/connectors/gw1", None),
+    ("POST", "/v1/admin/connectors/gw1", {"name": "pg", "type": "postgres"}),
+    ("DELETE", "/v1/admin/connectors/gw1/pg", None),
+    ("GET", "/v1/admin/metrics/gw1", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ADMIN_ROUTES)
+def test_admin_routes_refuse_clients_and_strangers(
+    gateway: Gateway, method: str, path: str, body: Any
+) -> None:
+    for headers, status in [
+        ({}, 401),
+        (auth(token("alice")), 403),
+        (auth(token("root", gw="gw2", role="admin")), 403),
+    ]:
+        r = gateway.http.request(method, path, json=body, headers=headers)
+        assert r.status_code == status, r.text
+        assert r.json()["code"] in {"AUTH_ERROR", "FORBIDDEN"}
+
+
+def test_schema_registration_checks_pushes_and_evolves_additively(gateway: Gateway) -> None:
+    r = gateway.admin("POST", "/v1/admin/schema/gw1", json=SCHEMA)
+    assert r.status_code == 200 and r.json() == SCHEMA
+    alice = token("alice")
+    ok = gateway.push(alice, "alice", [delta("INSERT", "r1", "alice", title="a", done=True)])
+    assert ok.status_code == 200
+    unknown = gateway.push(alice, "alice", [delta("INSERT", "r2", "alice", colour="red")])
+    assert unknown.status_code == 422 and unknown.json()["code"] == "SCHEMA_ERROR"
+    wrong = gateway.push(alice, "alice", [delta("INSERT", "r2", "alice", done="yes")])
+    assert wrong.status_code == 422
+    note = delta("INSERT", "n1", "alice", table="notes", z=1)
+    other_table = gateway.push(alice, "alice", [note])
+    assert other_table.status_code == 200  # unregistered tables are free-form
+    grown = SCHEMA | {"columns": [*SCHEMA["columns"], {"name": "colour", "type": "string"}]}
+    assert gateway.admin("POST", "/v1/admin/schema/gw1", json=grown).status_code == 200
+    colour = gateway.push(alice, "alice", [delta("INSERT", "r2", "alice", colour="red")])
+    assert colour.status_code == 200
+    shrunk = SCHEMA | {"columns": SCHEMA["columns"][:1]}
+    r = gateway.admin("POST", "/v1/admin/schema/gw1", json=shrunk)
+    assert r.status_code == 422 and r.json()["code"] == "SCHEMA_ERROR"
+    retyped = SCHEMA | {"columns": [{"name": "title", "type": "number"}, SCHEMA["columns"][1]]}
+    assert gateway.admin("POST", "/v1/admin/schema/gw1", json=retyped).status_code == 422
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"table": "t; drop table x", "columns": []},
+        {"table": "todos", "columns": [{"name": "a b", "type": "string"}]},
+        {"table": "todos", "columns": [{"name": "a", "type": "uuid"}]},
+        {"columns": []},
+        [],
+    ],
+)
+def test_bad_schemas_are_rejected(gateway: Gateway, body: Any) -> None:
+    r = gateway.admin("POST", "/v1/admin/schema/gw1", json=body)
+    assert r.status_code in (400, 422), r.text
+    assert r.json()["code"] in ("VALIDATION_ERROR", "SCHEMA_ERROR")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"version": 2, "buckets": []},
+        {"version": 1, "buckets": [{"name": "x", "filters": [
+            {"column": "a", "op": "like", "value": "b"}]}]},
+        {"version": 1, "buckets": [{"name": "x", "tables": ["t; drop table x"]}]},
+        {"version": 1},
+        "rules",
+    ],
+)
+def test_bad_rules_are_rejected(gateway: Gateway, body: Any) -> None:
+    r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "VALIDATION_ERROR"
+
+
+def test_rules_are_persisted_and_stamped(gateway: Gateway) -> None:
+    rules = {"version": 1, "buckets": [{"name": "all", "tables": [], "filters": []}]}
+    r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=rules)
+    assert r.status_code == 200 and r.json()["rules"] == rules and int(r.json()["stamp"]) > 0
+    again = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=rules)
+    assert again.json()["stamp"] == r.json()["stamp"]
+
+
+def test_connectors_crud(gateway: Gateway) -> None:
+    conn = {"name": "pg", "type": "postgres", "dsn": "postgresql://x"}
+    assert gateway.admin("POST", "/v1/admin/connectors/gw1", json=conn).json() == conn
+    assert gateway.admin("GET", "/v1/admin/connectors/gw1").json() == {"connectors": [conn]}
+    bad = gateway.admin("POST", "/v1/admin/connectors/gw1", json={"name": "a b", "type": "x"})
+    assert bad.status_code == 400
+    assert gateway.admin("DELETE", "/v1/admin/connectors/gw1/pg").status_code == 204
+    missing = gateway.admin("DELETE", "/v1/admin/connectors/gw1/pg")
+    assert missing.status_code == 404 and missing.json()["code"] == "NOT_FOUND"
+
+
+def test_flush_and_metrics(gateway: Gateway) -> None:
+    alice = token("alice")
+    gateway.push(alice, "alice", [delta("INSERT", "r1", "alice", x=1)])
+    gateway.pull_page(alice, "alice", 0)
+    flush = gateway.admin("POST", "/v1/admin/flush/gw1").json()
+    assert flush["flushed"] is False and flush["unflushedBytes"] > 0
+    m = gateway.admin("GET", "/v1/admin/metrics/gw1").json()
+    assert m["gateway"] == "gw1" and m["pushes"] == 1 and m["pulls"] == 1
+    assert m["deltasStored"] == 1 and int(m["hotLogHead"]) > 0
+    assert gateway.admin("GET", "/v1/admin/metrics/gw2", gw="gw2").json()["pushes"] == 0
+    text = gateway.http.get("/metrics").text
+    assert 'lakesync_push_total{gateway="gw1"} 1.0' in text
+    assert "lakesync_push_seconds_count 1.0" in text
+    assert "lakesync_pull_seconds_count 1.0" in text
+    assert "lakesync_hotlog_unflushed_bytes" in text and "lakesync_ws_connections" in text
+
+
+def test_health_and_ready(gateway: Gateway) -> None:
+    assert gateway.http.get("/health").json() == {"status": "ok"}
+    assert gateway.http.get("/ready").json() == {"status": "ready"}
+    gateway.http.app.state.service.draining = True
+    r = gateway.http.get("/ready")
+    assert r.status_code == 503 and r.json()["code"] == "BACKPRESSURE_ERROR"
+    push = gateway.push(token("alice"), "alice", [delta("INSERT", "r1", "alice", x=1)])
+    assert push.status_code == 503
+
+
+def test_docs_are_served(gateway: Gateway) -> None:
+    spec = gateway.http.get("/docs/openapi.json").json()
+    assert "/v1/sync/{gw}/push" in spec["paths"]
+    assert gateway.http.get("/docs").status_code == 200
