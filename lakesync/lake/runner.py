@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PipelineError", "PipelineResult", "ProgressCallback", "dbt_invoke", "run_pipeline"]
 
+CHANGE_KEYS = (
+    "added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files"
+)
+
 ProgressCallback = Callable[[str, str], None]
 """Called with ``(node name, status)``: status ``started`` then ``success``/``error``/``pass``/…"""
 
@@ -99,16 +103,20 @@ def dbt_invoke(
     return result
 
 
-def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, int | None]:
+def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[int, bool]]:
+    """Per analytics table: snapshot id → whether that snapshot changed any data file."""
     catalog = open_catalog(settings)
-    out: dict[str, int | None] = {}
+    out: dict[str, dict[int, bool]] = {}
     for t in tables:
         ident = f"{ANALYTICS_NAMESPACE}.{t}"
-        if catalog.table_exists(ident):
-            snap = catalog.load_table(ident).current_snapshot()
-            out[t] = snap.snapshot_id if snap is not None else None
-        else:
-            out[t] = None
+        snaps = catalog.load_table(ident).snapshots() if catalog.table_exists(ident) else []
+        out[t] = {
+            snap.snapshot_id: any(
+                int(snap.summary.additional_properties.get(key, "0") if snap.summary else 0) > 0
+                for key in CHANGE_KEYS
+            )
+            for snap in snaps
+        }
     return out
 
 
@@ -168,7 +176,11 @@ def run_pipeline(
         dbt_invoke(settings, rebuild, on_progress)
 
     after = _snapshots(settings, list(tables))
-    updated = sorted(t for t in tables if after[t] != before[t])
+    # A MERGE that matched nothing still commits an empty snapshot: count only real changes.
+    updated = sorted(
+        t for t in tables
+        if any(changed for sid, changed in after[t].items() if sid not in before[t])
+    )
     return PipelineResult(
         rows_merged=pending,
         tables_updated=updated,

@@ -107,8 +107,10 @@ def actual(lake: Lake, gw: str, table: str) -> dict[str, dict[str, Any]]:
     return {r.pop("row_id"): {**r, "_hlc": int(r["_hlc"])} for r in rows}
 
 
-def run(lake: Lake, schemas: list[TableSchema] = SCHEMAS) -> Any:
-    return run_pipeline(settings=lake.settings, schemas=schemas)
+def run(lake: Lake, schemas: list[TableSchema] = SCHEMAS, tests: bool = False) -> Any:
+    # Data tests run once per module (test_data_tests_hold_after_random_histories): each dbt
+    # build with tests costs twice a plain run.
+    return run_pipeline(settings=lake.settings, schemas=schemas, tests=tests)
 
 
 @settings(
@@ -127,8 +129,14 @@ def test_models_equal_merge_state_over_several_runs(lake: Lake, history: list[li
             assert actual(lake, gw, table) == expected(seen, table)
 
 
+def test_data_tests_hold_after_random_histories(lake: Lake) -> None:
+    run(lake, tests=True)
+    again = run(lake)
+    assert again.rows_merged == 0
+    assert again.tables_updated == []  # nothing new landed: no table changed
+
+
 def test_dbt_unit_tests_pass(lake: Lake) -> None:
-    run(lake)  # the project's generated models must exist for dbt to parse
     result = dbt_invoke(lake.settings, ["test", "--select", "test_type:unit"])
     names = {r.node.name for r in result.result.results}
     assert {
