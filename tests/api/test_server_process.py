@@ -1,0 +1,144 @@
+"""End to end on loopback: real HTTP and WebSocket, kill -9 durability, two processes on PG."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+from lakesync.delta import RowDelta
+from lakesync.merge import merge_state
+from lakesync.wsframes import decode_server_frame, encode_push
+from tests.api.conftest import drop_pg_schema, fresh_pg_schema, pg_available
+from tests.api.helpers import PG_DSN, auth, delta, now_hlc, token
+from tests.api.server import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def pull_all(url: str, tok: str, client_id: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    since = "0"
+    with httpx.Client(base_url=url, headers=auth(tok), timeout=30) as http:
+        while True:
+            body = http.get("/v1/sync/gw1/pull", params={
+                "since": since, "clientId": client_id, "limit": "10000"}).json()
+            out.extend(body["deltas"])
+            since = body["serverHlc"]
+            if not body["hasMore"]:
+                return out
+
+
+def test_loopback_http_websocket_and_graceful_stop(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data").start()
+    try:
+        with connect(f"{server.ws_url}/v1/sync/gw1/ws?token={token('bob')}") as bob, \
+                connect(f"{server.ws_url}/sync/gw1/ws",
+                        additional_headers=auth(token("carol"))) as carol:
+            time.sleep(0.2)  # let both register before the push
+            d1 = delta("INSERT", "r1", "alice", title="hi")
+            r = httpx.post(f"{server.url}/v1/sync/gw1/push", headers=auth(token("alice")),
+                           json={"clientId": "alice", "deltas": [d1.to_wire()]})
+            assert r.status_code == 200, r.text
+            for sock in (bob, carol):
+                frame = decode_server_frame(sock.recv(timeout=10))  # type: ignore[arg-type]
+                assert frame.broadcast and frame.deltas == [d1]
+            d2 = delta("UPDATE", "r1", "bob", title="yo")
+            bob.send(encode_push("bob", [d2]))
+            assert not decode_server_frame(bob.recv(timeout=10)).broadcast  # type: ignore[arg-type]
+            assert decode_server_frame(carol.recv(timeout=10)).deltas == [d2]  # type: ignore[arg-type]
+        assert pull_all(server.url, token("alice"), "alice") == [d1.to_wire(), d2.to_wire()]
+    finally:
+        # uvicorn re-raises the signal once its graceful shutdown is done.
+        assert server.stop() in (0, -15)
+    assert "Application shutdown complete" in server.log_path.read_text()
+
+
+def test_kill_9_under_concurrent_pushes_loses_no_acknowledged_delta(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data").start()
+    acked: list[str] = []
+    attempted: list[list[str]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def worker(n: int) -> None:
+        client = f"c{n}"
+        tok = token(client)
+        with httpx.Client(base_url=server.url, headers=auth(tok), timeout=10) as http:
+            i = 0
+            while not stop.is_set():
+                batch = [delta("INSERT", f"{client}-{i}-{j}", client, v=j) for j in range(20)]
+                ids = [d.delta_id for d in batch]
+                with lock:
+                    attempted.append(ids)
+                try:
+                    r = http.post("/v1/sync/gw1/push",
+                                  json={"clientId": client, "deltas": [d.to_wire() for d in batch]})
+                except httpx.HTTPError:
+                    return
+                if r.status_code == 200:
+                    with lock:
+                        acked.extend(ids)
+                i += 1
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(acked) < 600 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.kill()
+    stop.set()
+    for t in threads:
+        t.join(15)
+    assert len(acked) >= 600
+    restarted = ServerProcess(tmp_path / "data").start()
+    try:
+        stored = Counter(d["deltaId"] for d in pull_all(restarted.url, token("z"), "z"))
+    finally:
+        restarted.stop()
+    assert all(stored[i] == 1 for i in acked), "an acknowledged delta is missing or duplicated"
+    assert max(stored.values()) == 1
+    for ids in attempted:  # a batch is stored whole or not at all
+        assert {stored[i] for i in ids} in ({0}, {1})
+
+
+@pytest.mark.postgres
+def test_two_processes_share_one_postgres_store(tmp_path: Path) -> None:
+    if not pg_available():
+        pytest.skip(f"PostgreSQL not reachable at {PG_DSN}")
+    schema = fresh_pg_schema()
+    env = {"LAKESYNC_STORE_URL": PG_DSN, "LAKESYNC_PG_SCHEMA": schema}
+    one = ServerProcess(tmp_path / "one", env).start()
+    two = ServerProcess(tmp_path / "two", env).start()
+    try:
+        with connect(f"{two.ws_url}/v1/sync/gw1/ws?token={token('bob')}") as bob_ws:
+            time.sleep(0.2)
+            mine = [delta("INSERT", f"a{i}", "alice", n=i, hlc=now_hlc()) for i in range(5)]
+            theirs = [delta("UPDATE", "a0", "bob", n=100), delta("INSERT", "b1", "bob", n=1)]
+            r1 = httpx.post(f"{one.url}/v1/sync/gw1/push", headers=auth(token("alice")),
+                            json={"clientId": "alice", "deltas": [d.to_wire() for d in mine]})
+            assert r1.status_code == 200, r1.text
+            frame = decode_server_frame(bob_ws.recv(timeout=10))  # type: ignore[arg-type]
+            assert frame.broadcast and frame.deltas == mine
+            r2 = httpx.post(f"{two.url}/v1/sync/gw1/push", headers=auth(token("bob")),
+                            json={"clientId": "bob", "deltas": [d.to_wire() for d in theirs]})
+            assert r2.status_code == 200, r2.text
+        via_one = pull_all(one.url, token("alice"), "alice")
+        via_two = pull_all(two.url, token("bob"), "bob")
+        assert via_one == via_two
+        state = merge_state(RowDelta.from_wire(d) for d in via_one)
+        assert state == merge_state([*mine, *theirs])
+        assert state[("todos", "a0")] == {"n": 100}
+    finally:
+        one.stop()
+        two.stop()
+        drop_pg_schema(schema)
+
+
