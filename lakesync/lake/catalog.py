@@ -7,6 +7,7 @@ created by the bootstrap), so the catalog name must equal Spark's (``lake``).
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from lakesync.lake.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
@@ -28,6 +29,16 @@ __all__ = [
 LANDING_IDENTIFIER = f"{LANDING_NAMESPACE}.{LANDING_TABLE}"
 # Snapshot summary key: the hot-log position (ingest HLC) the landing table is complete through.
 POSITION_PROPERTY = "lakesync.flushed-through"
+
+
+class _QuietV0Layout(logging.Filter):
+    """Drop pyiceberg's notice about the old catalog layout: it is deliberate (STACK.md trap 2)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "v0 schema" not in record.getMessage()
+
+
+logging.getLogger("pyiceberg.catalog.sql").addFilter(_QuietV0Layout())
 
 
 def open_catalog(settings: LakeSettings) -> SqlCatalog:

@@ -7,6 +7,7 @@ Python UDFs on it, writes the generated per-table models from the registered sch
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +26,14 @@ from lakesync.schema import TableSchema
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PipelineError", "PipelineResult", "ProgressCallback", "dbt_invoke", "run_pipeline"]
+__all__ = [
+    "PipelineError",
+    "PipelineResult",
+    "ProgressCallback",
+    "dbt_invoke",
+    "run_pipeline",
+    "state_as_of_hlc",
+]
 
 CHANGE_KEYS = (
     "added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files"
@@ -188,3 +196,30 @@ def run_pipeline(
         models=[model_name(t) for t in sorted(tables)],
         position=_position(spark),
     )
+
+
+def state_as_of_hlc(
+    table: str,
+    hlc: int,
+    *,
+    settings: LakeSettings,
+    schemas: Sequence[TableSchema] | None = None,
+) -> Any:
+    """Time travel by HLC: ``table``'s state from the landing deltas with ``hlc <=`` the given one.
+
+    Compiles the project's ``lakesync_state_as_of`` macro (the same merge macros as the models)
+    with dbt and runs it on Spark; returns a Spark DataFrame with the current-state columns.
+    (Time travel by snapshot needs no dbt: ``select * from analytics.T version as of <id>``.)
+    """
+    tables = table_columns(_schemas_from_config() if schemas is None else schemas)
+    if table not in tables:
+        raise PipelineError(f"table {table!r} has no registered schema")
+    cols = [{"name": n, "type": t} for n, t in tables[table]]
+    write_models(prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir), tables)
+    spark = spark_session(settings)
+    from spark_udfs.register import register_udfs
+
+    register_udfs(spark)
+    inline = f"{{{{ lakesync_state_as_of({json.dumps(table)}, {json.dumps(cols)}, {int(hlc)}) }}}}"
+    result = dbt_invoke(settings, ["compile", "--inline", inline])
+    return spark.sql(result.result.results[0].node.compiled_code)
