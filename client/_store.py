@@ -26,8 +26,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import msgspec
-
 from client._columns import (
     SQL_TYPES,
     decode_json,
@@ -36,6 +34,7 @@ from client._columns import (
     register_converters,
     to_sql_value,
 )
+from client._decode import decode_outbox, encode_outbox
 from client._types import Change, Origin
 from client.errors import ClientClosedError, RowExistsError, RowNotFoundError, ValidationError
 from lakesync.delta import Op, RowDelta, extract_delta
@@ -129,17 +128,6 @@ class DeadLetter:
     code: str
     error: str
     failed_at: float
-
-
-_wire_encoder = msgspec.json.Encoder()
-
-
-def _encode_delta(delta: RowDelta) -> bytes:
-    return _wire_encoder.encode(delta.to_wire())
-
-
-def _decode_delta(body: bytes) -> RowDelta:
-    return RowDelta.from_wire(decode_json(body))
 
 
 class LocalStore:
@@ -462,7 +450,7 @@ class LocalStore:
             self._save(c, {(table, row_id): _Touched(state, before, change.after, dirty)})
             c.execute(
                 "INSERT INTO _ls_outbox (delta_id, body) VALUES (?, ?)",
-                (delta.delta_id, _encode_delta(delta)),
+                (delta.delta_id, encode_outbox(delta)),
             )
             self._put_meta(c, "hlc", str(clock.last))
         return delta, Change(table, row_id, change.before, change.after, "local")
@@ -545,7 +533,7 @@ class LocalStore:
             if out and size + len(raw) > max_bytes:
                 break
             size += len(raw)
-            out.append(OutboxEntry(int(seq), _decode_delta(raw), raw, int(attempts)))
+            out.append(OutboxEntry(int(seq), decode_outbox(raw), raw, int(attempts)))
         return out
 
     def ack(self, seqs: Sequence[int]) -> None:
@@ -577,7 +565,7 @@ class LocalStore:
                 "SELECT seq, body, code, error, failed_at FROM _ls_dead_letters ORDER BY seq"
             ).fetchall()
         return [
-            DeadLetter(int(s), _decode_delta(bytes(b)), c, e, float(f)) for s, b, c, e, f in rows
+            DeadLetter(int(s), decode_outbox(bytes(b)), c, e, float(f)) for s, b, c, e, f in rows
         ]
 
     def requeue_dead_letters(self) -> int:

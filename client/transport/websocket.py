@@ -23,6 +23,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from client._auth import TokenProvider
 from client._backoff import Backoff
+from client._decode import decode_sync_response
 from client.errors import (
     AuthError,
     BackpressureError,
@@ -44,7 +45,7 @@ from client.transport._base import (
 from client.transport.http import HttpTransport
 from lakesync.delta import RowDelta
 from lakesync.errors import error_for_code
-from lakesync.wsframes import ServerFrame, decode_server_frame, encode_pull, encode_push
+from lakesync.wsframes import TAG_BROADCAST, ServerFrame, encode_pull, encode_push
 
 __all__ = ["WebSocketTransport"]
 
@@ -214,7 +215,7 @@ class WebSocketTransport(Transport):
                     self._replies.put(ConnectionFailedError("unexpected text frame"))
                     continue
                 try:
-                    frame = decode_server_frame(message)
+                    frame = _server_frame(message)
                 except ValidationError as exc:
                     self._replies.put(exc)
                     continue
@@ -257,6 +258,12 @@ class WebSocketTransport(Transport):
                 except Exception:
                     _log.exception("catch-up after reconnect failed")
             return
+
+
+def _server_frame(message: bytes) -> ServerFrame:
+    broadcast = bool(message) and message[0] == TAG_BROADCAST
+    deltas, server_hlc, has_more = decode_sync_response(message[1:] if broadcast else message)
+    return ServerFrame(broadcast, deltas, server_hlc, has_more)
 
 
 def _close_error(ws: ClientConnection) -> LakeSyncError:
