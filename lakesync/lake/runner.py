@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,22 @@ def _schemas_from_config() -> list[TableSchema]:
     return [s for gw in config.gateways.values() for s in gw.schemas]
 
 
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for profiles.yml only while dbt runs, then restore them, so one
+    lake's settings never leak into the next ``LakeSettings.from_env``."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
 def dbt_invoke(
     settings: LakeSettings, args: Sequence[str], on_progress: ProgressCallback | None = None
 ) -> Any:
@@ -82,8 +99,6 @@ def dbt_invoke(
     from dbt.cli.main import dbtRunner
 
     prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
-    os.environ.update(settings.dbt_env())
-    os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "false")
 
     def callback(event: Any) -> None:
         name = event.info.name
@@ -100,7 +115,8 @@ def dbt_invoke(
         "--log-path", str(settings.dbt_dir / "logs"),
         "--quiet",
     ]
-    result = dbtRunner(callbacks=[callback]).invoke(full_args)
+    with _environment({**settings.dbt_env(), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}):
+        result = dbtRunner(callbacks=[callback]).invoke(full_args)
     if not result.success:
         failed = []
         for r in getattr(result.result, "results", None) or []:
