@@ -103,5 +103,3 @@ def create_app(
     app.state.metrics = metrics_
     app.state.flusher = flusher
     return app
-
-

@@ -7,6 +7,7 @@ from typing import Any
 
 from litestar import Request
 from litestar.connection import ASGIConnection
+from litestar.params import FromPath
 
 from api.services.sync import SyncService
 from lakesync.errors import AuthError, ForbiddenError
@@ -42,12 +43,12 @@ def provide_service(request: Request[Any, Any, Any]) -> SyncService:
     return service
 
 
-def provide_claims(request: Request[Any, Any, Any], gw: str) -> Claims:
+def provide_claims(request: Request[Any, Any, Any], gw: FromPath[str]) -> Claims:
     """Dependency: verified claims of a client (or admin) token for the path's gateway."""
     return authenticate(request, gw)
 
 
-def provide_admin_claims(request: Request[Any, Any, Any], gw: str) -> Claims:
+def provide_admin_claims(request: Request[Any, Any, Any], gw: FromPath[str]) -> Claims:
     """Dependency: verified claims of an ``admin`` token for the path's gateway."""
     claims = authenticate(request, gw)
     if claims.get("role") != "admin":

@@ -21,9 +21,7 @@ def up(
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="Data directory (hot log, lake).")
     ] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", help="Path of lakesync.yaml.")
-    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Path of lakesync.yaml.")] = None,
 ) -> None:
     """Serve the sync gateway (HTTP + WebSocket) until SIGINT/SIGTERM."""
     import msgspec
@@ -61,5 +59,3 @@ def up(
         )
     )
     server.run()
-
-

@@ -27,8 +27,13 @@ _CODE_BY_STATUS = {
 }
 
 
-def _reply(request: Request[Any, Any, Any], status: int, message: str, code: str,
-           headers: dict[str, str] | None = None) -> Response[dict[str, str]]:
+def _reply(
+    request: Request[Any, Any, Any],
+    status: int,
+    message: str,
+    code: str,
+    headers: dict[str, str] | None = None,
+) -> Response[dict[str, str]]:
     metrics = getattr(request.app.state, "metrics", None)
     if metrics is not None:
         metrics.errors.labels(code).inc()
@@ -57,8 +62,13 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     if status >= 500:
         log.error("internal error: %s", message)
         return _reply(request, status, "internal error", "INTERNAL_ERROR")
-    return _reply(request, status, message, _CODE_BY_STATUS.get(status, "VALIDATION_ERROR"),
-                  dict(exc.headers or {}) or None)
+    return _reply(
+        request,
+        status,
+        message,
+        _CODE_BY_STATUS.get(status, "VALIDATION_ERROR"),
+        dict(exc.headers or {}) or None,
+    )
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

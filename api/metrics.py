@@ -33,7 +33,8 @@ class GatewayMetrics:
             "lakesync_ws_connections", "Open WebSocket connections", registry=r
         )
         self.hotlog_unflushed = Gauge(
-            "lakesync_hotlog_unflushed_bytes", "Hot-log bytes not yet in the landing table",
+            "lakesync_hotlog_unflushed_bytes",
+            "Hot-log bytes not yet in the landing table",
             registry=r,
         )
         self.hotlog_head = Gauge("lakesync_hotlog_head", "Greatest ingest HLC", registry=r)

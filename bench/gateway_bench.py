@@ -26,16 +26,22 @@ from lakesync.wsframes import decode_server_frame
 from tests.api.helpers import auth, now_hlc, token
 from tests.api.server import ServerProcess
 
-OWNER_RULES = {"version": 1, "buckets": [{"name": "mine", "filters": [
-    {"column": "owner", "op": "eq", "value": "jwt:sub"}]}]}
+OWNER_RULES = {
+    "version": 1,
+    "buckets": [{"name": "mine", "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]}],
+}
 
 
 def batch(client: str, n: int, start: int, owner: str | None = None) -> list[dict[str, object]]:
     hlc = now_hlc()
     return [
         RowDelta.create(
-            "INSERT", "todos", f"{client}-{start + i}", client,
-            {"title": f"task {start + i}", "done": False, "owner": owner or client}, hlc + i,
+            "INSERT",
+            "todos",
+            f"{client}-{start + i}",
+            client,
+            {"title": f"task {start + i}", "done": False, "owner": owner or client},
+            hlc + i,
         ).to_wire()
         for i in range(n)
     ]
@@ -47,8 +53,9 @@ async def push_throughput(url: str, clients: int, batches: int) -> tuple[float, 
     per_client = batches // clients
     bodies = {
         n: [
-            msgspec.json.encode({"clientId": f"p{clients}-{n}",
-                                 "deltas": batch(f"p{clients}-{n}", 100, i * 100)})
+            msgspec.json.encode(
+                {"clientId": f"p{clients}-{n}", "deltas": batch(f"p{clients}-{n}", 100, i * 100)}
+            )
             for i in range(per_client)
         ]
         for n in range(clients)
@@ -126,16 +133,21 @@ async def main(batches: int) -> None:
         try:
             for clients in (1, 8):
                 bps, dps = await push_throughput(server.url, clients, batches)
-                print(f"push throughput, {clients} client(s), batches of 100: "
-                      f"{bps:.0f} batches/s = {dps:.0f} deltas/s (durable, SQLite WAL FULL)")
+                print(
+                    f"push throughput, {clients} client(s), batches of 100: "
+                    f"{bps:.0f} batches/s = {dps:.0f} deltas/s (durable, SQLite WAL FULL)"
+                )
             for gw, rules in (("gw-plain", False), ("gw-rules", True)):
                 p50, p95 = await pull_latency(server.url, gw, rules)
                 label = "with rules (500 of 1,000 visible)" if rules else "without rules"
-                print(f"pull latency, 1,000-delta page, {label}: "
-                      f"p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+                print(
+                    f"pull latency, 1,000-delta page, {label}: p50 {p50:.1f} ms, p95 {p95:.1f} ms"
+                )
             p50, worst = await broadcast_latency(server.ws_url, server.url, 100)
-            print(f"push-to-broadcast latency, 100 WebSocket clients: p50 {p50:.1f} ms, "
-                  f"max {worst:.1f} ms")
+            print(
+                f"push-to-broadcast latency, 100 WebSocket clients: p50 {p50:.1f} ms, "
+                f"max {worst:.1f} ms"
+            )
         finally:
             server.stop()
 

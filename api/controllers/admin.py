@@ -8,7 +8,8 @@ from typing import Any
 import anyio.to_thread
 import msgspec
 from litestar import Controller, Request, delete, get, post
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, JSONBody
 
 from api.auth import provide_admin_claims
 from api.errors import ERROR_RESPONSES
@@ -65,7 +66,11 @@ class AdminController(Controller):
 
     @post("/flush/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
     async def flush(
-        self, gw: str, claims: Claims, service: SyncService, request: Request[Any, Any, Any]
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+        request: Request[Any, Any, Any],
     ) -> FlushResponse:
         """Flush the hot log to the landing table now, if a flusher is attached to the app."""
         flusher = getattr(request.app.state, "flusher", None)
@@ -78,14 +83,22 @@ class AdminController(Controller):
 
     @post("/schema/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
     async def schema(
-        self, gw: str, data: dict[str, Any], claims: Claims, service: SyncService
+        self,
+        gw: FromPath[str],
+        data: JSONBody[dict[str, Any]],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
     ) -> dict[str, Any]:
         """Register a table schema or evolve it additively (422 otherwise)."""
         return schema_to_wire(await service.put_schema(gw, parse_schema(data)))
 
     @post("/sync-rules/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
     async def sync_rules(
-        self, gw: str, data: dict[str, Any], claims: Claims, service: SyncService
+        self,
+        gw: FromPath[str],
+        data: JSONBody[dict[str, Any]],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
     ) -> RulesResponse:
         """Replace the gateway's sync rules; clients resync on their next pull."""
         record = await service.set_rules(gw, parse_rules(data))
@@ -94,7 +107,10 @@ class AdminController(Controller):
 
     @get("/connectors/{gw:str}", responses=ERROR_RESPONSES)
     async def list_connectors(
-        self, gw: str, claims: Claims, service: SyncService
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
     ) -> ConnectorsResponse:
         """Every registered connector document."""
         docs = await anyio.to_thread.run_sync(service.store.list_docs, gw, "connector")
@@ -102,7 +118,11 @@ class AdminController(Controller):
 
     @post("/connectors/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
     async def add_connector(
-        self, gw: str, data: dict[str, Any], claims: Claims, service: SyncService
+        self,
+        gw: FromPath[str],
+        data: JSONBody[dict[str, Any]],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
     ) -> dict[str, Any]:
         """Register (or replace) a connector: a JSON object with a ``name`` and a ``type``."""
         name, kind = data.get("name"), data.get("type")
@@ -115,7 +135,11 @@ class AdminController(Controller):
 
     @delete("/connectors/{gw:str}/{name:str}", status_code=204, responses=ERROR_RESPONSES)
     async def remove_connector(
-        self, gw: str, name: str, claims: Claims, service: SyncService
+        self,
+        gw: FromPath[str],
+        name: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
     ) -> None:
         """Unregister a connector (404 if unknown)."""
         if not await anyio.to_thread.run_sync(service.store.delete_doc, gw, "connector", name):
@@ -123,7 +147,10 @@ class AdminController(Controller):
 
     @get("/metrics/{gw:str}", responses=ERROR_RESPONSES)
     async def metrics(
-        self, gw: str, claims: Claims, service: SyncService
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
     ) -> GatewayMetricsResponse:
         """Counters of this gateway since the process started, and hot-log figures."""
         tally = service.metrics.tally

@@ -6,6 +6,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 from litestar import MediaType, Response, get
+from litestar.di import NamedDependency
 
 from api.errors import ERROR_RESPONSES
 from api.services.sync import SyncService
@@ -27,7 +28,7 @@ async def health() -> Status:
 
 
 @get("/ready", tags=["ops"], responses={503: ERROR_RESPONSES[503]})
-async def ready(service: SyncService) -> Status:
+async def ready(service: NamedDependency[SyncService]) -> Status:
     """Ready to serve: not draining and the store answers (503 otherwise)."""
     if service.draining:
         raise BackpressureError("draining: the gateway is shutting down")
@@ -40,7 +41,7 @@ async def ready(service: SyncService) -> Status:
 
 
 @get("/metrics", tags=["ops"], media_type=MediaType.TEXT)
-async def metrics(service: SyncService) -> Response[bytes]:
+async def metrics(service: NamedDependency[SyncService]) -> Response[bytes]:
     """Prometheus text exposition."""
     m = service.metrics
     m.ws_connections.set(service.hub.count)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Controller, get, post
-from litestar.di import Provide
-from litestar.params import Parameter
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from api.auth import provide_claims
 from api.errors import ERROR_RESPONSES
@@ -75,7 +75,11 @@ class SyncController(Controller):
 
     @post("/push", status_code=200, responses=ERROR_RESPONSES)
     async def push(
-        self, gw: str, data: PushRequest, claims: Claims, service: SyncService
+        self,
+        gw: FromPath[str],
+        data: JSONBody[PushRequest],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
     ) -> PushResponse:
         """Store a batch of deltas atomically (known deltaIds count as accepted, applied once)."""
         service.check_rate(gw, str(claims["sub"]))
@@ -94,13 +98,13 @@ class SyncController(Controller):
     @get("/pull", responses=ERROR_RESPONSES)
     async def pull(
         self,
-        gw: str,
-        claims: Claims,
-        service: SyncService,
-        since: str | None = None,
-        client_id: str | None = Parameter(query="clientId", default=None),
-        limit: str | None = None,
-        source: str | None = None,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+        since: FromQuery[str | None] = None,
+        client_id: Annotated[str | None, QueryParameter(name="clientId")] = None,
+        limit: FromQuery[str | None] = None,
+        source: FromQuery[str | None] = None,
     ) -> PullResponse:
         """The deltas after ``since`` (the gateway's ingest cursor) that this client may see."""
         service.check_rate(gw, str(claims["sub"]))
@@ -118,13 +122,17 @@ class SyncController(Controller):
         )
 
     @get("/checkpoint", responses=ERROR_RESPONSES)
-    async def checkpoint(self, gw: str, claims: Claims) -> None:
+    async def checkpoint(self, gw: FromPath[str], claims: NamedDependency[Claims]) -> None:
         """Initial-sync checkpoint stream; 404 until checkpoints are generated."""
         raise NotFoundError(f"no checkpoint for gateway {gw!r} yet; pull from since=0")
 
     @post("/action", status_code=200, responses=ERROR_RESPONSES)
     async def action(
-        self, gw: str, data: ActionRequest, claims: Claims, service: SyncService
+        self,
+        gw: FromPath[str],
+        data: JSONBody[ActionRequest],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
     ) -> ActionResponse:
         """Run imperative actions; with no connector handlers every action reports NOT_FOUND."""
         service.check_client(claims, data.client_id)
@@ -138,6 +146,6 @@ class SyncController(Controller):
         )
 
     @get("/actions", responses=ERROR_RESPONSES)
-    async def actions(self, gw: str, claims: Claims) -> ActionsResponse:
+    async def actions(self, gw: FromPath[str], claims: NamedDependency[Claims]) -> ActionsResponse:
         """Which connectors accept which action types (none registered yet)."""
         return ActionsResponse({})

@@ -13,6 +13,7 @@ import logging
 
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
+from litestar.params import FromPath
 
 from api.auth import authenticate
 from api.services.hub import Connection
@@ -36,7 +37,7 @@ def _reason(message: str) -> str:
 
 
 @websocket(["/v1/sync/{gw:str}/ws", "/sync/{gw:str}/ws"])
-async def sync_socket(socket: WebSocket, gw: str) -> None:  # type: ignore[type-arg]
+async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ignore[type-arg]
     """Authenticate, register with the hub, then serve push/pull frames until closed."""
     service: SyncService = socket.app.state.service
     await socket.accept()

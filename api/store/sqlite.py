@@ -192,9 +192,7 @@ class SqliteHotLog(HotLog):
         batch = list(deltas)
         return self._submit(lambda conn: self._append(conn, gateway_id, batch))
 
-    def _append(
-        self, conn: sqlite3.Connection, gw: str, deltas: list[RowDelta]
-    ) -> AppendResult:
+    def _append(self, conn: sqlite3.Connection, gw: str, deltas: list[RowDelta]) -> AppendResult:
         known = _known_ids(conn, gw, [d.delta_id for d in deltas])
         new = fresh_deltas(deltas, known)
         if not new:
@@ -366,11 +364,13 @@ class SqliteHotLog(HotLog):
     def delete_doc(self, gateway_id: str, kind: str, name: str) -> bool:
         """See :meth:`HotLog.delete_doc`."""
         return self._submit(
-            lambda conn: conn.execute(
-                "DELETE FROM gateway_docs WHERE gw = ? AND kind = ? AND name = ?",
-                (gateway_id, kind, name),
-            ).rowcount
-            > 0
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM gateway_docs WHERE gw = ? AND kind = ? AND name = ?",
+                    (gateway_id, kind, name),
+                ).rowcount
+                > 0
+            )
         )
 
     def view_stamp(self, gateway_id: str, client_id: str, claims_hash: str) -> int:
@@ -452,4 +452,3 @@ def _head(conn: sqlite3.Connection) -> int:
 def _counter(conn: sqlite3.Connection, name: str) -> int:
     (value,) = conn.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
     return int(value)
-

@@ -96,9 +96,7 @@ class Gateway:
 
 def make_settings(tmp_path: Path, **overrides: Any) -> GatewaySettings:
     """Settings for a test app on an embedded store in ``tmp_path``."""
-    return GatewaySettings(
-        data_dir=tmp_path, jwt_secrets=(SECRET, PREVIOUS_SECRET), **overrides
-    )
+    return GatewaySettings(data_dir=tmp_path, jwt_secrets=(SECRET, PREVIOUS_SECRET), **overrides)
 
 
 def filtered(

@@ -47,8 +47,17 @@ class ServerProcess:
         env.pop("LAKESYNC_CONFIG", None)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "api", "--host", "127.0.0.1", "--port", str(self.port),
-                 "--data-dir", str(self.data_dir)],
+                [
+                    sys.executable,
+                    "-m",
+                    "api",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--data-dir",
+                    str(self.data_dir),
+                ],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -8,8 +8,10 @@ import pytest
 
 from tests.api.helpers import Gateway, auth, delta, token
 
-SCHEMA = {"table": "todos", "columns": [{"name": "title", "type": "string"},
-                                         {"name": "done", "type": "boolean"}]}
+SCHEMA = {
+    "table": "todos",
+    "columns": [{"name": "title", "type": "string"}, {"name": "done", "type": "boolean"}],
+}
 ADMIN_ROUTES = [
     ("POST", "/v1/admin/flush/gw1", None),
     ("POST", "/v1/admin/schema/gw1", SCHEMA),
@@ -79,8 +81,10 @@ def test_bad_schemas_are_rejected(gateway: Gateway, body: Any) -> None:
     "body",
     [
         {"version": 2, "buckets": []},
-        {"version": 1, "buckets": [{"name": "x", "filters": [
-            {"column": "a", "op": "like", "value": "b"}]}]},
+        {
+            "version": 1,
+            "buckets": [{"name": "x", "filters": [{"column": "a", "op": "like", "value": "b"}]}],
+        },
         {"version": 1, "buckets": [{"name": "x", "tables": ["t; drop table x"]}]},
         {"version": 1},
         "rules",

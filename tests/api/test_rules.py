@@ -10,8 +10,11 @@ from tests.api.helpers import Gateway, Replica, auth, delta, token
 OWNER_RULES = {
     "version": 1,
     "buckets": [
-        {"name": "mine", "tables": ["todos"],
-         "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]},
+        {
+            "name": "mine",
+            "tables": ["todos"],
+            "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+        },
     ],
 }
 ALICE, BOB, CAROL = token("alice"), token("bob"), token("carol")
@@ -22,8 +25,9 @@ def set_rules(gateway: Gateway, rules: dict[str, Any]) -> None:
     assert r.status_code == 200, r.text
 
 
-def expected(rows: dict[tuple[str, str], dict[str, Any]], rules: dict[str, Any],
-             sub: str) -> dict[tuple[str, str], dict[str, Any]]:
+def expected(
+    rows: dict[tuple[str, str], dict[str, Any]], rules: dict[str, Any], sub: str
+) -> dict[tuple[str, str], dict[str, Any]]:
     parsed = parse_rules(rules)
     return {k: v for k, v in rows.items() if visible(parsed, {"sub": sub}, k[0], v)}
 
@@ -39,12 +43,23 @@ def test_delete_partial_update_and_ownership_change_reach_the_right_clients(
         for name, rep in replicas.items():
             gateway.sync(toks[name], name, rep)
 
-    assert gateway.push(ALICE, "alice", [
-        delta("INSERT", "t1", "alice", owner="alice", title="one", done=False),
-        delta("INSERT", "t2", "alice", owner="alice", title="two", done=False),
-    ]).status_code == 200
-    assert gateway.push(BOB, "bob", [
-        delta("INSERT", "t3", "bob", owner="bob", title="three")]).status_code == 200
+    assert (
+        gateway.push(
+            ALICE,
+            "alice",
+            [
+                delta("INSERT", "t1", "alice", owner="alice", title="one", done=False),
+                delta("INSERT", "t2", "alice", owner="alice", title="two", done=False),
+            ],
+        ).status_code
+        == 200
+    )
+    assert (
+        gateway.push(
+            BOB, "bob", [delta("INSERT", "t3", "bob", owner="bob", title="three")]
+        ).status_code
+        == 200
+    )
     sync_all()
     assert set(replicas["alice"].rows()) == {("todos", "t1"), ("todos", "t2")}
     assert set(replicas["bob"].rows()) == {("todos", "t3")}
@@ -67,23 +82,32 @@ def test_delete_partial_update_and_ownership_change_reach_the_right_clients(
     sync_all()
     assert set(replicas["alice"].rows()) == {("todos", "t3")}
     assert replicas["carol"].rows() == {
-        ("todos", "t1"): {"owner": "carol", "title": "one", "done": True}}
+        ("todos", "t1"): {"owner": "carol", "title": "one", "done": True}
+    }
 
 
 def test_rule_change_takes_effect_on_next_pull(gateway: Gateway) -> None:
-    gateway.push(ALICE, "alice", [
-        delta("INSERT", "t1", "alice", owner="alice", team="red"),
-        delta("INSERT", "t2", "alice", owner="bob", team="red"),
-        delta("INSERT", "t3", "alice", owner="bob", team="blue"),
-    ])
+    gateway.push(
+        ALICE,
+        "alice",
+        [
+            delta("INSERT", "t1", "alice", owner="alice", team="red"),
+            delta("INSERT", "t2", "alice", owner="bob", team="red"),
+            delta("INSERT", "t3", "alice", owner="bob", team="blue"),
+        ],
+    )
     bob = Replica()
     gateway.sync(BOB, "bob", bob)
     assert len(bob.rows()) == 3  # no rules: everything
     set_rules(gateway, OWNER_RULES)
     gateway.sync(BOB, "bob", bob)
     assert set(bob.rows()) == {("todos", "t2"), ("todos", "t3")}
-    team_rules = {"version": 1, "buckets": [{"name": "team", "filters": [
-        {"column": "team", "op": "eq", "value": "jwt:team"}]}]}
+    team_rules = {
+        "version": 1,
+        "buckets": [
+            {"name": "team", "filters": [{"column": "team", "op": "eq", "value": "jwt:team"}]}
+        ],
+    }
     set_rules(gateway, team_rules)
     red_bob = token("bob", team="red")
     gateway.sync(red_bob, "bob", bob)

@@ -29,15 +29,36 @@ CLIENTS = ["alice", "bob", "carol"]
 ROWS = ["r0", "r1", "r2", "r3"]
 TEAMS = ["red", "blue"]
 RULESETS: list[dict[str, Any]] = [
-    {"version": 1, "buckets": [{"name": "mine", "tables": ["todos"],
-                                "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]}]},
-    {"version": 1, "buckets": [{"name": "team", "filters": [
-        {"column": "team", "op": "eq", "value": "jwt:team"}]}]},
-    {"version": 1, "buckets": [
-        {"name": "mine", "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]},
-        {"name": "urgent", "tables": ["todos"], "filters": [
-            {"column": "prio", "op": "gte", "value": "3"},
-            {"column": "owner", "op": "neq", "value": "carol"}]}]},
+    {
+        "version": 1,
+        "buckets": [
+            {
+                "name": "mine",
+                "tables": ["todos"],
+                "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+            }
+        ],
+    },
+    {
+        "version": 1,
+        "buckets": [
+            {"name": "team", "filters": [{"column": "team", "op": "eq", "value": "jwt:team"}]}
+        ],
+    },
+    {
+        "version": 1,
+        "buckets": [
+            {"name": "mine", "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]},
+            {
+                "name": "urgent",
+                "tables": ["todos"],
+                "filters": [
+                    {"column": "prio", "op": "gte", "value": "3"},
+                    {"column": "owner", "op": "neq", "value": "carol"},
+                ],
+            },
+        ],
+    },
     {"version": 1, "buckets": [{"name": "all", "tables": []}]},
     {"version": 1, "buckets": [{"name": "notes", "tables": ["notes"]}]},
 ]
@@ -89,7 +110,13 @@ class RulesMachine(RuleBasedStateMachine):
         counter=st.integers(0, 3),
     )
     def push(
-        self, client: str, op: str, table: str, row: str, cols: dict[str, Any], age_ms: int,
+        self,
+        client: str,
+        op: str,
+        table: str,
+        row: str,
+        cols: dict[str, Any],
+        age_ms: int,
         counter: int,
     ) -> None:
         hlc = ((self.wall - age_ms) << 16) | counter
@@ -119,8 +146,7 @@ class RulesMachine(RuleBasedStateMachine):
         claims = {"sub": client, "gw": self.gw, "role": "client", "team": self.teams[client]}
         rules = None if self.rules is None else parse_rules(self.rules)
         want = {
-            k: v for k, v in merge_state(self.accepted).items()
-            if visible(rules, claims, k[0], v)
+            k: v for k, v in merge_state(self.accepted).items() if visible(rules, claims, k[0], v)
         }
         assert rep.rows() == want
 
@@ -128,7 +154,8 @@ class RulesMachine(RuleBasedStateMachine):
     def change_rules(self, index: int) -> None:
         self.rules = RULESETS[index]
         r = self.gateway.http.post(
-            f"/v1/admin/sync-rules/{self.gw}", json=self.rules,
+            f"/v1/admin/sync-rules/{self.gw}",
+            json=self.rules,
             headers=auth(token("root", self.gw, "admin")),
         )
         assert r.status_code == 200, r.text

@@ -27,8 +27,10 @@ def pull_all(url: str, tok: str, client_id: str) -> list[dict[str, Any]]:
     since = "0"
     with httpx.Client(base_url=url, headers=auth(tok), timeout=30) as http:
         while True:
-            body = http.get("/v1/sync/gw1/pull", params={
-                "since": since, "clientId": client_id, "limit": "10000"}).json()
+            body = http.get(
+                "/v1/sync/gw1/pull",
+                params={"since": since, "clientId": client_id, "limit": "10000"},
+            ).json()
             out.extend(body["deltas"])
             since = body["serverHlc"]
             if not body["hasMore"]:
@@ -38,13 +40,19 @@ def pull_all(url: str, tok: str, client_id: str) -> list[dict[str, Any]]:
 def test_loopback_http_websocket_and_graceful_stop(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data").start()
     try:
-        with connect(f"{server.ws_url}/v1/sync/gw1/ws?token={token('bob')}") as bob, \
-                connect(f"{server.ws_url}/sync/gw1/ws",
-                        additional_headers=auth(token("carol"))) as carol:
+        with (
+            connect(f"{server.ws_url}/v1/sync/gw1/ws?token={token('bob')}") as bob,
+            connect(
+                f"{server.ws_url}/sync/gw1/ws", additional_headers=auth(token("carol"))
+            ) as carol,
+        ):
             time.sleep(0.2)  # let both register before the push
             d1 = delta("INSERT", "r1", "alice", title="hi")
-            r = httpx.post(f"{server.url}/v1/sync/gw1/push", headers=auth(token("alice")),
-                           json={"clientId": "alice", "deltas": [d1.to_wire()]})
+            r = httpx.post(
+                f"{server.url}/v1/sync/gw1/push",
+                headers=auth(token("alice")),
+                json={"clientId": "alice", "deltas": [d1.to_wire()]},
+            )
             assert r.status_code == 200, r.text
             for sock in (bob, carol):
                 frame = decode_server_frame(sock.recv(timeout=10))  # type: ignore[arg-type]
@@ -78,8 +86,10 @@ def test_kill_9_under_concurrent_pushes_loses_no_acknowledged_delta(tmp_path: Pa
                 with lock:
                     attempted.append(ids)
                 try:
-                    r = http.post("/v1/sync/gw1/push",
-                                  json={"clientId": client, "deltas": [d.to_wire() for d in batch]})
+                    r = http.post(
+                        "/v1/sync/gw1/push",
+                        json={"clientId": client, "deltas": [d.to_wire() for d in batch]},
+                    )
                 except httpx.HTTPError:
                     return
                 if r.status_code == 200:
@@ -122,13 +132,19 @@ def test_two_processes_share_one_postgres_store(tmp_path: Path) -> None:
             time.sleep(0.2)
             mine = [delta("INSERT", f"a{i}", "alice", n=i, hlc=now_hlc()) for i in range(5)]
             theirs = [delta("UPDATE", "a0", "bob", n=100), delta("INSERT", "b1", "bob", n=1)]
-            r1 = httpx.post(f"{one.url}/v1/sync/gw1/push", headers=auth(token("alice")),
-                            json={"clientId": "alice", "deltas": [d.to_wire() for d in mine]})
+            r1 = httpx.post(
+                f"{one.url}/v1/sync/gw1/push",
+                headers=auth(token("alice")),
+                json={"clientId": "alice", "deltas": [d.to_wire() for d in mine]},
+            )
             assert r1.status_code == 200, r1.text
             frame = decode_server_frame(bob_ws.recv(timeout=10))  # type: ignore[arg-type]
             assert frame.broadcast and frame.deltas == mine
-            r2 = httpx.post(f"{two.url}/v1/sync/gw1/push", headers=auth(token("bob")),
-                            json={"clientId": "bob", "deltas": [d.to_wire() for d in theirs]})
+            r2 = httpx.post(
+                f"{two.url}/v1/sync/gw1/push",
+                headers=auth(token("bob")),
+                json={"clientId": "bob", "deltas": [d.to_wire() for d in theirs]},
+            )
             assert r2.status_code == 200, r2.text
         via_one = pull_all(one.url, token("alice"), "alice")
         via_two = pull_all(two.url, token("bob"), "bob")
@@ -140,5 +156,3 @@ def test_two_processes_share_one_postgres_store(tmp_path: Path) -> None:
         one.stop()
         two.stop()
         drop_pg_schema(schema)
-
-

@@ -196,15 +196,22 @@ def _forged(**payload: Any) -> str:
             401,
             "AUTH_ERROR",
         ),
-        (auth(jwt.encode({"sub": "alice", "gw": "gw1"}, SECRET, algorithm="HS256")), 401,
-         "AUTH_ERROR"),
+        (
+            auth(jwt.encode({"sub": "alice", "gw": "gw1"}, SECRET, algorithm="HS256")),
+            401,
+            "AUTH_ERROR",
+        ),
         (auth(token("alice", gw="gw2")), 403, "FORBIDDEN"),
     ],
 )
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/v1/sync/gw1/pull"), ("POST", "/v1/sync/gw1/push"),
-     ("GET", "/v1/sync/gw1/checkpoint"), ("GET", "/v1/sync/gw1/actions")],
+    [
+        ("GET", "/v1/sync/gw1/pull"),
+        ("POST", "/v1/sync/gw1/push"),
+        ("GET", "/v1/sync/gw1/checkpoint"),
+        ("GET", "/v1/sync/gw1/actions"),
+    ],
 )
 def test_bad_tokens_are_refused(
     gateway: Gateway, method: str, path: str, headers: dict[str, str], status: int, code: str
@@ -231,22 +238,36 @@ def test_checkpoint_and_actions(gateway: Gateway) -> None:
     error(gateway.http.get("/v1/sync/gw1/checkpoint", headers=auth(ALICE)), 404, "NOT_FOUND")
     r = gateway.http.get("/v1/sync/gw1/actions", headers=auth(ALICE))
     assert r.status_code == 200 and r.json() == {"connectors": {}}
-    body = {"clientId": "alice", "actions": [
-        {"actionId": "a1", "connector": "crm", "actionType": "send", "params": {}}]}
+    body = {
+        "clientId": "alice",
+        "actions": [{"actionId": "a1", "connector": "crm", "actionType": "send", "params": {}}],
+    }
     r = gateway.http.post("/v1/sync/gw1/action", json=body, headers=auth(ALICE))
     assert r.status_code == 200
     assert r.json()["results"][0]["actionId"] == "a1"
     assert r.json()["results"][0]["code"] == "NOT_FOUND"
-    error(gateway.http.post("/v1/sync/gw1/action", json={"x": 1}, headers=auth(ALICE)), 400,
-          "VALIDATION_ERROR")
-    error(gateway.http.post("/v1/sync/gw1/action", json=body | {"clientId": "bob"},
-                            headers=auth(ALICE)), 403, "FORBIDDEN")
+    error(
+        gateway.http.post("/v1/sync/gw1/action", json={"x": 1}, headers=auth(ALICE)),
+        400,
+        "VALIDATION_ERROR",
+    )
+    error(
+        gateway.http.post(
+            "/v1/sync/gw1/action", json=body | {"clientId": "bob"}, headers=auth(ALICE)
+        ),
+        403,
+        "FORBIDDEN",
+    )
 
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("POST", "/sync/gw1/push"), ("GET", "/sync/gw1/pull?since=5"),
-     ("GET", "/admin/metrics/gw1"), ("DELETE", "/admin/connectors/gw1/x")],
+    [
+        ("POST", "/sync/gw1/push"),
+        ("GET", "/sync/gw1/pull?since=5"),
+        ("GET", "/admin/metrics/gw1"),
+        ("DELETE", "/admin/connectors/gw1/x"),
+    ],
 )
 def test_legacy_paths_redirect_permanently(gateway: Gateway, method: str, path: str) -> None:
     r = gateway.http.request(method, path, follow_redirects=False)
@@ -275,8 +296,11 @@ def test_backpressure_answers_503_until_flushed(tmp_path: Path) -> None:
     with TestClient(create_app(make_settings(tmp_path, backpressure_bytes=10))) as c:
         gw = Gateway(c)
         assert gw.push(ALICE, "alice", [delta("INSERT", "r1", "alice", x=1)]).status_code == 200
-        error(gw.push(ALICE, "alice", [delta("INSERT", "r2", "alice", x=2)]), 503,
-              "BACKPRESSURE_ERROR")
+        error(
+            gw.push(ALICE, "alice", [delta("INSERT", "r2", "alice", x=2)]),
+            503,
+            "BACKPRESSURE_ERROR",
+        )
         service = c.app.state.service
         service.store.mark_flushed(service.store.head())
         assert gw.push(ALICE, "alice", [delta("INSERT", "r2", "alice", x=2)]).status_code == 200
@@ -289,8 +313,9 @@ def test_request_id_is_echoed(gateway: Gateway) -> None:
 
 
 def test_expired_token_error_names_expiry(gateway: Gateway) -> None:
-    tok = jwt.encode({"sub": "alice", "gw": "gw1", "exp": int(time.time()) - 5}, SECRET,
-                     algorithm="HS256")
+    tok = jwt.encode(
+        {"sub": "alice", "gw": "gw1", "exp": int(time.time()) - 5}, SECRET, algorithm="HS256"
+    )
     r = gateway.pull_page(tok, "alice", 0)
     error(r, 401, "AUTH_ERROR")
     assert "expired" in r.json()["error"]

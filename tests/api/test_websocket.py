@@ -13,8 +13,10 @@ from api.app import create_app
 from lakesync.wsframes import decode_server_frame, encode_pull, encode_push
 from tests.api.helpers import Gateway, auth, delta, make_settings, token
 
-OWNER_RULES = {"version": 1, "buckets": [{"name": "mine", "filters": [
-    {"column": "owner", "op": "eq", "value": "jwt:sub"}]}]}
+OWNER_RULES = {
+    "version": 1,
+    "buckets": [{"name": "mine", "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]}],
+}
 
 
 def ws(gateway: Gateway, sub: str, path: str = "/v1/sync/gw1/ws", header: bool = False) -> Any:

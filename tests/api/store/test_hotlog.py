@@ -10,8 +10,16 @@ from lakesync.merge import merge_state
 from lakesync.rules import parse_rules
 
 RULES = parse_rules(
-    {"version": 1, "buckets": [{"name": "mine", "tables": ["todos"],
-                                "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]}]}
+    {
+        "version": 1,
+        "buckets": [
+            {
+                "name": "mine",
+                "tables": ["todos"],
+                "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+            }
+        ],
+    }
 )
 
 
@@ -123,8 +131,10 @@ def test_docs_and_view_stamps(store: HotLog) -> None:
 def test_concurrent_appends_keep_every_delta_once(store: HotLog) -> None:
     def push(worker: int) -> None:
         for i in range(10):
-            batch = [d("INSERT", f"w{worker}-{i}-{j}", 1000 + j, client=f"c{worker}", x=j)
-                     for j in range(5)]
+            batch = [
+                d("INSERT", f"w{worker}-{i}-{j}", 1000 + j, client=f"c{worker}", x=j)
+                for j in range(5)
+            ]
             store.append("gw1", batch + batch[:2])
 
     threads = [threading.Thread(target=push, args=(w,)) for w in range(6)]
