@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from client._backoff import Backoff, is_retryable, rejects_entries
@@ -134,18 +135,30 @@ class SyncEngine:
         applied = 0
         if cursor == 0 and not self._checkpoint_absent:
             applied, cursor = self._load_checkpoint()
-        while True:
-            page = self.transport.pull(self.client_id, cursor, self.pull_limit)
-            # Page and cursor commit together: a crash leaves both at the previous page.
-            changes = self.store.apply_remote(
-                page.deltas, "remote", self.clock, cursor=(self.gateway_id, page.server_hlc)
-            )
-            applied += len(page.deltas)
-            self._notify(changes)
-            stalled = page.server_hlc <= cursor and not page.deltas
-            cursor = max(cursor, page.server_hlc)
-            if not page.has_more or stalled:
-                return applied
+        page = self.transport.pull(self.client_id, cursor, self.pull_limit)
+        # While a page is applied the next one is already on its way (its cursor is known as
+        # soon as the reply arrives), so network and SQLite work overlap on long pulls.
+        with ThreadPoolExecutor(1, thread_name_prefix="lakesync-pull") as prefetch:
+            while True:
+                stalled = page.server_hlc <= cursor and not page.deltas
+                more = page.has_more and not stalled
+                following = (
+                    prefetch.submit(
+                        self.transport.pull, self.client_id, page.server_hlc, self.pull_limit
+                    )
+                    if more
+                    else None
+                )
+                # Page and cursor commit together: a crash leaves both at the previous page.
+                changes = self.store.apply_remote(
+                    page.deltas, "remote", self.clock, cursor=(self.gateway_id, page.server_hlc)
+                )
+                applied += len(page.deltas)
+                self._notify(changes)
+                cursor = max(cursor, page.server_hlc)
+                if following is None:
+                    return applied
+                page = following.result()
 
     def _load_checkpoint(self) -> tuple[int, int]:
         checkpoint = self.transport.checkpoint()
