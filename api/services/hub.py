@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.services.views import effective_rules, page_view
+from api.services.views import SnapshotCache, effective_rules, page_view
 from api.store.base import LogEntry, RowKey, RowRecord, RulesRecord
 from lakesync.wsframes import encode_response
 
@@ -84,6 +84,7 @@ class Hub:
         rows: Mapping[RowKey, RowRecord],
         rules: RulesRecord,
         origin: Connection | None,
+        cache: SnapshotCache | None = None,
     ) -> None:
         """Queue a broadcast of newly stored entries to every other connection of the gateway."""
         targets = [c for c in self._by_gw.get(gateway_id, ()) if c is not origin]
@@ -105,6 +106,7 @@ class Hub:
                     conn.claims,
                     max(rules.stamp, conn.view_stamp),
                     raw=False,
+                    cache=cache,
                 )
                 frame = encode_response(deltas, server_hlc, False, True)
             try:

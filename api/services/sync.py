@@ -17,6 +17,7 @@ from api.metrics import GatewayMetrics
 from api.services.hub import Connection, Hub
 from api.services.limits import RateLimiter
 from api.services.views import (
+    SnapshotCache,
     check_write,
     claims_hash,
     effective_rules,
@@ -80,6 +81,14 @@ class SyncService:
         self.clock: HLC = store.clock
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst)
         self.draining = False
+        self._snapshot_caches: dict[str, SnapshotCache] = {}
+
+    def snapshots(self, gateway_id: str) -> SnapshotCache:
+        """The row-snapshot memo of one gateway."""
+        cache = self._snapshot_caches.get(gateway_id)
+        if cache is None:
+            cache = self._snapshot_caches[gateway_id] = SnapshotCache()
+        return cache
 
     # -- guards ---------------------------------------------------------------------------------
     def check_rate(self, gateway_id: str, client_id: str) -> None:
@@ -154,7 +163,9 @@ class SyncService:
         self.metrics.pushed_deltas.labels(gateway_id).inc(len(result.stored))
         self.metrics.count(gateway_id, "pushes")
         self.metrics.count(gateway_id, "deltas", len(result.stored))
-        self.hub.publish(gateway_id, result.stored, result.rows, rules, origin)
+        self.hub.publish(
+            gateway_id, result.stored, result.rows, rules, origin, self.snapshots(gateway_id)
+        )
         return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
 
     # -- pull -----------------------------------------------------------------------------------
@@ -185,10 +196,12 @@ class SyncService:
         self.metrics.count(gateway_id, "pulls")
         if since < stamp:
             snap = await _run(self.store.read_all_rows, gateway_id)
-            deltas = resync_view(snap.rows, applied, claims, stamp)
+            deltas = resync_view(snap.rows, applied, claims, stamp, self.snapshots(gateway_id))
             return PullResult(deltas, max(snap.head, stamp, since), False)
         page = await _run(self.store.read_page, gateway_id, since, limit, not raw)
-        deltas = page_view(page.entries, page.rows, applied, claims, stamp, raw)
+        deltas = page_view(
+            page.entries, page.rows, applied, claims, stamp, raw, self.snapshots(gateway_id)
+        )
         if page.has_more:
             return PullResult(deltas, page.entries[-1].ingest_hlc, True)
         return PullResult(deltas, max(page.head, since), False)
@@ -206,7 +219,8 @@ class SyncService:
             return
         page = await _run(self.store.read_range, notice.gateway_id, notice.after, notice.upto)
         rules = await _run(self.store.get_rules, notice.gateway_id)
-        self.hub.publish(notice.gateway_id, page.entries, page.rows, rules, None)
+        gw = notice.gateway_id
+        self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw))
 
     # -- admin ----------------------------------------------------------------------------------
     async def schemas(self, gateway_id: str) -> dict[str, TableSchema]:

@@ -29,6 +29,7 @@ may give a row away (change its filter column), which makes it leave its own vie
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -42,6 +43,7 @@ from lakesync.rules import SyncRules, tables_for, visible
 __all__ = [
     "SNAPSHOT_DELETE_CLIENT",
     "SNAPSHOT_WRITE_CLIENT",
+    "SnapshotCache",
     "check_write",
     "claims_hash",
     "effective_rules",
@@ -75,12 +77,37 @@ def row_snapshot(
     return [gone, RowDelta.create("INSERT", table, row_id, SNAPSHOT_WRITE_CLIENT, columns, base)]
 
 
+class SnapshotCache:
+    """A bounded memo of row snapshots for one gateway of one store.
+
+    Within a store a row's last ingest HLC identifies its merged state, so
+    ``(table, row_id, last_ingest, base, shown)`` determines the snapshot; many clients pulling
+    (or receiving broadcasts of) the same rows then share one deltaId computation.
+    """
+
+    def __init__(self, size: int = 65_536) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str, int, int, bool], list[RowDelta]] = OrderedDict()
+
+    def snapshot(self, key: RowKey, rec: RowRecord, shown: bool, base: int) -> list[RowDelta]:
+        """The memoised :func:`row_snapshot` of a row record."""
+        memo = (key[0], key[1], rec.last_ingest, base, shown)
+        found = self._items.get(memo)
+        if found is None:
+            found = row_snapshot(key[0], key[1], rec.state, shown, base)
+            self._items[memo] = found
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return found
+
+
 def _snapshots(
     keys: Iterable[RowKey],
     rows: Mapping[RowKey, RowRecord],
     rules: SyncRules | None,
     claims: Mapping[str, Any],
     stamp: int,
+    cache: SnapshotCache | None,
 ) -> list[RowDelta]:
     out: list[RowDelta] = []
     for key in keys:
@@ -89,7 +116,11 @@ def _snapshots(
             continue
         table, row_id = key
         shown = visible(rules, claims, table, rec.state.visible())
-        out.extend(row_snapshot(table, row_id, rec.state, shown, max(rec.last_ingest, stamp)))
+        base = max(rec.last_ingest, stamp)
+        if cache is None:
+            out.extend(row_snapshot(table, row_id, rec.state, shown, base))
+        else:
+            out.extend(cache.snapshot(key, rec, shown, base))
     return out
 
 
@@ -100,6 +131,7 @@ def page_view(
     claims: Mapping[str, Any],
     stamp: int,
     raw: bool,
+    cache: SnapshotCache | None = None,
 ) -> list[RowDelta]:
     """The deltas a client receives for a page of log entries (see the module docstring).
 
@@ -113,14 +145,18 @@ def page_view(
         key = (e.delta.table, e.delta.row_id)
         last.pop(key, None)
         last[key] = None
-    return _snapshots(last, rows, rules, claims, stamp)
+    return _snapshots(last, rows, rules, claims, stamp, cache)
 
 
 def resync_view(
-    rows: Mapping[RowKey, RowRecord], rules: SyncRules | None, claims: Mapping[str, Any], stamp: int
+    rows: Mapping[RowKey, RowRecord],
+    rules: SyncRules | None,
+    claims: Mapping[str, Any],
+    stamp: int,
+    cache: SnapshotCache | None = None,
 ) -> list[RowDelta]:
     """Snapshots of every row of a gateway: the full resync after a rules or claims change."""
-    return _snapshots(rows, rows, rules, claims, stamp)
+    return _snapshots(rows, rows, rules, claims, stamp, cache)
 
 
 def check_write(
