@@ -89,7 +89,6 @@ def create_app(
         ],
         dependencies={"service": Provide(provide_service, sync_to_thread=False)},
         exception_handlers=exception_handlers,
-        middleware=[request_id_middleware],
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(
@@ -100,6 +99,8 @@ def create_app(
         ),
         debug=False,
     )
+    # Outside the router, so unrouted requests (404/405) get a request id and a log line too.
+    app.asgi_handler = request_id_middleware(app.asgi_handler)
     app.state.metrics = metrics_
     app.state.flusher = flusher
     return app

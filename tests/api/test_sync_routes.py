@@ -310,6 +310,7 @@ def test_request_id_is_echoed(gateway: Gateway) -> None:
     r = gateway.http.get("/health", headers={"X-Request-Id": "abc-123"})
     assert r.headers["x-request-id"] == "abc-123"
     assert len(gateway.http.get("/health").headers["x-request-id"]) == 32
+    assert len(gateway.http.get("/no/such/route").headers["x-request-id"]) == 32
 
 
 def test_expired_token_error_names_expiry(gateway: Gateway) -> None:
