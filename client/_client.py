@@ -67,6 +67,25 @@ class LakeSyncClient:
         parsed = [s if isinstance(s, TableSchema) else parse_schema(s) for s in schemas]
         self._tokens = TokenProvider(token) if token is not None else None
         self._store = LocalStore(str(path), parsed)
+        try:
+            self._setup(
+                client_id, gateway_id, url, transport, pull_limit, push_batch, backoff, timeout
+            )
+        except BaseException:
+            self._store.close()
+            raise
+
+    def _setup(
+        self,
+        client_id: str | None,
+        gateway_id: str | None,
+        url: str | None,
+        transport: Literal["http", "websocket"] | Transport,
+        pull_limit: int,
+        push_batch: int,
+        backoff: Backoff | None,
+        timeout: float,
+    ) -> None:
         self.client_id = self._resolve_client_id(client_id)
         self.gateway_id = gateway_id
         self._clock = HLC(last=int(self._store.get_meta("hlc") or 0))
@@ -87,6 +106,11 @@ class LakeSyncClient:
     def _resolve_client_id(self, explicit: str | None) -> str:
         stored = self._store.get_meta("client_id")
         cid = self._tokens.client_id if self._tokens is not None else explicit
+        if explicit is not None and cid != explicit:
+            raise ConfigError(
+                f"client_id {explicit!r} differs from the token's sub {cid!r}; the gateway binds "
+                "pushes to the token, so leave client_id out"
+            )
         if cid is None:
             cid = stored or f"local-{uuid.uuid4().hex}"
         if stored is not None and stored != cid and self._store.queue_depth() > 0:

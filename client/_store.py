@@ -18,6 +18,7 @@ the HLC together; a pulled page commits its rows with the cursor. The merge itse
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
@@ -51,6 +52,8 @@ from lakesync.schema import (
 )
 
 __all__ = ["DeadLetter", "LocalStore", "OutboxEntry"]
+
+_log = logging.getLogger(__name__)
 
 _PREFIX = "_ls_"
 _U64 = 1 << 64
@@ -151,6 +154,7 @@ class LocalStore:
         conn.execute("PRAGMA busy_timeout=10000")
         conn.executescript(_DDL)
         self._schemas: dict[str, TableSchema] = {}
+        self._skipped: set[str] = set()
         with self._tx() as c:
             for tbl, spec in c.execute("SELECT tbl, spec FROM _ls_schemas").fetchall():
                 self._schemas[tbl] = parse_schema(decode_json(spec))
@@ -242,6 +246,12 @@ class LocalStore:
             raise SchemaError(f"table names starting with {_PREFIX!r} are reserved by the client")
         old = self._schemas.get(schema.table)
         if old is None:
+            clash = [t for t in self._schemas if t.lower() == schema.table.lower()]
+            if clash:
+                raise SchemaError(
+                    f"table {schema.table!r} differs from local table {clash[0]!r} only in case; "
+                    "SQLite table names are case-insensitive"
+                )
             cols = ", ".join(f"{_q(s.name)} {SQL_TYPES[s.type]}" for s in schema.columns)
             c.execute(
                 f"CREATE TABLE IF NOT EXISTS {_q(schema.table)} "
@@ -261,6 +271,13 @@ class LocalStore:
         )
         evolve(old, merged)
         added = [s for s in merged.columns if s.name not in old.column_types()]
+        existing = {"row_id", *(name.lower() for name in old.column_types())}
+        for spec in added:
+            if spec.name.lower() in existing:
+                raise SchemaError(
+                    f"column {spec.name!r} of {schema.table!r} differs from an existing column "
+                    "only in case; SQLite column names are case-insensitive"
+                )
         if added or schema_to_wire(merged) != schema_to_wire(old):
             for s in added:
                 c.execute(
@@ -280,20 +297,32 @@ class LocalStore:
         )
         self._schemas[schema.table] = schema
 
-    def _learn(self, c: sqlite3.Connection, delta: RowDelta) -> None:
-        """Make room for a remote delta naming a table or columns this replica lacks."""
+    def _learn(self, c: sqlite3.Connection, delta: RowDelta) -> bool:
+        """Make room for a remote delta naming a table or columns this replica lacks.
+
+        Returns False for a delta this replica cannot hold: a table whose name is reserved
+        here or differs from a local table only in case (SQLite names are case-insensitive).
+        A column that collides the same way keeps its clock and value in ``_ls_cells`` but
+        gets no SQL column, so it never blocks the page.
+        """
         old = self._schemas.get(delta.table)
+        if old is None:
+            folded = delta.table.lower()
+            if folded.startswith(_PREFIX) or any(t.lower() == folded for t in self._schemas):
+                if delta.table not in self._skipped:
+                    self._skipped.add(delta.table)
+                    _log.warning("ignoring remote table %r: its name is taken locally", delta.table)
+                return False
         known = old.column_types() if old is not None else {}
-        new_cols = [
-            ColumnSpec(cv.column, infer_type(cv.value))
-            for cv in delta.columns
-            if cv.column not in known
-        ]
-        if old is not None and not new_cols:
-            return
+        taken = {"row_id", *(name.lower() for name in known)}
+        new_cols: list[ColumnSpec] = []
+        for cv in delta.columns:
+            if cv.column.lower() not in taken:
+                taken.add(cv.column.lower())
+                new_cols.append(ColumnSpec(cv.column, infer_type(cv.value)))
         if old is None:
             self._declare(c, TableSchema(delta.table, new_cols))
-        else:
+        elif new_cols:
             self._declare(
                 c,
                 TableSchema(
@@ -304,6 +333,7 @@ class LocalStore:
                     old.external_id_column,
                 ),
             )
+        return True
 
     # -- row states -----------------------------------------------------------------------
 
@@ -471,8 +501,7 @@ class LocalStore:
         if it beats the tombstone (SPEC §4). ``cursor`` is ``(gateway_id, server_hlc)``.
         """
         with self._tx() as c:
-            for delta in deltas:
-                self._learn(c, delta)
+            deltas = [d for d in deltas if self._learn(c, d)]
             states = self._load(c, {(d.table, d.row_id) for d in deltas})
             touched: dict[tuple[str, str], _Touched] = {}
             for delta in deltas:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from client import Change, LakeSyncClient
 from client._store import LocalStore
+from client.errors import SchemaError
 from lakesync.delta import Op, RowDelta
 from lakesync.hlc import HLC, encode
 from lakesync.merge import merge_state
@@ -236,6 +237,7 @@ def test_crash_reopen_keeps_consistent_state(tmp_path: Path) -> None:
 CHILD_APPLY = """
 import os, signal, sys
 from client._store import LocalStore
+from client.errors import SchemaError
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, encode
 from lakesync.schema import parse_schema
@@ -278,3 +280,21 @@ def test_kill_9_during_page_apply_keeps_replica_and_cursor_consistent(tmp_path: 
     assert sorted(rows(s)) == sorted(f"r{i}" for i in range(10))
     assert s.row_state("t", "r10").write is None
     assert s.query("select count(*) as n from _ls_cells")[0]["n"] == 10
+
+
+def test_remote_names_that_collide_locally_never_block_a_page() -> None:
+    s, clock = store(), HLC()
+    deltas = [
+        RowDelta.create("INSERT", "_ls_outbox", "x", "evil", {"body": "x"}, BASE + 1),
+        RowDelta.create("INSERT", "T", "x", "other", {"a": "case twin"}, BASE + 2),
+        RowDelta.create(
+            "INSERT", "t", "r", "x", {"a": "ok", "A": "twin", "ROW_ID": "no"}, BASE + 3
+        ),
+    ]
+    s.apply_remote(deltas, "remote", clock, ("gw", 9))
+    assert s.cursor("gw") == 9
+    assert s.query("select * from t") == [{"row_id": "r", "a": "ok", "b": None, "c": None}]
+    assert set(s.row_state("t", "r").cells) == {"a", "A", "ROW_ID"}
+    assert s.queue_depth() == 0
+    with pytest.raises(SchemaError, match="only in case"):
+        s.declare(parse_schema({"table": "T", "columns": []}))

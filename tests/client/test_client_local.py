@@ -229,3 +229,11 @@ def test_upsert_inserts_then_updates() -> None:
         assert c.upsert("todos", "r1", {"n": 2}) is None
         assert c.get("todos", "r1") == {"title": "a", "n": 2}
         assert c.queue_depth == 2
+
+
+def test_client_id_must_match_the_token() -> None:
+    token = mint_token("s3cret-s3cret-s3cret-s3cret-s3cret", sub="alice", gw="gw1")
+    with pytest.raises(ConfigError, match="differs from the token"):
+        LakeSyncClient(":memory:", url="http://x", gateway_id="gw1", token=token, client_id="bob")
+    with pytest.raises(ConfigError, match="gateway_id"):
+        LakeSyncClient(":memory:", url="http://x", token=token)
