@@ -10,6 +10,7 @@ import typer
 from api.cli import up
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError
+from lakesync.lake.cli import DataDirOption, pipeline_app, query_command
 from lakesync.tokens import mint_token, parse_ttl
 
 __all__ = ["app", "main", "run"]
@@ -57,6 +58,16 @@ def token(
 
 
 app.command("up")(up)
+app.add_typer(pipeline_app, name="pipeline")
+app.command("query")(query_command)
+
+
+@app.command()
+def demo(data_dir: DataDirOption = None) -> None:
+    """Run the main job end to end: gateway, two clients, landing, dbt on Spark, DuckDB query."""
+    from lakesync.demo import run_demo
+
+    run_demo(data_dir or load_config().data_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
