@@ -97,6 +97,7 @@ class SqliteHotLog(HotLog):
         self._readers_lock = threading.Lock()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
+        self.groups_committed = 0
         self._thread = threading.Thread(target=self._run_writer, name="hotlog-writer", daemon=True)
         self._thread.start()
 
@@ -147,6 +148,7 @@ class SqliteHotLog(HotLog):
                     conn.execute("RELEASE op")
                     results.append((fut, value, None))
             conn.execute("COMMIT")
+            self.groups_committed += 1
         except Exception as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")

@@ -20,10 +20,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 from litestar.testing import TestClient
 
 from api.app import create_app
+from api.store.postgres import PostgresHotLog
 from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
 from lakesync.merge import merge_state
 from lakesync.rules import parse_rules, visible
-from tests.api.helpers import Gateway, Replica, auth, make_settings, token
+from tests.api.conftest import drop_pg_schema, fresh_pg_schema, pg_available
+from tests.api.helpers import PG_DSN, Gateway, Replica, auth, make_settings, token
 
 CLIENTS = ["alice", "bob", "carol"]
 ROWS = ["r0", "r1", "r2", "r3"]
@@ -64,11 +67,27 @@ RULESETS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def shared_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def shared_gateway(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
     path: Path = tmp_path_factory.mktemp("rules-sm")
-    with TestClient(create_app(make_settings(path))) as client:
-        yield Gateway(client)
+    if request.param == "sqlite":
+        with TestClient(create_app(make_settings(path))) as client:
+            yield Gateway(client)
+        return
+    if not pg_available():
+        pytest.skip(f"PostgreSQL not reachable at {PG_DSN}")
+    schema = fresh_pg_schema()
+    store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
+    try:
+        with TestClient(create_app(make_settings(path), store=store)) as client:
+            yield Gateway(client)
+    finally:
+        store.close()
+        drop_pg_schema(schema)
 
 
 class RulesMachine(RuleBasedStateMachine):

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from api.store.base import HotLog
+from api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
 from lakesync.merge import merge_state
 from lakesync.rules import parse_rules
 
@@ -185,3 +188,24 @@ def test_readers_never_see_gaps_under_concurrent_appends(store: HotLog) -> None:
     r.join()
     assert sorted(seen) == seen
     assert seen == [i for i, _, _ in store.read_log(0, 10_000)]
+
+
+def test_sqlite_group_commit_shares_transactions(tmp_path: Path) -> None:
+    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+    start = threading.Barrier(8)
+
+    def push(worker: int) -> None:
+        start.wait()
+        for i in range(10):
+            store.append("gw1", [d("INSERT", f"w{worker}-{i}", 1, client=f"c{worker}", x=i)])
+
+    threads = [threading.Thread(target=push, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert len(store.read_log(0, 1000)) == 80
+        assert store.groups_committed < 80  # concurrent appends shared commits (fsyncs)
+    finally:
+        store.close()
