@@ -496,3 +496,42 @@ def test_async_client_round_trip(gateway: Gateway, gw_id: str) -> None:
             return got
 
     assert asyncio.run(main()) == [{"row_id": "r", "title": "async"}]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_lost_push_ack_is_retried_without_duplicates(
+    gateway: Gateway, gw_id: str, transport: str
+) -> None:
+    from client_tcp_proxy import FlakyProxy
+
+    from client.errors import ConnectionFailedError
+
+    proxy = FlakyProxy(gateway.port)
+    try:
+        with LakeSyncClient(
+            ":memory:",
+            url=proxy.url,
+            gateway_id=gw_id,
+            token=gateway.token("a", gw_id),
+            schemas=[TODOS],
+            transport=transport,
+        ) as a:
+            a.sync()  # connection (and WebSocket handshake) established
+            for i in range(3):
+                a.insert("todos", f"r{i}", {"title": str(i)})
+            # The gateway stores the batch, but its acknowledgement never reaches the client.
+            if transport == "http":
+                proxy.trigger = b"/push HTTP/1.1"
+            else:
+                proxy.arm()
+            with pytest.raises(ConnectionFailedError):
+                a.engine.push()
+            assert proxy.cuts == 1 and a.queue_depth == 3
+            assert len(all_deltas(gateway, gw_id)) == 3  # stored although unacknowledged
+            proxy.trigger = None
+            a.sync()
+            assert a.queue_depth == 0
+        deltas = all_deltas(gateway, gw_id)
+        assert sorted(d.row_id for d in deltas) == ["r0", "r1", "r2"]
+    finally:
+        proxy.close()
