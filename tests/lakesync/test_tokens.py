@@ -81,14 +81,14 @@ def _raw(payload: dict[str, Any], secret: str = SECRET, alg: str = "HS256") -> s
     ("token", "needle"),
     [
         (_raw({"sub": "c", "gw": "gw1"}), "exp"),
-        (_raw({"gw": "gw1", "exp": int(time.time()) + 60}), "sub"),
-        (_raw({"sub": "c", "exp": int(time.time()) + 60}), "gw"),
-        (_raw({"sub": "", "gw": "gw1", "exp": int(time.time()) + 60}), "sub"),
-        (_raw({"sub": "c", "gw": "gw1", "exp": int(time.time()) + 60, "role": "root"}), "role"),
-        (_raw({"sub": "c", "gw": "gw1", "exp": int(time.time()) + 60}, alg="HS512"), "alg"),
+        (_raw({"gw": "gw1", "exp": int(time.time()) + 86400}), "sub"),
+        (_raw({"sub": "c", "exp": int(time.time()) + 86400}), "gw"),
+        (_raw({"sub": "", "gw": "gw1", "exp": int(time.time()) + 86400}), "sub"),
+        (_raw({"sub": "c", "gw": "gw1", "exp": int(time.time()) + 86400, "role": "root"}), "role"),
+        (_raw({"sub": "c", "gw": "gw1", "exp": int(time.time()) + 86400}, alg="HS512"), "alg"),
         (
             jwt.encode(
-                {"sub": "c", "gw": "gw1", "exp": int(time.time()) + 60}, None, algorithm="none"
+                {"sub": "c", "gw": "gw1", "exp": int(time.time()) + 86400}, None, algorithm="none"
             ),
             "token",
         ),
@@ -110,7 +110,7 @@ def test_no_configured_secret_is_an_auth_error() -> None:
 
 def test_non_string_claims_are_dropped() -> None:
     token = _raw(
-        {"sub": "c", "gw": "gw1", "exp": int(time.time()) + 60, "n": 5, "l": [1], "ok": "y"}
+        {"sub": "c", "gw": "gw1", "exp": int(time.time()) + 86400, "n": 5, "l": [1], "ok": "y"}
     )
     assert verify_token(token, [SECRET], "gw1") == {
         "sub": "c",
