@@ -40,17 +40,18 @@ def _reason(message: str) -> str:
 async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ignore[type-arg]
     """Authenticate, register with the hub, then serve push/pull frames until closed."""
     service: SyncService = socket.app.state.service
-    await socket.accept()
     try:
         claims = authenticate(socket, gw)
     except LakeSyncError as exc:
+        await socket.accept()
         await socket.close(4401 if exc.status == 401 else 4403, _reason(exc.message))
         return
-    if service.draining:
-        await socket.close(1001, "gateway shutting down")
-        return
-    if service.hub.full():
-        await socket.close(1013, "connection limit reached; retry later")
+    if service.draining or service.hub.full():
+        await socket.accept()
+        if service.draining:
+            await socket.close(1001, "gateway shutting down")
+        else:
+            await socket.close(1013, "connection limit reached; retry later")
         return
     sub = str(claims["sub"])
     stamp = await service.view_stamp(gw, claims)
@@ -61,6 +62,12 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
 
     conn = Connection(gw, sub, claims, stamp, socket.send_bytes, close)
     service.hub.add(conn)
+    try:
+        await socket.accept()
+    except Exception:
+        await service.hub.remove(conn)
+        raise
+    conn.accepted.set()
     rate = service.settings.ws_rate_limit
     bucket = TokenBucket(rate, max(2 * rate, 5.0)) if rate > 0 else None
     try:

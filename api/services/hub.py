@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.services.views import SnapshotCache, effective_rules, page_view
+from api.services.views import RowHistory, SnapshotCache, effective_rules, page_view
 from api.store.base import LogEntry, RowKey, RowRecord, RulesRecord
 from lakesync.wsframes import encode_response
 
@@ -35,9 +35,13 @@ class Connection:
     close: Callable[[int, str], Awaitable[None]]
     outbox: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(_OUTBOX))
     task: asyncio.Task[None] | None = None
+    # Set once the socket is accepted: a connection is registered (and queues broadcasts)
+    # before it is accepted, so a client that sees the handshake complete misses nothing.
+    accepted: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def drain(self) -> None:
-        """Send queued frames in order until cancelled."""
+        """Send queued frames in order (once accepted) until cancelled."""
+        await self.accepted.wait()
         while True:
             frame = await self.outbox.get()
             await self.send(frame)
@@ -85,6 +89,7 @@ class Hub:
         rules: RulesRecord,
         origin: Connection | None,
         cache: SnapshotCache | None = None,
+        history: RowHistory | None = None,
     ) -> None:
         """Queue a broadcast of newly stored entries to every other connection of the gateway."""
         targets = [c for c in self._by_gw.get(gateway_id, ()) if c is not origin]
@@ -107,7 +112,10 @@ class Hub:
                     max(rules.stamp, conn.view_stamp),
                     raw=False,
                     cache=cache,
+                    history=history,
                 )
+                if not deltas:
+                    continue  # nothing this receiver may see
                 frame = encode_response(deltas, server_hlc, False, True)
             try:
                 conn.outbox.put_nowait(frame)

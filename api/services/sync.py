@@ -25,7 +25,7 @@ from api.services.views import (
     resync_view,
 )
 from api.settings import GatewaySettings
-from api.store.base import HotLog, LogNotice, RulesRecord
+from api.store.base import HotLog, LogNotice, RowKey, RulesRecord
 from lakesync.delta import RowDelta
 from lakesync.errors import (
     BackpressureError,
@@ -34,12 +34,16 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
-from lakesync.rules import SyncRules
+from lakesync.rules import SyncRules, visible
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
 
 __all__ = ["PullResult", "PushResult", "SyncService"]
 
 T = TypeVar("T")
+
+HISTORY_LIMIT = 1000
+"""Longest row history replayed to decide whether a client may hold a row it can no longer see;
+past it the client gets the DELETE anyway (correct, only less discreet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +167,18 @@ class SyncService:
         self.metrics.pushed_deltas.labels(gateway_id).inc(len(result.stored))
         self.metrics.count(gateway_id, "pushes")
         self.metrics.count(gateway_id, "deltas", len(result.stored))
+        later: dict[RowKey, list[RowDelta]] = {}
+        for e in result.stored:
+            later.setdefault((e.delta.table, e.delta.row_id), []).append(e.delta)
+        history = {key: (before, later.get(key, [])) for key, before in result.before.items()}
         self.hub.publish(
-            gateway_id, result.stored, result.rows, rules, origin, self.snapshots(gateway_id)
+            gateway_id,
+            result.stored,
+            result.rows,
+            rules,
+            origin,
+            self.snapshots(gateway_id),
+            history,
         )
         return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
 
@@ -199,8 +213,26 @@ class SyncService:
             deltas = resync_view(snap.rows, applied, claims, stamp, self.snapshots(gateway_id))
             return PullResult(deltas, max(snap.head, stamp, since), False)
         page = await _run(self.store.read_page, gateway_id, since, limit, not raw)
+        history = None
+        if not raw:
+            hidden = [
+                k
+                for k, r in page.rows.items()
+                if not visible(applied, claims, k[0], r.state.visible())
+            ]
+            if hidden:
+                history = await _run(
+                    self.store.row_history, gateway_id, hidden, since, page.head, HISTORY_LIMIT
+                )
         deltas = page_view(
-            page.entries, page.rows, applied, claims, stamp, raw, self.snapshots(gateway_id)
+            page.entries,
+            page.rows,
+            applied,
+            claims,
+            stamp,
+            raw,
+            self.snapshots(gateway_id),
+            history,
         )
         if page.has_more:
             return PullResult(deltas, page.entries[-1].ingest_hlc, True)
@@ -217,10 +249,15 @@ class SyncService:
         """Broadcast entries another process stored (PostgreSQL NOTIFY) to local sockets."""
         if self.hub.count_for(notice.gateway_id) == 0:
             return
-        page = await _run(self.store.read_range, notice.gateway_id, notice.after, notice.upto)
-        rules = await _run(self.store.get_rules, notice.gateway_id)
         gw = notice.gateway_id
-        self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw))
+        page = await _run(self.store.read_range, gw, notice.after, notice.upto)
+        rules = await _run(self.store.get_rules, gw)
+        history = None
+        if rules.stamp:
+            history = await _run(
+                self.store.row_history, gw, list(page.rows), notice.after, page.head, HISTORY_LIMIT
+            )
+        self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw), history)
 
     # -- admin ----------------------------------------------------------------------------------
     async def schemas(self, gateway_id: str) -> dict[str, TableSchema]:

@@ -5,7 +5,9 @@ delivers the raw log deltas. Once a gateway has had rules, every row a pulled lo
 delivered as a *row snapshot* computed from its current merged state:
 
 - visible now: ``DELETE`` then ``INSERT`` of every visible column;
-- not visible now (filtered out or deleted): ``DELETE``.
+- not visible now (filtered out or deleted): ``DELETE``, but only if the client may hold the
+  row: it was visible at the client's cursor or after a later delta (``history``); a row the
+  client never saw is not mentioned at all.
 
 Both are stamped with the snapshot base ``B = max(ingest HLC of the row's last delta, view stamp)``
 where the view stamp is the ingest stamp of the last change of the rules or of the client's
@@ -17,8 +19,10 @@ every earlier snapshot of the row has a smaller base. A DELETE alone makes the r
 delivery is stateless and idempotent (a lost or repeated response is harmless, ``since=0``
 rebuilds a fresh replica), and a rules or claims change (a stamp newer than the client's cursor)
 triggers one full resync of every row. Hence after a full pull a client's replica equals
-``filter(rules, claims, global state)``. Known cost: a DELETE names the table and rowId of a
-changed row even to clients that never saw it (no column values are revealed).
+``filter(rules, claims, global state)``. Known cost: the one resync after a rules or claims
+change sends a DELETE for every row invisible under the new view (table and rowId, no values),
+since the gateway keeps no per-client record of what each replica held; so does a page whose
+row history is too long to replay (see ``SyncService``).
 
 **Writes.** A client may push to a table only if some bucket of the rules names that table (or
 lists no tables): ``lakesync.rules.tables_for``. It may change an existing live row only if that
@@ -37,12 +41,13 @@ from api.store.base import LogEntry, RowKey, RowRecord
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
 from lakesync.errors import ForbiddenError
-from lakesync.merge import RowState
+from lakesync.merge import RowState, apply_delta
 from lakesync.rules import SyncRules, tables_for, visible
 
 __all__ = [
     "SNAPSHOT_DELETE_CLIENT",
     "SNAPSHOT_WRITE_CLIENT",
+    "RowHistory",
     "SnapshotCache",
     "check_write",
     "claims_hash",
@@ -54,6 +59,9 @@ __all__ = [
 
 SNAPSHOT_DELETE_CLIENT = "lakesync-gateway-0"
 SNAPSHOT_WRITE_CLIENT = "lakesync-gateway-1"
+
+RowHistory = Mapping[RowKey, tuple[RowState, Sequence[RowDelta]]]
+"""Per row: its merged state at the client's cursor and its deltas after it, in ingest order."""
 
 
 def effective_rules(rules: SyncRules | None, claims: Mapping[str, Any]) -> SyncRules | None:
@@ -101,6 +109,27 @@ class SnapshotCache:
         return found
 
 
+def may_hold(
+    key: RowKey,
+    rules: SyncRules | None,
+    claims: Mapping[str, Any],
+    history: RowHistory | None,
+) -> bool:
+    """Whether a client may hold a row that is invisible to it now: it was visible at the
+    client's cursor or after one of the later deltas (unknown history: assume it may)."""
+    if history is None or key not in history:
+        return True
+    start, later = history[key]
+    state = RowState(dict(start.cells), start.write, start.tombstone)
+    if visible(rules, claims, key[0], state.visible()):
+        return True
+    for d in later:
+        apply_delta(state, d)
+        if visible(rules, claims, key[0], state.visible()):
+            return True
+    return False
+
+
 def _snapshots(
     keys: Iterable[RowKey],
     rows: Mapping[RowKey, RowRecord],
@@ -108,6 +137,7 @@ def _snapshots(
     claims: Mapping[str, Any],
     stamp: int,
     cache: SnapshotCache | None,
+    history: RowHistory | None = None,
 ) -> list[RowDelta]:
     out: list[RowDelta] = []
     for key in keys:
@@ -116,6 +146,8 @@ def _snapshots(
             continue
         table, row_id = key
         shown = visible(rules, claims, table, rec.state.visible())
+        if not shown and not may_hold(key, rules, claims, history):
+            continue  # never seen by this client: say nothing about it
         base = max(rec.last_ingest, stamp)
         if cache is None:
             out.extend(row_snapshot(table, row_id, rec.state, shown, base))
@@ -132,6 +164,7 @@ def page_view(
     stamp: int,
     raw: bool,
     cache: SnapshotCache | None = None,
+    history: RowHistory | None = None,
 ) -> list[RowDelta]:
     """The deltas a client receives for a page of log entries (see the module docstring).
 
@@ -145,7 +178,7 @@ def page_view(
         key = (e.delta.table, e.delta.row_id)
         last.pop(key, None)
         last[key] = None
-    return _snapshots(last, rows, rules, claims, stamp, cache)
+    return _snapshots(last, rows, rules, claims, stamp, cache, history)
 
 
 def resync_view(

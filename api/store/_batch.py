@@ -9,7 +9,14 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import RowState, apply_delta
 
-__all__ = ["fresh_deltas", "merge_into", "next_ingest", "touched_keys"]
+__all__ = [
+    "copy_states",
+    "fresh_deltas",
+    "history_of",
+    "merge_into",
+    "next_ingest",
+    "touched_keys",
+]
 
 
 def fresh_deltas(deltas: Sequence[RowDelta], known: Collection[str]) -> list[RowDelta]:
@@ -36,6 +43,29 @@ def merge_into(states: dict[RowKey, RowState], deltas: Sequence[RowDelta]) -> No
         if row is None:
             row = states[key] = RowState()
         apply_delta(row, d)
+
+
+def copy_states(states: dict[RowKey, RowState], keys: Sequence[RowKey]) -> dict[RowKey, RowState]:
+    """Independent copies of the states of ``keys`` (an empty state for a missing row); the merge
+    replaces cells rather than mutating them, so copying the dict suffices."""
+    out: dict[RowKey, RowState] = {}
+    for key in keys:
+        s = states.get(key)
+        out[key] = RowState() if s is None else RowState(dict(s.cells), s.write, s.tombstone)
+    return out
+
+
+def history_of(rows: Sequence[tuple[int, RowDelta]], since: int) -> tuple[RowState, list[RowDelta]]:
+    """A row's state at ingest ``since`` and its deltas after it, from ``(ingest, delta)`` pairs
+    in ingest order."""
+    state = RowState()
+    later: list[RowDelta] = []
+    for ingest, d in rows:
+        if ingest <= since:
+            apply_delta(state, d)
+        else:
+            later.append(d)
+    return state, later
 
 
 def next_ingest(clock: HLC, last_stored: int) -> int:

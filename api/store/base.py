@@ -68,13 +68,15 @@ class AppendResult:
 
     ``stored`` are the newly stored entries (known deltaIds are skipped), ``accepted`` counts
     stored plus duplicates, ``head`` is the store's ingest head after the append and ``rows``
-    holds the merged state after the append of every row a new delta touched.
+    holds the merged state after the append of every row a new delta touched, ``before`` its
+    state before (an empty state for a new row).
     """
 
     stored: list[LogEntry]
     accepted: int
     head: int
     rows: dict[RowKey, RowRecord] = field(default_factory=dict)
+    before: dict[RowKey, RowState] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +175,13 @@ class HotLog(abc.ABC):
     @abc.abstractmethod
     def read_rows(self, gateway_id: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
         """The current state of the given rows (missing rows are left out)."""
+
+    @abc.abstractmethod
+    def row_history(
+        self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int, max_deltas: int
+    ) -> dict[RowKey, tuple[RowState, list[RowDelta]]]:
+        """Per row: its merged state at ingest ``since`` and its deltas in ``(since, upto]`` in
+        ingest order; rows with more than ``max_deltas`` deltas up to ``upto`` are left out."""
 
     @abc.abstractmethod
     def head(self) -> int:

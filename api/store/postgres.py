@@ -21,7 +21,14 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from api.store._batch import fresh_deltas, merge_into, next_ingest, touched_keys
+from api.store._batch import (
+    copy_states,
+    fresh_deltas,
+    history_of,
+    merge_into,
+    next_ingest,
+    touched_keys,
+)
 from api.store.base import (
     AppendResult,
     HotLog,
@@ -40,6 +47,7 @@ from api.store.base import (
 )
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.merge import RowState
 from lakesync.rules import SyncRules
 
 __all__ = ["PostgresHotLog"]
@@ -51,6 +59,7 @@ CREATE TABLE IF NOT EXISTS log (
     ingest BIGINT PRIMARY KEY, gw TEXT NOT NULL, delta_id TEXT NOT NULL,
     tbl TEXT NOT NULL, row_id TEXT NOT NULL, body BYTEA NOT NULL, UNIQUE (gw, delta_id));
 CREATE INDEX IF NOT EXISTS log_gw_ingest ON log (gw, ingest);
+CREATE INDEX IF NOT EXISTS log_row ON log (gw, tbl, row_id, ingest);
 CREATE TABLE IF NOT EXISTS row_state (
     gw TEXT NOT NULL, tbl TEXT NOT NULL, row_id TEXT NOT NULL, state BYTEA NOT NULL,
     last_ingest BIGINT NOT NULL, PRIMARY KEY (gw, tbl, row_id));
@@ -173,6 +182,7 @@ class PostgresHotLog(HotLog):
             )
             keys = touched_keys(new)
             states = {k: r.state for k, r in _rows(conn, gw, keys).items()}
+            before = copy_states(states, keys)
             merge_into(states, new)
             last_ingest = {(e.delta.table, e.delta.row_id): e.ingest_hlc for e in entries}
             with conn.cursor() as cur:
@@ -194,7 +204,7 @@ class PostgresHotLog(HotLog):
             }
             conn.execute("SELECT pg_notify(%s, %s)", (_CHANNEL, json.dumps(notice)))
             rows = {k: RowRecord(states[k], last_ingest[k]) for k in keys}
-            return AppendResult(entries, len(deltas), entries[-1].ingest_hlc, rows)
+            return AppendResult(entries, len(deltas), entries[-1].ingest_hlc, rows, before)
 
     # -- pull -----------------------------------------------------------------------------------
     def read_page(self, gateway_id: str, after: int, limit: int, with_rows: bool) -> Page:
@@ -244,6 +254,22 @@ class PostgresHotLog(HotLog):
         """See :meth:`HotLog.read_rows`."""
         with self._pool.connection() as conn:
             return _rows(conn, gateway_id, keys)
+
+    def row_history(
+        self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int, max_deltas: int
+    ) -> dict[RowKey, tuple[RowState, list[RowDelta]]]:
+        """See :meth:`HotLog.row_history`."""
+        out: dict[RowKey, tuple[RowState, list[RowDelta]]] = {}
+        with self._read() as conn:
+            for t, r in keys:
+                raw = conn.execute(
+                    "SELECT ingest, body FROM log WHERE gw = %s AND tbl = %s AND row_id = %s"
+                    " AND ingest <= %s ORDER BY ingest LIMIT %s",
+                    (gateway_id, t, r, upto, max_deltas + 1),
+                ).fetchall()
+                if len(raw) <= max_deltas:
+                    out[(t, r)] = history_of([(int(i), decode_delta(b)) for i, b in raw], since)
+        return out
 
     def head(self) -> int:
         """See :meth:`HotLog.head`."""

@@ -20,7 +20,14 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from api.store._batch import fresh_deltas, merge_into, next_ingest, touched_keys
+from api.store._batch import (
+    copy_states,
+    fresh_deltas,
+    history_of,
+    merge_into,
+    next_ingest,
+    touched_keys,
+)
 from api.store.base import (
     AppendResult,
     HotLog,
@@ -38,6 +45,7 @@ from api.store.base import (
 )
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.merge import RowState
 from lakesync.rules import SyncRules
 
 __all__ = ["SqliteHotLog"]
@@ -49,6 +57,7 @@ CREATE TABLE IF NOT EXISTS log (
     ingest INTEGER PRIMARY KEY, gw TEXT NOT NULL, delta_id TEXT NOT NULL,
     tbl TEXT NOT NULL, row_id TEXT NOT NULL, body BLOB NOT NULL, UNIQUE (gw, delta_id));
 CREATE INDEX IF NOT EXISTS log_gw_ingest ON log (gw, ingest);
+CREATE INDEX IF NOT EXISTS log_row ON log (gw, tbl, row_id, ingest);
 CREATE TABLE IF NOT EXISTS row_state (
     gw TEXT NOT NULL, tbl TEXT NOT NULL, row_id TEXT NOT NULL, state BLOB NOT NULL,
     last_ingest INTEGER NOT NULL, PRIMARY KEY (gw, tbl, row_id)) WITHOUT ROWID;
@@ -215,6 +224,7 @@ class SqliteHotLog(HotLog):
         )
         keys = touched_keys(new)
         states = {k: r.state for k, r in _rows(conn, gw, keys).items()}
+        before = copy_states(states, keys)
         merge_into(states, new)
         last_ingest = {(e.delta.table, e.delta.row_id): e.ingest_hlc for e in entries}
         conn.executemany(
@@ -223,7 +233,7 @@ class SqliteHotLog(HotLog):
             [(gw, t, r, encode_state(states[(t, r)]), last_ingest[(t, r)]) for t, r in keys],
         )
         rows = {k: RowRecord(states[k], last_ingest[k]) for k in keys}
-        return AppendResult(entries, len(deltas), self._last, rows)
+        return AppendResult(entries, len(deltas), self._last, rows, before)
 
     # -- pull -----------------------------------------------------------------------------------
     def read_page(self, gateway_id: str, after: int, limit: int, with_rows: bool) -> Page:
@@ -270,6 +280,22 @@ class SqliteHotLog(HotLog):
         """See :meth:`HotLog.read_rows`."""
         with self._snapshot() as conn:
             return _rows(conn, gateway_id, keys)
+
+    def row_history(
+        self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int, max_deltas: int
+    ) -> dict[RowKey, tuple[RowState, list[RowDelta]]]:
+        """See :meth:`HotLog.row_history`."""
+        out: dict[RowKey, tuple[RowState, list[RowDelta]]] = {}
+        with self._snapshot() as conn:
+            for t, r in keys:
+                raw = conn.execute(
+                    "SELECT ingest, body FROM log WHERE gw = ? AND tbl = ? AND row_id = ?"
+                    " AND ingest <= ? ORDER BY ingest LIMIT ?",
+                    (gateway_id, t, r, upto, max_deltas + 1),
+                ).fetchall()
+                if len(raw) <= max_deltas:
+                    out[(t, r)] = history_of([(int(i), decode_delta(b)) for i, b in raw], since)
+        return out
 
     def head(self) -> int:
         """See :meth:`HotLog.head`."""

@@ -138,3 +138,20 @@ def test_snapshot_deltas_are_valid_wire_deltas(gateway: Gateway) -> None:
     rep.apply(body["deltas"])  # from_wire recomputes every deltaId
     assert [d["op"] for d in body["deltas"]] == ["DELETE", "INSERT"]
     assert rep.rows() == {("todos", "t1"): {"owner": "alice", "n": 1.5}}
+
+
+def test_rows_a_client_never_saw_are_not_mentioned(gateway: Gateway) -> None:
+    set_rules(gateway, OWNER_RULES)
+    bob = Replica()
+    gateway.sync(BOB, "bob", bob)  # the resync after the rules change (empty gateway)
+    gateway.push(ALICE, "alice", [delta("INSERT", "secret", "alice", owner="alice", x=1)])
+    gateway.push(ALICE, "alice", [delta("UPDATE", "secret", "alice", x=2)])
+    gateway.push(ALICE, "alice", [delta("DELETE", "secret", "alice")])
+    body = gateway.pull_page(BOB, "bob", bob.cursor).json()
+    assert body["deltas"] == []
+    # A row bob did see is deleted from his replica when it leaves his view.
+    gateway.push(BOB, "bob", [delta("INSERT", "mine", "bob", owner="bob")])
+    gateway.sync(BOB, "bob", bob)
+    gateway.push(BOB, "bob", [delta("UPDATE", "mine", "bob", owner="alice")])
+    page = gateway.pull_page(BOB, "bob", bob.cursor).json()
+    assert [(d["op"], d["rowId"]) for d in page["deltas"]] == [("DELETE", "mine")]

@@ -47,14 +47,27 @@ def test_push_pull_and_broadcast(gateway: Gateway, path: str) -> None:
 def test_broadcasts_follow_each_receivers_rules(gateway: Gateway) -> None:
     assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=OWNER_RULES).status_code == 200
     with ws(gateway, "alice") as a, ws(gateway, "bob") as b, ws(gateway, "carol") as c:
+        c.send_bytes(encode_pull("carol", 0, 10))  # the resync after the rules change
+        cursor = decode_server_frame(c.receive_bytes()).server_hlc
         d1 = delta("INSERT", "r1", "carol", owner="bob", title="for bob")
         c.send_bytes(encode_push("carol", [d1]))
         assert not decode_server_frame(c.receive_bytes()).broadcast
         to_bob = decode_server_frame(b.receive_bytes())
-        to_alice = decode_server_frame(a.receive_bytes())
         assert [d.op for d in to_bob.deltas] == ["DELETE", "INSERT"]
         assert to_bob.deltas[1].values() == {"owner": "bob", "title": "for bob"}
-        assert [d.op for d in to_alice.deltas] == ["DELETE"]
+        # Alice never saw r1: she hears nothing about it (her next frame is about r1 as hers).
+        # Bob gives r1 to alice: bob's copy is deleted, alice gets the whole row.
+        d2 = delta("UPDATE", "r1", "bob", owner="alice")
+        b.send_bytes(encode_push("bob", [d2]))
+        assert not decode_server_frame(b.receive_bytes()).broadcast
+        to_alice = decode_server_frame(a.receive_bytes())
+        assert to_alice.deltas[1].values() == {"owner": "alice", "title": "for bob"}
+        assert [d.op for d in to_alice.deltas] == ["DELETE", "INSERT"]
+        # Bob is the sender: never echoed (his own pull evicts the row from his replica).
+        # Carol wrote r1 for bob and never saw it: no broadcast, and her pull says nothing.
+        c.send_bytes(encode_pull("carol", cursor, 10))
+        reply = decode_server_frame(c.receive_bytes())
+        assert not reply.broadcast and reply.deltas == []
 
 
 def _closed(gateway: Gateway, path: str, frame: bytes | str | None = None) -> int:

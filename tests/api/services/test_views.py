@@ -117,3 +117,18 @@ def test_admin_sees_everything_and_claims_hash_tracks_claims() -> None:
     assert effective_rules(RULES, ALICE) is RULES
     assert claims_hash(ALICE) == claims_hash(dict(reversed(list(ALICE.items()))))
     assert claims_hash(ALICE) != claims_hash(ALICE | {"team": "red"})
+
+
+def test_may_hold_replays_the_history_after_the_cursor() -> None:
+    from api.services.views import may_hold
+
+    key = ("todos", "r")
+    theirs = record(d("INSERT", "r", 1, owner="bob")).state
+    mine = record(d("INSERT", "r", 1, owner="alice")).state
+    assert may_hold(key, RULES, ALICE, None)  # unknown history: assume it may
+    assert may_hold(key, RULES, ALICE, {})
+    assert not may_hold(key, RULES, ALICE, {key: (theirs, [d("UPDATE", "r", 2, x=1)])})
+    assert may_hold(key, RULES, ALICE, {key: (mine, [d("UPDATE", "r", 2, owner="bob")])})
+    passing = [d("UPDATE", "r", 2, owner="alice"), d("UPDATE", "r", 3, owner="bob")]
+    assert may_hold(key, RULES, ALICE, {key: (theirs, passing)})
+    assert theirs.visible() == {"owner": "bob"}  # the start state is not mutated
