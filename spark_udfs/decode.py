@@ -15,6 +15,8 @@ from typing import Any
 
 from lakesync.canonical import canonical_json
 
+MAX_TIMESTAMP_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
 __all__ = [
     "hlc_to_timestamp",
     "json_to_boolean",
@@ -55,7 +57,13 @@ def json_to_json_text(value_json: str | None) -> str | None:
 
 
 def hlc_to_timestamp(hlc: int | Decimal | None) -> datetime | None:
-    """The wall-clock part of an HLC (top 48 bits, Unix milliseconds) as an aware UTC datetime."""
+    """The wall-clock part of an HLC (top 48 bits, Unix milliseconds) as an aware UTC datetime.
+
+    48-bit wall times reach the year 10889; past 9999-12-31 (no timestamp type holds it) → None.
+    """
     if hlc is None:
         return None
-    return datetime.fromtimestamp((int(hlc) >> 16) / 1000, tz=UTC)
+    wall_ms = int(hlc) >> 16
+    if wall_ms > MAX_TIMESTAMP_MS:
+        return None
+    return datetime.fromtimestamp(wall_ms / 1000, tz=UTC)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -162,8 +163,16 @@ def main(argv: list[str] | None = None) -> None:
         "--data-dir", type=Path, default=None,
         help="data dir (default $LAKESYNC_DATA_DIR or ./.lakesync)",
     )
+    parser.add_argument(
+        "--print-env", action="store_true",
+        help="print `export` lines of the environment profiles.yml reads (for a plain dbt build)",
+    )
     args = parser.parse_args(argv)
     settings = bootstrap(LakeSettings.from_env(args.data_dir))
+    if args.print_env:
+        for key, value in settings.dbt_env().items():
+            print(f"export {key}={shlex.quote(value)}")
+        return
     print(
         f"lake ready: catalog {settings.catalog_uri}, warehouse {settings.warehouse}, "
         f"jars {settings.jars_dir}"

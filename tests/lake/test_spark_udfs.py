@@ -32,3 +32,5 @@ def test_hlc_to_timestamp_uses_the_wall_clock_bits() -> None:
     assert hlc_to_timestamp(hlc) == expected
     assert hlc_to_timestamp(Decimal(hlc)) == expected
     assert hlc_to_timestamp(None) is None
+    assert hlc_to_timestamp(2**64 - 1) is None  # wall time in the year 10889: no timestamp
+    assert hlc_to_timestamp(encode(253_402_300_799_999, 0)).year == 9999
