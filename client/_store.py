@@ -548,14 +548,13 @@ class LocalStore:
 
     # -- outbox ---------------------------------------------------------------------------
 
-    def outbox(self, limit: int, max_bytes: int, after_seq: int = 0) -> list[OutboxEntry]:
-        """The oldest queued deltas after ``after_seq``: at most ``limit``, about ``max_bytes``."""
+    def outbox(self, limit: int, max_bytes: int) -> list[OutboxEntry]:
+        """The oldest queued deltas: at most ``limit`` and ``max_bytes`` (at least one)."""
         out: list[OutboxEntry] = []
         size = 0
         with self._lock:
             rows = self.conn.execute(
-                "SELECT seq, body, attempts FROM _ls_outbox WHERE seq > ? ORDER BY seq LIMIT ?",
-                (after_seq, limit),
+                "SELECT seq, body, attempts FROM _ls_outbox ORDER BY seq LIMIT ?", (limit,)
             ).fetchall()
         for seq, body, attempts in rows:
             raw = bytes(body)

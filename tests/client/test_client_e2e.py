@@ -22,7 +22,7 @@ from client_gateway_process import Gateway
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client import Event, LakeSyncClient
+from client import Backoff, Event, LakeSyncClient
 from client._auth import TokenProvider
 from client.errors import ForbiddenError, SchemaError
 from client.transport import HttpTransport, Transport, WebSocketTransport
@@ -359,7 +359,11 @@ def test_websocket_push_reaches_other_client_and_watch_without_polling(
 
 def test_websocket_drop_and_recover_without_loss_or_duplicates(own_gateway: Gateway) -> None:
     gw, gw_id = own_gateway, "gwreconnect"
-    with make(gw, gw_id, "a") as a, make(gw, gw_id, "b", transport="websocket") as b:
+    quick = Backoff(base=0.05, cap=1.0)  # reconnect attempts at most 1 s apart
+    with (
+        make(gw, gw_id, "a") as a,
+        make(gw, gw_id, "b", transport="websocket", backoff=quick) as b,
+    ):
         b.sync()
         a.insert("todos", "before", {"title": "1"})
         a.sync()
@@ -369,7 +373,7 @@ def test_websocket_drop_and_recover_without_loss_or_duplicates(own_gateway: Gate
         a.insert("todos", "during", {"title": "2"})
         a.sync()
         # b catches up after reconnecting (pull from its cursor), with no sync() call.
-        wait_for(lambda: ("todos", "during") in replica(b), timeout=30)
+        wait_for(lambda: ("todos", "during") in replica(b), timeout=60)
         b.sync()
         a.sync()
         assert replica(a) == replica(b) == gateway_state(gw, gw_id)
