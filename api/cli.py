@@ -6,11 +6,18 @@ Exposed as the plain typer-compatible function :func:`up`; ``lakesync/cli.py`` r
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from litestar import Litestar
+
+    from api.settings import GatewaySettings
+    from lakesync.config import Config
 
 __all__ = ["up"]
 
@@ -25,19 +32,29 @@ def up(
 ) -> None:
     """Serve the sync gateway (HTTP + WebSocket) until SIGINT/SIGTERM."""
     import msgspec
-    import uvicorn
 
     from api.app import create_app
+    from api.lake import lake_jobs
     from api.logs import configure_logging
     from api.settings import GatewaySettings
+    from api.store import open_store
     from lakesync.config import load_config
+    from lakesync.hlc import HLC
 
     cfg = load_config(config)
     if data_dir is not None:
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)
     configure_logging()
-    app = create_app(settings)
+    store = open_store(settings.store_url, settings.data_dir, HLC(), settings.pg_schema)
+    with contextlib.closing(store), lake_jobs(settings, store) as flusher:
+        _serve(create_app(settings, store=store, flusher=flusher), settings, cfg, host, port)
+
+
+def _serve(
+    app: Litestar, settings: GatewaySettings, cfg: Config, host: str | None, port: int | None
+) -> None:
+    import uvicorn
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:

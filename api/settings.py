@@ -8,6 +8,9 @@ into ``Config``:
 - ``LAKESYNC_RATE_LIMIT`` (pushes+pulls per second per client, 0 = off) and ``LAKESYNC_RATE_BURST``
 - ``LAKESYNC_BACKPRESSURE_BYTES`` (un-flushed hot-log size that turns pushes away with 503,
   0 = off; default 1 GiB)
+- ``LAKESYNC_FLUSH_INTERVAL`` (seconds between landing flushes by ``lakesync up``, default 5,
+  0 = only on ``POST /v1/admin/flush/{gw}``) and ``LAKESYNC_PIPELINE_INTERVAL`` (seconds between
+  scheduled ``lakesync pipeline run`` subprocesses, default 0 = off)
 - ``LAKESYNC_WS_MAX_CONNECTIONS`` (default 10000) and ``LAKESYNC_WS_RATE_LIMIT`` (frames per
   second per connection, default 100, burst twice that and at least 5)
 """
@@ -58,6 +61,8 @@ class GatewaySettings:
     backpressure_bytes: int = 1024 * MIB
     ws_max_connections: int = 10_000
     ws_rate_limit: float = 100.0
+    flush_interval: float = 5.0
+    pipeline_interval: float = 0.0
 
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> GatewaySettings:
@@ -74,4 +79,6 @@ class GatewaySettings:
             backpressure_bytes=int(_number(env, "LAKESYNC_BACKPRESSURE_BYTES", 1024 * MIB)),
             ws_max_connections=int(_number(env, "LAKESYNC_WS_MAX_CONNECTIONS", 10_000)),
             ws_rate_limit=_number(env, "LAKESYNC_WS_RATE_LIMIT", 100.0),
+            flush_interval=_number(env, "LAKESYNC_FLUSH_INTERVAL", 5.0),
+            pipeline_interval=_number(env, "LAKESYNC_PIPELINE_INTERVAL", 0.0),
         )

@@ -6,8 +6,8 @@ delivered as a *row snapshot* computed from its current merged state:
 
 - visible now: ``DELETE`` then ``INSERT`` of every visible column;
 - not visible now (filtered out or deleted): ``DELETE``, but only if the client may hold the
-  row: it was visible at the client's cursor or after a later delta (``history``); a row the
-  client never saw is not mentioned at all.
+  row: it was visible at the client's cursor or after a later delta, or the client wrote a
+  later delta itself (``history``); a row the client never saw is not mentioned at all.
 
 Both are stamped with the snapshot base ``B = max(ingest HLC of the row's last delta, view stamp)``
 where the view stamp is the ingest stamp of the last change of the rules or of the client's
@@ -116,10 +116,13 @@ def may_hold(
     history: RowHistory | None,
 ) -> bool:
     """Whether a client may hold a row that is invisible to it now: it was visible at the
-    client's cursor or after one of the later deltas (unknown history: assume it may)."""
+    client's cursor or after one of the later deltas, or the client wrote one of those deltas
+    (its replica applied its own write); with an unknown history, assume it may."""
     if history is None or key not in history:
         return True
     start, later = history[key]
+    if any(d.client_id == claims.get("sub") for d in later):
+        return True
     state = RowState(dict(start.cells), start.write, start.tombstone)
     if visible(rules, claims, key[0], state.visible()):
         return True

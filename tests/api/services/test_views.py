@@ -132,3 +132,5 @@ def test_may_hold_replays_the_history_after_the_cursor() -> None:
     passing = [d("UPDATE", "r", 2, owner="alice"), d("UPDATE", "r", 3, owner="bob")]
     assert may_hold(key, RULES, ALICE, {key: (theirs, passing)})
     assert theirs.visible() == {"owner": "bob"}  # the start state is not mutated
+    own_write = d("INSERT", "r", 2, client="alice", title="no owner")
+    assert may_hold(key, RULES, ALICE, {key: (RowState(), [own_write])})
