@@ -38,7 +38,20 @@ class Gateway:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / f"gateway-{self.port}.log"
+
     def start(self) -> None:
+        # A restart reuses the port, which another process may hold for a moment (an outgoing
+        # connection's ephemeral port): a gateway that exits at once is started again.
+        for _ in range(5):
+            if self._launch():
+                return
+            time.sleep(0.5)
+        pytest.fail(f"the gateway did not start:\n{self.log_path.read_text()[-3000:]}")
+
+    def _launch(self) -> bool:
         env = {
             **os.environ,
             "LAKESYNC_JWT_SECRET": SECRET,
@@ -46,35 +59,28 @@ class Gateway:
             "LAKESYNC_WS_RATE_LIMIT": "0",
         }
         env.pop("LAKESYNC_CONFIG", None)
-        log = open(self.data_dir.parent / f"gateway-{self.port}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "api",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--data-dir",
-                str(self.data_dir),
-            ],
-            env=env,
-            cwd=self.data_dir.parent,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        cmd = [sys.executable, "-m", "api", "--host", "127.0.0.1", "--port", str(self.port)]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [*cmd, "--data-dir", str(self.data_dir)],
+                env=env,
+                cwd=self.data_dir.parent,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 60
         while True:
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
+                    return True
             except httpx.HTTPError:
                 pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            if self.proc.poll() is not None:
+                self.proc = None
+                return False
+            if time.monotonic() > deadline:
                 self.stop()
-                log_text = (self.data_dir.parent / f"gateway-{self.port}.log").read_text()
-                pytest.fail(f"the gateway did not start:\n{log_text[-3000:]}")
+                pytest.fail(f"the gateway did not answer:\n{self.log_path.read_text()[-3000:]}")
             time.sleep(0.1)
 
     def stop(self) -> None:
