@@ -14,6 +14,7 @@ Either way every deltaId lands exactly once.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -43,6 +44,8 @@ __all__ = [
 
 LogEntry = tuple[int, str, RowDelta]
 """One hot-log entry: ``(ingest_hlc, gateway_id, delta)``."""
+
+_log = logging.getLogger(__name__)
 
 # Test hook: name a step ("before_commit" or "after_commit") and the process SIGKILLs itself there,
 # which is the only faithful way to test what a crash leaves behind.
@@ -167,5 +170,9 @@ class LandingFlusher:
         """Flush every ``interval_s`` seconds until ``stop`` is set (batching by age and size)."""
         while not stop.is_set():
             started = time.monotonic()
-            self.flush()
+            try:
+                self.flush()
+            except Exception:
+                # A failed batch is not lost (the position did not move): log it and retry later.
+                _log.exception("landing flush failed; retrying in %.0f s", interval_s)
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
