@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from litestar.testing import TestClient
 
-from tests.api.helpers import Gateway, auth, delta, token
+from api.app import create_app
+from tests.api.helpers import Gateway, auth, delta, make_settings, token
 
 SCHEMA = {
     "table": "todos",
@@ -146,3 +149,21 @@ def test_docs_are_served(gateway: Gateway) -> None:
     spec = gateway.http.get("/docs/openapi.json").json()
     assert "/v1/sync/{gw}/push" in spec["paths"]
     assert gateway.http.get("/docs").status_code == 200
+
+
+def test_flush_route_runs_the_attached_flusher(tmp_path: Path) -> None:
+    flushed: list[str] = []
+
+    async def flusher(gw: str) -> None:
+        flushed.append(gw)
+        store = app.state.service.store
+        store.mark_flushed(store.head())
+
+    app = create_app(make_settings(tmp_path), flusher=flusher)
+    with TestClient(app) as client:
+        gw = Gateway(client)
+        gw.push(token("alice"), "alice", [delta("INSERT", "r1", "alice", x=1)])
+        body = gw.admin("POST", "/v1/admin/flush/gw1").json()
+    assert flushed == ["gw1"]
+    assert body["flushed"] is True and body["unflushedBytes"] == 0
+    assert int(body["flushedPosition"]) > 0
