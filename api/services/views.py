@@ -22,7 +22,11 @@ triggers one full resync of every row. Hence after a full pull a client's replic
 ``filter(rules, claims, global state)``. Known cost: the one resync after a rules or claims
 change sends a DELETE for every row invisible under the new view (table and rowId, no values),
 since the gateway keeps no per-client record of what each replica held; so does a page whose
-row history is too long to replay (see ``SyncService``).
+row history is too long to replay (see ``SyncService``). Paging: ``limit`` counts log entries,
+so a snapshot page holds at most ``2 * limit`` deltas; a resync answers in one response
+(``hasMore`` false) whatever the limit. Snapshot deltas come from the reserved client ids
+``lakesync-gateway-0`` / ``lakesync-gateway-1`` with valid deltaIds, so any SPEC client applies
+them as ordinary deltas.
 
 **Writes.** A client may push to a table only if some bucket of the rules names that table (or
 lists no tables): ``lakesync.rules.tables_for``. It may change an existing live row only if that
