@@ -16,13 +16,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from lakesync.delta import RowDelta
 from lakesync.lake.runner import run_pipeline
 
 from .conftest import Lake, make_lake
-from .test_pipeline import SCHEMAS, TYPES, actual, expected, histories
+from .test_pipeline import CORNERS, SCHEMAS, TYPES, actual, expected, histories
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow, pytest.mark.postgres]
 
@@ -129,9 +129,10 @@ def cluster_lake(
 
 
 @settings(
-    max_examples=2, derandomize=True, deadline=None,
+    max_examples=1, derandomize=True, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+@example(history=CORNERS)
 @given(history=histories())
 def test_models_equal_merge_state_on_cluster_with_postgres_catalog(
     cluster_lake: Lake, history: list[list[RowDelta]]
