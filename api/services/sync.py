@@ -167,6 +167,8 @@ class SyncService:
         self.metrics.pushed_deltas.labels(gateway_id).inc(len(result.stored))
         self.metrics.count(gateway_id, "pushes")
         self.metrics.count(gateway_id, "deltas", len(result.stored))
+        if self.hub.count_for(gateway_id) == 0:
+            return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
         later: dict[RowKey, list[RowDelta]] = {}
         for e in result.stored:
             later.setdefault((e.delta.table, e.delta.row_id), []).append(e.delta)

@@ -31,7 +31,8 @@ them as ordinary deltas.
 **Writes.** A client may push to a table only if some bucket of the rules names that table (or
 lists no tables): ``lakesync.rules.tables_for``. It may change an existing live row only if that
 row is visible to it now; creating a row, or reviving a deleted one, is allowed, and a client
-may give a row away (change its filter column), which makes it leave its own view.
+may give a row away (change its filter column), which makes it leave its own view. The check
+reads the rows just before the append, so a concurrent push to the same row can race it.
 """
 
 from __future__ import annotations

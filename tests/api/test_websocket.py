@@ -64,10 +64,11 @@ def test_broadcasts_follow_each_receivers_rules(gateway: Gateway) -> None:
         assert to_alice.deltas[1].values() == {"owner": "alice", "title": "for bob"}
         assert [d.op for d in to_alice.deltas] == ["DELETE", "INSERT"]
         # Bob is the sender: never echoed (his own pull evicts the row from his replica).
-        # Carol wrote r1 for bob and never saw it: no broadcast, and her pull says nothing.
+        # Carol wrote r1 for bob: no broadcast to her, and her pull removes her local copy.
         c.send_bytes(encode_pull("carol", cursor, 10))
         reply = decode_server_frame(c.receive_bytes())
-        assert not reply.broadcast and reply.deltas == []
+        assert not reply.broadcast
+        assert [(d.op, d.row_id) for d in reply.deltas] == [("DELETE", "r1")]
 
 
 def _closed(gateway: Gateway, path: str, frame: bytes | str | None = None) -> int:
