@@ -130,7 +130,7 @@ def _gateway(tmp: Path, secret: str) -> Iterator[str]:
 
 def bench_e2e(rows: int, url: str, secret: str, tmp: Path, transport: str) -> None:
     """Seed ``rows`` rows on the gateway, then time a fresh client's first sync."""
-    gw = "bench"
+    gw = f"bench-{transport}"
     seed_token = mint_token(secret, sub=f"seeder-{transport}", gw=gw)
     clock = HLC()
     table = f"items_{transport}"
