@@ -99,7 +99,7 @@ def test_page_and_cursor_commit_together() -> None:
         if ("t", "r3") in touched:
             raise CrashError
 
-    s._save = failing_save  # type: ignore[method-assign]
+    s._save = failing_save  # type: ignore[method-assign,assignment]
     with pytest.raises(CrashError):
         s.apply_remote([bad, d("INSERT", "r3", "x", 3, a="3")], "remote", clock, ("gw", 200))
     assert s.cursor("gw") == 100

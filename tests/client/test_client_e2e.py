@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from client_gateway_process import Gateway
@@ -41,7 +41,8 @@ TODOS: dict[str, Any] = {
         {"name": "tags", "type": "json"},
     ],
 }
-TRANSPORTS = ["http", "websocket"]
+TransportName = Literal["http", "websocket"]
+TRANSPORTS: list[TransportName] = ["http", "websocket"]
 
 
 def make(
@@ -95,12 +96,13 @@ def wait_for(cond: Callable[[], bool], timeout: float = 15.0) -> None:
 
 
 @pytest.fixture(params=TRANSPORTS)
-def transport(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+def transport(request: pytest.FixtureRequest) -> TransportName:
+    name: TransportName = request.param
+    return name
 
 
 @pytest.fixture
-def raw_transport(gateway: Gateway, gw_id: str, transport: str) -> Iterator[Transport]:
+def raw_transport(gateway: Gateway, gw_id: str, transport: TransportName) -> Iterator[Transport]:
     tokens = TokenProvider(gateway.token("raw", gw_id))
     tr: Transport = (
         HttpTransport(gateway.url, gw_id, tokens)
@@ -144,7 +146,7 @@ def test_transport_reports_typed_errors(raw_transport: Transport) -> None:
         raw_transport.push("raw", [bad], 0)
 
 
-def test_clients_round_trip_values(gateway: Gateway, gw_id: str, transport: str) -> None:
+def test_clients_round_trip_values(gateway: Gateway, gw_id: str, transport: TransportName) -> None:
     with (
         make(gateway, gw_id, "a", transport=transport) as a,
         make(gateway, gw_id, "b", transport=transport, pull_limit=2) as b,
@@ -161,7 +163,7 @@ def test_clients_round_trip_values(gateway: Gateway, gw_id: str, transport: str)
 
 
 def test_token_callable_is_called_again_on_401(
-    gateway: Gateway, gw_id: str, transport: str
+    gateway: Gateway, gw_id: str, transport: TransportName
 ) -> None:
     issued: list[str] = []
 
@@ -184,7 +186,9 @@ def test_token_callable_is_called_again_on_401(
         assert len(issued) == 2 and c.queue_depth == 0
 
 
-def test_wrong_gateway_token_is_forbidden(gateway: Gateway, gw_id: str, transport: str) -> None:
+def test_wrong_gateway_token_is_forbidden(
+    gateway: Gateway, gw_id: str, transport: TransportName
+) -> None:
     with (
         LakeSyncClient(
             ":memory:",
@@ -198,7 +202,9 @@ def test_wrong_gateway_token_is_forbidden(gateway: Gateway, gw_id: str, transpor
         c.sync()
 
 
-def test_refused_delta_is_dead_lettered(gateway: Gateway, gw_id: str, transport: str) -> None:
+def test_refused_delta_is_dead_lettered(
+    gateway: Gateway, gw_id: str, transport: TransportName
+) -> None:
     import httpx
 
     # Register the table on the gateway without the column this client also writes.
@@ -504,7 +510,7 @@ def test_async_client_round_trip(gateway: Gateway, gw_id: str) -> None:
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_lost_push_ack_is_retried_without_duplicates(
-    gateway: Gateway, gw_id: str, transport: str
+    gateway: Gateway, gw_id: str, transport: TransportName
 ) -> None:
     from client_tcp_proxy import FlakyProxy
 
@@ -571,7 +577,7 @@ def _set_owner_rules(gateway: Gateway, gw_id: str) -> None:
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_sync_rules_filter_the_replica_and_rows_entering_the_view_arrive(
-    gateway: Gateway, gw_id: str, transport: str
+    gateway: Gateway, gw_id: str, transport: TransportName
 ) -> None:
     _set_owner_rules(gateway, gw_id)
     with (

@@ -20,6 +20,7 @@ from client.errors import (
     RateLimitedError,
     SyncFailedError,
 )
+from client.transport import PullPage
 
 SCHEMA = {
     "table": "t",
@@ -157,9 +158,12 @@ def test_checkpoint_seeds_a_fresh_client_then_pull_continues() -> None:
     b = client(gw, "b")
     seen_pull_since: list[int] = []
     real_pull = b.engine.transport.pull
-    b.engine.transport.pull = lambda cid, since, limit: (  # type: ignore[method-assign]
-        seen_pull_since.append(since) or real_pull(cid, since, limit)
-    )
+
+    def recording_pull(client_id: str, since: int, limit: int) -> PullPage:
+        seen_pull_since.append(since)
+        return real_pull(client_id, since, limit)
+
+    b.engine.transport.pull = recording_pull  # type: ignore[method-assign]
     b.sync()
     assert seen_pull_since[0] == snapshot_hlc
     assert replica(b) == gateway_state(gw)
