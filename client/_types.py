@@ -8,7 +8,7 @@ from typing import Any, Literal
 __all__ = ["Change", "Event", "EventKind", "Origin", "SyncStatus"]
 
 Origin = Literal["local", "remote", "realtime"]
-EventKind = Literal["synced", "sync_error", "dead_letter", "connected", "disconnected"]
+EventKind = Literal["synced", "sync_error", "dead_letter"]
 
 
 @dataclass(frozen=True, slots=True)
