@@ -5,12 +5,15 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
 from client_gateway_double import GatewayDouble
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client import Backoff, Event, LakeSyncClient
 from client.errors import (
@@ -230,3 +233,53 @@ def test_backoff_delays_are_bounded_and_jittered() -> None:
     b = Backoff(base=1, cap=8)
     assert b.delay(0, lambda: 0.0) == 0.5 and b.delay(0, lambda: 1.0) == 1.0
     assert b.delay(2, lambda: 0.0) == 2.0 and b.delay(10, lambda: 1.0) == 8.0
+
+
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("write"),
+            st.integers(0, 2),
+            st.sampled_from(["r0", "r1", "r2"]),
+            st.booleans(),
+            st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 3), max_size=2),
+        ),
+        st.tuples(st.sampled_from(["sync", "restart"]), st.integers(0, 2)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=STEPS)
+def test_random_writes_syncs_and_restarts_converge(steps: list[tuple[Any, ...]]) -> None:
+    gw = GatewayDouble()
+    with tempfile.TemporaryDirectory() as d:
+        paths = [str(Path(d) / f"c{i}.db") for i in range(3)]
+        clients = [client(gw, f"c{i}", paths[i]) for i in range(3)]
+        try:
+            for step in steps:
+                i = step[1]
+                c = clients[i]
+                if step[0] == "write":
+                    _, _, row, delete, cols = step
+                    if delete and c.get("t", row) is not None:
+                        c.delete("t", row)
+                    elif not delete:
+                        c.upsert(
+                            "t", row, {k: (str(v) if k == "a" else v) for k, v in cols.items()}
+                        )
+                elif step[0] == "sync":
+                    c.sync()
+                else:
+                    gw.connections.remove(c.engine.transport)  # gone, hears no broadcasts
+                    c.close()
+                    clients[i] = client(gw, f"c{i}", paths[i])
+            for _ in range(2):
+                for c in clients:
+                    c.sync()
+            expected = gateway_state(gw)
+            assert [replica(c) for c in clients] == [expected] * 3
+        finally:
+            for c in clients:
+                c.close()
