@@ -17,7 +17,7 @@ from rich.table import Table
 from lakesync.errors import LakeSyncError
 from lakesync.lake.settings import LakeSettings
 
-__all__ = ["pipeline_app", "query_command"]
+__all__ = ["DataDirOption", "FormatOption", "pipeline_app", "query_command"]
 
 pipeline_app = typer.Typer(
     help="Lakehouse pipeline: landing → dbt on Spark → analytics.<table>.", no_args_is_help=True
