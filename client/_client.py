@@ -89,7 +89,7 @@ class LakeSyncClient:
         self.client_id = self._resolve_client_id(client_id)
         self.gateway_id = gateway_id
         self._clock = HLC(last=int(self._store.get_meta("hlc") or 0))
-        self._watchers = Watchers(self._store.query)
+        self._watchers = Watchers(self._store.query_tables)
         self._listeners: list[tuple[str, Callable[[Event], None]]] = []
         self._listeners_lock = threading.Lock()
         self._backoff = backoff or Backoff()

@@ -622,9 +622,23 @@ class LocalStore:
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
     ) -> list[dict[str, Any]]:
         """Run a read-only SQL statement; rows as dicts with values decoded to JSON types."""
+        return self.query_tables(sql, params)[0]
+
+    def query_tables(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> tuple[list[dict[str, Any]], frozenset[str]]:
+        """Like :meth:`query`, also naming the tables the statement reads (lower case)."""
+        tables: set[str] = set()
+
+        def authorize(action: int, arg1: str | None, *_: object) -> int:
+            if action == sqlite3.SQLITE_READ and arg1:
+                tables.add(arg1.lower())
+            return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
+
         with self._lock:
             conn = self.conn
-            conn.set_authorizer(_read_only)
+            # Setting an authorizer expires cached statements, so every query is re-checked.
+            conn.set_authorizer(authorize)
             try:
                 cur = conn.execute(sql, _bind(params))
                 names = [d[0] for d in cur.description or ()]
@@ -638,11 +652,7 @@ class LocalStore:
                 raise ValidationError(f"query failed: {exc}") from None
             finally:
                 conn.set_authorizer(None)
-        return [dict(zip(names, row, strict=True)) for row in rows]
-
-
-def _read_only(action: int, *_: object) -> int:
-    return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
+        return [dict(zip(names, row, strict=True)) for row in rows], frozenset(tables)
 
 
 def _bind(params: Sequence[Any] | Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:

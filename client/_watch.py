@@ -7,6 +7,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from client._types import Change
@@ -91,19 +92,27 @@ class Watch(Generic[T]):
             yield got
 
 
+QueryRunner = Callable[
+    [str, Sequence[Any] | Mapping[str, Any]], tuple[list[dict[str, Any]], frozenset[str]]
+]
+
+
+@dataclass(frozen=True, slots=True)
+class _WatchedQuery:
+    sql: str
+    params: Sequence[Any] | Mapping[str, Any]
+    rows: list[dict[str, Any]]
+    tables: frozenset[str]
+
+
 class Watchers:
     """The registry of a client's watches; dispatches each committed batch of changes."""
 
-    def __init__(
-        self, run_query: Callable[[str, Sequence[Any] | Mapping[str, Any]], list[dict[str, Any]]]
-    ) -> None:
+    def __init__(self, run_query: QueryRunner) -> None:
         self._run_query = run_query
         self._lock = threading.Lock()
         self._tables: list[tuple[Watch[list[Change]], str | None]] = []
-        self._queries: dict[
-            Watch[list[dict[str, Any]]],
-            tuple[str, Sequence[Any] | Mapping[str, Any], list[dict[str, Any]]],
-        ] = {}
+        self._queries: dict[Watch[list[dict[str, Any]]], _WatchedQuery] = {}
 
     def watch_table(
         self, table: str | None, callback: Callable[[list[Change]], None] | None
@@ -122,9 +131,9 @@ class Watchers:
     ) -> Watch[list[dict[str, Any]]]:
         """Watch a query's result: delivered now, then whenever a change alters it."""
         w: Watch[list[dict[str, Any]]] = Watch(self, callback)
-        rows = self._run_query(sql, params)
+        rows, tables = self._run_query(sql, params)
         with self._lock:
-            self._queries[w] = (sql, params, rows)
+            self._queries[w] = _WatchedQuery(sql, params, rows, tables)
         w._deliver(rows)
         return w
 
@@ -146,16 +155,20 @@ class Watchers:
         if not changes:
             return
         with self._lock:
-            tables = list(self._tables)
+            table_watches = list(self._tables)
             queries = list(self._queries.items())
-        for tw, table in tables:
+        for tw, table in table_watches:
             mine = changes if table is None else [c for c in changes if c.table == table]
             if mine:
                 tw._deliver(mine)
-        for qw, (sql, params, last) in queries:
-            rows = self._run_query(sql, params)
-            if rows != last:
+        touched = {c.table.lower() for c in changes}
+        for qw, q in queries:
+            # Only queries reading a changed table can have a different result.
+            if not touched & q.tables:
+                continue
+            rows, read = self._run_query(q.sql, q.params)
+            if rows != q.rows:
                 with self._lock:
                     if qw in self._queries:
-                        self._queries[qw] = (sql, params, rows)
+                        self._queries[qw] = _WatchedQuery(q.sql, q.params, rows, read)
                 qw._deliver(rows)

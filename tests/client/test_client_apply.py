@@ -298,3 +298,25 @@ def test_remote_names_that_collide_locally_never_block_a_page() -> None:
     assert s.queue_depth() == 0
     with pytest.raises(SchemaError, match="only in case"):
         s.declare(parse_schema({"table": "T", "columns": []}))
+
+
+def test_query_watch_reruns_only_for_tables_it_reads() -> None:
+    two = [
+        {"table": "t", "columns": [{"name": "a", "type": "string"}]},
+        {"table": "u", "columns": [{"name": "a", "type": "string"}]},
+    ]
+    with LakeSyncClient(":memory:", client_id="me", schemas=two) as c:
+        runs: list[str] = []
+        real = c._store.query_tables
+
+        def counting(sql: str, params: Any) -> Any:
+            runs.append(sql)
+            return real(sql, params)
+
+        c._watchers._run_query = counting
+        results: list[Any] = []
+        c.watch_query("select count(*) as n from T", (), results.append)
+        c.insert("u", "x", {"a": "other table"})
+        assert len(runs) == 1  # the write to u did not re-run a query on t
+        c.insert("t", "y", {"a": "mine"})
+        assert len(runs) == 2 and results == [[{"n": 0}], [{"n": 1}]]
