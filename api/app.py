@@ -98,6 +98,9 @@ def create_app(
             render_plugins=[SwaggerRenderPlugin(path="/"), JsonRenderPlugin()],
         ),
         debug=False,
+        # Logging is configured by the process (api.logs.configure_logging in `lakesync up`):
+        # Litestar's default queue handler would drop the last lines when the process exits.
+        logging_config=None,
     )
     # Outside the router, so unrouted requests (404/405) get a request id and a log line too.
     app.asgi_handler = request_id_middleware(app.asgi_handler)

@@ -38,13 +38,12 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str = "INFO") -> None:
-    """Send the gateway's logs to stderr as JSON lines."""
+    """Send every log line of the process (gateway and uvicorn) to stderr as JSON."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("lakesync")
-    logger.handlers[:] = [handler]
-    logger.setLevel(level)
-    logger.propagate = False
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
 
 
 def request_id_middleware(app: ASGIApp) -> ASGIApp:
