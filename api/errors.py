@@ -71,6 +71,11 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     )
 
 
+def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
+    # Only input can nest this deeply (msgspec decoding, canonical JSON of a column value).
+    return _reply(request, 400, "input is nested too deeply", "VALIDATION_ERROR")
+
+
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return _reply(request, 500, "internal error", "INTERNAL_ERROR")
@@ -79,6 +84,7 @@ def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response
 exception_handlers: dict[type[Exception] | int, Any] = {
     LakeSyncError: _lakesync_error,
     HTTPException: _http_error,
+    RecursionError: _too_deep,
     Exception: _internal_error,
 }
 

@@ -96,6 +96,9 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
             except LakeSyncError as exc:
                 await close(_close_code(exc), exc.message)
                 return
+            except RecursionError:
+                await close(4400, "input is nested too deeply")
+                return
             await conn.outbox.put(reply)
     except WebSocketDisconnect:
         return

@@ -139,6 +139,18 @@ def test_push_rejects_bad_deltas_and_stores_nothing(
     assert gateway.pull_page(ALICE, "alice", 0).json()["deltas"] == []
 
 
+@pytest.mark.parametrize("depth", [500, 990, 5000, 200_000])
+def test_deeply_nested_values_are_400_or_422(gateway: Gateway, depth: int) -> None:
+    value = "[" * depth + "]" * depth
+    body = (
+        '{"clientId":"alice","deltas":[{"op":"INSERT","table":"t","rowId":"r","clientId":"alice",'
+        f'"columns":[{{"column":"c","value":{value}}}],"hlc":"{now_hlc()}","deltaId":"x"}}]}}'
+    )
+    r = gateway.http.post("/v1/sync/gw1/push", content=body, headers=auth(ALICE))
+    assert r.status_code in (400, 422), r.text
+    assert r.json()["code"] in ("VALIDATION_ERROR", "SCHEMA_ERROR")
+
+
 def test_clock_drift_is_409(gateway: Gateway) -> None:
     r = gateway.push(ALICE, "alice", [delta("INSERT", "r1", "alice", hlc=now_hlc(60_000), x=1)])
     error(r, 409, "CLOCK_DRIFT")

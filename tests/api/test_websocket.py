@@ -10,6 +10,7 @@ from litestar.exceptions import WebSocketDisconnect
 from litestar.testing import TestClient
 
 from api.app import create_app
+from lakesync.proto import lakesync_pb2 as pb
 from lakesync.wsframes import decode_server_frame, encode_pull, encode_push
 from tests.api.helpers import Gateway, auth, delta, make_settings, token
 
@@ -95,6 +96,23 @@ def test_close_codes(gateway: Gateway) -> None:
     assert _closed(gateway, good, encode_push("alice", [bad])[:-3]) == 4400
     foreign = delta("INSERT", "r1", "bob", x=1)
     assert _closed(gateway, good, encode_push("alice", [foreign])) == 4403
+    deep = b"[" * 5000 + b"]" * 5000
+    column = pb.ColumnDelta(column="c", value=deep)
+    msg = pb.SyncPush(
+        client_id="alice",
+        deltas=[
+            pb.RowDelta(
+                op=pb.INSERT,
+                table="t",
+                row_id="r",
+                columns=[column],
+                hlc=1,
+                client_id="alice",
+                delta_id="x",
+            )
+        ],
+    )
+    assert _closed(gateway, good, b"\x01" + msg.SerializeToString()) == 4400
 
 
 def test_connection_cap_and_frame_rate(tmp_path: Path) -> None:
