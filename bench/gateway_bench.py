@@ -1,4 +1,4 @@
-"""Gateway benchmarks on loopback against a real ``python -m api`` process (durable SQLite).
+"""Gateway benchmarks on loopback against a real ``python -m api`` process (durable store).
 
 - push throughput: batches of 100 deltas, 1 and 8 concurrent clients;
 - pull latency: one page of 1,000 deltas, without and with sync rules;
@@ -15,11 +15,14 @@ import asyncio
 import statistics
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import httpx
 import msgspec
+import psycopg
 import websockets
+from psycopg import sql
 
 from lakesync.delta import RowDelta
 from lakesync.wsframes import decode_server_frame
@@ -128,15 +131,20 @@ async def broadcast_latency(ws_url: str, url: str, receivers: int) -> tuple[floa
     return statistics.median(latencies), max(latencies)
 
 
-async def main(batches: int) -> None:
+async def main(batches: int, store: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        server = ServerProcess(Path(tmp) / "data", {"LAKESYNC_WS_RATE_LIMIT": "0"}).start()
+        kind = store.partition(":")[0]
+        schema = f"lakesync_bench_{uuid.uuid4().hex[:8]}"
+        env = {"LAKESYNC_WS_RATE_LIMIT": "0", "LAKESYNC_STORE_URL": store}
+        if kind != "sqlite":
+            env["LAKESYNC_PG_SCHEMA"] = schema
+        server = ServerProcess(Path(tmp) / "data", env).start()
         try:
             for clients in (1, 8):
                 bps, dps = await push_throughput(server.url, clients, batches)
                 print(
                     f"push throughput, {clients} client(s), batches of 100: "
-                    f"{bps:.0f} batches/s = {dps:.0f} deltas/s (durable, SQLite WAL FULL)"
+                    f"{bps:.0f} batches/s = {dps:.0f} deltas/s (durable, {kind})"
                 )
             for gw, rules in (("gw-plain", False), ("gw-rules", True)):
                 cold, p50, p95 = await pull_latency(server.url, gw, rules)
@@ -152,9 +160,18 @@ async def main(batches: int) -> None:
             )
         finally:
             server.stop()
+            if kind != "sqlite":
+                with psycopg.connect(store, autocommit=True) as conn:
+                    conn.execute(
+                        sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+                    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batches", type=int, default=200, help="push batches per run")
-    asyncio.run(main(parser.parse_args().batches))
+    parser.add_argument(
+        "--store", default="sqlite", help="sqlite (default) or a postgresql:// DSN (fresh schema)"
+    )
+    args = parser.parse_args()
+    asyncio.run(main(args.batches, args.store))
