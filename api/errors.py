@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any
 
+import psycopg
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
@@ -76,6 +78,18 @@ def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[
     return _reply(request, 400, "input is nested too deeply", "VALIDATION_ERROR")
 
 
+def _store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    # An unreachable or exhausted store is an outage, not a bug: clients retry a 503.
+    log.error("hot-log store unavailable: %s", exc)
+    return _reply(
+        request,
+        503,
+        "the hot-log store is unavailable; retry shortly",
+        "BACKPRESSURE_ERROR",
+        {"Retry-After": "1"},
+    )
+
+
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return _reply(request, 500, "internal error", "INTERNAL_ERROR")
@@ -85,6 +99,8 @@ exception_handlers: dict[type[Exception] | int, Any] = {
     LakeSyncError: _lakesync_error,
     HTTPException: _http_error,
     RecursionError: _too_deep,
+    psycopg.OperationalError: _store_unavailable,
+    sqlite3.OperationalError: _store_unavailable,
     Exception: _internal_error,
 }
 

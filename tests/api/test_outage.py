@@ -1,0 +1,30 @@
+"""A store outage answers 503 (retryable), never 500."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from litestar.testing import TestClient
+
+from api.app import create_app
+from api.store.postgres import PostgresHotLog
+from lakesync.hlc import HLC
+from tests.api.conftest import drop_pg_schema, fresh_pg_schema, pg_available
+from tests.api.helpers import PG_DSN, auth, make_settings, token
+
+
+@pytest.mark.postgres
+def test_store_outage_is_503_not_500(tmp_path: Path) -> None:
+    if not pg_available():
+        pytest.skip(f"PostgreSQL not reachable at {PG_DSN}")
+    schema = fresh_pg_schema()
+    store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
+    try:
+        with TestClient(create_app(make_settings(tmp_path), store=store)) as client:
+            store.close()  # the pool is gone: every store call fails
+            r = client.get("/v1/sync/gw1/pull", headers=auth(token("alice")))
+            assert r.status_code == 503 and r.json()["code"] == "BACKPRESSURE_ERROR"
+            assert client.get("/ready").status_code == 503
+    finally:
+        drop_pg_schema(schema)
