@@ -32,3 +32,20 @@
         or (s.op = 'DELETE' and (m.delete_hlc is null
             or {{ lakesync_beats('s.hlc', 's.client_id', 'm.delete_hlc', 'm.delete_client_id') }}))
 {% endtest %}
+
+
+{#- A current-state table holds exactly the live rows of its table in int_rows_merged. -#}
+{% test lakesync_live_rows_match(model, table_name) %}
+    select
+        coalesce(m.gateway_id, r.gateway_id) as gateway_id,
+        coalesce(m.row_id, r.row_id) as row_id,
+        m.row_id is null as missing_from_model
+    from {{ model }} m
+    full outer join (
+        select gateway_id, row_id
+        from {{ ref('int_rows_merged') }}
+        where table_name = '{{ table_name }}' and is_live
+    ) r
+        on m.gateway_id = r.gateway_id and m.row_id = r.row_id
+    where m.row_id is null or r.row_id is null
+{% endtest %}

@@ -80,7 +80,10 @@ def render_properties(tables: TableColumns) -> str:
         {
             "name": model_name(table),
             "description": f"Current state of synced table {table}: one row per live row.",
-            "data_tests": [{"lakesync_unique_combination": {"arguments": {"columns": KEY}}}],
+            "data_tests": [
+                {"lakesync_unique_combination": {"arguments": {"columns": KEY}}},
+                {"lakesync_live_rows_match": {"arguments": {"table_name": table}}},
+            ],
             "columns": [
                 {"name": "gateway_id", "data_tests": ["not_null"]},
                 {"name": "row_id", "data_tests": ["not_null"]},
