@@ -79,6 +79,13 @@ def landing_rows(entries: Sequence[LogEntry], ingested_at: datetime) -> pa.Table
         [{"column": c.column, "value_json": canonical_json(c.value)} for c in d.columns]
         for _, _, d in entries
     ]
+    # The canonical JSON of the [{column, value}] list, assembled from the per-cell texts (keys
+    # "column" < "value" already sorted; column names are validated identifiers, nothing to
+    # escape): encoding each value once halves the flusher's CPU time.
+    columns_json = [
+        "[" + ",".join(f'{{"column":"{c["column"]}","value":{c["value_json"]}}}' for c in row) + "]"
+        for row in cells
+    ]
     data: dict[str, list[Any]] = {
         "gateway_id": [gw for _, gw, _ in entries],
         "ingest_hlc": [pos for pos, _, _ in entries],
@@ -88,10 +95,7 @@ def landing_rows(entries: Sequence[LogEntry], ingested_at: datetime) -> pa.Table
         "row_id": [d.row_id for _, _, d in entries],
         "client_id": [d.client_id for _, _, d in entries],
         "hlc": [Decimal(d.hlc) for _, _, d in entries],
-        "columns_json": [
-            canonical_json([{"column": c.column, "value": c.value} for c in d.columns])
-            for _, _, d in entries
-        ],
+        "columns_json": columns_json,
         "cells": cells,
         "ingested_at": [ingested_at] * len(entries),
     }

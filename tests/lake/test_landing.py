@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
 from lakesync.lake.bootstrap import init_catalog_tables
 from lakesync.lake.catalog import LANDING_IDENTIFIER, flushed_position, open_catalog
-from lakesync.lake.landing import CRASH_ENV, LandingFlusher
+from lakesync.lake.landing import CRASH_ENV, LandingFlusher, landing_rows
 from lakesync.lake.settings import LakeSettings
 
 from .hotlog import JsonlHotLog
@@ -133,3 +138,23 @@ def test_crash_then_restart_lands_each_delta_exactly_once(
     # after_commit: the restart first re-announces the recovered 10_002, then each new batch;
     # before_commit: 10_002 is the restart's own first batch.
     assert log.marked() == [10_002, 10_005, 10_008, 10_009]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@given(values=st.lists(json_values, max_size=4))
+def test_columns_json_is_the_canonical_json_of_the_column_list(values: list[object]) -> None:
+    cols = {f"c{i}": v for i, v in enumerate(values)}
+    delta = RowDelta.create("INSERT", "t", "r", "c", cols, 1)
+    row = landing_rows([(1, "gw", delta)], datetime.now(UTC)).to_pylist()[0]
+    assert row["columns_json"] == canonical_json(
+        [{"column": k, "value": v} for k, v in cols.items()]
+    )
+    assert [json.loads(c["value_json"]) for c in row["cells"]] == [
+        json.loads(canonical_json(v)) for v in cols.values()
+    ]
