@@ -19,6 +19,7 @@ __all__ = ["canonical_json", "js_number_str"]
 # Above 2^53 a Python int is not a JavaScript number; JavaScript would hold the nearest double.
 _MAX_SAFE_INT = 2**53
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_encode_basestring = json.encoder.encode_basestring  # escapes only quotes, backslash, controls
 
 
 def js_number_str(x: float) -> str:
@@ -59,8 +60,9 @@ def js_number_str(x: float) -> str:
 
 def _js_string(s: str) -> str:
     """``JSON.stringify`` of a string: raw non-ASCII, lone surrogates escaped (ES2019)."""
-    out = json.dumps(s, ensure_ascii=False)
-    if _LONE_SURROGATE.search(out):
+    # The C string encoder directly: json.dumps would build a new encoder per call (hot path).
+    out: str = _encode_basestring(s)
+    if not s.isascii() and _LONE_SURROGATE.search(out):
         out = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
     return out
 

@@ -181,6 +181,9 @@ def _check_shape(
     validate_identifier(table, f"{where}.table")
     if not isinstance(row_id, str) or not row_id or len(row_id) > MAX_ROW_ID_LENGTH:
         raise ValidationError(f"{where}.rowId must be a non-empty string of at most 1024 chars")
+    if "\x00" in row_id:
+        # No SQL text type (PostgreSQL, SQLite bindings, Iceberg readers) stores NUL faithfully.
+        raise ValidationError(f"{where}.rowId must not contain NUL characters")
     if not isinstance(client_id, str) or not client_id:
         raise ValidationError(f"{where}.clientId must be a non-empty string")
     if op == "DELETE" and cols:

@@ -140,9 +140,6 @@ class SyncService:
                 raise ForbiddenError(
                     f"deltas[{i}].clientId {d.client_id!r} does not match the token subject"
                 )
-            if "\x00" in d.row_id:
-                # PostgreSQL text cannot hold NUL; refuse it everywhere so stores agree.
-                raise ValidationError(f"deltas[{i}].rowId must not contain NUL characters")
         if self.draining:
             raise BackpressureError("the gateway is shutting down; retry on another instance")
         if not deltas:

@@ -34,7 +34,7 @@ def row_deltas(draw: st.DrawFn) -> RowDelta:
     return RowDelta.create(
         op,
         draw(identifiers),
-        draw(st.text(min_size=1, max_size=12)),
+        draw(st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=12)),
         draw(st.text(min_size=1, max_size=12)),
         cols,
         draw(st.integers(0, 2**64 - 1)),

@@ -193,3 +193,8 @@ def test_extract_distinguishes_json_types(old: Any, new: Any) -> None:
     assert d is not None
     assert d.values() == {"a": new}
     assert type(d.values()["a"]) is type(new)
+
+
+def test_row_id_with_nul_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="NUL"):
+        RowDelta.create("INSERT", "t", "a\x00b", "c", {"x": 1}, 1)
