@@ -24,7 +24,18 @@ __all__ = [
 ColumnType = Literal["string", "number", "boolean", "json", "null"]
 _TYPES: frozenset[str] = frozenset(get_args(ColumnType))
 # Names every replica and destination adds itself (SPEC §11, the lake's current-state tables).
-RESERVED_COLUMNS = frozenset({"row_id", "gateway_id", "props", "synced_at", "deleted_at"})
+RESERVED_COLUMNS = frozenset(
+    {
+        "row_id",
+        "gateway_id",
+        "props",
+        "synced_at",
+        "deleted_at",
+        "_hlc",
+        "_changed_at",
+        "_ingest_hlc",
+    }
+)
 
 
 class ColumnSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -159,3 +159,9 @@ def test_check_delta_rejects_unknown_columns_and_wrong_types(
 
 def test_check_delta_accepts_a_delete() -> None:
     check_delta(parse_schema(TODOS), RowDelta.create("DELETE", "todos", "r1", "c1", {}, 1))
+
+
+@pytest.mark.parametrize("name", ["_hlc", "_changed_at", "_ingest_hlc", "Row_Id"])
+def test_lake_bookkeeping_columns_are_reserved(name: str) -> None:
+    with pytest.raises(SchemaError, match="reserved"):
+        parse_schema({"table": "t", "columns": [{"name": name, "type": "string"}]})
