@@ -2,9 +2,11 @@
 
 ``lakesync up`` runs the :class:`~lakesync.lake.landing.LandingFlusher` next to the gateway (the
 landing table's single writer) every ``flush_interval`` seconds and on
-``POST /v1/admin/flush/{gw}``, and, if ``pipeline_interval`` is set, a ``lakesync pipeline run``
-subprocess on that schedule (Spark stays out of the gateway process). Without the ``pipeline``
-extra the gateway still serves; the flush route then reports that nothing was flushed.
+``POST /v1/admin/flush/{gw}`` (each flush first publishes the registered table schemas to
+``lakesync.table_schemas`` for the pipeline), and, if ``pipeline_interval`` is set, a
+``lakesync pipeline run`` subprocess on that schedule (Spark stays out of the gateway process).
+Without the ``pipeline`` extra the gateway still serves; the flush route then reports that nothing
+was flushed.
 """
 
 from __future__ import annotations
@@ -15,17 +17,20 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
 from api.settings import GatewaySettings
 from api.store import HotLog
+from lakesync.schema import parse_schema
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
     from lakesync.lake.landing import LandingFlusher
 
-__all__ = ["lake_jobs"]
+__all__ = ["SchemaPublisher", "lake_jobs"]
 
 _log = logging.getLogger(__name__)
 
@@ -41,19 +46,66 @@ def _landing_flusher(settings: GatewaySettings, store: HotLog) -> LandingFlusher
 
         lake = LakeSettings.from_env(settings.data_dir)
         init_catalog_tables(lake)
-        return LandingFlusher(open_catalog(lake), store, mark_flushed=store.mark_flushed)
+        catalog = open_catalog(lake)
+        return LandingFlusher(
+            catalog,
+            store,
+            mark_flushed=store.mark_flushed,
+            before_flush=SchemaPublisher(catalog, store),
+        )
     except ModuleNotFoundError as exc:
         _log.warning("landing flusher off: missing %s (pip install 'lakesync[pipeline]')", exc.name)
         return None
 
 
+class SchemaPublisher:
+    """Publish every gateway's registered schemas to the lake's ``lakesync.table_schemas``
+    (called before each flush; reads the lake again only when the store's schemas changed)."""
+
+    def __init__(self, catalog: Catalog, store: HotLog) -> None:
+        self._catalog = catalog
+        self._store = store
+        self._last: list[tuple[str, str, dict[str, Any]]] | None = None
+
+    def __call__(self) -> bool:
+        """True when the registry needed a commit."""
+        from lakesync.lake.registry import publish_schemas
+
+        docs = self._store.docs_of_kind("schema")
+        if docs == self._last:
+            return False
+        changed = publish_schemas(
+            self._catalog, [(gw, parse_schema(body)) for gw, _, body in docs]
+        )
+        self._last = docs
+        return changed
+
+
 def _pipeline_loop(settings: GatewaySettings, stop: threading.Event) -> None:
+    """Run ``lakesync pipeline run`` every ``pipeline_interval`` seconds (after the previous run
+    ended) until ``stop``; a run still going at shutdown is terminated (its Iceberg commits are
+    atomic, so the next run picks up where the last commit left off). Output goes to
+    ``<data dir>/pipeline.log``; a failed run is logged with the tail of it."""
     command = [sys.executable, "-m", "lakesync.cli", "pipeline", "run"]
     command += ["--data-dir", str(settings.data_dir)]
+    log_path = settings.data_dir / "pipeline.log"
     while not stop.wait(settings.pipeline_interval):
-        done = subprocess.run(command, check=False, capture_output=True, text=True)
-        if done.returncode != 0:
-            _log.error("scheduled pipeline run failed:\n%s", done.stderr[-4000:])
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            while proc.poll() is None:
+                if stop.wait(0.5):
+                    proc.terminate()
+                    try:
+                        proc.wait(20)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                    return
+        if proc.returncode == 0:
+            _log.info("scheduled pipeline run done (output in %s)", log_path)
+        else:
+            tail = log_path.read_text(errors="replace")[-4000:]
+            _log.error("scheduled pipeline run failed (exit %s):\n%s", proc.returncode, tail)
 
 
 @contextmanager

@@ -223,6 +223,10 @@ class HotLog(abc.ABC):
         """Every document of a kind, by name."""
 
     @abc.abstractmethod
+    def docs_of_kind(self, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every gateway's documents of a kind as ``(gateway_id, name, body)``, sorted."""
+
+    @abc.abstractmethod
     def delete_doc(self, gateway_id: str, kind: str, name: str) -> bool:
         """Remove a document; False when it did not exist."""
 

@@ -364,6 +364,15 @@ class PostgresHotLog(HotLog):
             )
             return {n: msgspec.json.decode(bytes(b)) for n, b in cur}
 
+    def docs_of_kind(self, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """See :meth:`HotLog.docs_of_kind`."""
+        with self._pool.connection() as conn:
+            cur = conn.execute(
+                "SELECT gw, name, body FROM gateway_docs WHERE kind = %s ORDER BY gw, name",
+                (kind,),
+            )
+            return [(g, n, msgspec.json.decode(bytes(b))) for g, n, b in cur]
+
     def delete_doc(self, gateway_id: str, kind: str, name: str) -> bool:
         """See :meth:`HotLog.delete_doc`."""
         with self._pool.connection() as conn:

@@ -389,6 +389,14 @@ class SqliteHotLog(HotLog):
             )
             return {n: msgspec.json.decode(b) for n, b in cur}
 
+    def docs_of_kind(self, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """See :meth:`HotLog.docs_of_kind`."""
+        with self._snapshot() as conn:
+            cur = conn.execute(
+                "SELECT gw, name, body FROM gateway_docs WHERE kind = ? ORDER BY gw, name", (kind,)
+            )
+            return [(g, n, msgspec.json.decode(b)) for g, n, b in cur]
+
     def delete_doc(self, gateway_id: str, kind: str, name: str) -> bool:
         """See :meth:`HotLog.delete_doc`."""
         return self._submit(

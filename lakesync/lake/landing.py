@@ -113,6 +113,8 @@ class LandingFlusher:
 
     ``mark_flushed`` (optional) tells the hot log how far the lake is durable, e.g. so it can count
     un-flushed data for backpressure and trim; it is called after each commit and again on start.
+    ``before_flush`` (optional) runs at the start of every flush, under the same lock: the gateway
+    publishes its registered schemas there (:mod:`lakesync.lake.registry`).
     """
 
     def __init__(
@@ -122,12 +124,14 @@ class LandingFlusher:
         *,
         batch_size: int = 50_000,
         mark_flushed: Callable[[int], None] | None = None,
+        before_flush: Callable[[], object] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._catalog = catalog
         self._source = source
         self._batch_size = batch_size
         self._mark_flushed = mark_flushed
+        self._before_flush = before_flush
         self._clock = clock
         self._lock = threading.Lock()
         self._table: Table = ensure_landing_table(catalog)
@@ -143,6 +147,8 @@ class LandingFlusher:
         Thread-safe; answers once the batches are committed (what the admin flush route needs).
         """
         with self._lock:
+            if self._before_flush is not None:
+                self._before_flush()
             rows = commits = 0
             pos = self.position()
             if pos is not None and self._mark_flushed is not None:

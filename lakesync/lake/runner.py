@@ -32,6 +32,7 @@ __all__ = [
     "PipelineResult",
     "ProgressCallback",
     "dbt_invoke",
+    "registered_table_schemas",
     "run_pipeline",
     "state_as_of_hlc",
 ]
@@ -66,11 +67,15 @@ class PipelineResult:
     """Landing position (ingest HLC) the models are complete through."""
 
 
-def _schemas_from_config() -> list[TableSchema]:
+def registered_table_schemas(settings: LakeSettings) -> list[TableSchema]:
+    """Every registered schema: the ones the gateways published to ``lakesync.table_schemas``
+    (admin routes and their ``lakesync.yaml``) plus those in this process's ``lakesync.yaml``."""
     from lakesync.config import load_config
+    from lakesync.lake.registry import registered_schemas
 
     config = load_config()
-    return [s for gw in config.gateways.values() for s in gw.schemas]
+    published = [s for _, s in registered_schemas(open_catalog(settings))]
+    return [*published, *(s for gw in config.gateways.values() for s in gw.schemas)]
 
 
 @contextmanager
@@ -164,14 +169,14 @@ def run_pipeline(
 ) -> PipelineResult:
     """Build every model once: read new landing rows, merge them, refresh ``analytics.<table>``.
 
-    ``schemas`` defaults to every gateway's registered schemas from ``lakesync.config``; a table
+    ``schemas`` defaults to :func:`registered_table_schemas`; a table
     whose column list changed since the last run is rebuilt in full. ``tests`` runs the data
     tests after each model (``dbt build``). Raises :class:`PipelineError` if a model or test fails.
     """
     started = time.monotonic()
     settings = settings or LakeSettings.from_env(data_dir)
     bootstrap(settings)
-    tables = table_columns(_schemas_from_config() if schemas is None else schemas)
+    tables = table_columns(registered_table_schemas(settings) if schemas is None else schemas)
     generated_dir = prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
     generated = write_models(generated_dir, tables)
     spark = spark_session(settings)
@@ -227,7 +232,7 @@ def state_as_of_hlc(
     with dbt and runs it on Spark; returns a Spark DataFrame with the current-state columns.
     (Time travel by snapshot needs no dbt: ``select * from analytics.T version as of <id>``.)
     """
-    tables = table_columns(_schemas_from_config() if schemas is None else schemas)
+    tables = table_columns(registered_table_schemas(settings) if schemas is None else schemas)
     if table not in tables:
         raise PipelineError(f"table {table!r} has no registered schema")
     cols = [{"name": n, "type": t} for n, t in tables[table]]

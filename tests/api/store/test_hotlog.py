@@ -123,6 +123,12 @@ def test_docs_and_view_stamps(store: HotLog) -> None:
     store.put_doc("gw1", "connector", "pg", {"name": "pg"})
     assert store.list_docs("gw1", "schema") == {"todos": {"table": "todos", "columns": []}}
     assert store.list_docs("gw2", "schema") == {}
+    store.put_doc("gw0", "schema", "notes", {"table": "notes", "columns": []})
+    assert store.docs_of_kind("schema") == [
+        ("gw0", "notes", {"table": "notes", "columns": []}),
+        ("gw1", "todos", {"table": "todos", "columns": []}),
+    ]
+    assert store.docs_of_kind("connector") == [("gw1", "pg", {"name": "pg"})]
     assert store.delete_doc("gw1", "connector", "pg")
     assert not store.delete_doc("gw1", "connector", "pg")
     assert store.view_stamp("gw1", "alice", "h1") == 0

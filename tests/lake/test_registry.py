@@ -1,0 +1,73 @@
+"""lakesync.table_schemas: the gateways' registered schemas, published to the lake (no Spark)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lakesync.lake.bootstrap import init_catalog_tables
+from lakesync.lake.catalog import open_catalog
+from lakesync.lake.landing import LandingFlusher
+from lakesync.lake.registry import (
+    REGISTRY_IDENTIFIER,
+    publish_schemas,
+    registered_schemas,
+    registry_rows,
+)
+from lakesync.lake.settings import LakeSettings
+from lakesync.schema import parse_schema
+
+from .hotlog import JsonlHotLog
+
+TODOS = parse_schema({"table": "todos", "columns": [{"name": "title", "type": "string"}]})
+TODOS_V2 = parse_schema({"table": "todos", "columns": [
+    {"name": "title", "type": "string"}, {"name": "done", "type": "boolean"},
+]})
+NOTES = parse_schema({"table": "notes", "columns": [{"name": "body", "type": "json"}]})
+
+
+def _catalog(tmp_path: Path):  # type: ignore[no-untyped-def]
+    settings = LakeSettings.from_env(tmp_path, env={})
+    init_catalog_tables(settings)
+    return open_catalog(settings)
+
+
+def test_registry_rows_are_sorted_and_canonical() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = registry_rows([("gw2", TODOS), ("gw1", NOTES), ("gw1", TODOS)], at).to_pylist()
+    assert [(r["gateway_id"], r["table_name"]) for r in rows] == [
+        ("gw1", "notes"), ("gw1", "todos"), ("gw2", "todos"),
+    ]
+    assert rows[0]["schema_json"] == (
+        '{"columns":[{"name":"body","type":"json"}],"table":"notes"}'
+    )
+    assert {r["published_at"] for r in rows} == {at}
+
+
+def test_publish_round_trips_and_commits_only_changes(tmp_path: Path) -> None:
+    catalog = _catalog(tmp_path)
+    assert registered_schemas(catalog) == []
+    assert publish_schemas(catalog, [("gw1", TODOS), ("gw2", NOTES)])
+    assert sorted(registered_schemas(catalog)) == [("gw1", TODOS), ("gw2", NOTES)]
+    snapshots = len(catalog.load_table(REGISTRY_IDENTIFIER).snapshots())
+    assert not publish_schemas(catalog, [("gw2", NOTES), ("gw1", TODOS)])  # same set: no commit
+    assert len(catalog.load_table(REGISTRY_IDENTIFIER).snapshots()) == snapshots
+    assert publish_schemas(catalog, [("gw1", TODOS_V2)])  # evolved, and gw2's table dropped
+    assert registered_schemas(catalog) == [("gw1", TODOS_V2)]
+    assert publish_schemas(catalog, [])
+    assert registered_schemas(catalog) == []
+
+
+def test_flusher_runs_the_publisher_before_each_flush(tmp_path: Path) -> None:
+    catalog = _catalog(tmp_path)
+    calls: list[str] = []
+
+    def publish() -> None:
+        calls.append("publish")
+        publish_schemas(catalog, [("gw1", TODOS)])
+
+    flusher = LandingFlusher(catalog, JsonlHotLog(tmp_path / "log.jsonl"), before_flush=publish)
+    flusher.flush()
+    flusher.flush()
+    assert calls == ["publish", "publish"]
+    assert registered_schemas(catalog) == [("gw1", TODOS)]
