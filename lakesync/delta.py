@@ -168,6 +168,18 @@ def _column_dicts(cols: Sequence[ColumnValue]) -> list[dict[str, Any]]:
     return [{"column": c.column, "value": c.value} for c in cols]
 
 
+def _check_text(text: str, where: str) -> None:
+    """Keys are stored and sent as text everywhere: no NUL (no SQL text type stores it faithfully)
+    and valid Unicode (a lone surrogate has no UTF-8 form: protobuf, SQLite and JSON refuse it)."""
+    if "\x00" in text:
+        raise ValidationError(f"{where} must not contain NUL characters")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError(f"{where} must be valid Unicode (no lone surrogates)") from None
+
+
 def _check_shape(
     op: str,
     table: str,
@@ -181,11 +193,10 @@ def _check_shape(
     validate_identifier(table, f"{where}.table")
     if not isinstance(row_id, str) or not row_id or len(row_id) > MAX_ROW_ID_LENGTH:
         raise ValidationError(f"{where}.rowId must be a non-empty string of at most 1024 chars")
-    if "\x00" in row_id:
-        # No SQL text type (PostgreSQL, SQLite bindings, Iceberg readers) stores NUL faithfully.
-        raise ValidationError(f"{where}.rowId must not contain NUL characters")
+    _check_text(row_id, f"{where}.rowId")
     if not isinstance(client_id, str) or not client_id:
         raise ValidationError(f"{where}.clientId must be a non-empty string")
+    _check_text(client_id, f"{where}.clientId")
     if op == "DELETE" and cols:
         raise ValidationError(f"{where}: a DELETE carries no columns")
     seen: set[str] = set()

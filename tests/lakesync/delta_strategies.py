@@ -24,6 +24,10 @@ json_values: st.SearchStrategy[Any] = st.recursive(
 )
 
 
+KEY_CHARS = st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"])
+"""Characters of rowIds and clientIds: anything but NUL and lone surrogates."""
+
+
 @st.composite
 def row_deltas(draw: st.DrawFn) -> RowDelta:
     """A valid delta: identifiers per SPEC §3, DELETE without columns, any 64-bit HLC."""
@@ -34,8 +38,8 @@ def row_deltas(draw: st.DrawFn) -> RowDelta:
     return RowDelta.create(
         op,
         draw(identifiers),
-        draw(st.text(st.characters(blacklist_characters="\x00"), min_size=1, max_size=12)),
-        draw(st.text(min_size=1, max_size=12)),
+        draw(st.text(KEY_CHARS, min_size=1, max_size=12)),
+        draw(st.text(KEY_CHARS, min_size=1, max_size=12)),
         cols,
         draw(st.integers(0, 2**64 - 1)),
     )

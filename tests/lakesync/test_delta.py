@@ -87,6 +87,8 @@ def test_create_matches_spec_vector_from_mapping_or_columns() -> None:
         (wire(rowId=""), ValidationError, "rowId"),
         (wire(rowId="r" * 1025), ValidationError, "rowId"),
         (wire(clientId=""), ValidationError, "clientId"),
+        (wire(clientId="a\x00b"), ValidationError, "clientId"),
+        (wire(rowId="a\x00b"), ValidationError, "rowId"),
         (wire(hlc="abc"), ValidationError, "hlc"),
         (wire(hlc="-5"), ValidationError, "hlc"),
         (wire(hlc=str(2**64)), ValidationError, "hlc"),
@@ -198,3 +200,14 @@ def test_extract_distinguishes_json_types(old: Any, new: Any) -> None:
 def test_row_id_with_nul_is_rejected() -> None:
     with pytest.raises(ValidationError, match="NUL"):
         RowDelta.create("INSERT", "t", "a\x00b", "c", {"x": 1}, 1)
+
+
+@pytest.mark.parametrize("field", ["row_id", "client_id"])
+@pytest.mark.parametrize("bad", ["\ud800", "ok\udfffok", "x\x00"])
+def test_keys_must_be_storable_text(field: str, bad: str) -> None:
+    keys = {"row_id": "r1", "client_id": "c1"} | {field: bad}
+    with pytest.raises(ValidationError, match="rowId" if field == "row_id" else "clientId"):
+        RowDelta.create("INSERT", "t", keys["row_id"], keys["client_id"], {"x": 1}, 1)
+    # Non-ASCII that is valid Unicode (emoji are surrogate pairs in UTF-16, not here) is fine.
+    ok = {"row_id": "r1", "client_id": "c1"} | {field: "é😀"}
+    RowDelta.create("INSERT", "t", ok["row_id"], ok["client_id"], {"x": 1}, 1)

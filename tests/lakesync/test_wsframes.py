@@ -137,10 +137,12 @@ def _raw_delta(value: bytes, op: Any = pb.INSERT) -> bytes:
         (b"\x01\x0a\x05ab", "malformed protobuf"),
         (b"\x02\x0a\x02\xff\xfe", "malformed protobuf"),  # a string field that is not UTF-8
         (b"\x02\xff\xff\xff", "malformed protobuf"),
-        (_raw_delta(b"\xff"), "not UTF-8 JSON"),
-        (_raw_delta(b"{nope"), "not UTF-8 JSON"),
-        (_raw_delta(b"NaN"), "not UTF-8 JSON"),
-        (_raw_delta(b"-Infinity"), "not UTF-8 JSON"),
+        (_raw_delta(b"\xff"), "not valid UTF-8 JSON"),
+        (_raw_delta(b"{nope"), "not valid UTF-8 JSON"),
+        (_raw_delta(b"NaN"), "not valid UTF-8 JSON"),
+        (_raw_delta(b"-Infinity"), "not valid UTF-8 JSON"),
+        (_raw_delta(b"1e400"), "not valid UTF-8 JSON"),  # Python's json would make it inf
+        (_raw_delta(b'"\\ud800"'), "not valid UTF-8 JSON"),  # lone surrogate: no UTF-8 form
         (_raw_delta(b"null", op=pb.UNSPECIFIED), "op"),
         (_raw_delta(b"null", op=9), "op"),
     ],
