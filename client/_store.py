@@ -38,7 +38,7 @@ from client._columns import (
 from client._decode import decode_outbox, encode_outbox
 from client._types import Change, Origin
 from client.errors import ClientClosedError, RowExistsError, RowNotFoundError, ValidationError
-from lakesync.delta import Op, RowDelta, extract_delta
+from lakesync.delta import Op, RowDelta, extract_delta, validate_row_id
 from lakesync.errors import ClockDriftError, SchemaError
 from lakesync.hlc import HLC
 from lakesync.merge import Cell, Clock, RowState, apply_delta
@@ -449,8 +449,7 @@ class LocalStore:
         (insert of a live row), :class:`RowNotFoundError` (update/delete of an absent row).
         """
         schema = self.schema(table)
-        if not isinstance(row_id, str) or not row_id:
-            raise ValidationError("row_id must be a non-empty string")
+        validate_row_id(row_id, "row_id")
         if not isinstance(values, Mapping):
             raise ValidationError("values must be a mapping of column name to value")
         with self._tx() as c:

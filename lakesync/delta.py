@@ -23,6 +23,7 @@ __all__ = [
     "delta_id",
     "extract_delta",
     "validate_identifier",
+    "validate_row_id",
 ]
 
 Op = Literal["INSERT", "UPDATE", "DELETE"]
@@ -168,6 +169,15 @@ def _column_dicts(cols: Sequence[ColumnValue]) -> list[dict[str, Any]]:
     return [{"column": c.column, "value": c.value} for c in cols]
 
 
+def validate_row_id(row_id: object, what: str = "rowId") -> str:
+    """Return ``row_id`` if it is a valid row key (SPEC §3: non-empty text of at most 1024
+    characters, storable everywhere); raise :class:`ValidationError` naming ``what`` otherwise."""
+    if not isinstance(row_id, str) or not row_id or len(row_id) > MAX_ROW_ID_LENGTH:
+        raise ValidationError(f"{what} must be a non-empty string of at most 1024 chars")
+    _check_text(row_id, what)
+    return row_id
+
+
 def _check_text(text: str, where: str) -> None:
     """Keys are stored and sent as text everywhere: no NUL (no SQL text type stores it faithfully)
     and valid Unicode (a lone surrogate has no UTF-8 form: protobuf, SQLite and JSON refuse it)."""
@@ -191,9 +201,7 @@ def _check_shape(
     if op not in _OPS:
         raise ValidationError(f"{where}.op must be INSERT, UPDATE or DELETE, got {op!r}")
     validate_identifier(table, f"{where}.table")
-    if not isinstance(row_id, str) or not row_id or len(row_id) > MAX_ROW_ID_LENGTH:
-        raise ValidationError(f"{where}.rowId must be a non-empty string of at most 1024 chars")
-    _check_text(row_id, f"{where}.rowId")
+    validate_row_id(row_id, f"{where}.rowId")
     if not isinstance(client_id, str) or not client_id:
         raise ValidationError(f"{where}.clientId must be a non-empty string")
     _check_text(client_id, f"{where}.clientId")

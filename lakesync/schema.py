@@ -122,7 +122,17 @@ def evolve(old: TableSchema, new: TableSchema) -> TableSchema:
 
 def check_value(column: str, typ: str, value: Any) -> None:
     """Raise :class:`SchemaError` if ``value`` does not fit a ``typ`` column (null fits all)."""
-    if value is None or typ == "json":
+    if value is None:
+        return
+    if typ == "json":
+        try:
+            msgspec.json.encode(value)
+        except UnicodeEncodeError:
+            raise SchemaError(
+                f"column {column!r}: text must be valid Unicode (no lone surrogates)"
+            ) from None
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"column {column!r} does not hold a JSON value: {exc}") from None
         return
     ok = {
         "string": isinstance(value, str),
@@ -134,6 +144,13 @@ def check_value(column: str, typ: str, value: Any) -> None:
         raise SchemaError(
             f"column {column!r} is declared {typ} but the value is {type(value).__name__}"
         )
+    if typ == "string" and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SchemaError(
+                f"column {column!r}: text must be valid Unicode (no lone surrogates)"
+            ) from None
 
 
 def check_delta(schema: TableSchema, delta: RowDelta) -> None:

@@ -78,6 +78,13 @@ def test_failed_write_leaves_no_outbox_entry() -> None:
             c.insert("todos", "r1", {"done": "yes"})
         with pytest.raises(SchemaError):
             c.insert("other", "r1", {})
+        # Text with a lone surrogate has no UTF-8 form: a typed error, not a UnicodeEncodeError.
+        with pytest.raises(SchemaError, match="'title': text must be valid Unicode"):
+            c.insert("todos", "r1", {"title": "\ud800"})
+        with pytest.raises(SchemaError, match="'meta': text must be valid Unicode"):
+            c.insert("todos", "r1", {"meta": {"k\udc00": [1]}})
+        with pytest.raises(ValidationError, match="row_id must be valid Unicode"):
+            c.insert("todos", "\ud800", {"title": "x"})
         assert c.queue_depth == 0
         assert c.query("select * from todos") == []
 

@@ -148,6 +148,7 @@ def test_check_delta_accepts_matching_values(cols: dict[str, Any]) -> None:
         ({"priority": True}, "'priority' is declared number"),  # a boolean is not a number
         ({"priority": "1"}, "'priority' is declared number"),
         ({"nothing": 0}, "'nothing' is declared null"),
+        ({"title": "a\ud800"}, "'title': text must be valid Unicode"),  # lone surrogate
     ],
 )
 def test_check_delta_rejects_unknown_columns_and_wrong_types(
