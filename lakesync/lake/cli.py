@@ -7,6 +7,7 @@ Wire into ``lakesync/cli.py`` with ``app.add_typer(pipeline_app, name="pipeline"
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -109,18 +110,64 @@ def as_of_command(
     _print(QueryResult(list(frame.columns), [tuple(r) for r in rows]), fmt)
 
 
+def _parse_as_of(value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not an ISO-8601 timestamp (e.g. 2026-11-22T10:00:00Z)",
+            param_hint="--as-of",
+        ) from None
+
+
+def _parse_snapshots(values: list[str]) -> dict[str, int]:
+    pins: dict[str, int] = {}
+    for value in values:
+        table, _, snapshot = (part.strip() for part in value.partition("="))
+        try:
+            snapshot_id = int(snapshot)
+        except ValueError:
+            snapshot_id = None
+        if not table or snapshot_id is None:
+            raise typer.BadParameter(
+                f"{value!r}: use TABLE=SNAPSHOT_ID, e.g. lakesync.landing=123",
+                param_hint="--snapshot",
+            )
+        if pins.setdefault(table, snapshot_id) != snapshot_id:
+            raise typer.BadParameter(f"{table} pinned twice", param_hint="--snapshot")
+    return pins
+
+
 def query_command(
     sql: Annotated[str, typer.Argument(help="SQL over landing, lakesync.* and analytics.* tables")],
     data_dir: DataDirOption = None,
     fmt: FormatOption = "table",
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            "--as-of",
+            help="Show every table as of this ISO-8601 instant (naive means UTC), e.g. "
+            "2026-11-22T10:00:00Z; tables with no snapshot by then are absent.",
+        ),
+    ] = None,
+    snapshot: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--snapshot",
+            help="Pin a table to an Iceberg snapshot id: TABLE=ID, e.g. lakesync.landing=123 "
+            "(repeatable; wins over --as-of).",
+        ),
+    ] = None,
 ) -> None:
     """Run SQL over the lake's Iceberg tables with DuckDB (no Spark), e.g. analytics.todos."""
     from lakesync.lake.query import run_query
 
     if fmt not in ("table", "json", "csv"):
         raise typer.BadParameter("use table, json or csv", param_hint="--format")
+    instant = None if as_of is None else _parse_as_of(as_of)
+    pins = _parse_snapshots(snapshot or [])
     try:
-        result = run_query(LakeSettings.from_env(data_dir), sql)
+        result = run_query(LakeSettings.from_env(data_dir), sql, as_of=instant, snapshots=pins)
     except LakeSyncError as exc:
         raise _fail(exc) from None
     except Exception as exc:  # DuckDB's errors (syntax, unknown table) are the user's to fix

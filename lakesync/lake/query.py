@@ -3,6 +3,10 @@
 Every table in the catalog becomes a DuckDB view over ``iceberg_scan(<current metadata file>)``,
 named ``<namespace>.<table>`` (``analytics.todos``, ``lakesync.landing``); tables of the
 ``lakesync`` namespace are also visible unqualified (``landing``, ``int_cells_merged``).
+
+Time travel: with ``as_of`` every view scans the snapshot that was current at that instant
+(resolved by pyiceberg, scanned with ``iceberg_scan(..., snapshot_from_id => id)``); ``snapshots``
+pins single tables to a snapshot id.
 """
 
 from __future__ import annotations
@@ -10,19 +14,25 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from lakesync.errors import NotFoundError
 from lakesync.lake.catalog import open_catalog
 from lakesync.lake.settings import LANDING_NAMESPACE, LakeSettings
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 __all__ = ["OutputFormat", "QueryResult", "connect", "format_rows", "run_query"]
 
 OutputFormat = Literal["table", "json", "csv"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,34 +55,120 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def connect(settings: LakeSettings) -> Any:
-    """An in-memory DuckDB connection with a view per catalog table (see the module docstring)."""
+def _utc(instant: datetime) -> datetime:
+    return instant.replace(tzinfo=UTC) if instant.tzinfo is None else instant.astimezone(UTC)
+
+
+def _snapshot_list(table: Table) -> str:
+    recent = sorted(table.snapshots(), key=lambda snap: snap.timestamp_ms)[-5:]
+    listed = ", ".join(
+        f"{snap.snapshot_id} ({(_EPOCH + timedelta(milliseconds=snap.timestamp_ms)).isoformat()})"
+        for snap in reversed(recent)
+    )
+    return f"newest snapshots: {listed}" if listed else "it has no snapshots"
+
+
+def _scan(name: str, table: Table, pin: int | None, as_of_ms: int | None) -> str | None:
+    """The SELECT behind ``name``'s view, or None when it had no snapshot at ``as_of_ms``."""
+    location = table.metadata_location.replace("'", "''")
+    if pin is not None:
+        if table.snapshot_by_id(pin) is None:
+            raise NotFoundError(f"table {name} has no snapshot {pin}; {_snapshot_list(table)}")
+        snapshot_id = pin
+    elif as_of_ms is not None:
+        snapshot = table.snapshot_as_of_timestamp(as_of_ms)
+        if snapshot is None:
+            return None
+        snapshot_id = snapshot.snapshot_id
+    else:
+        return f"SELECT * FROM iceberg_scan('{location}')"
+    return f"SELECT * FROM iceberg_scan('{location}', snapshot_from_id => {snapshot_id})"
+
+
+def _connect(
+    settings: LakeSettings, as_of: datetime | None, snapshots: Mapping[str, int]
+) -> tuple[Any, list[str]]:
+    """The connection of :func:`connect` and the tables left out because ``as_of`` predates them."""
     import duckdb
     import duckdb_extension_avro  # type: ignore[import-untyped]
     import duckdb_extension_iceberg  # type: ignore[import-untyped]
 
-    con = duckdb.connect()
-    # The extension wheels ship the binaries; DuckDB cannot download them on these machines.
-    for module, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
-        con.execute(f"LOAD '{_extension_path(module, name)}'")
     catalog = open_catalog(settings)
-    for ns in catalog.list_namespaces():
-        schema = ".".join(ns)
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
-        for ident in catalog.list_tables(ns):
-            location = catalog.load_table(ident).metadata_location.replace("'", "''")
-            scan = f"SELECT * FROM iceberg_scan('{location}')"
-            con.execute(f"CREATE VIEW {_quote(schema)}.{_quote(ident[-1])} AS {scan}")
-            if schema == LANDING_NAMESPACE:
-                con.execute(f"CREATE VIEW main.{_quote(ident[-1])} AS {scan}")
+    tables: dict[str, dict[str, Table]] = {
+        ".".join(ns): {ident[-1]: catalog.load_table(ident) for ident in catalog.list_tables(ns)}
+        for ns in catalog.list_namespaces()
+    }
+    known = sorted(f"{schema}.{name}" for schema, names in tables.items() for name in names)
+    unknown = sorted(set(snapshots) - set(known))
+    if unknown:
+        raise NotFoundError(f"no table {unknown[0]} in the lake; tables: {', '.join(known)}")
+    as_of_ms = None if as_of is None else (_utc(as_of) - _EPOCH) // timedelta(milliseconds=1)
+    con = duckdb.connect()
+    absent: list[str] = []
+    try:
+        # The extension wheels ship the binaries; DuckDB cannot download them on these machines.
+        for module, ext in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
+            con.execute(f"LOAD '{_extension_path(module, ext)}'")
+        for schema, named in tables.items():
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
+            for name, table in named.items():
+                qualified = f"{schema}.{name}"
+                scan = _scan(qualified, table, snapshots.get(qualified), as_of_ms)
+                if scan is None:
+                    absent.append(qualified)
+                    continue
+                con.execute(f"CREATE VIEW {_quote(schema)}.{_quote(name)} AS {scan}")
+                if schema == LANDING_NAMESPACE:
+                    con.execute(f"CREATE VIEW main.{_quote(name)} AS {scan}")
+    except BaseException:
+        con.close()
+        raise
+    return con, absent
+
+
+def connect(
+    settings: LakeSettings,
+    *,
+    as_of: datetime | None = None,
+    snapshots: Mapping[str, int] | None = None,
+) -> Any:
+    """An in-memory DuckDB connection with a view per catalog table (see the module docstring).
+
+    ``as_of`` shows every table as it was at that instant (a naive datetime is UTC); a table with
+    no snapshot at or before it (not created yet, still empty, or its snapshots expired) has no
+    view. ``snapshots`` maps qualified table names (``lakesync.landing``) to the snapshot id to
+    show, over ``as_of``. An unknown table or snapshot id raises :class:`NotFoundError`.
+    """
+    con, _ = _connect(settings, as_of, snapshots or {})
     return con
 
 
-def run_query(settings: LakeSettings, sql: str) -> QueryResult:
-    """Run one SQL statement over the lake and return all its rows."""
-    con = connect(settings)
+def run_query(
+    settings: LakeSettings,
+    sql: str,
+    *,
+    as_of: datetime | None = None,
+    snapshots: Mapping[str, int] | None = None,
+) -> QueryResult:
+    """Run one SQL statement over the lake (time travel as in :func:`connect`), return all rows.
+
+    Naming a table that ``as_of`` predates raises :class:`NotFoundError` saying so; other DuckDB
+    errors (syntax, unknown table) propagate as DuckDB raises them.
+    """
+    import duckdb
+
+    con, absent = _connect(settings, as_of, snapshots or {})
     try:
-        cursor = con.execute(sql)
+        try:
+            cursor = con.execute(sql)
+        except duckdb.CatalogException as exc:
+            named = [t for t in absent if t.rsplit(".", 1)[-1] in str(exc)]
+            if as_of is None or not named:
+                raise
+            raise NotFoundError(
+                f"{', '.join(named)} had no snapshot at or before {_utc(as_of).isoformat()} "
+                f"(not created yet, still empty, or its snapshots expired)"
+            ) from None
         columns = [d[0] for d in cursor.description or []]
         return QueryResult(columns, [tuple(r) for r in cursor.fetchall()])
     finally:
