@@ -1,12 +1,21 @@
-"""``lakesync.yaml`` and the environment: the one place configuration is read.
+"""``lakesync.yaml`` and the environment: the one place configuration is read and validated.
 
 The file is optional; without it LakeSync runs on embedded defaults (one data directory holding
-the hot log, the Iceberg catalog and warehouse). Environment variables override the file:
+the hot log, the Iceberg catalog and warehouse). Every key can be set in the file and is
+overridden by its environment variable; an empty variable counts as unset:
 
 - ``LAKESYNC_CONFIG``: path of the config file (default ``./lakesync.yaml`` if present)
-- ``LAKESYNC_DATA_DIR``: data directory (default ``./.lakesync``)
-- ``LAKESYNC_JWT_SECRET`` / ``LAKESYNC_JWT_SECRET_PREVIOUS``: token secrets (rotation)
-- ``LAKESYNC_STORE_URL``: hot-log store, ``sqlite`` (default) or a ``postgresql://`` DSN
+- ``data_dir`` / ``LAKESYNC_DATA_DIR``: data directory (default ``./.lakesync``)
+- ``store_url`` / ``LAKESYNC_STORE_URL``: hot-log store, ``sqlite`` (default) or a
+  ``postgresql://`` DSN; ``pg_schema`` / ``LAKESYNC_PG_SCHEMA``: its PostgreSQL schema
+- ``server:`` (:class:`ServerConfig`, the gateway) and ``lake:`` (:class:`LakeConfig`): each key
+  is overridden by ``LAKESYNC_`` + the key in capitals, e.g. ``server.rate_limit`` by
+  ``LAKESYNC_RATE_LIMIT`` and ``lake.catalog_uri`` by ``LAKESYNC_CATALOG_URI``
+- ``LAKESYNC_JWT_SECRET`` / ``LAKESYNC_JWT_SECRET_PREVIOUS``: token secrets (rotation), from the
+  environment only, so they stay out of files that get committed
+
+Unknown keys and invalid values are a :class:`ConfigError` naming the file and the key, or the
+variable.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 import yaml
@@ -23,16 +32,62 @@ from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
 
-__all__ = ["DEFAULT_CONFIG_FILE", "Config", "GatewayConfig", "ServerConfig", "load_config"]
+__all__ = [
+    "DEFAULT_CONFIG_FILE",
+    "MIB",
+    "Config",
+    "GatewayConfig",
+    "LakeConfig",
+    "ServerConfig",
+    "apply_environment",
+    "load_config",
+]
 
 DEFAULT_CONFIG_FILE = "lakesync.yaml"
+MIB = 1024 * 1024
+
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Where ``lakesync up`` listens."""
+    """``server:``: where ``lakesync up`` listens, its limits and its lake jobs."""
 
     host: str = "127.0.0.1"
     port: int = 8787
+    rate_limit: NonNegative = 0.0
+    """Pushes + pulls per second per client (0 = off), with bursts of ``rate_burst``."""
+    rate_burst: NonNegative = 20.0
+    backpressure_bytes: Count = 1024 * MIB
+    """Un-flushed hot-log size that turns pushes away with 503 (0 = off)."""
+    ws_max_connections: Count = 10_000
+    ws_rate_limit: NonNegative = 100.0
+    """Frames per second per WebSocket connection (0 = off), burst twice that and at least 5."""
+    flush_interval: NonNegative = 5.0
+    """Seconds between landing flushes (0 = only on ``POST /v1/admin/flush/{gw}``)."""
+    pipeline_interval: NonNegative = 0.0
+    """Seconds between scheduled ``lakesync pipeline run`` subprocesses (0 = off)."""
+
+
+class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``lake:``: catalog, warehouse, Spark target, jars and dbt project.
+
+    Unset values are derived by ``lakesync.lake.settings.LakeSettings`` (embedded SQLite catalog
+    and warehouse under the data dir, jars inside the active environment, the repository's dbt
+    project).
+    """
+
+    catalog_uri: str | None = None
+    """``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``."""
+    catalog_user: str | None = None
+    catalog_password: str | None = None
+    warehouse: str | None = None
+    """Warehouse URI every Spark worker reaches."""
+    spark_master: Annotated[str, msgspec.Meta(min_length=1)] = "local[2]"
+    spark_cores_max: Count | None = None
+    spark_executor_memory: str | None = None
+    jars_dir: str | None = None
+    dbt_project_dir: str | None = None
 
 
 class GatewayConfig(msgspec.Struct, frozen=True):
@@ -52,6 +107,8 @@ class Config(msgspec.Struct, frozen=True):
     server: ServerConfig = ServerConfig()
     gateways: dict[str, GatewayConfig] = {}
     source: Path | None = None
+    pg_schema: str = "lakesync"
+    lake: LakeConfig = LakeConfig()
 
 
 class _GatewayFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -62,8 +119,13 @@ class _GatewayFile(msgspec.Struct, forbid_unknown_fields=True):
 class _File(msgspec.Struct, forbid_unknown_fields=True):
     data_dir: str | None = None
     store_url: str | None = None
+    pg_schema: str | None = None
     server: ServerConfig = ServerConfig()
+    lake: LakeConfig = LakeConfig()
     gateways: dict[str, _GatewayFile] = {}
+
+
+_Section = TypeVar("_Section", ServerConfig, LakeConfig)
 
 
 def _read_file(path: Path) -> _File:
@@ -88,8 +150,49 @@ def _gateway(gw_id: str, spec: _GatewayFile, path: Path) -> GatewayConfig:
     return GatewayConfig(gw_id, schemas, rules)
 
 
+def _section_from_env(section: _Section, env: Mapping[str, str]) -> _Section:
+    """``section`` with each key overridden by ``LAKESYNC_<KEY>``, converted to the key's type."""
+    changes: dict[str, Any] = {}
+    for field in msgspec.structs.fields(section):
+        name = f"LAKESYNC_{field.name.upper()}"
+        raw = env.get(name)
+        if not raw:
+            continue
+        try:
+            changes[field.name] = msgspec.convert(raw, field.type, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{name}={raw!r} is invalid: {exc}") from None
+    return msgspec.structs.replace(section, **changes)
+
+
+def apply_environment(config: Config, env: Mapping[str, str]) -> Config:
+    """``config`` with the ``LAKESYNC_*`` variables set in ``env`` applied over it.
+
+    :func:`load_config` applies the environment this way over the file; it is public so a caller
+    holding a resolved :class:`Config` can apply another environment (e.g. a test's). Raises
+    :class:`ConfigError` naming the variable whose value is invalid.
+    """
+    data_dir = env.get("LAKESYNC_DATA_DIR")
+    secrets = [
+        s for s in (env.get("LAKESYNC_JWT_SECRET"), env.get("LAKESYNC_JWT_SECRET_PREVIOUS")) if s
+    ]
+    return msgspec.structs.replace(
+        config,
+        data_dir=Path(data_dir) if data_dir else config.data_dir,
+        jwt_secrets=secrets or config.jwt_secrets,
+        store_url=env.get("LAKESYNC_STORE_URL") or config.store_url,
+        pg_schema=env.get("LAKESYNC_PG_SCHEMA") or config.pg_schema,
+        server=_section_from_env(config.server, env),
+        lake=_section_from_env(config.lake, env),
+    )
+
+
 def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Resolve the configuration from ``path`` (or the default file, if any) and ``env``."""
+    """Resolve the configuration from ``path`` (or the default file, if any) and ``env``.
+
+    ``env`` defaults to ``os.environ``; the file is ``path``, else ``$LAKESYNC_CONFIG`` from
+    ``env``, else ``./lakesync.yaml`` when it exists, else none (embedded defaults).
+    """
     env = os.environ if env is None else env
     if path is None and env.get("LAKESYNC_CONFIG"):
         path = Path(env["LAKESYNC_CONFIG"])
@@ -100,15 +203,14 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
         gw_id: _gateway(gw_id, spec, path)  # type: ignore[arg-type]
         for gw_id, spec in file.gateways.items()
     }
-    data_dir = Path(env.get("LAKESYNC_DATA_DIR") or file.data_dir or ".lakesync")
-    secrets = [
-        s for s in (env.get("LAKESYNC_JWT_SECRET"), env.get("LAKESYNC_JWT_SECRET_PREVIOUS")) if s
-    ]
-    return Config(
-        data_dir=data_dir,
-        jwt_secrets=secrets,
-        store_url=env.get("LAKESYNC_STORE_URL") or file.store_url or "sqlite",
+    from_file = Config(
+        data_dir=Path(file.data_dir or ".lakesync"),
+        jwt_secrets=[],
+        store_url=file.store_url or "sqlite",
+        pg_schema=file.pg_schema or "lakesync",
         server=file.server,
+        lake=file.lake,
         gateways=gateways,
         source=path,
     )
+    return apply_environment(from_file, env)

@@ -1,31 +1,32 @@
 """One typed settings object for the lake: catalog, warehouse, jars and Spark's target.
 
 Everything the pipeline, the flusher, queries and the bootstrap need to agree on is derived here,
-from the data dir plus a few environment variables, so pyiceberg, Spark and DuckDB always see the
-same catalog. Environment (all optional):
+from the data dir plus the ``lake:`` section of the configuration, so pyiceberg, Spark and DuckDB
+always see the same catalog. ``lakesync.config`` reads and validates ``lakesync.yaml`` and the
+environment (each ``lake:`` key is overridden by ``LAKESYNC_`` + the key in capitals); unset
+values are derived here:
 
-- ``LAKESYNC_DATA_DIR``: data dir (default ``./.lakesync``); embedded layout ``D/catalog.db``,
-  ``D/warehouse``.
-- ``LAKESYNC_CATALOG_URI``: ``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``
-  (default: the SQLite file).
-- ``LAKESYNC_CATALOG_USER`` / ``LAKESYNC_CATALOG_PASSWORD``: JDBC credentials for PostgreSQL.
-- ``LAKESYNC_WAREHOUSE``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``).
-- ``LAKESYNC_SPARK_MASTER``: Spark master URL (default ``local[2]``).
-- ``LAKESYNC_SPARK_CORES_MAX`` / ``LAKESYNC_SPARK_EXECUTOR_MEMORY``: sizing on a cluster master.
-- ``LAKESYNC_JARS_DIR``: where the bootstrap writes built jars
+- ``data_dir`` (``LAKESYNC_DATA_DIR``, default ``./.lakesync``): embedded layout
+  ``D/catalog.db``, ``D/warehouse``.
+- ``catalog_uri``: ``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``
+  (default: the SQLite file); ``catalog_user`` / ``catalog_password``: JDBC credentials.
+- ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``).
+- ``spark_master`` (default ``local[2]``); ``spark_cores_max`` / ``spark_executor_memory``:
+  sizing on a cluster master.
+- ``jars_dir``: where the bootstrap writes built jars
   (default ``<sys.prefix>/share/lakesync/jars``).
-- ``LAKESYNC_DBT_PROJECT_DIR``: the dbt project (default: the repository root).
+- ``dbt_project_dir``: the dbt project (default: the repository root).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from lakesync.config import LakeConfig, load_config
 from lakesync.errors import ConfigError
 
 __all__ = [
@@ -75,7 +76,7 @@ class LakeSettings:
     warehouse: str
     catalog_user: str | None = None
     catalog_password: str | None = None
-    spark_master: str = "local[2]"
+    spark_master: str = LakeConfig().spark_master
     spark_cores_max: int | None = None
     spark_executor_memory: str | None = None
     jars_dir: Path = field(default_factory=default_jars_dir)
@@ -86,24 +87,26 @@ class LakeSettings:
     def from_env(
         cls, data_dir: Path | str | None = None, env: Mapping[str, str] | None = None
     ) -> LakeSettings:
-        """Settings for ``data_dir`` (else ``$LAKESYNC_DATA_DIR``, else ``./.lakesync``)."""
-        env = os.environ if env is None else env
-        root = Path(data_dir or env.get("LAKESYNC_DATA_DIR") or ".lakesync").resolve()
-        cores = env.get("LAKESYNC_SPARK_CORES_MAX")
+        """Settings for ``data_dir`` (else the configured data dir) and the ``lake:`` configuration.
+
+        The configuration is ``lakesync.config.load_config(None, env)``: ``env`` (default
+        ``os.environ``) over ``lakesync.yaml``; an explicit ``data_dir`` wins over both.
+        """
+        config = load_config(None, env)
+        root = Path(data_dir or config.data_dir).resolve()
+        lake = config.lake
         return cls(
             data_dir=root,
-            catalog_uri=env.get("LAKESYNC_CATALOG_URI") or f"jdbc:sqlite:{root / 'catalog.db'}",
-            warehouse=env.get("LAKESYNC_WAREHOUSE") or (root / "warehouse").as_uri(),
-            catalog_user=env.get("LAKESYNC_CATALOG_USER") or None,
-            catalog_password=env.get("LAKESYNC_CATALOG_PASSWORD") or None,
-            spark_master=env.get("LAKESYNC_SPARK_MASTER") or "local[2]",
-            spark_cores_max=int(cores) if cores else None,
-            spark_executor_memory=env.get("LAKESYNC_SPARK_EXECUTOR_MEMORY") or None,
-            jars_dir=Path(jars) if (jars := env.get("LAKESYNC_JARS_DIR")) else default_jars_dir(),
+            catalog_uri=lake.catalog_uri or f"jdbc:sqlite:{root / 'catalog.db'}",
+            warehouse=lake.warehouse or (root / "warehouse").as_uri(),
+            catalog_user=lake.catalog_user or None,
+            catalog_password=lake.catalog_password or None,
+            spark_master=lake.spark_master,
+            spark_cores_max=lake.spark_cores_max,
+            spark_executor_memory=lake.spark_executor_memory or None,
+            jars_dir=Path(lake.jars_dir) if lake.jars_dir else default_jars_dir(),
             dbt_project_dir=(
-                Path(proj)
-                if (proj := env.get("LAKESYNC_DBT_PROJECT_DIR"))
-                else default_dbt_project_dir()
+                Path(lake.dbt_project_dir) if lake.dbt_project_dir else default_dbt_project_dir()
             ),
         )
 

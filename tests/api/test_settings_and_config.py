@@ -41,6 +41,52 @@ def test_settings_read_config_and_environment(tmp_path: Path) -> None:
         GatewaySettings.from_config(load_config(None, env), env | {"LAKESYNC_RATE_LIMIT": "x"})
 
 
+def test_settings_defaults_without_file_or_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./lakesync.yaml
+    settings = GatewaySettings.from_config(load_config(None, {}), {})
+    assert settings == GatewaySettings(data_dir=Path(".lakesync"), jwt_secrets=())
+    assert (settings.store_url, settings.pg_schema) == ("sqlite", "lakesync")
+    assert (settings.rate_limit, settings.rate_burst) == (0.0, 20.0)
+    assert settings.backpressure_bytes == 1024 * 1024 * 1024
+    assert (settings.ws_max_connections, settings.ws_rate_limit) == (10_000, 100.0)
+    assert (settings.flush_interval, settings.pipeline_interval) == (5.0, 0.0)
+
+
+def test_gateway_knobs_from_the_file_and_the_environment_wins(tmp_path: Path) -> None:
+    path = tmp_path / "lakesync.yaml"
+    path.write_text(
+        "pg_schema: from_file\n"
+        "server: {rate_limit: 2, rate_burst: 4, backpressure_bytes: 2048, ws_max_connections: 3,\n"
+        "         ws_rate_limit: 0, flush_interval: 0.5, pipeline_interval: 30}\n"
+    )
+    settings = GatewaySettings.from_config(load_config(path, {}))
+    assert settings.pg_schema == "from_file"
+    assert (settings.rate_limit, settings.rate_burst, settings.backpressure_bytes) == (2, 4, 2048)
+    assert (settings.ws_max_connections, settings.ws_rate_limit) == (3, 0)
+    assert (settings.flush_interval, settings.pipeline_interval) == (0.5, 30)
+    env = {"LAKESYNC_PG_SCHEMA": "from_env", "LAKESYNC_RATE_LIMIT": "7"}
+    overridden = GatewaySettings.from_config(load_config(path, env))
+    assert (overridden.pg_schema, overridden.rate_limit) == ("from_env", 7)
+    assert overridden.rate_burst == 4
+    # An explicit env is applied over an already resolved config too.
+    assert GatewaySettings.from_config(load_config(path, {}), env) == overridden
+
+
+def test_bad_gateway_knobs_name_the_key_or_the_variable(tmp_path: Path) -> None:
+    path = tmp_path / "lakesync.yaml"
+    path.write_text("server:\n  ws_rate_limt: 5\n")
+    with pytest.raises(ConfigError, match=r"lakesync\.yaml.*ws_rate_limt"):
+        load_config(path, {})
+    path.write_text("server:\n  flush_interval: -1\n")
+    with pytest.raises(ConfigError, match=r"lakesync\.yaml.*\$\.server\.flush_interval"):
+        load_config(path, {})
+    path.write_text("server: {ws_max_connections: 5}\n")
+    with pytest.raises(ConfigError, match="LAKESYNC_WS_MAX_CONNECTIONS='-1'"):
+        load_config(path, {"LAKESYNC_WS_MAX_CONNECTIONS": "-1"})
+
+
 def test_gateways_from_the_config_file_are_applied_at_startup(tmp_path: Path) -> None:
     path = tmp_path / "lakesync.yaml"
     path.write_text(YAML)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lakesync.config import Config, ServerConfig, load_config
+from lakesync.config import Config, LakeConfig, ServerConfig, apply_environment, load_config
 from lakesync.errors import ConfigError
 from lakesync.rules import visible
 from lakesync.schema import ColumnSpec
@@ -55,6 +55,9 @@ def test_defaults_without_file_or_env() -> None:
     assert config.server == ServerConfig("127.0.0.1", 8787)
     assert config.gateways == {}
     assert config.source is None
+    assert config.pg_schema == "lakesync"
+    assert config.lake == LakeConfig()
+    assert config.lake.spark_master == "local[2]" and config.lake.catalog_uri is None
 
 
 def test_environment_overrides() -> None:
@@ -132,6 +135,12 @@ def test_empty_file_means_defaults(tmp_path: Path) -> None:
         ("data_dir: x\nbogus_key: 1\n", "bogus_key"),
         ("gateways:\n  gw1:\n    colour: red\n", "colour"),
         ("server:\n  port: high\n", "$.server.port"),
+        ("server:\n  rate_limt: 5\n", "rate_limt"),
+        ("server:\n  rate_limit: -1\n", "$.server.rate_limit"),
+        ("server:\n  backpressure_bytes: 1.5\n", "$.server.backpressure_bytes"),
+        ("lake:\n  catalog_url: jdbc:sqlite:x\n", "catalog_url"),
+        ("lake:\n  spark_cores_max: many\n", "$.lake.spark_cores_max"),
+        ("lake:\n  spark_master: ''\n", "$.lake.spark_master"),
         ("- just\n- a list\n", "object"),
         (
             "gateways:\n  gw1:\n    schemas:\n      - {table: 'bad name', columns: []}\n",
@@ -152,3 +161,98 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError, match=r"nope\.yaml"):
         load_config(missing, env={})
+
+
+KNOBS = """\
+pg_schema: file_schema
+server:
+  rate_limit: 1.5
+  rate_burst: 3
+  backpressure_bytes: 4096
+  ws_max_connections: 7
+  ws_rate_limit: 8
+  flush_interval: 9
+  pipeline_interval: 10
+lake:
+  catalog_uri: jdbc:postgresql://db:5432/lake
+  catalog_user: lake_user
+  catalog_password: lake_pass
+  warehouse: s3://bucket/wh
+  spark_master: spark://file:7077
+  spark_cores_max: 4
+  spark_executor_memory: 2g
+  jars_dir: /file/jars
+  dbt_project_dir: /file/dbt
+"""
+
+# (environment variable, its value, where the resolved value lives, value from KNOBS, from env)
+OVERRIDES = [
+    ("LAKESYNC_PG_SCHEMA", "env_schema", "pg_schema", "file_schema", "env_schema"),
+    ("LAKESYNC_RATE_LIMIT", "0", "server.rate_limit", 1.5, 0.0),
+    ("LAKESYNC_RATE_BURST", "30", "server.rate_burst", 3.0, 30.0),
+    ("LAKESYNC_BACKPRESSURE_BYTES", "1e9", "server.backpressure_bytes", 4096, 10**9),
+    ("LAKESYNC_WS_MAX_CONNECTIONS", "70", "server.ws_max_connections", 7, 70),
+    ("LAKESYNC_WS_RATE_LIMIT", "0.5", "server.ws_rate_limit", 8.0, 0.5),
+    ("LAKESYNC_FLUSH_INTERVAL", "0", "server.flush_interval", 9.0, 0.0),
+    ("LAKESYNC_PIPELINE_INTERVAL", "60", "server.pipeline_interval", 10.0, 60.0),
+    ("LAKESYNC_CATALOG_URI", "jdbc:sqlite:/c.db", "lake.catalog_uri",
+     "jdbc:postgresql://db:5432/lake", "jdbc:sqlite:/c.db"),
+    ("LAKESYNC_CATALOG_USER", "u2", "lake.catalog_user", "lake_user", "u2"),
+    ("LAKESYNC_CATALOG_PASSWORD", "p2", "lake.catalog_password", "lake_pass", "p2"),
+    ("LAKESYNC_WAREHOUSE", "file:///wh", "lake.warehouse", "s3://bucket/wh", "file:///wh"),
+    ("LAKESYNC_SPARK_MASTER", "local[1]", "lake.spark_master", "spark://file:7077", "local[1]"),
+    ("LAKESYNC_SPARK_CORES_MAX", "8", "lake.spark_cores_max", 4, 8),
+    ("LAKESYNC_SPARK_EXECUTOR_MEMORY", "4g", "lake.spark_executor_memory", "2g", "4g"),
+    ("LAKESYNC_JARS_DIR", "/env/jars", "lake.jars_dir", "/file/jars", "/env/jars"),
+    ("LAKESYNC_DBT_PROJECT_DIR", "/env/dbt", "lake.dbt_project_dir", "/file/dbt", "/env/dbt"),
+    ("LAKESYNC_HOST", "0.0.0.0", "server.host", "127.0.0.1", "0.0.0.0"),
+    ("LAKESYNC_PORT", "9999", "server.port", 8787, 9999),
+]
+
+
+def resolved(config: Config, where: str) -> object:
+    value: object = config
+    for part in where.split("."):
+        value = getattr(value, part)
+    return value
+
+
+@pytest.mark.parametrize(("var", "raw", "where", "from_file", "from_env"), OVERRIDES)
+def test_every_knob_from_the_file_and_its_variable_wins(
+    tmp_path: Path, var: str, raw: str, where: str, from_file: object, from_env: object
+) -> None:
+    path = write(tmp_path, KNOBS)
+    assert resolved(load_config(path, env={}), where) == from_file
+    assert resolved(load_config(path, env={var: ""}), where) == from_file  # empty = unset
+    assert resolved(load_config(path, env={var: raw}), where) == from_env
+    assert resolved(load_config(None, env={var: raw}), where) == from_env
+
+
+@pytest.mark.parametrize(
+    ("var", "raw"),
+    [
+        ("LAKESYNC_RATE_LIMIT", "fast"),
+        ("LAKESYNC_RATE_BURST", "-1"),
+        ("LAKESYNC_BACKPRESSURE_BYTES", "1.5"),
+        ("LAKESYNC_WS_MAX_CONNECTIONS", "-5"),
+        ("LAKESYNC_WS_RATE_LIMIT", "nan"),
+        ("LAKESYNC_FLUSH_INTERVAL", "5s"),
+        ("LAKESYNC_PIPELINE_INTERVAL", "-0.5"),
+        ("LAKESYNC_SPARK_CORES_MAX", "two"),
+        ("LAKESYNC_PORT", "http"),
+    ],
+)
+def test_bad_environment_values_name_the_variable(tmp_path: Path, var: str, raw: str) -> None:
+    path = write(tmp_path, KNOBS)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={var: raw})
+    assert info.value.message.startswith(f"{var}={raw!r} is invalid")
+
+
+def test_apply_environment_keeps_what_the_environment_leaves_unset(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, KNOBS), env={"LAKESYNC_JWT_SECRET": "s"})
+    again = apply_environment(config, {"LAKESYNC_RATE_BURST": "99"})
+    assert again.server.rate_burst == 99
+    assert again.server.rate_limit == 1.5 and again.lake == config.lake
+    assert again.jwt_secrets == ["s"] and again.gateways == config.gateways
+    assert apply_environment(config, {}) == config
