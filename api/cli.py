@@ -47,7 +47,7 @@ def up(
     settings = GatewaySettings.from_config(cfg)
     configure_logging()
     store = open_store(settings.store_url, settings.data_dir, HLC(), settings.pg_schema)
-    with contextlib.closing(store), lake_jobs(settings, store) as flusher:
+    with contextlib.closing(store), lake_jobs(settings, store, cfg) as flusher:
         _serve(create_app(settings, store=store, flusher=flusher), settings, cfg, host, port)
 
 

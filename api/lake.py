@@ -12,6 +12,7 @@ was flushed.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ import anyio.to_thread
 
 from api.settings import GatewaySettings
 from api.store import HotLog
+from lakesync.config import Config
 from lakesync.schema import parse_schema
 
 if TYPE_CHECKING:
@@ -37,14 +39,20 @@ _log = logging.getLogger(__name__)
 Flusher = Callable[[str], Awaitable[None]]
 
 
-def _landing_flusher(settings: GatewaySettings, store: HotLog) -> LandingFlusher | None:
+def _landing_flusher(
+    settings: GatewaySettings, store: HotLog, config: Config | None
+) -> LandingFlusher | None:
     try:
         from lakesync.lake.bootstrap import init_catalog_tables
         from lakesync.lake.catalog import open_catalog
         from lakesync.lake.landing import LandingFlusher
         from lakesync.lake.settings import LakeSettings
 
-        lake = LakeSettings.from_env(settings.data_dir)
+        lake = (
+            LakeSettings.from_env(settings.data_dir)
+            if config is None
+            else LakeSettings.from_config(config, settings.data_dir)
+        )
         init_catalog_tables(lake)
         catalog = open_catalog(lake)
         return LandingFlusher(
@@ -81,7 +89,9 @@ class SchemaPublisher:
         return changed
 
 
-def _pipeline_loop(settings: GatewaySettings, stop: threading.Event) -> None:
+def _pipeline_loop(
+    settings: GatewaySettings, config: Config | None, stop: threading.Event
+) -> None:
     """Run ``lakesync pipeline run`` every ``pipeline_interval`` seconds (after the previous run
     ended) until ``stop``; a run still going at shutdown is terminated (its Iceberg commits are
     atomic, so the next run picks up where the last commit left off). Output goes to
@@ -89,9 +99,12 @@ def _pipeline_loop(settings: GatewaySettings, stop: threading.Event) -> None:
     command = [sys.executable, "-m", "lakesync.cli", "pipeline", "run"]
     command += ["--data-dir", str(settings.data_dir)]
     log_path = settings.data_dir / "pipeline.log"
+    env = dict(os.environ)
+    if config is not None and config.source is not None:
+        env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
     while not stop.wait(settings.pipeline_interval):
         with log_path.open("w") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
             while proc.poll() is None:
                 if stop.wait(0.5):
                     proc.terminate()
@@ -109,9 +122,14 @@ def _pipeline_loop(settings: GatewaySettings, stop: threading.Event) -> None:
 
 
 @contextmanager
-def lake_jobs(settings: GatewaySettings, store: HotLog) -> Iterator[Flusher | None]:
-    """Run the lake's background jobs while the block runs; yield the admin flush callable."""
-    landing = _landing_flusher(settings, store)
+def lake_jobs(
+    settings: GatewaySettings, store: HotLog, config: Config | None = None
+) -> Iterator[Flusher | None]:
+    """Run the lake's background jobs while the block runs; yield the admin flush callable.
+
+    ``config`` is the gateway's resolved configuration (its ``lake:`` section and file reach the
+    flusher and the scheduled pipeline); without it they read the environment's."""
+    landing = _landing_flusher(settings, store, config)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     flusher: Flusher | None = None
@@ -134,7 +152,10 @@ def lake_jobs(settings: GatewaySettings, store: HotLog) -> Iterator[Flusher | No
         if settings.pipeline_interval > 0:
             threads.append(
                 threading.Thread(
-                    target=_pipeline_loop, args=(settings, stop), name="pipeline", daemon=True
+                    target=_pipeline_loop,
+                    args=(settings, config, stop),
+                    name="pipeline",
+                    daemon=True,
                 )
             )
     for t in threads:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from lakesync.config import LakeConfig, load_config
+from lakesync.config import Config, LakeConfig, load_config
 from lakesync.errors import ConfigError
 
 __all__ = [
@@ -92,7 +92,12 @@ class LakeSettings:
         The configuration is ``lakesync.config.load_config(None, env)``: ``env`` (default
         ``os.environ``) over ``lakesync.yaml``; an explicit ``data_dir`` wins over both.
         """
-        config = load_config(None, env)
+        return cls.from_config(load_config(None, env), data_dir)
+
+    @classmethod
+    def from_config(cls, config: Config, data_dir: Path | str | None = None) -> LakeSettings:
+        """Settings from an already resolved configuration (e.g. ``lakesync up --config X``'s);
+        an explicit ``data_dir`` wins over the configured one."""
         root = Path(data_dir or config.data_dir).resolve()
         lake = config.lake
         return cls(

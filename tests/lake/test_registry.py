@@ -71,3 +71,41 @@ def test_flusher_runs_the_publisher_before_each_flush(tmp_path: Path) -> None:
     flusher.flush()
     assert calls == ["publish", "publish"]
     assert registered_schemas(catalog) == [("gw1", TODOS)]
+
+
+def test_gateway_lake_jobs_use_the_gateways_own_config(tmp_path: Path) -> None:
+    """``lakesync up --config X``: the flusher writes to X's ``lake:`` catalog, not the default."""
+    import anyio
+    import yaml
+
+    from api.lake import lake_jobs
+    from api.settings import GatewaySettings
+    from api.store import open_store
+    from lakesync.config import load_config
+    from lakesync.hlc import HLC
+    from lakesync.schema import schema_to_wire
+
+    data, lake_dir = tmp_path / "data", tmp_path / "elsewhere"
+    config_file = tmp_path / "gw.yaml"
+    config_file.write_text(yaml.safe_dump({
+        "data_dir": str(data),
+        "server": {"flush_interval": 0},
+        "lake": {
+            "catalog_uri": f"jdbc:sqlite:{lake_dir / 'catalog.db'}",
+            "warehouse": (lake_dir / "warehouse").as_uri(),
+        },
+    }))
+    config = load_config(config_file, env={})
+    settings = GatewaySettings.from_config(config)
+    store = open_store("sqlite", settings.data_dir, HLC())
+    try:
+        store.put_doc("gw1", "schema", "todos", schema_to_wire(TODOS))
+        with lake_jobs(settings, store, config) as flush:
+            assert flush is not None
+            anyio.run(flush, "gw1")
+    finally:
+        store.close()
+    lake = LakeSettings.from_config(config)
+    assert lake.sqlite_path == lake_dir / "catalog.db"
+    assert registered_schemas(open_catalog(lake)) == [("gw1", TODOS)]
+    assert not (data / "catalog.db").exists()
