@@ -1,8 +1,8 @@
 """The hot-log logic shared by the SQL stores: the statements, reads, appends and bookkeeping.
 
-Both stores keep the same tables (see their DDL). A driver supplies only what differs: how it
-gets a connection, runs a write transaction and serialises writers, its parameter style (the
-statements here use ``?``), and the dedup and row lookups its dialect writes differently.
+Both stores keep the same tables (:func:`schema_ddl`). A driver supplies only what differs: its
+column types, how it gets a connection, runs a write transaction and serialises writers, its
+parameter style (the statements here use ``?``), and the lookups its dialect writes differently.
 """
 
 from __future__ import annotations
@@ -34,10 +34,38 @@ from lakesync.delta import RowDelta
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules
 
-__all__ = ["SqlHotLog"]
+__all__ = ["SqlHotLog", "schema_ddl"]
 
 C = TypeVar("C")
 T = TypeVar("T")
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS log (
+    ingest {integer} PRIMARY KEY, gw TEXT NOT NULL, delta_id TEXT NOT NULL,
+    tbl TEXT NOT NULL, row_id TEXT NOT NULL, body {blob} NOT NULL, UNIQUE (gw, delta_id));
+CREATE INDEX IF NOT EXISTS log_gw_ingest ON log (gw, ingest);
+CREATE INDEX IF NOT EXISTS log_row ON log (gw, tbl, row_id, ingest);
+CREATE TABLE IF NOT EXISTS row_state (
+    gw TEXT NOT NULL, tbl TEXT NOT NULL, row_id TEXT NOT NULL, state {blob} NOT NULL,
+    last_ingest {integer} NOT NULL, PRIMARY KEY (gw, tbl, row_id)){keyed};
+CREATE TABLE IF NOT EXISTS gateway_rules (
+    gw TEXT PRIMARY KEY, rules {blob}, stamp {integer} NOT NULL);
+CREATE TABLE IF NOT EXISTS gateway_docs (
+    gw TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, body {blob} NOT NULL,
+    PRIMARY KEY (gw, kind, name)){keyed};
+CREATE TABLE IF NOT EXISTS client_views (
+    gw TEXT NOT NULL, client_id TEXT NOT NULL, claims_hash TEXT NOT NULL,
+    stamp {integer} NOT NULL, PRIMARY KEY (gw, client_id)){keyed};
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value {integer} NOT NULL);
+INSERT INTO counters VALUES ('flushed', 0), ('bytes', 0), ('flushed_bytes', 0), ('stamp', 0)
+    ON CONFLICT DO NOTHING;
+"""
+
+
+def schema_ddl(integer: str, blob: str, keyed: str = "") -> str:
+    """The store's tables (idempotent DDL) in a dialect: its 64-bit integer and byte-string
+    types, and ``keyed``, the options of tables looked up only by their primary key."""
+    return _DDL.format(integer=integer, blob=blob, keyed=keyed)
 
 
 class SqlHotLog(HotLog, Generic[C]):

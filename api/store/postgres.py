@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from api.store._batch import fresh_deltas
-from api.store._sql import SqlHotLog
+from api.store._sql import SqlHotLog, schema_ddl
 from api.store.base import LogNotice, RowKey, RowRecord, decode_state
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
@@ -32,26 +32,7 @@ _CHANNEL = "lakesync_hotlog"
 
 T = TypeVar("T")
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS log (
-    ingest BIGINT PRIMARY KEY, gw TEXT NOT NULL, delta_id TEXT NOT NULL,
-    tbl TEXT NOT NULL, row_id TEXT NOT NULL, body BYTEA NOT NULL, UNIQUE (gw, delta_id));
-CREATE INDEX IF NOT EXISTS log_gw_ingest ON log (gw, ingest);
-CREATE INDEX IF NOT EXISTS log_row ON log (gw, tbl, row_id, ingest);
-CREATE TABLE IF NOT EXISTS row_state (
-    gw TEXT NOT NULL, tbl TEXT NOT NULL, row_id TEXT NOT NULL, state BYTEA NOT NULL,
-    last_ingest BIGINT NOT NULL, PRIMARY KEY (gw, tbl, row_id));
-CREATE TABLE IF NOT EXISTS gateway_rules (gw TEXT PRIMARY KEY, rules BYTEA, stamp BIGINT NOT NULL);
-CREATE TABLE IF NOT EXISTS gateway_docs (
-    gw TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, body BYTEA NOT NULL,
-    PRIMARY KEY (gw, kind, name));
-CREATE TABLE IF NOT EXISTS client_views (
-    gw TEXT NOT NULL, client_id TEXT NOT NULL, claims_hash TEXT NOT NULL, stamp BIGINT NOT NULL,
-    PRIMARY KEY (gw, client_id));
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
-INSERT INTO counters VALUES ('flushed', 0), ('bytes', 0), ('flushed_bytes', 0), ('stamp', 0)
-    ON CONFLICT DO NOTHING;
-"""
+_DDL = schema_ddl(integer="BIGINT", blob="BYTEA")
 
 
 class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):

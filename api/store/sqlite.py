@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from api.store._batch import fresh_deltas
-from api.store._sql import SqlHotLog
+from api.store._sql import SqlHotLog, schema_ddl
 from api.store.base import RowKey, RowRecord, decode_state
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
@@ -28,27 +28,8 @@ __all__ = ["SqliteHotLog"]
 
 T = TypeVar("T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS log (
-    ingest INTEGER PRIMARY KEY, gw TEXT NOT NULL, delta_id TEXT NOT NULL,
-    tbl TEXT NOT NULL, row_id TEXT NOT NULL, body BLOB NOT NULL, UNIQUE (gw, delta_id));
-CREATE INDEX IF NOT EXISTS log_gw_ingest ON log (gw, ingest);
-CREATE INDEX IF NOT EXISTS log_row ON log (gw, tbl, row_id, ingest);
-CREATE TABLE IF NOT EXISTS row_state (
-    gw TEXT NOT NULL, tbl TEXT NOT NULL, row_id TEXT NOT NULL, state BLOB NOT NULL,
-    last_ingest INTEGER NOT NULL, PRIMARY KEY (gw, tbl, row_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS gateway_rules (
-    gw TEXT PRIMARY KEY, rules BLOB, stamp INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS gateway_docs (
-    gw TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, body BLOB NOT NULL,
-    PRIMARY KEY (gw, kind, name)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS client_views (
-    gw TEXT NOT NULL, client_id TEXT NOT NULL, claims_hash TEXT NOT NULL, stamp INTEGER NOT NULL,
-    PRIMARY KEY (gw, client_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-INSERT OR IGNORE INTO counters VALUES ('flushed', 0), ('bytes', 0), ('flushed_bytes', 0),
-    ('stamp', 0);
-"""
+# INTEGER PRIMARY KEY makes the ingest HLC the rowid; WITHOUT ROWID clusters rows by their key.
+_SCHEMA = schema_ddl(integer="INTEGER", blob="BLOB", keyed=" WITHOUT ROWID")
 
 _Op = Callable[[sqlite3.Connection], Any]
 _STOP = object()
