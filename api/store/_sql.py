@@ -80,7 +80,8 @@ class SqlHotLog(HotLog, Generic[C]):
         """A connection in a read-only transaction: one consistent view for several statements."""
 
     def _connection(self) -> AbstractContextManager[C]:
-        """A connection for a read of one statement or of :meth:`_rows` (a snapshot by default)."""
+        """A connection for a read of one statement or of :meth:`_rows` (a driver whose connection
+        here is no snapshot reads its rows in one statement); a snapshot by default."""
         return self._snapshot()
 
     @abc.abstractmethod
