@@ -19,8 +19,10 @@ from api.controllers.legacy import legacy_redirect
 from api.controllers.sync import SyncController
 from api.controllers.ws import sync_socket
 from api.errors import exception_handlers
+from api.headers import security_headers_middleware
 from api.logs import request_id_middleware
 from api.metrics import GatewayMetrics
+from api.services.declared import apply_declared
 from api.services.hub import Hub
 from api.services.sync import SyncService
 from api.settings import GatewaySettings
@@ -39,7 +41,7 @@ def create_app(
 ) -> Litestar:
     """Build the gateway app. Without ``store`` it opens (and closes) the one the settings
     name; ``flusher(gw)``, if given, serves ``POST /v1/admin/flush/{gw}``."""
-    metrics_ = GatewayMetrics()
+    metrics_ = GatewayMetrics(by_gateway=settings.metrics_gateway_labels)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -49,13 +51,14 @@ def create_app(
             hot = await anyio.to_thread.run_sync(
                 open_store, settings.store_url, settings.data_dir, HLC(), settings.pg_schema
             )
-        service = SyncService(hot, settings, metrics_, Hub(settings.ws_max_connections))
+        hub = Hub(
+            settings.ws_max_connections,
+            settings.ws_max_connections_per_gateway,
+            settings.ws_max_connections_per_client,
+        )
+        service = SyncService(hot, settings, metrics_, hub)
         app.state.service = service
-        for gw_id, gateway in settings.gateways.items():
-            for schema in gateway.schemas:
-                await service.put_schema(gw_id, schema)
-            if gateway.rules is not None:
-                await service.set_rules(gw_id, gateway.rules)
+        await apply_declared(service, settings.gateways)
         loop = asyncio.get_running_loop()
         relays: set[asyncio.Task[None]] = set()
 
@@ -91,19 +94,24 @@ def create_app(
         exception_handlers=exception_handlers,
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=OpenAPIConfig(
-            title="LakeSync gateway",
-            version="1",
-            path="/docs",
-            render_plugins=[SwaggerRenderPlugin(path="/"), JsonRenderPlugin()],
+        openapi_config=(
+            OpenAPIConfig(
+                title="LakeSync gateway",
+                version="1",
+                path="/docs",
+                render_plugins=[SwaggerRenderPlugin(path="/"), JsonRenderPlugin()],
+            )
+            if settings.docs
+            else None
         ),
         debug=False,
         # Logging is configured by the process (api.logs.configure_logging in `lakesync up`):
         # Litestar's default queue handler would drop the last lines when the process exits.
         logging_config=None,
     )
-    # Outside the router, so unrouted requests (404/405) get a request id and a log line too.
-    app.asgi_handler = request_id_middleware(app.asgi_handler)
+    # Outside the router, so unrouted requests (404/405) get a request id, a log line and the
+    # security headers too.
+    app.asgi_handler = security_headers_middleware(request_id_middleware(app.asgi_handler))
     app.state.metrics = metrics_
     app.state.flusher = flusher
     return app

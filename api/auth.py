@@ -10,6 +10,7 @@ from litestar.connection import ASGIConnection
 from litestar.params import FromPath
 
 from api.services.sync import SyncService
+from lakesync.delta import validate_gateway_id
 from lakesync.errors import AuthError, ForbiddenError
 from lakesync.tokens import Claims, verify_token
 
@@ -31,7 +32,8 @@ def bearer_token(headers: Mapping[str, str], query: Mapping[str, Any]) -> str:
 
 
 def authenticate(connection: ASGIConnection[Any, Any, Any, Any], gw: str) -> Claims:
-    """Verify the connection's token for gateway ``gw``."""
+    """Check the path's gateway id, then verify the connection's token for gateway ``gw``."""
+    validate_gateway_id(gw)
     service: SyncService = connection.app.state.service
     token = bearer_token(connection.headers, connection.query_params)
     return verify_token(token, service.settings.jwt_secrets, gw)

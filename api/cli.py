@@ -34,6 +34,7 @@ def up(
     import msgspec
 
     from api.app import create_app
+    from api.datadir import hold_data_dir
     from api.lake import lake_jobs
     from api.logs import configure_logging
     from api.settings import GatewaySettings
@@ -45,9 +46,14 @@ def up(
     if data_dir is not None:
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)
-    configure_logging()
-    store = open_store(settings.store_url, settings.data_dir, HLC(), settings.pg_schema)
-    with contextlib.closing(store), lake_jobs(settings, store, cfg) as flusher:
+    configure_logging(secrets=[*settings.jwt_secrets, cfg.lake.catalog_password or ""])
+    with contextlib.ExitStack() as stack:
+        if not settings.store_url.startswith(("postgresql://", "postgres://")):
+            # The embedded store serves one process: refuse a second one on this data dir.
+            stack.enter_context(hold_data_dir(settings.data_dir))
+        store = open_store(settings.store_url, settings.data_dir, HLC(), settings.pg_schema)
+        stack.enter_context(contextlib.closing(store))
+        flusher = stack.enter_context(lake_jobs(settings, store, cfg))
         _serve(create_app(settings, store=store, flusher=flusher), settings, cfg, host, port)
 
 

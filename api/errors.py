@@ -11,23 +11,13 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 
-from lakesync.errors import LakeSyncError, RateLimitedError
+from lakesync.errors import LakeSyncError, RateLimitedError, code_for_status
+from lakesync.values import MAX_VALUE_DEPTH
 from lakesync.wire import ErrorBody
 
 __all__ = ["ERROR_RESPONSES", "exception_handlers"]
 
 log = logging.getLogger("lakesync.gateway")
-
-_CODE_BY_STATUS = {
-    401: "AUTH_ERROR",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    409: "CLOCK_DRIFT",
-    422: "SCHEMA_ERROR",
-    429: "RATE_LIMITED",
-    503: "BACKPRESSURE_ERROR",
-}
-
 
 def _reply(
     request: Request[Any, Any, Any],
@@ -68,14 +58,21 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         request,
         status,
         message,
-        _CODE_BY_STATUS.get(status, "VALIDATION_ERROR"),
+        code_for_status(status, "VALIDATION_ERROR"),
         dict(exc.headers or {}) or None,
     )
 
 
 def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
-    # Only input can nest this deeply (msgspec decoding, canonical JSON of a column value).
-    return _reply(request, 400, "input is nested too deeply", "VALIDATION_ERROR")
+    # A body too deep for msgspec to decode at all. Column values that do decode are refused at
+    # validation beyond lakesync.values.MAX_VALUE_DEPTH, far below any recursion limit, so no
+    # value stored under that rule can recurse this deep when it is served.
+    return _reply(
+        request,
+        400,
+        f"input is nested too deeply (column values nest at most {MAX_VALUE_DEPTH} levels)",
+        "VALIDATION_ERROR",
+    )
 
 
 def _store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

@@ -5,6 +5,9 @@ landing table's single writer) every ``flush_interval`` seconds and on
 ``POST /v1/admin/flush/{gw}`` (each flush first publishes the registered table schemas to
 ``lakesync.table_schemas`` for the pipeline), and, if ``pipeline_interval`` is set, a
 ``lakesync pipeline run`` subprocess on that schedule (Spark stays out of the gateway process).
+Several gateway processes may share one PostgreSQL hot log: the store elects one of them to run
+the scheduled flushes and one to run the pipeline (:meth:`~api.store.HotLog.lead`), and every flush
+(scheduled or admin) runs under the store's ``landing`` mutex, so landing stays exactly once.
 Without the ``pipeline`` extra the gateway still serves; the flush route then reports that nothing
 was flushed.
 """
@@ -32,11 +35,14 @@ if TYPE_CHECKING:
 
     from lakesync.lake.landing import LandingFlusher
 
-__all__ = ["SchemaPublisher", "lake_jobs"]
+__all__ = ["Lead", "SchemaPublisher", "lake_jobs"]
 
 _log = logging.getLogger(__name__)
 
 Flusher = Callable[[str], Awaitable[None]]
+
+_LEAD_POLL_S = 5.0
+"""How often a process that does not run the pipeline checks whether it should take over."""
 
 
 def _landing_flusher(
@@ -60,10 +66,33 @@ def _landing_flusher(
             store,
             mark_flushed=store.mark_flushed,
             before_flush=SchemaPublisher(catalog, store),
+            exclusive=lambda: store.exclusive("landing"),
         )
     except ModuleNotFoundError as exc:
         _log.warning("landing flusher off: missing %s (pip install 'lakesync[pipeline]')", exc.name)
         return None
+
+
+class Lead:
+    """Whether this process leads ``role`` on the store (see :meth:`HotLog.lead`); logs each
+    change, so an operator sees which gateway process runs which lake job."""
+
+    def __init__(self, store: HotLog, role: str, job: str) -> None:
+        self._store = store
+        self._role = role
+        self._job = job
+        self._held: bool | None = None
+
+    def __call__(self) -> bool:
+        """Ask the store, taking the lead if nobody holds it."""
+        held = self._store.lead(self._role)
+        if held != self._held:
+            if held:
+                _log.info("%s: this gateway process (pid %d) runs it", self._job, os.getpid())
+            else:
+                _log.info("%s: another gateway process on this store runs it", self._job)
+            self._held = held
+        return held
 
 
 class SchemaPublisher:
@@ -90,19 +119,22 @@ class SchemaPublisher:
 
 
 def _pipeline_loop(
-    settings: GatewaySettings, config: Config | None, stop: threading.Event
+    settings: GatewaySettings, config: Config | None, stop: threading.Event, lead: Lead
 ) -> None:
     """Run ``lakesync pipeline run`` every ``pipeline_interval`` seconds (after the previous run
-    ended) until ``stop``; a run still going at shutdown is terminated (its Iceberg commits are
-    atomic, so the next run picks up where the last commit left off). Output goes to
-    ``<data dir>/pipeline.log``; a failed run is logged with the tail of it."""
+    ended) until ``stop``, while ``lead()`` says this process is the scheduler (the others check
+    every few seconds whether to take over); a run still going at shutdown is terminated (its
+    Iceberg commits are atomic, so the next run picks up where the last commit left off). Output
+    goes to ``<data dir>/pipeline.log``; a failed run is logged with the tail of it."""
     command = [sys.executable, "-m", "lakesync.cli", "pipeline", "run"]
     command += ["--data-dir", str(settings.data_dir)]
     log_path = settings.data_dir / "pipeline.log"
     env = dict(os.environ)
     if config is not None and config.source is not None:
         env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
-    while not stop.wait(settings.pipeline_interval):
+    while not stop.wait(settings.pipeline_interval if lead() else _LEAD_POLL_S):
+        if not lead():
+            continue
         with log_path.open("w") as log:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
             while proc.poll() is None:
@@ -144,7 +176,10 @@ def lake_jobs(
                 threading.Thread(
                     target=landing.run,
                     args=(stop,),
-                    kwargs={"interval_s": settings.flush_interval},
+                    kwargs={
+                        "interval_s": settings.flush_interval,
+                        "lead": Lead(store, "landing", "scheduled landing flush"),
+                    },
                     name="landing-flusher",
                     daemon=True,
                 )
@@ -153,7 +188,7 @@ def lake_jobs(
             threads.append(
                 threading.Thread(
                     target=_pipeline_loop,
-                    args=(settings, config, stop),
+                    args=(settings, config, stop, Lead(store, "pipeline", "scheduled pipeline")),
                     name="pipeline",
                     daemon=True,
                 )

@@ -1,20 +1,99 @@
-"""Structured (JSON lines) logs with the current request id on every line."""
+"""Structured (JSON lines) logs with the current request id on every line, credentials masked."""
 
 from __future__ import annotations
 
 import contextvars
 import json
 import logging
+import re
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["REQUEST_ID", "JsonFormatter", "configure_logging", "request_id_middleware"]
+__all__ = [
+    "REDACTED",
+    "REQUEST_ID",
+    "JsonFormatter",
+    "RedactingFilter",
+    "configure_logging",
+    "redact",
+    "request_id_middleware",
+]
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+REDACTED = "[REDACTED]"
 log = logging.getLogger("lakesync.gateway")
+
+_EXTRAS = ("method", "path", "status", "ms")
+_SECRET_KEY = (
+    r"[\w.-]*(?:token|secret|passw(?:or)?d|pwd|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"|credential|signature|authorization|cookie)[\w.-]*"
+)
+_JWT = re.compile(r"\beyJ[\w-]*\.[\w-]*\.[\w-]*")
+_AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic|digest)\s+(?!tokens?\b)[\w.~+/=-]+")
+# ``key=value`` anywhere; ``key: value`` only with a quoted key or value (JSON, reprs), since
+# prose such as "invalid token: ..." has the same shape. A value already masked, or an auth
+# scheme (its credential is masked on its own), is kept.
+_KEY_VALUE = re.compile(
+    rf"(?i)(?P<key>{_SECRET_KEY})"
+    r"(?P<sep>['\"]?\s*=\s*|['\"]\s*:\s*|\s*:\s*(?=['\"]))"
+    r"(?!\[REDACTED\]|(?:bearer|basic|digest)\s)"
+    r"(?:(?P<quote>[\"'])(?:\\.|(?!(?P=quote)).)*(?P=quote)|[^\s&,;'\"}\])]+)"
+)
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*):[^@\s/]*@")
+
+
+def _mask_value(match: re.Match[str]) -> str:
+    quote = match["quote"] or ""
+    return f"{match['key']}{match['sep']}{quote}{REDACTED}{quote}"
+
+
+def redact(text: str) -> str:
+    """``text`` with anything credential-like masked: JWTs, ``Bearer``/``Basic`` credentials,
+    the values of secret-looking keys (``token=``, ``"password": …``, ``api_key: …``, in query
+    strings, JSON or reprs) and the password of URLs (``postgresql://user:…@host``)."""
+    text = _AUTH_SCHEME.sub(rf"\1 {REDACTED}", text)
+    text = _JWT.sub(REDACTED, text)
+    text = _KEY_VALUE.sub(_mask_value, text)
+    return _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text)
+
+
+class RedactingFilter(logging.Filter):
+    """Mask credentials in a record (message, traceback, extras) before any handler formats it:
+    :func:`redact`, plus the literal ``secrets`` the process knows (its JWT secrets, ...)."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        # Longest first, so a secret containing another is masked whole; short strings would
+        # mask ordinary words.
+        self._secrets = sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True)
+
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return redact(text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite ``record`` in place (the message is rendered once); never drops it."""
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string still gets logged, masked
+            message = f"{record.msg!r} % {record.args!r}"
+        record.msg, record.args = self._redact(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self._redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self._redact(record.stack_info)
+        for key in _EXTRAS:
+            value = getattr(record, key, None)
+            if isinstance(value, str):
+                setattr(record, key, self._redact(value))
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -29,18 +108,22 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
             "request_id": REQUEST_ID.get(),
         }
-        for key in ("method", "path", "status", "ms"):
+        for key in _EXTRAS:
             if hasattr(record, key):
                 out[key] = getattr(record, key)
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+        if record.exc_info or record.exc_text:
+            out["exc"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
+        if record.stack_info:
+            out["stack"] = record.stack_info
         return json.dumps(out, default=str)
 
 
-def configure_logging(level: str = "INFO") -> None:
-    """Send every log line of the process (gateway and uvicorn) to stderr as JSON."""
+def configure_logging(level: str = "INFO", secrets: Iterable[str] = ()) -> None:
+    """Send every log line of the process (gateway and uvicorn) to stderr as JSON, through one
+    :class:`RedactingFilter` (with the process's known ``secrets``) so no credential is logged."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(RedactingFilter(secrets))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -36,9 +36,13 @@ class GatewaySettings:
     rate_burst: float = _SERVER.rate_burst
     backpressure_bytes: int = _SERVER.backpressure_bytes
     ws_max_connections: int = _SERVER.ws_max_connections
+    ws_max_connections_per_gateway: int = _SERVER.ws_max_connections_per_gateway
+    ws_max_connections_per_client: int = _SERVER.ws_max_connections_per_client
     ws_rate_limit: float = _SERVER.ws_rate_limit
     flush_interval: float = _SERVER.flush_interval
     pipeline_interval: float = _SERVER.pipeline_interval
+    docs: bool = _SERVER.docs
+    metrics_gateway_labels: bool = _SERVER.metrics_gateway_labels
 
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> GatewaySettings:
@@ -61,7 +65,11 @@ class GatewaySettings:
             rate_burst=server.rate_burst,
             backpressure_bytes=server.backpressure_bytes,
             ws_max_connections=server.ws_max_connections,
+            ws_max_connections_per_gateway=server.ws_max_connections_per_gateway,
+            ws_max_connections_per_client=server.ws_max_connections_per_client,
             ws_rate_limit=server.ws_rate_limit,
             flush_interval=server.flush_interval,
             pipeline_interval=server.pipeline_interval,
+            docs=server.docs,
+            metrics_gateway_labels=server.metrics_gateway_labels,
         )

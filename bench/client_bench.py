@@ -1,6 +1,7 @@
 """Client benchmarks: local write latency, remote apply throughput, end-to-end initial sync.
 
-Run ``.venv/bin/python bench/client_bench.py`` (add ``--rows`` / ``--writes`` to change sizes).
+Run from the repository root: ``.venv/bin/python -m bench.client_bench`` (add ``--rows`` /
+``--writes`` to change sizes).
 The end-to-end part starts a gateway (``python -m api``) on a free port with a throwaway data
 dir, seeds it with ``--rows`` rows over HTTP, then times a fresh client's ``sync()``; pass
 ``--url`` and ``--secret`` to use a running gateway instead, or ``--no-e2e`` to skip it.
@@ -9,16 +10,10 @@ dir, seeds it with ``--rows`` rows over HTTP, then times a fresh client's ``sync
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import sqlite3
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -30,6 +25,7 @@ from lakesync.hlc import HLC, encode
 from lakesync.schema import parse_schema
 from lakesync.tokens import mint_token
 from lakesync.wire import encode_push
+from tests.gateway_process import ServerProcess
 
 SCHEMA = {
     "table": "items",
@@ -93,44 +89,9 @@ def bench_apply(n: int, tmp: Path) -> None:
     print(f"apply remote deltas ({n} on {rows} rows): {n / dt:10.0f} deltas/s ({dt:.2f} s)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def _gateway(tmp: Path, secret: str) -> Iterator[str]:
-    port = _free_port()
-    env = {**os.environ, "LAKESYNC_JWT_SECRET": secret, "LAKESYNC_DATA_DIR": str(tmp / "gw")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "api", "--port", str(port), "--data-dir", str(tmp / "gw")],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise RuntimeError(f"gateway did not start: {err[-2000:]}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 def bench_e2e(rows: int, url: str, secret: str, tmp: Path, transport: str) -> None:
     """Seed ``rows`` rows on the gateway, then time a fresh client's first sync."""
-    gw = f"bench-{transport}"
+    gw = f"bench_{transport}"
     seed_token = mint_token(secret, sub=f"seeder-{transport}", gw=gw)
     clock = HLC()
     table = f"items_{transport}"
@@ -192,9 +153,9 @@ def main() -> None:
             for tr in ("http", "websocket"):
                 bench_e2e(args.rows, args.url, args.secret, tmp, tr)
         else:
-            with _gateway(tmp, args.secret) as url:
+            with ServerProcess(tmp / "gw", {"LAKESYNC_JWT_SECRET": args.secret}) as gateway:
                 for tr in ("http", "websocket"):
-                    bench_e2e(args.rows, url, args.secret, tmp, tr)
+                    bench_e2e(args.rows, gateway.url, args.secret, tmp, tr)
 
 
 if __name__ == "__main__":

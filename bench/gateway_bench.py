@@ -27,7 +27,8 @@ from psycopg import sql
 from lakesync.delta import RowDelta
 from lakesync.wsframes import decode_server_frame
 from tests.api.helpers import auth, now_hlc, token
-from tests.api.server import ServerProcess
+from tests.gateway_process import ServerProcess
+from tests.wire_json import as_json
 
 OWNER_RULES = {
     "version": 1,
@@ -38,14 +39,16 @@ OWNER_RULES = {
 def batch(client: str, n: int, start: int, owner: str | None = None) -> list[dict[str, object]]:
     hlc = now_hlc()
     return [
-        RowDelta.create(
-            "INSERT",
-            "todos",
-            f"{client}-{start + i}",
-            client,
-            {"title": f"task {start + i}", "done": False, "owner": owner or client},
-            hlc + i,
-        ).to_wire()
+        as_json(
+            RowDelta.create(
+                "INSERT",
+                "todos",
+                f"{client}-{start + i}",
+                client,
+                {"title": f"task {start + i}", "done": False, "owner": owner or client},
+                hlc + i,
+            )
+        )
         for i in range(n)
     ]
 
@@ -106,7 +109,7 @@ async def pull_latency(url: str, gw: str, rules: bool) -> tuple[float, float, fl
 async def broadcast_latency(ws_url: str, url: str, receivers: int) -> tuple[float, float]:
     """Median and worst milliseconds from push sent to broadcast received, over all receivers."""
     sockets = [
-        await websockets.connect(f"{ws_url}/v1/sync/gw-ws/ws?token={token(f'r{i}', 'gw-ws')}")
+        await websockets.connect(f"{ws_url}/v1/sync/gw_ws/ws?token={token(f'r{i}', 'gw_ws')}")
         for i in range(receivers)
     ]
     await asyncio.sleep(0.5)
@@ -116,7 +119,7 @@ async def broadcast_latency(ws_url: str, url: str, receivers: int) -> tuple[floa
             body = {"clientId": "w", "deltas": batch("w", 1, k)}
             t0 = time.perf_counter()
             push = asyncio.create_task(
-                c.post("/v1/sync/gw-ws/push", json=body, headers=auth(token("w", "gw-ws")))
+                c.post("/v1/sync/gw_ws/push", json=body, headers=auth(token("w", "gw_ws")))
             )
 
             async def receive(sock: websockets.ClientConnection, started: float = t0) -> float:
@@ -146,7 +149,7 @@ async def main(batches: int, store: str) -> None:
                     f"push throughput, {clients} client(s), batches of 100: "
                     f"{bps:.0f} batches/s = {dps:.0f} deltas/s (durable, {kind})"
                 )
-            for gw, rules in (("gw-plain", False), ("gw-rules", True)):
+            for gw, rules in (("gw_plain", False), ("gw_rules", True)):
                 cold, p50, p95 = await pull_latency(server.url, gw, rules)
                 label = "with rules (500 of 1,000 visible)" if rules else "without rules"
                 print(

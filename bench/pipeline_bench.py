@@ -1,10 +1,13 @@
-"""Benchmark the lake: land and merge N deltas (default 1,000,000), then an increment of 10,000.
+"""Benchmark the lake: land and merge N deltas (default 1,000,000), then increments of 10,000.
 
-Usage: ``.venv/bin/python bench/pipeline_bench.py [--deltas N] [--incremental M] [--data-dir D]``
+Usage: ``.venv/bin/python bench/pipeline_bench.py [--deltas N] [--incremental M] [--rounds K]
+[--data-dir D]``
 
-Prints wall times, deltas/s and the Spark driver JVM's peak resident memory (VmHWM; with
-``local[2]`` the executors live in that JVM). The dbt data tests are skipped (``dbt run``), as a
-scheduled pipeline may; ``--tests`` includes them.
+Prints wall times, deltas/s, each incremental run's time per dbt node (and the rest: dbt's start-up
+and the runner's bookkeeping) and the Spark driver JVM's peak resident memory (VmHWM; with
+``local[2]`` the executors live in that JVM). ``--rounds`` lands and merges that many increments in
+a row (the cost of a scheduled run should not grow with the number of runs before it). The dbt data
+tests are skipped (``dbt run``), as a scheduled pipeline may; ``--tests`` includes them.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from lakesync.delta import RowDelta
 from lakesync.lake.bootstrap import bootstrap
 from lakesync.lake.catalog import open_catalog
 from lakesync.lake.landing import LandingFlusher
-from lakesync.lake.runner import run_pipeline
+from lakesync.lake.runner import PipelineResult, run_pipeline
 from lakesync.lake.settings import LakeSettings
 from lakesync.schema import parse_schema
 
@@ -46,9 +49,16 @@ class ListHotLog:
             self.positions.append(start + i)
             self.entries.append((start + i, "bench", d))
 
-    def read_log(self, after: int, limit: int) -> list[tuple[int, str, RowDelta]]:
+    def read_log(
+        self, after: int, limit: int, gateway_id: str | None = None
+    ) -> list[tuple[int, str, RowDelta]]:
         i = bisect.bisect_right(self.positions, after)
-        return self.entries[i : i + limit]
+        mine = (
+            self.entries[i:]
+            if gateway_id is None
+            else [e for e in self.entries[i:] if e[1] == gateway_id]
+        )
+        return mine[:limit]
 
 
 def make_deltas(
@@ -83,10 +93,39 @@ def jvm_peak_rss_mb(spark: object) -> float:
     return float("nan")
 
 
+class NodeTimer:
+    """An ``on_progress`` callback recording each dbt node's wall time (nodes may overlap)."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, node: str, status: str) -> None:
+        now = time.perf_counter()
+        if status == "started":
+            self.started[node] = now
+        else:
+            self.seconds[node] = now - self.started[node]
+
+    def span(self) -> float:
+        """Wall time from the first node's start to the last node's end."""
+        ends = [self.started[n] + s for n, s in self.seconds.items()]
+        return max(ends) - min(self.started.values()) if ends else 0.0
+
+
+def timed_run(settings: LakeSettings, tests: bool) -> tuple[PipelineResult, float, NodeTimer]:
+    """One pipeline run: its result, its wall time and its per-node times."""
+    timer = NodeTimer()
+    t = time.perf_counter()
+    result = run_pipeline(settings=settings, schemas=[SCHEMA], tests=tests, on_progress=timer)
+    return result, time.perf_counter() - t, timer
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--deltas", type=int, default=1_000_000)
     parser.add_argument("--incremental", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=1, help="incremental runs (default 1)")
     parser.add_argument("--rows", type=int, default=0, help="distinct rows (default deltas/5)")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--tests", action="store_true", help="also run the dbt data tests")
@@ -106,18 +145,13 @@ def main() -> None:
     landed = flusher.flush()
     land_s = time.perf_counter() - t
 
-    t = time.perf_counter()
-    first = run_pipeline(settings=settings, schemas=[SCHEMA], tests=args.tests)
-    merge_s = time.perf_counter() - t
-
-    more = make_deltas(args.incremental, rows, rng, BASE_HLC + args.deltas * 4, inserts=False)
-    log.extend(more)
-    t = time.perf_counter()
-    flusher.flush()
-    inc_land_s = time.perf_counter() - t
-    t = time.perf_counter()
-    second = run_pipeline(settings=settings, schemas=[SCHEMA], tests=args.tests)
-    inc_s = time.perf_counter() - t
+    first, merge_s, _ = timed_run(settings, args.tests)
+    increments = []
+    for _ in range(args.rounds):
+        log.extend(make_deltas(args.incremental, rows, rng, BASE_HLC + len(log.entries) * 4, False))
+        t = time.perf_counter()
+        flusher.flush()
+        increments.append((time.perf_counter() - t, *timed_run(settings, args.tests)))
 
     from lakesync.lake.spark import spark_session
 
@@ -131,11 +165,15 @@ def main() -> None:
           f"{first.rows_merged / merge_s:>10,.0f} deltas/s  (incl. Spark start, dbt parse)")
     print(f"land+merge total          {land_s + merge_s:8.1f} s  "
           f"{landed.rows / (land_s + merge_s):>10,.0f} deltas/s")
-    print(f"increment {second.rows_merged:>8,} deltas  {inc_land_s + inc_s:8.1f} s  "
-          f"(land {inc_land_s:.2f} s, merge {inc_s:.1f} s)")
+    for i, (inc_land_s, result, inc_s, timer) in enumerate(increments, 1):
+        # Ephemeral staging models report a start and an end too, but run nothing.
+        nodes = ", ".join(f"{n} {s:.1f}" for n, s in timer.seconds.items() if s >= 0.05)
+        print(f"increment {result.rows_merged:>8,} deltas  {inc_land_s + inc_s:8.1f} s  "
+              f"(land {inc_land_s:.2f} s, merge {inc_s:.1f} s) round {i}")
+        span = timer.span()
+        print(f"    nodes {span:.1f} s: {nodes}; outside nodes {inc_s - span:.1f} s")
     print(f"live rows in analytics.items: {live['n'] if live else 0:,}")
     print(f"JVM peak RSS           {jvm_peak_rss_mb(spark):8.0f} MB")
-
 
 if __name__ == "__main__":
     main()

@@ -157,6 +157,7 @@ class LakeSyncClient:
         )
         tr.set_broadcast_handler(engine.apply_broadcast)
         tr.set_reconnect_handler(self._catch_up)
+        tr.set_event_handler(self._emit)
         return engine
 
     # -- writes -------------------------------------------------------------------------------
@@ -273,7 +274,8 @@ class LakeSyncClient:
         return self._watchers.watch_query(sql, params, callback)
 
     def on(self, kind: str, callback: Callable[[Event], None]) -> Callable[[], None]:
-        """Subscribe to sync events (``synced``, ``sync_error``, ``dead_letter``, or ``*``).
+        """Subscribe to sync events (``synced``, ``sync_error``, ``dead_letter``,
+        ``value_error``, or ``*``).
 
         Returns a function that unsubscribes.
         """
@@ -408,12 +410,15 @@ class LakeSyncClient:
         )
 
     def dead_letters(self) -> list[DeadLetter]:
-        """Deltas the gateway refused for good (they stay applied locally)."""
+        """Deltas the gateway refused for good (no longer shown in the replica's rows)."""
         return self._store.dead_letters()
 
     def requeue_dead_letters(self) -> int:
-        """Move every dead letter back to the outbox (after fixing the cause); returns count."""
-        return self._store.requeue_dead_letters()
+        """Move every dead letter back to the outbox (after fixing the cause), showing it in the
+        replica again; returns count."""
+        n, changes = self._store.requeue_dead_letters()
+        self._watchers.dispatch(changes)
+        return n
 
     def schemas(self) -> dict[str, TableSchema]:
         """The local tables' schemas (declared, plus columns learned from the gateway)."""

@@ -9,6 +9,7 @@ with ``True`` both match).
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from typing import Any
 
@@ -62,7 +63,11 @@ def register_converters() -> None:
 
 
 def to_sql_value(typ: str, value: Any) -> Any:
-    """The SQLite value stored for ``value`` in a column of schema type ``typ``."""
+    """The SQLite value stored for ``value`` in a column of schema type ``typ``.
+
+    Never raises for a value normalised by :func:`lakesync.values.normalize_value` (as every
+    value from a gateway is, see :func:`lakesync.delta.read_delta`), nor for an integer of any size.
+    """
     if value is None:
         return None
     if typ in ("json", "null"):
@@ -70,8 +75,12 @@ def to_sql_value(typ: str, value: Any) -> Any:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int) and not -_INT64_MAX - 1 <= value <= _INT64_MAX:
-        # SQLite integers are 64-bit; JSON numbers that large are doubles anyway.
-        return float(value)
+        # SQLite integers are 64-bit; JavaScript holds such a number as the nearest double, and
+        # past the double range as ±Infinity (a REAL to SQLite): never an OverflowError here.
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, dict | list):
         return encode_json(value)
     return value

@@ -186,7 +186,7 @@ class SyncEngine:
     def _push_batch(self, entries: Sequence[OutboxEntry]) -> tuple[int, int]:
         seqs = [e.seq for e in entries]
         try:
-            self.transport.push(
+            result = self.transport.push(
                 self.client_id, [e.delta for e in entries], self.store.cursor(self.gateway_id)
             )
         except LakeSyncError as exc:
@@ -200,7 +200,7 @@ class SyncEngine:
                 b = self._push_batch(entries[mid:])
                 return a[0] + b[0], a[1] + b[1]
             entry = entries[0]
-            self.store.dead_letter(entry, exc.code, exc.message)
+            self._notify(self.store.dead_letter(entry, exc.code, exc.message))
             self._emit(
                 Event(
                     "dead_letter",
@@ -215,5 +215,5 @@ class SyncEngine:
                 )
             )
             return 0, 1
-        self.store.ack(seqs)
+        self.store.ack(seqs, result.server_hlc)
         return len(entries), 0

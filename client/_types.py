@@ -8,7 +8,7 @@ from typing import Any, Literal
 __all__ = ["Change", "Event", "EventKind", "Origin", "SyncStatus"]
 
 Origin = Literal["local", "remote", "realtime"]
-EventKind = Literal["synced", "sync_error", "dead_letter"]
+EventKind = Literal["synced", "sync_error", "dead_letter", "value_error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +37,12 @@ class Change:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """Something the sync machinery reports: a finished cycle, an error, a dead-lettered delta.
+    """Something the sync machinery reports: a finished cycle, an error, a dead-lettered delta,
+    a value from the gateway this replica cannot hold (that cell reads null; syncing goes on).
 
     ``detail`` holds event-specific facts (for ``dead_letter``: ``delta_id``, ``table``,
-    ``row_id``, ``code`` and ``error``).
+    ``row_id``, ``code`` and ``error``; for ``value_error``: ``table``, ``row_id``, ``column``,
+    ``delta_id`` and ``error``).
     """
 
     kind: EventKind

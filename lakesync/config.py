@@ -28,6 +28,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import yaml
 
+from lakesync.delta import validate_gateway_id
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
@@ -61,12 +62,22 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     backpressure_bytes: Count = 1024 * MIB
     """Un-flushed hot-log size that turns pushes away with 503 (0 = off)."""
     ws_max_connections: Count = 10_000
+    """Open WebSockets across all gateways (0 = no cap); past it a handshake is closed 1013."""
+    ws_max_connections_per_gateway: Count = 5_000
+    """Open WebSockets of one gateway (0 = no cap), so one tenant cannot take every slot."""
+    ws_max_connections_per_client: Count = 20
+    """Open WebSockets of one client (token ``sub``) on a gateway (0 = no cap)."""
     ws_rate_limit: NonNegative = 100.0
     """Frames per second per WebSocket connection (0 = off), burst twice that and at least 5."""
     flush_interval: NonNegative = 5.0
     """Seconds between landing flushes (0 = only on ``POST /v1/admin/flush/{gw}``)."""
     pipeline_interval: NonNegative = 0.0
     """Seconds between scheduled ``lakesync pipeline run`` subprocesses (0 = off)."""
+    docs: bool = True
+    """Serve the OpenAPI docs (``/docs``: Swagger UI, its assets from a CDN; the JSON schema at
+    ``/docs/openapi.json``); false = no ``/docs`` routes."""
+    metrics_gateway_labels: bool = True
+    """Label ``/metrics`` counters by gateway id; false = totals only (no tenant ids exposed)."""
 
 
 class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -134,7 +145,11 @@ def _read_file(path: Path) -> _File:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        # One line: PyYAML's own text spans several, with a context snippet.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path} is not valid YAML{where}: {problem}") from None
     try:
         return msgspec.convert(raw or {}, _File)
     except msgspec.ValidationError as exc:
@@ -143,6 +158,7 @@ def _read_file(path: Path) -> _File:
 
 def _gateway(gw_id: str, spec: _GatewayFile, path: Path) -> GatewayConfig:
     try:
+        validate_gateway_id(gw_id)
         schemas = [parse_schema(s) for s in spec.schemas]
         rules = None if spec.rules is None else parse_rules(spec.rules)
     except LakeSyncError as exc:

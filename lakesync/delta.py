@@ -4,52 +4,77 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, get_args
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple, Protocol, get_args
 
 import msgspec
 
 from lakesync import hlc as _hlc
 from lakesync.canonical import canonical_json
-from lakesync.errors import SchemaError, ValidationError
+from lakesync.errors import LakeSyncError, SchemaError, ValidationError
+from lakesync.values import normalize_value
 
 __all__ = [
     "MAX_ROW_ID_LENGTH",
+    "RESERVED_CLIENT_PREFIX",
+    "VIEW_EVICTION_CLIENT",
+    "CellError",
+    "CellErrorHandler",
     "ColumnValue",
     "Op",
     "RowDelta",
-    "WireColumn",
+    "WireCell",
     "WireDelta",
     "delta_id",
     "extract_delta",
+    "is_reserved_client",
+    "is_view_eviction",
+    "read_delta",
+    "validate_gateway_id",
     "validate_identifier",
     "validate_row_id",
 ]
 
 Op = Literal["INSERT", "UPDATE", "DELETE"]
-_OPS: frozenset[str] = frozenset(get_args(Op))
+_OPS: dict[str, Op] = {op: op for op in get_args(Op)}
 _IDENTIFIER = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,63}")
 MAX_ROW_ID_LENGTH = 1024
 
+RESERVED_CLIENT_PREFIX = "lakesync-gateway"
+"""Client ids starting with this belong to gateways; no token may carry one."""
 
-def validate_identifier(name: object, what: str) -> str:
-    """Return ``name`` if it is a valid table/column identifier, else raise :class:`SchemaError`."""
+VIEW_EVICTION_CLIENT = "lakesync-gateway-0"
+"""The client id of a *view eviction*: a DELETE a gateway sends when a row leaves (or is about
+to be re-sent into) a client's view under sync rules. Its clock sorts above every real write of
+the row, so a plain SPEC client that applies it as a DELETE removes the row; a client that keeps
+per-cell clocks (ours) instead forgets everything it held for the row, so the row's real clocks,
+sent after it, rebuild it exactly (see ``lakesync.views``)."""
+
+
+def validate_identifier(
+    name: object, what: str, error: type[LakeSyncError] = SchemaError
+) -> str:
+    """Return ``name`` if it is a valid identifier (a table, column or gateway id), else raise
+    ``error`` (:class:`SchemaError` by default)."""
     if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
-        raise SchemaError(
-            f"invalid {what} {name!r}: identifiers must match ^[a-zA-Z_][a-zA-Z0-9_]{{0,63}}$"
+        raise error(
+            f"invalid {what} {repr(name)[:80]}: identifiers must match "
+            "^[a-zA-Z_][a-zA-Z0-9_]{0,63}$"
         )
     return name
 
 
+def validate_gateway_id(gateway_id: object) -> str:
+    """Return ``gateway_id`` if it is a valid gateway id, else raise :class:`ValidationError`.
+
+    Gateway ids follow the identifier rule, so every place one ends up (the landing table's
+    partition directory, metric labels, log lines) gets a short, plain name.
+    """
+    return validate_identifier(gateway_id, "gateway id", ValidationError)
+
+
 class ColumnValue(msgspec.Struct, frozen=True):
-    """One column of a delta: its name and new JSON value."""
-
-    column: str
-    value: Any
-
-
-class WireColumn(msgspec.Struct):
-    """A column entry as it appears on the wire."""
+    """One column of a delta: its name and new JSON value (on the wire, a missing value is null)."""
 
     column: str
     value: Any = None
@@ -62,7 +87,7 @@ class WireDelta(msgspec.Struct, rename="camel"):
     table: str
     row_id: str
     client_id: str
-    columns: list[WireColumn]
+    columns: tuple[ColumnValue, ...]
     hlc: str | int
     delta_id: str
 
@@ -107,62 +132,147 @@ class RowDelta(msgspec.Struct, frozen=True):
             ColumnValue(k, v) for k, v in columns.items()
         ) if isinstance(columns, Mapping) else tuple(columns)
         _check_shape(op, table, row_id, client_id, cols)
+        cols = _read_cells(cols, table, row_id, "", normalize_value, False, None, "delta")
         did = delta_id(client_id, hlc, table, row_id, _column_dicts(cols))
         return cls(op, table, row_id, client_id, cols, hlc, did)
-
-    @classmethod
-    def from_wire(cls, obj: object) -> RowDelta:
-        """Validate a decoded JSON delta and check its deltaId; raises on any problem."""
-        try:
-            wire = msgspec.convert(obj, WireDelta)
-        except msgspec.ValidationError as exc:
-            raise ValidationError(f"invalid delta: {exc}") from None
-        return cls.from_wire_struct(wire)
-
-    @classmethod
-    def from_wire_struct(cls, wire: WireDelta, where: str = "delta") -> RowDelta:
-        """Validate a :class:`WireDelta` (already type-checked by msgspec) into a RowDelta."""
-        if wire.op not in _OPS:
-            raise ValidationError(f"{where}.op must be INSERT, UPDATE or DELETE, got {wire.op!r}")
-        ts = _hlc.parse(wire.hlc, f"{where}.hlc")
-        cols = tuple(ColumnValue(c.column, c.value) for c in wire.columns)
-        op: Op = wire.op  # type: ignore[assignment]
-        _check_shape(op, wire.table, wire.row_id, wire.client_id, cols, where)
-        expected = delta_id(wire.client_id, ts, wire.table, wire.row_id, _column_dicts(cols))
-        if wire.delta_id != expected:
-            raise SchemaError(
-                f"{where}.deltaId {wire.delta_id!r} does not match its content "
-                f"(expected {expected}); recompute it with the canonical JSON of SPEC §3"
-            )
-        return cls(op, wire.table, wire.row_id, wire.client_id, cols, ts, wire.delta_id)
-
-    def to_wire_struct(self) -> WireDelta:
-        """This delta as a :class:`WireDelta` (HLC as a decimal string)."""
-        return WireDelta(
-            self.op,
-            self.table,
-            self.row_id,
-            self.client_id,
-            [WireColumn(c.column, c.value) for c in self.columns],
-            str(self.hlc),
-            self.delta_id,
-        )
-
-    def to_wire(self) -> dict[str, Any]:
-        """This delta as a JSON-ready dict with camelCase keys and the HLC as a decimal string."""
-        return {
-            "op": self.op,
-            "table": self.table,
-            "rowId": self.row_id,
-            "clientId": self.client_id,
-            "columns": _column_dicts(self.columns),
-            "hlc": str(self.hlc),
-            "deltaId": self.delta_id,
-        }
 
     def values(self) -> dict[str, Any]:
         """The delta's columns as a ``{column: value}`` dict."""
         return {c.column: c.value for c in self.columns}
+
+
+def is_reserved_client(client_id: str) -> bool:
+    """Whether ``client_id`` is reserved for gateways (see :data:`RESERVED_CLIENT_PREFIX`)."""
+    return client_id.startswith(RESERVED_CLIENT_PREFIX)
+
+
+def is_view_eviction(delta: RowDelta) -> bool:
+    """Whether ``delta`` is a gateway's view eviction (see :data:`VIEW_EVICTION_CLIENT`)."""
+    return delta.op == "DELETE" and delta.client_id == VIEW_EVICTION_CLIENT
+
+
+class CellError(NamedTuple):
+    """A value a trusted read could not hold, which reads null instead."""
+
+    table: str
+    row_id: str
+    column: str
+    delta_id: str
+    reason: str
+
+
+CellErrorHandler = Callable[[CellError], None]
+"""Receives each :class:`CellError` of a trusted read."""
+
+# What reading one cell can raise: the value rule, malformed or out-of-range JSON, deep nesting.
+_CELL_ERRORS = (ValidationError, msgspec.DecodeError, RecursionError)
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "the value is nested too deeply to decode"
+    if isinstance(exc, ValidationError):
+        return exc.message
+    return f"the value is not valid UTF-8 JSON ({exc})"
+
+
+class WireCell(Protocol):
+    """A column as a wire message carries it: a :class:`ColumnValue` of decoded JSON, or a
+    protobuf ``ColumnDelta`` / raw JSON cell whose value is still UTF-8 JSON bytes."""
+
+    @property
+    def column(self) -> str: ...
+
+    @property
+    def value(self) -> Any: ...
+
+
+def _read_cells(
+    cols: Sequence[WireCell],
+    table: str,
+    row_id: str,
+    did: str,
+    cell: Callable[[Any], Any] | None,
+    trusted: bool,
+    report: CellErrorHandler | None,
+    where: str,
+) -> tuple[ColumnValue, ...]:
+    """The columns with their values as every replica holds them (:mod:`lakesync.values`).
+
+    A normalised value has the same canonical JSON, so a deltaId computed before or after
+    normalising is the same. A value no replica can hold is a :class:`ValidationError` naming
+    the column and the row, or, ``trusted``, reads null and goes to ``report``. Trusted, each
+    column's identifier is checked here (verified, :func:`_check_shape` did it first).
+    """
+    out: list[ColumnValue] = []
+    match = _IDENTIFIER.fullmatch
+    for c in cols:
+        raw = c.value
+        if trusted and not match(c.column):
+            validate_identifier(c.column, f"{where} column")
+        if cell is None:
+            out.append(c if type(c) is ColumnValue else ColumnValue(c.column, raw))
+            continue
+        try:
+            value = cell(raw)
+        except _CELL_ERRORS as exc:
+            if not trusted:
+                if isinstance(exc, RecursionError):
+                    raise
+                raise ValidationError(
+                    f"{where} ({table} row {row_id!r}) column {c.column!r}: {_reason(exc)}"
+                ) from None
+            value = None
+            if report is not None:
+                report(CellError(table, row_id, c.column, did, _reason(exc)))
+        # A ColumnValue whose value is unchanged is kept; anything else becomes one.
+        out.append(c if value is raw and type(c) is ColumnValue else ColumnValue(c.column, value))
+    return tuple(out)
+
+
+def read_delta(
+    op: str,
+    table: str,
+    row_id: str,
+    client_id: str,
+    columns: Sequence[WireCell],
+    hlc: str | int,
+    did: str,
+    *,
+    trusted: bool,
+    cell: Callable[[Any], Any] | None = normalize_value,
+    report: CellErrorHandler | None = None,
+    where: str = "delta",
+) -> RowDelta:
+    """Read one delta off the wire (JSON or protobuf), verified or trusted.
+
+    Both modes check what keeps a replica safe: the op, the identifiers (they become SQL
+    identifiers), the row and client ids, the HLC. ``cell`` turns each column's wire form into
+    the value every replica holds (:func:`~lakesync.values.normalize_value` for decoded JSON, a
+    JSON decode first for UTF-8 JSON bytes; None keeps the values, for a trusted read of a delta
+    this process built, normalised then).
+
+    **Verified** (a gateway reading pushes): a value no replica can hold is a
+    :class:`ValidationError` naming the column and row, raised before the deltaId is recomputed
+    (canonical JSON must never see it); a deltaId that does not match is a :class:`SchemaError`.
+
+    **Trusted** (a client reading its gateway's replies, or its own outbox): the deltaId is not
+    recomputed (the gateway verified it on ingest, and recomputing costs more than half of a
+    client's initial sync); a value no replica can hold reads null and goes to ``report`` as a
+    :class:`CellError`, so one bad cell never stops syncing. ``where`` names the delta in
+    errors (``deltas[3]``).
+    """
+    checked = _check_shape(op, table, row_id, client_id, columns, where, trusted)
+    ts = _hlc.parse(hlc, "delta.hlc" if where == "delta" else f"{where}.hlc")
+    cols = _read_cells(columns, table, row_id, did, cell, trusted, report, where)
+    if not trusted:
+        expected = delta_id(client_id, ts, table, row_id, _column_dicts(cols))
+        if did != expected:
+            raise SchemaError(
+                f"{where}.deltaId {did!r} does not match its content "
+                f"(expected {expected}); recompute it with the canonical JSON of SPEC §3"
+            )
+    return RowDelta(checked, table, row_id, client_id, cols, ts, did)
 
 
 def _column_dicts(cols: Sequence[ColumnValue]) -> list[dict[str, Any]]:
@@ -195,24 +305,51 @@ def _check_shape(
     table: str,
     row_id: str,
     client_id: str,
-    cols: Sequence[ColumnValue],
+    cols: Sequence[WireCell],
     where: str = "delta",
-) -> None:
-    if op not in _OPS:
+    trusted: bool = False,
+) -> Op:
+    # The op, identifiers, ids and columns of SPEC §3; returns the op, typed. Trusted, only what
+    # keeps a replica safe: the op, identifiers (they become SQL identifiers), non-empty ids.
+    # This runs on every delta read or built, so the common case is plain checks: the helpers
+    # that name the field in their error run only when a check fails.
+    checked = _OPS.get(op)
+    if checked is None:
         raise ValidationError(f"{where}.op must be INSERT, UPDATE or DELETE, got {op!r}")
-    validate_identifier(table, f"{where}.table")
-    validate_row_id(row_id, f"{where}.rowId")
-    if not isinstance(client_id, str) or not client_id:
-        raise ValidationError(f"{where}.clientId must be a non-empty string")
-    _check_text(client_id, f"{where}.clientId")
-    if op == "DELETE" and cols:
+    match = _IDENTIFIER.fullmatch
+    if type(table) is not str or not match(table):
+        validate_identifier(table, f"{where}.table")
+    if trusted:  # the columns' identifiers are checked as their cells are read
+        if not row_id or not client_id:
+            raise ValidationError(f"{where}: rowId and clientId must be non-empty")
+        return checked
+    if (
+        type(row_id) is not str
+        or not row_id
+        or len(row_id) > MAX_ROW_ID_LENGTH
+        or "\x00" in row_id
+        or not row_id.isascii()
+    ):
+        validate_row_id(row_id, f"{where}.rowId")
+    cid = client_id
+    if type(cid) is not str or not cid or "\x00" in cid or not cid.isascii():
+        if not isinstance(cid, str) or not cid:
+            raise ValidationError(f"{where}.clientId must be a non-empty string")
+        _check_text(cid, f"{where}.clientId")
+    if not cols:
+        return checked
+    if op == "DELETE":
         raise ValidationError(f"{where}: a DELETE carries no columns")
-    seen: set[str] = set()
     for c in cols:
-        validate_identifier(c.column, f"{where} column")
-        if c.column in seen:
-            raise ValidationError(f"{where}: column {c.column!r} appears twice")
-        seen.add(c.column)
+        if type(c.column) is not str or not match(c.column):
+            validate_identifier(c.column, f"{where} column")
+    if len(cols) > 1 and len({c.column for c in cols}) != len(cols):
+        seen: set[str] = set()
+        for c in cols:
+            if c.column in seen:
+                raise ValidationError(f"{where}: column {c.column!r} appears twice")
+            seen.add(c.column)
+    return checked
 
 
 def _same(a: Any, b: Any) -> bool:

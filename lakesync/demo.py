@@ -162,7 +162,13 @@ def run_demo(data_dir: Path) -> None:
         console.print(f"flushed: {reply.json()}")
 
     console.rule("4. dbt on Spark: column-level LWW merge")
-    result = run_pipeline(data_dir, schemas=[parse_schema(TODOS)])
+    with console.status("starting Spark") as status:
+
+        def on_progress(node: str, state: str) -> None:
+            if state == "started":
+                status.update(f"dbt: {node}")
+
+        result = run_pipeline(data_dir, schemas=[parse_schema(TODOS)], on_progress=on_progress)
     console.print(
         f"merged {result.rows_merged} deltas, updated {', '.join(result.tables_updated) or '-'} "
         f"in {result.elapsed_s:.1f} s"

@@ -21,6 +21,7 @@ __all__ = [
     "RateLimitedError",
     "SchemaError",
     "ValidationError",
+    "code_for_status",
     "error_for_code",
 ]
 
@@ -110,25 +111,42 @@ class BackpressureError(LakeSyncError):
     status = 503
 
 
-_BY_CODE: dict[str, type[LakeSyncError]] = {
-    cls.code: cls
-    for cls in (
-        ValidationError,
-        SchemaError,
-        ClockDriftError,
-        AuthError,
-        ForbiddenError,
-        NotFoundError,
-        RateLimitedError,
-        BackpressureError,
-    )
-}
+_GATEWAY_ERRORS: tuple[type[LakeSyncError], ...] = (
+    ValidationError,
+    PayloadTooLargeError,
+    SchemaError,
+    ClockDriftError,
+    AuthError,
+    ForbiddenError,
+    NotFoundError,
+    RateLimitedError,
+    BackpressureError,
+)
+"""The errors a gateway answers with; each class's ``code`` and ``status`` are the only map."""
+
+_BY_CODE_AND_STATUS = {(cls.code, cls.status): cls for cls in _GATEWAY_ERRORS}
+_BY_CODE: dict[str, type[LakeSyncError]] = {}
+_BY_STATUS: dict[int, type[LakeSyncError]] = {}
+for _cls in _GATEWAY_ERRORS:  # the first class of a code or status (the base) stands for it
+    _BY_CODE.setdefault(_cls.code, _cls)
+    _BY_STATUS.setdefault(_cls.status, _cls)
+
+
+def code_for_status(status: int, default: str = "INTERNAL_ERROR") -> str:
+    """The SPEC code of an HTTP error status, for a reply that carries no code of its own (a
+    framework's or a proxy's, a WebSocket close code ``4000 + status``); ``default`` if none."""
+    cls = _BY_STATUS.get(status)
+    return default if cls is None else cls.code
 
 
 def error_for_code(code: str, message: str, status: int | None = None) -> LakeSyncError:
-    """Rebuild the typed error for a SPEC error body (used by clients reading gateway replies)."""
-    if code == "VALIDATION_ERROR" and status == 413:
-        return PayloadTooLargeError(message)
-    if code == "AUTH_ERROR" and status == 403:
-        return ForbiddenError(message)
-    return _BY_CODE.get(code, LakeSyncError)(message)
+    """Rebuild the typed error for a SPEC error body (used by clients reading gateway replies).
+
+    The class whose code and status both match wins (``VALIDATION_ERROR`` with 413 is a
+    :class:`PayloadTooLargeError`); SPEC §5 also lists ``AUTH_ERROR`` under 403, which is a
+    :class:`ForbiddenError`; otherwise the code decides.
+    """
+    cls = _BY_CODE_AND_STATUS.get((code, status or 0))
+    if cls is None and code == AuthError.code and status == ForbiddenError.status:
+        cls = ForbiddenError
+    return (cls or _BY_CODE.get(code, LakeSyncError))(message)

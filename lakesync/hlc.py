@@ -11,18 +11,21 @@ from lakesync.errors import ClockDriftError, ValidationError
 __all__ = [
     "HLC",
     "MAX_COUNTER",
+    "MAX_CURSOR",
     "MAX_DRIFT_MS",
     "MAX_HLC",
     "MAX_WALL",
     "decode",
     "encode",
     "parse",
+    "parse_cursor",
     "wall_clock_ms",
 ]
 
 MAX_COUNTER = 0xFFFF
 MAX_WALL = (1 << 48) - 1
 MAX_HLC = (1 << 64) - 1
+MAX_CURSOR = (1 << 63) - 1
 MAX_DRIFT_MS = 5000
 
 
@@ -56,6 +59,19 @@ def parse(value: object, field: str = "hlc") -> int:
         raise ValidationError(f"{field} must be a decimal string, got {type(value).__name__}")
     if not 0 <= ts <= MAX_HLC:
         raise ValidationError(f"{field} {ts} is outside the unsigned 64-bit range")
+    return ts
+
+
+def parse_cursor(value: object, field: str = "since") -> int:
+    """Read a pull cursor (``since``): an HLC as :func:`parse` reads it, at most :data:`MAX_CURSOR`.
+
+    Cursors are the gateway's ingest HLCs, which stores keep as signed 64-bit integers; no
+    gateway issues one above :data:`MAX_CURSOR` (wall clocks reach it in the year 6429), so a
+    larger one is bad input (a 400), not a value to hand to the store.
+    """
+    ts = parse(value, field)
+    if ts > MAX_CURSOR:
+        raise ValidationError(f"{field} {ts} is past the largest ingest cursor 2^63-1")
     return ts
 
 

@@ -7,6 +7,11 @@ associative and idempotent, so the merged state is a pure function of the *set* 
 Reading the state: a row is live when its greatest write clock beats its tombstone (a DELETE
 wins an exact clock tie); a live row shows only the cells written after the tombstone, so a
 revived row does not resurrect cells from before its deletion (they read as null).
+
+A replica of a gateway with sync rules also receives *view evictions*
+(:func:`lakesync.delta.is_view_eviction`): not part of any row's history but an instruction to
+forget what the replica holds of a row (it left the view, or its real state follows).
+:meth:`MergedState.apply` honours them; gateways never store one (their client id is reserved).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakesync.canonical import canonical_json
-from lakesync.delta import RowDelta
+from lakesync.delta import RowDelta, is_view_eviction
 
 __all__ = [
     "Cell",
@@ -166,9 +171,12 @@ class MergedState:
         self.rows: dict[tuple[str, str], RowState] = {}
 
     def apply(self, delta: RowDelta) -> RowChange:
-        """Apply one delta and report how its row's visible state changed."""
+        """Apply one delta (or view eviction) and report how its row's visible state changed."""
         key = (delta.table, delta.row_id)
         row = self.rows.get(key)
+        if is_view_eviction(delta):
+            self.rows.pop(key, None)
+            return RowChange(None if row is None else row.visible(), None)
         if row is None:
             row = self.rows[key] = RowState()
         return apply_delta(row, delta)

@@ -17,6 +17,7 @@ they hold for any element.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Mapping
@@ -34,6 +35,8 @@ __all__ = [
     "FilterOp",
     "SyncRules",
     "buckets_for",
+    "index_entries",
+    "lookups",
     "parse_rules",
     "rules_to_wire",
     "tables_for",
@@ -211,3 +214,37 @@ def tables_for(rules: SyncRules | None, claims: Mapping[str, Any]) -> set[str] |
             return None
         tables.update(b.tables)
     return tables
+
+
+def _index_columns(rules: SyncRules) -> set[str]:
+    return {f.column for b in rules.buckets for f in b.filters if f.op in ("eq", "in")}
+
+
+def _index_key(text: str) -> str:
+    # Fixed-size, NUL-free keys whatever the value (PostgreSQL text cannot hold NUL).
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def index_entries(rules: SyncRules | None, row: Mapping[str, Any] | None) -> set[tuple[str, str]]:
+    """``(column, key of its string form)`` of a live row for every column an ``eq``/``in``
+    filter of the rules names (a missing column reads as null): what a store indexes so that
+    :func:`lookups` finds a client's rows without reading every row."""
+    if rules is None or row is None:
+        return set()
+    return {(c, _index_key(_js_string(row.get(c)))) for c in _index_columns(rules)}
+
+
+def lookups(rules: SyncRules, claims: Mapping[str, Any]) -> list[tuple[str, list[str]]] | None:
+    """Index lookups ``(column, keys)`` (as :func:`index_entries` makes them) whose matches
+    include every row visible to this client: one ``eq``/``in`` filter per bucket (buckets
+    whose claim is missing match nothing). None when some bucket has no such filter: only a
+    full scan finds its rows."""
+    out: list[tuple[str, list[str]]] = []
+    for b in rules.buckets:
+        usable = [f for f in b.filters if f.op in ("eq", "in")]
+        if not usable:
+            return None
+        rhs = _resolve(usable[0].value, claims)
+        if rhs is not None:
+            out.append((usable[0].column, [_index_key(v) for v in rhs]))
+    return out

@@ -17,6 +17,7 @@ __all__ = [
     "check_delta",
     "check_value",
     "evolve",
+    "merge_declared",
     "parse_schema",
     "schema_to_wire",
 ]
@@ -118,6 +119,49 @@ def evolve(old: TableSchema, new: TableSchema) -> TableSchema:
                 f"{new_types[name]} (evolution is additive only)"
             )
     return new
+
+
+def _options(schema: TableSchema) -> tuple[list[str] | None, bool, str | None]:
+    return schema.primary_key, schema.soft_delete, schema.external_id_column
+
+
+def merge_declared(
+    stored: TableSchema, declared: TableSchema, applied: TableSchema | None
+) -> tuple[TableSchema, list[str]]:
+    """Merge a schema declared in the config file into the stored one, losing nothing stored.
+
+    ``applied`` is the declaration merged last time (None if never). Columns only ``declared``
+    has are appended; stored columns it lacks stay (they were added through the admin API); a
+    column declared with another type (or another letter case) keeps its stored form. The
+    options (``primaryKey``, ``softDelete``, ``externalIdColumn``) are the declared ones when the
+    declaration changed them since ``applied``, else the stored ones. Returns the merged schema
+    and one message per conflict: a kept column, or stored options (set through the admin API
+    since ``applied``) that the changed declaration replaces.
+    """
+    if stored.table != declared.table:
+        raise SchemaError(f"cannot merge table {declared.table!r} into {stored.table!r}")
+    by_fold = {c.name.lower(): c for c in stored.columns}
+    columns = list(stored.columns)
+    conflicts: list[str] = []
+    for col in declared.columns:
+        have = by_fold.get(col.name.lower())
+        if have is None:
+            columns.append(col)
+        elif have != col:
+            conflicts.append(
+                f"column {have.name!r} of {stored.table!r} is {have.type} in the store but "
+                f"declared {col.name!r} {col.type}; keeping {have.name!r} {have.type}"
+            )
+    options = _options(stored)
+    if applied is None or _options(declared) != _options(applied):
+        if options != _options(declared) and (applied is None or options != _options(applied)):
+            conflicts.append(
+                f"options of {stored.table!r} (primaryKey, softDelete, externalIdColumn) were "
+                f"{options} in the store, now {_options(declared)} as declared"
+            )
+        options = _options(declared)
+    merged = TableSchema(stored.table, columns, *options)
+    return parse_schema(schema_to_wire(merged)), conflicts
 
 
 def check_value(column: str, typ: str, value: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import jwt
 
+from lakesync.delta import validate_gateway_id, validate_row_id
 from lakesync.errors import AuthError, ForbiddenError, ValidationError
 
 __all__ = ["ROLES", "Claims", "mint_token", "parse_ttl", "unverified_claims", "verify_token"]
@@ -42,8 +43,9 @@ def mint_token(
     """Sign an HS256 token for client ``sub`` on gateway ``gw``, valid for ``ttl_s`` seconds."""
     if not secret:
         raise ValidationError("no JWT secret configured; set LAKESYNC_JWT_SECRET")
-    if not sub or not gw:
-        raise ValidationError("a token needs a non-empty sub and gw")
+    if not sub:
+        raise ValidationError("a token needs a non-empty sub")
+    validate_gateway_id(gw)
     if role not in ROLES:
         raise ValidationError(f"role must be one of {sorted(ROLES)}, got {role!r}")
     issued = int(time.time() if now is None else now)
@@ -58,12 +60,15 @@ def mint_token(
 
 def _check_claims(payload: Mapping[str, Any]) -> Claims:
     sub, gw, role = payload.get("sub"), payload.get("gw"), payload.get("role", "client")
-    if not isinstance(sub, str) or not sub:
-        raise AuthError("token claim 'sub' must be a non-empty string")
+    try:
+        # ``sub`` is the client id: stored and sent as text, so it must be storable text.
+        validate_row_id(sub, "token claim 'sub'")
+    except ValidationError as exc:
+        raise AuthError(exc.message) from None
     if not isinstance(gw, str) or not gw:
         raise AuthError("token claim 'gw' must be a non-empty string")
-    if role not in ROLES:
-        raise AuthError(f"token claim 'role' must be 'client' or 'admin', got {role!r}")
+    if not isinstance(role, str) or role not in ROLES:
+        raise AuthError(f"token claim 'role' must be 'client' or 'admin', got {role!r:.80}")
     claims: Claims = {"sub": sub, "gw": gw, "role": role}
     for key, value in payload.items():
         if key in _RESERVED:

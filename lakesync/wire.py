@@ -1,28 +1,39 @@
-"""JSON bodies of the HTTP API (SPEC §5) as msgspec Structs, with encoders/decoders built once."""
+"""The delta codec of the HTTP API (SPEC §1, §3, §5): its JSON bodies as msgspec Structs with
+their decoders built once, and every delta read through :func:`lakesync.delta.read_delta`.
+
+A gateway reads pushes **verified** (every deltaId recomputed); a client reads its gateway's
+replies and its own outbox **trusted** (no deltaId recomputed; a value no replica can hold reads
+null and is reported). The protobuf frames of the WebSocket (:mod:`lakesync.wsframes`) read
+their deltas the same way.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from lakesync import hlc as _hlc
-from lakesync.delta import RowDelta, WireDelta
+from lakesync.delta import CellErrorHandler, RowDelta, WireDelta, read_delta
 from lakesync.errors import ValidationError
+from lakesync.values import normalize_value
 
 __all__ = [
     "ErrorBody",
     "PullResponse",
     "PushRequest",
     "PushResponse",
+    "decode_delta",
     "decode_pull_response",
-    "decode_push",
+    "decode_push_request",
     "decode_push_response",
-    "encode",
-    "encode_pull_response",
+    "encode_delta",
     "encode_push",
-    "encode_push_response",
+    "json_cell",
+    "pull_response",
+    "push_deltas",
+    "push_response",
 ]
 
 
@@ -57,15 +68,83 @@ class ErrorBody(msgspec.Struct):
     code: str
 
 
+class _PushAck(msgspec.Struct, rename="camel"):
+    """A push reply without its echoed deltas (a client has them already)."""
+
+    server_hlc: str
+    accepted: int
+
+
+class _RawColumn(msgspec.Struct):
+    column: str
+    value: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _RawDelta(msgspec.Struct, rename="camel"):
+    op: str
+    table: str
+    row_id: str
+    client_id: str
+    columns: list[_RawColumn]
+    hlc: str | int
+    delta_id: str
+
+
+class _RawPullResponse(msgspec.Struct, rename="camel"):
+    """A pull reply with each column value left undecoded, to read the cells one by one."""
+
+    deltas: list[_RawDelta]
+    server_hlc: str
+    has_more: bool
+
+
 _push_decoder = msgspec.json.Decoder(PushRequest)
-_push_response_decoder = msgspec.json.Decoder(PushResponse)
-_pull_response_decoder = msgspec.json.Decoder(PullResponse)
+_push_ack_decoder = msgspec.json.Decoder(_PushAck)
+_pull_decoder = msgspec.json.Decoder(PullResponse)
+_raw_pull_decoder = msgspec.json.Decoder(_RawPullResponse)
+_delta_decoder = msgspec.json.Decoder(WireDelta)
+_value_decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
 
-def encode(obj: Any) -> bytes:
-    """Encode any wire Struct (or JSON-ready builtins) to JSON bytes."""
-    return _encoder.encode(obj)
+def json_cell(raw: bytes) -> Any:
+    """A cell sent as its UTF-8 JSON (a protobuf ColumnDelta, a raw pull value) as a replica
+    holds it; empty bytes are null (protobuf omits a default value)."""
+    return normalize_value(_value_decoder.decode(raw)) if raw else None
+
+
+def _read_wire(
+    w: WireDelta,
+    trusted: bool,
+    report: CellErrorHandler | None = None,
+    where: str = "delta",
+    cell: Callable[[Any], Any] | None = normalize_value,
+) -> RowDelta:
+    return read_delta(
+        w.op,
+        w.table,
+        w.row_id,
+        w.client_id,
+        w.columns,
+        w.hlc,
+        w.delta_id,
+        trusted=trusted,
+        cell=cell,
+        report=report,
+        where=where,
+    )
+
+
+def _to_wire(delta: RowDelta) -> WireDelta:
+    return WireDelta(
+        delta.op,
+        delta.table,
+        delta.row_id,
+        delta.client_id,
+        delta.columns,
+        str(delta.hlc),
+        delta.delta_id,
+    )
 
 
 def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, what: str) -> Any:
@@ -77,44 +156,87 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, what: str) -> Any:
         raise ValidationError(f"{what} is not valid JSON: {exc}") from None
 
 
-def _deltas(wires: Sequence[WireDelta]) -> list[RowDelta]:
-    return [RowDelta.from_wire_struct(w, f"deltas[{i}]") for i, w in enumerate(wires)]
-
-
-def decode_push(body: bytes) -> tuple[str, list[RowDelta], int | None]:
-    """Decode and validate a push body into ``(client_id, deltas, last_seen_hlc)``."""
-    req: PushRequest = _decode(_push_decoder, body, "push body")
-    last = None if req.last_seen_hlc is None else _hlc.parse(req.last_seen_hlc, "lastSeenHlc")
-    return req.client_id, _deltas(req.deltas), last
-
-
+# -- push (client → gateway) ------------------------------------------------------------------
 def encode_push(client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int | None) -> bytes:
-    """Encode a push body."""
+    """A push body."""
     last = None if last_seen_hlc is None else str(last_seen_hlc)
-    return _encoder.encode(PushRequest(client_id, [d.to_wire_struct() for d in deltas], last))
+    return _encoder.encode(PushRequest(client_id, [_to_wire(d) for d in deltas], last))
 
 
-def encode_push_response(server_hlc: int, accepted: int, deltas: Sequence[RowDelta]) -> bytes:
-    """Encode a push reply."""
-    return _encoder.encode(
-        PushResponse(str(server_hlc), accepted, [d.to_wire_struct() for d in deltas])
-    )
+def decode_push_request(body: bytes) -> PushRequest:
+    """A push body's JSON, typed; a :class:`ValidationError` names the JSON path of a problem."""
+    req: PushRequest = _decode(_push_decoder, body, "push body")
+    return req
 
 
-def decode_push_response(body: bytes) -> tuple[int, int, list[RowDelta]]:
-    """Decode a push reply into ``(server_hlc, accepted, deltas)``."""
-    resp: PushResponse = _decode(_push_response_decoder, body, "push response")
-    return _hlc.parse(resp.server_hlc, "serverHlc"), resp.accepted, _deltas(resp.deltas)
+def push_deltas(req: PushRequest) -> tuple[list[RowDelta], int | None]:
+    """A push's deltas, each verified, and its ``lastSeenHlc`` (None when absent)."""
+    last = None if req.last_seen_hlc is None else _hlc.parse(req.last_seen_hlc, "lastSeenHlc")
+    deltas = [_read_wire(w, False, where=f"deltas[{i}]") for i, w in enumerate(req.deltas)]
+    return deltas, last
 
 
-def encode_pull_response(deltas: Sequence[RowDelta], server_hlc: int, has_more: bool) -> bytes:
-    """Encode a pull reply."""
-    return _encoder.encode(
-        PullResponse([d.to_wire_struct() for d in deltas], str(server_hlc), has_more)
-    )
+def push_response(server_hlc: int, accepted: int, stored: Sequence[RowDelta]) -> PushResponse:
+    """A push reply: the ingest HLC after the batch, how many deltas count as accepted, and
+    the newly stored ones."""
+    return PushResponse(str(server_hlc), accepted, [_to_wire(d) for d in stored])
 
 
-def decode_pull_response(body: bytes) -> tuple[list[RowDelta], int, bool]:
-    """Decode and validate a pull reply into ``(deltas, server_hlc, has_more)``."""
-    resp: PullResponse = _decode(_pull_response_decoder, body, "pull response")
-    return _deltas(resp.deltas), _hlc.parse(resp.server_hlc, "serverHlc"), resp.has_more
+def decode_push_response(body: bytes) -> tuple[int, int]:
+    """A push reply as ``(server_hlc, accepted)``; its echoed deltas are skipped."""
+    ack: _PushAck = _decode(_push_ack_decoder, body, "push response")
+    return _hlc.parse(ack.server_hlc, "serverHlc"), ack.accepted
+
+
+# -- pull (gateway → client) ------------------------------------------------------------------
+def pull_response(deltas: Sequence[RowDelta], server_hlc: int, has_more: bool) -> PullResponse:
+    """A pull reply."""
+    return PullResponse([_to_wire(d) for d in deltas], str(server_hlc), has_more)
+
+
+def decode_pull_response(
+    body: bytes, report: CellErrorHandler | None = None
+) -> tuple[list[RowDelta], int, bool]:
+    """A pull reply, trusted, as ``(deltas, server_hlc, has_more)``; cells no replica can hold
+    read null and go to ``report``."""
+    try:
+        resp = _pull_decoder.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        # A value msgspec cannot read (1e400, deep nesting): read the page cell by cell instead.
+        try:
+            raw = _raw_pull_decoder.decode(body)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+            raise ValidationError(f"invalid pull response: {exc}") from None
+        deltas = [
+            read_delta(
+                w.op,
+                w.table,
+                w.row_id,
+                w.client_id,
+                w.columns,
+                w.hlc,
+                w.delta_id,
+                trusted=True,
+                cell=json_cell,
+                report=report,
+            )
+            for w in raw.deltas
+        ]
+        return deltas, _hlc.parse(raw.server_hlc, "serverHlc"), raw.has_more
+    except msgspec.ValidationError as exc:
+        raise ValidationError(f"invalid pull response: {exc}") from None
+    deltas = [_read_wire(w, True, report) for w in resp.deltas]
+    return deltas, _hlc.parse(resp.server_hlc, "serverHlc"), resp.has_more
+
+
+# -- one delta (a client's outbox) ------------------------------------------------------------
+def encode_delta(delta: RowDelta) -> bytes:
+    """A delta's SPEC §3 JSON."""
+    return _encoder.encode(_to_wire(delta))
+
+
+def decode_delta(body: bytes) -> RowDelta:
+    """A delta written by :func:`encode_delta` (a client's outbox), trusted, its values as they
+    are: its writer built it with :meth:`RowDelta.create`, which normalised them."""
+    w: WireDelta = _decode(_delta_decoder, body, "delta")
+    return _read_wire(w, True, cell=None)

@@ -3,22 +3,23 @@
 Client → server frames are ``0x01`` + SyncPush or ``0x02`` + SyncPull. The server replies with
 an untagged SyncResponse and broadcasts ``0x03`` + SyncResponse. The two are told apart by the
 first byte: a SyncResponse never starts with ``0x03`` (that would be field 0, an invalid tag).
-Column values travel as the UTF-8 JSON of the value.
+Column values travel as the UTF-8 JSON of the value. Deltas are read like JSON ones
+(:func:`lakesync.delta.read_delta`): a gateway verifies the pushes it reads, a client trusts
+its gateway's replies and broadcasts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import msgspec
 from google.protobuf.message import DecodeError
 
 from lakesync.canonical import canonical_json
-from lakesync.delta import RowDelta, WireColumn, WireDelta
+from lakesync.delta import CellErrorHandler, RowDelta, read_delta
 from lakesync.errors import ValidationError
 from lakesync.proto import lakesync_pb2 as pb
+from lakesync.wire import json_cell
 
 __all__ = [
     "TAG_BROADCAST",
@@ -89,34 +90,27 @@ def delta_to_proto(delta: RowDelta) -> pb.RowDelta:
     )
 
 
-def _json_value(raw: bytes, where: str) -> Any:
-    # msgspec, like the HTTP bodies: no NaN/Infinity, no out-of-range numbers, no lone
-    # surrogates (none of which a JSON replica or a UTF-8 store can hold).
-    try:
-        return msgspec.json.decode(raw) if raw else None
-    except msgspec.DecodeError as exc:
-        raise ValidationError(f"{where}: column value is not valid UTF-8 JSON ({exc})") from None
-
-
-def delta_from_proto(msg: pb.RowDelta, where: str = "delta") -> RowDelta:
-    """Validate a protobuf RowDelta (identifiers, deltaId) into a RowDelta."""
-    op = _PB_TO_OP.get(msg.op)
-    if op is None:
-        raise ValidationError(f"{where}.op must be INSERT, UPDATE or DELETE")
-    wire = WireDelta(
-        op,
+def delta_from_proto(
+    msg: pb.RowDelta,
+    where: str = "delta",
+    *,
+    trusted: bool = False,
+    report: CellErrorHandler | None = None,
+) -> RowDelta:
+    """Read a protobuf RowDelta, verified or trusted (:func:`lakesync.delta.read_delta`)."""
+    return read_delta(
+        _PB_TO_OP.get(msg.op, str(msg.op)),
         msg.table,
         msg.row_id,
         msg.client_id,
-        [WireColumn(c.column, _json_value(c.value, where)) for c in msg.columns],
+        msg.columns,
         msg.hlc,
         msg.delta_id,
+        trusted=trusted,
+        cell=json_cell,
+        report=report,
+        where=where,
     )
-    return RowDelta.from_wire_struct(wire, where)
-
-
-def _deltas(msgs: Sequence[pb.RowDelta]) -> list[RowDelta]:
-    return [delta_from_proto(m, f"deltas[{i}]") for i, m in enumerate(msgs)]
 
 
 def encode_push(client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int = 0) -> bytes:
@@ -143,7 +137,8 @@ def decode_client_frame(frame: bytes) -> SyncPushMsg | SyncPullMsg:
     try:
         if tag == TAG_PUSH:
             push = pb.SyncPush.FromString(body)
-            return SyncPushMsg(push.client_id, _deltas(push.deltas), push.last_seen_hlc)
+            deltas = [delta_from_proto(m, f"deltas[{i}]") for i, m in enumerate(push.deltas)]
+            return SyncPushMsg(push.client_id, deltas, push.last_seen_hlc)
         if tag == TAG_PULL:
             pull = pb.SyncPull.FromString(body)
             return SyncPullMsg(pull.client_id, pull.since_hlc, pull.max_deltas)
@@ -162,17 +157,21 @@ def encode_response(
     return bytes([TAG_BROADCAST]) + body if broadcast else body
 
 
-def decode_response(body: bytes) -> tuple[list[RowDelta], int, bool]:
-    """Decode an untagged SyncResponse (also the checkpoint stream's frames)."""
+def decode_response(
+    body: bytes, report: CellErrorHandler | None = None
+) -> tuple[list[RowDelta], int, bool]:
+    """An untagged SyncResponse from a gateway (a reply, a checkpoint stream's frame), trusted:
+    cells no replica can hold read null and go to ``report``."""
     try:
         resp = pb.SyncResponse.FromString(body)
     except DecodeError as exc:
         raise ValidationError(f"malformed SyncResponse: {exc}") from None
-    return _deltas(resp.deltas), resp.server_hlc, resp.has_more
+    deltas = [delta_from_proto(m, trusted=True, report=report) for m in resp.deltas]
+    return deltas, resp.server_hlc, resp.has_more
 
 
-def decode_server_frame(frame: bytes) -> ServerFrame:
-    """Decode a server frame into a :class:`ServerFrame`."""
+def decode_server_frame(frame: bytes, report: CellErrorHandler | None = None) -> ServerFrame:
+    """A server frame (a reply or a ``0x03`` broadcast), trusted like :func:`decode_response`."""
     broadcast = bool(frame) and frame[0] == TAG_BROADCAST
-    deltas, server_hlc, has_more = decode_response(frame[1:] if broadcast else frame)
+    deltas, server_hlc, has_more = decode_response(frame[1:] if broadcast else frame, report)
     return ServerFrame(broadcast, deltas, server_hlc, has_more)

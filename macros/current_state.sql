@@ -57,7 +57,7 @@ with rows_changed as (
     from {{ ref('int_rows_merged') }}
     where table_name = '{{ table_name }}'
     {%- if is_incremental() %}
-        and last_ingest_hlc > (select coalesce(max(_ingest_hlc), -1) from {{ this }})
+        and last_ingest_hlc > {{ lakesync_stored_position('_ingest_hlc') }}
     {%- else %}
         and is_live
     {%- endif %}

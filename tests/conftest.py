@@ -1,15 +1,37 @@
-"""Shared pytest setup: Hypothesis profiles.
+"""Shared pytest setup: Hypothesis profiles and the test database servers.
 
-The default profile stays as Hypothesis ships it (random, so local runs keep exploring); CI
-loads ``ci`` (set env ``CI``), which is derandomized so a CI run is reproducible.
+Local runs load ``dev`` (random, so they keep exploring); CI loads ``ci`` (set env ``CI``), which
+is derandomized so a CI run is reproducible. Neither has a per-example deadline nor the "too
+slow" health check: how long an example takes depends on the machine and its load, not on the
+code under test.
+
+A test that needs a database server skips when the server is missing on a developer's machine,
+but fails under CI: a CI run without its server must not pass by skipping those tests.
 """
 
 from __future__ import annotations
 
 import os
 
-from hypothesis import settings
+import psycopg
+import pytest
+from hypothesis import HealthCheck, settings
 
-settings.register_profile("ci", derandomize=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+PG_DSN = os.environ.get("LAKESYNC_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", settings.get_profile("dev"), derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def require_postgres() -> None:
+    """Return when the test PostgreSQL server (``LAKESYNC_TEST_PG_DSN``) answers; otherwise skip
+    the calling test, or fail it when env ``CI`` is set."""
+    try:
+        with psycopg.connect(PG_DSN, connect_timeout=2):
+            return
+    except psycopg.OperationalError as exc:
+        reason = f"PostgreSQL not reachable at {PG_DSN}: {exc}".strip()
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: a missing server fails the test)", pytrace=False)
+    pytest.skip(reason)

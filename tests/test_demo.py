@@ -24,6 +24,10 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # Spark's log lines and stage bars go to the data dir's log file, not the terminal.
+    for noise in (" WARN ", "[Stage ", "setLogLevel"):
+        assert noise not in done.stderr, done.stderr[-3000:]
+    assert " WARN " in (tmp_path / "d" / "spark.log").read_text()
     out = done.stdout
     assert "replicas converged" in out
     assert "'flushed': True" in out

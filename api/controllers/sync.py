@@ -7,18 +7,36 @@ from typing import Annotated, Any
 import msgspec
 from litestar import Controller, get, post
 from litestar.di import NamedDependency, Provide
+from litestar.dto import MsgspecDTO
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 
 from api.auth import provide_claims
 from api.errors import ERROR_RESPONSES
 from api.services.sync import SyncService
 from lakesync import hlc as _hlc
-from lakesync.delta import RowDelta
 from lakesync.errors import NotFoundError, ValidationError
 from lakesync.tokens import Claims
-from lakesync.wire import PullResponse, PushRequest, PushResponse
+from lakesync.wire import (
+    PullResponse,
+    PushRequest,
+    PushResponse,
+    decode_push_request,
+    pull_response,
+    push_deltas,
+    push_response,
+)
 
-__all__ = ["ActionRequest", "ActionResponse", "ActionsResponse", "SyncController"]
+__all__ = ["ActionRequest", "ActionResponse", "ActionsResponse", "PushBody", "SyncController"]
+
+
+class PushBody(MsgspecDTO[PushRequest]):
+    """A push body read by the core codec (:mod:`lakesync.wire`), not Litestar's: the bytes are
+    decoded once, straight into the typed request, and errors name the JSON path; OpenAPI still
+    documents the body."""
+
+    def decode_bytes(self, value: bytes) -> PushRequest:
+        """The typed push request of a body."""
+        return decode_push_request(value)
 
 
 class Action(msgspec.Struct, rename="camel"):
@@ -73,7 +91,7 @@ class SyncController(Controller):
     dependencies = {"claims": Provide(provide_claims, sync_to_thread=False)}  # noqa: RUF012
     tags = ["sync"]  # noqa: RUF012
 
-    @post("/push", status_code=200, responses=ERROR_RESPONSES)
+    @post("/push", status_code=200, responses=ERROR_RESPONSES, dto=PushBody, return_dto=None)
     async def push(
         self,
         gw: FromPath[str],
@@ -83,17 +101,9 @@ class SyncController(Controller):
     ) -> PushResponse:
         """Store a batch of deltas atomically (known deltaIds count as accepted, applied once)."""
         service.check_rate(gw, str(claims["sub"]))
-        service.check_client(claims, data.client_id)
-        limit = service.settings.max_deltas
-        if len(data.deltas) > limit:
-            raise ValidationError(f"a push carries at most {limit} deltas, got {len(data.deltas)}")
-        if data.last_seen_hlc is not None:
-            _hlc.parse(data.last_seen_hlc, "lastSeenHlc")
-        deltas = [RowDelta.from_wire_struct(w, f"deltas[{i}]") for i, w in enumerate(data.deltas)]
+        deltas, _ = push_deltas(data)  # the service checks the client id and the batch size
         result = await service.push(gw, claims, data.client_id, deltas)
-        return PushResponse(
-            str(result.server_hlc), result.accepted, [d.to_wire_struct() for d in result.stored]
-        )
+        return push_response(result.server_hlc, result.accepted, result.stored)
 
     @get("/pull", responses=ERROR_RESPONSES)
     async def pull(
@@ -109,7 +119,7 @@ class SyncController(Controller):
         """The deltas after ``since`` (the gateway's ingest cursor) that this client may see."""
         service.check_rate(gw, str(claims["sub"]))
         service.check_client(claims, client_id)
-        cursor = 0 if since is None or since == "" else _hlc.parse(since, "since")
+        cursor = 0 if since is None or since == "" else _hlc.parse_cursor(since, "since")
         settings = service.settings
         n = _int_param(limit, "limit", settings.pull_default_limit)
         if not 1 <= n <= settings.pull_max_limit:
@@ -117,9 +127,7 @@ class SyncController(Controller):
         if source:
             raise NotFoundError(f"unknown pull source {source!r}: no source adapters registered")
         result = await service.pull(gw, claims, cursor, n)
-        return PullResponse(
-            [d.to_wire_struct() for d in result.deltas], str(result.server_hlc), result.has_more
-        )
+        return pull_response(result.deltas, result.server_hlc, result.has_more)
 
     @get("/checkpoint", responses=ERROR_RESPONSES)
     async def checkpoint(self, gw: FromPath[str], claims: NamedDependency[Claims]) -> None:

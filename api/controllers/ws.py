@@ -3,7 +3,8 @@
 Binary frames only: 0x01 SyncPush, 0x02 SyncPull in; untagged SyncResponse replies and 0x03
 broadcasts out. Close codes: 4401 bad token, 4403 forbidden (wrong gateway or clientId), 4400
 invalid frame, 4409/4422/4429/4503 for the SPEC errors of a push, 1003 text frame, 1008 frame
-rate exceeded, 1013 connection cap reached or receiver too slow, 1001 gateway shutting down.
+rate exceeded, 1013 a connection cap reached (all, the gateway's or the client's; see
+:class:`~api.services.hub.Hub`) or receiver too slow, 1001 gateway shutting down.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from api.services.hub import Connection
 from api.services.limits import TokenBucket
 from api.services.sync import SyncService
 from lakesync.errors import LakeSyncError
+from lakesync.hlc import parse_cursor
 from lakesync.wsframes import SyncPushMsg, decode_client_frame, encode_response
 
 __all__ = ["sync_socket"]
@@ -36,6 +38,14 @@ def _reason(message: str) -> str:
     return message.encode()[:120].decode(errors="ignore")
 
 
+def _refusal(service: SyncService, gw: str, sub: str) -> tuple[int, str] | None:
+    """The close code and reason for a handshake the gateway turns away, if it does."""
+    if service.draining:
+        return 1001, "gateway shutting down"
+    reason = service.hub.refusal(gw, sub)
+    return None if reason is None else (1013, _reason(reason))
+
+
 @websocket(["/v1/sync/{gw:str}/ws", "/sync/{gw:str}/ws"])
 async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ignore[type-arg]
     """Authenticate, register with the hub, then serve push/pull frames until closed."""
@@ -44,22 +54,24 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
         claims = authenticate(socket, gw)
     except LakeSyncError as exc:
         await socket.accept()
-        await socket.close(4401 if exc.status == 401 else 4403, _reason(exc.message))
-        return
-    if service.draining or service.hub.full():
-        await socket.accept()
-        if service.draining:
-            await socket.close(1001, "gateway shutting down")
-        else:
-            await socket.close(1013, "connection limit reached; retry later")
+        await socket.close(_close_code(exc), _reason(exc.message))
         return
     sub = str(claims["sub"])
-    stamp = await service.view_stamp(gw, claims)
+    refused = _refusal(service, gw, sub)  # before the store call, to spare it
+    stamp = 0
+    if refused is None:
+        stamp = await service.view_stamp(gw, claims)
+        refused = _refusal(service, gw, sub)  # again: others may have joined meanwhile
+    if refused is not None:
+        await socket.accept()
+        await socket.close(*refused)
+        return
 
     async def close(code: int, reason: str) -> None:
         with contextlib.suppress(Exception):
             await socket.close(code, _reason(reason))
 
+    # No await since the last check: concurrent handshakes cannot overshoot a cap.
     conn = Connection(gw, sub, claims, stamp, socket.send_bytes, close)
     service.hub.add(conn)
     try:
@@ -91,7 +103,8 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
                 else:
                     limit = frame.max_deltas or service.settings.pull_default_limit
                     limit = min(limit, service.settings.pull_max_limit)
-                    page = await service.pull(gw, claims, frame.since_hlc, limit)
+                    since = parse_cursor(frame.since_hlc, "since_hlc")
+                    page = await service.pull(gw, claims, since, limit)
                     reply = encode_response(page.deltas, page.server_hlc, page.has_more)
             except LakeSyncError as exc:
                 await close(_close_code(exc), exc.message)

@@ -16,17 +16,9 @@ import anyio.to_thread
 from api.metrics import GatewayMetrics
 from api.services.hub import Connection, Hub
 from api.services.limits import RateLimiter
-from api.services.views import (
-    SnapshotCache,
-    check_write,
-    claims_hash,
-    effective_rules,
-    page_view,
-    resync_view,
-)
 from api.settings import GatewaySettings
-from api.store.base import HotLog, LogNotice, RowKey, RulesRecord
-from lakesync.delta import RowDelta
+from api.store.base import HotLog, LogNotice, Page, RowKey, RowRecord, RulesRecord
+from lakesync.delta import RowDelta, is_reserved_client
 from lakesync.errors import (
     BackpressureError,
     ForbiddenError,
@@ -34,17 +26,24 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
-from lakesync.rules import SyncRules, visible
+from lakesync.rules import SyncRules, lookups
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
+from lakesync.views import (
+    Reader,
+    RowHistory,
+    SnapshotCache,
+    ViewHistory,
+    check_write,
+    claims_hash,
+    effective_rules,
+    hidden_changed,
+    page_view,
+    resync_view,
+)
 
 __all__ = ["PullResult", "PushResult", "SyncService"]
 
 T = TypeVar("T")
-
-HISTORY_LIMIT = 1000
-"""Longest row history replayed to decide whether a client may hold a row it can no longer see;
-past it the client gets the DELETE anyway (correct, only less discreet)."""
-
 
 @dataclass(frozen=True, slots=True)
 class PushResult:
@@ -105,6 +104,8 @@ class SyncService:
     def check_client(claims: Mapping[str, Any], client_id: str | None) -> str:
         """The client id of a request, which must be the token's ``sub``."""
         sub = str(claims["sub"])
+        if is_reserved_client(sub):
+            raise ForbiddenError(f"client id {sub!r} is reserved for gateways; use another sub")
         if client_id is not None and client_id != sub:
             raise ForbiddenError(f"clientId {client_id!r} does not match the token subject")
         return sub
@@ -163,15 +164,16 @@ class SyncService:
                 "the hot log is over its un-flushed size limit; retry after the next flush"
             )
         result = await _run(self.store.append, gateway_id, list(deltas))
-        self.metrics.pushes.labels(gateway_id).inc()
-        self.metrics.pushed_deltas.labels(gateway_id).inc(len(result.stored))
         self.metrics.count(gateway_id, "pushes")
         self.metrics.count(gateway_id, "deltas", len(result.stored))
-        if self.hub.count_for(gateway_id) == 0:
+        if not result.stored or self.hub.count_for(gateway_id) == 0:
             return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
-        later: dict[RowKey, list[RowDelta]] = {}
+        # The batch is atomic: the states inside it were never visible, so all its deltas count
+        # as of its last ingest stamp.
+        end = result.stored[-1].ingest_hlc
+        later: dict[RowKey, list[tuple[int, RowDelta]]] = {}
         for e in result.stored:
-            later.setdefault((e.delta.table, e.delta.row_id), []).append(e.delta)
+            later.setdefault((e.delta.table, e.delta.row_id), []).append((end, e.delta))
         history = {key: (before, later.get(key, [])) for key, before in result.before.items()}
         self.hub.publish(
             gateway_id,
@@ -192,7 +194,7 @@ class SyncService:
         since: int,
         limit: int,
     ) -> PullResult:
-        """A page of what the client may see after ``since`` (see :mod:`api.services.views`)."""
+        """A page of what the client may see after ``since`` (see :mod:`lakesync.views`)."""
         with self.metrics.pull_seconds.time():
             return await self._pull(gateway_id, claims, since, limit)
 
@@ -201,49 +203,82 @@ class SyncService:
     ) -> PullResult:
         rules = await _run(self.store.get_rules, gateway_id)
         raw = rules.stamp == 0
-        applied = effective_rules(rules.rules, claims)
-        stamp = 0
-        if not raw:
-            view = await _run(
-                self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(claims)
-            )
-            stamp = max(rules.stamp, view)
-        self.metrics.pulls.labels(gateway_id).inc()
         self.metrics.count(gateway_id, "pulls")
-        if since < stamp:
-            snap = await _run(self.store.read_all_rows, gateway_id)
-            deltas = resync_view(snap.rows, applied, claims, stamp, self.snapshots(gateway_id))
-            return PullResult(deltas, max(snap.head, stamp, since), False)
-        page = await _run(self.store.read_page, gateway_id, since, limit, not raw)
-        history = None
-        if not raw:
-            hidden = [
-                k
-                for k, r in page.rows.items()
-                if not visible(applied, claims, k[0], r.state.visible())
-            ]
-            if hidden:
-                history = await _run(
-                    self.store.row_history, gateway_id, hidden, since, page.head, HISTORY_LIMIT
-                )
-        deltas = page_view(
-            page.entries,
-            page.rows,
-            applied,
-            claims,
-            stamp,
-            raw,
-            self.snapshots(gateway_id),
-            history,
+        if raw:
+            page = await _run(self.store.read_page, gateway_id, since, limit, False)
+            return self._page_result([e.delta for e in page.entries], page, since)
+        client_id = str(claims["sub"])
+        view = await _run(
+            self.store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
         )
+        stamp = max(rules.stamp, view)
+        reader = await self._reader(gateway_id, claims, rules.rules, stamp, since)
+        cache = self.snapshots(gateway_id)
+        if since < stamp:
+            snap = await self._resync_rows(gateway_id, reader)
+            history = await self._history(gateway_id, snap.rows, reader, snap.head)
+            deltas = resync_view(snap.rows, reader, cache, history)
+            return PullResult(deltas, max(snap.head, stamp, since), False)
+        page = await _run(self.store.read_page, gateway_id, since, limit, True)
+        history = await self._history(gateway_id, page.rows, reader, page.head)
+        return self._page_result(
+            page_view([e.delta for e in page.entries], page.rows, reader, False, cache, history),
+            page,
+            since,
+        )
+
+    async def _resync_rows(self, gateway_id: str, reader: Reader) -> Page:
+        """The rows a resync must look at: for a fresh client under rules with an equality
+        filter in every bucket, only the rows the filter-column index finds (its first sync
+        costs its view, not the gateway); otherwise every row."""
+        plan = None
+        if reader.since == 0 and reader.rules is not None:
+            plan = lookups(reader.rules, reader.claims)
+        if plan is not None:
+            found = await _run(
+                self.store.read_matching, gateway_id, plan, sorted(reader.written)
+            )
+            if found is not None:
+                return found
+        return await _run(self.store.read_all_rows, gateway_id)
+
+    @staticmethod
+    def _page_result(deltas: list[RowDelta], page: Page, since: int) -> PullResult:
         if page.has_more:
             return PullResult(deltas, page.entries[-1].ingest_hlc, True)
         return PullResult(deltas, max(page.head, since), False)
 
+    async def _reader(
+        self,
+        gateway_id: str,
+        claims: Mapping[str, Any],
+        rules: SyncRules | None,
+        stamp: int,
+        since: int,
+    ) -> Reader:
+        """A client's read, with the history of its view since its cursor."""
+        client_id = str(claims["sub"])
+        versions, seen = await _run(self.store.view_history, gateway_id, client_id, since)
+        history = ViewHistory(versions, seen or [(0, dict(claims))])
+        written: frozenset[RowKey] = frozenset()
+        if since == 0:
+            written = frozenset(await _run(self.store.rows_written_by, gateway_id, client_id))
+        applied = effective_rules(rules, claims)
+        return Reader(client_id, claims, applied, stamp, since, history, written)
+
+    async def _history(
+        self, gateway_id: str, rows: Mapping[RowKey, RowRecord], reader: Reader, upto: int
+    ) -> RowHistory:
+        """The histories :func:`~lakesync.views.may_hold` needs for a read of ``rows``."""
+        keys = hidden_changed(rows, reader)
+        if not keys:
+            return {}
+        return await _run(self.store.row_history, gateway_id, keys, reader.since, upto)
+
     async def view_stamp(self, gateway_id: str, claims: Mapping[str, Any]) -> int:
         """Register a client's claims (WebSocket connect) and return its view stamp."""
         return await _run(
-            self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(claims)
+            self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(claims), claims
         )
 
     # -- cross-process broadcasts ---------------------------------------------------------------
@@ -257,7 +292,7 @@ class SyncService:
         history = None
         if rules.stamp:
             history = await _run(
-                self.store.row_history, gw, list(page.rows), notice.after, page.head, HISTORY_LIMIT
+                self.store.row_history, gw, list(page.rows), notice.after, page.head
             )
         self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw), history)
 
@@ -268,11 +303,14 @@ class SyncService:
         return {name: parse_schema(body) for name, body in docs.items()}
 
     async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:
-        """Register or evolve (additively) a table schema."""
-        old = (await self.schemas(gateway_id)).get(schema.table)
-        new = schema if old is None else evolve(old, schema)
-        await _run(self.store.put_doc, gateway_id, "schema", new.table, schema_to_wire(new))
-        return new
+        """Register or evolve (additively) a table schema, in one atomic read-modify-write so
+        concurrent evolutions never drop each other's columns (the later one is refused)."""
+
+        def change(old: dict[str, Any] | None) -> dict[str, Any]:
+            return schema_to_wire(schema if old is None else evolve(parse_schema(old), schema))
+
+        body = await _run(self.store.update_doc, gateway_id, "schema", schema.table, change)
+        return parse_schema(body)
 
     async def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
         """Replace a gateway's sync rules; clients resync on their next pull."""

@@ -55,16 +55,19 @@ def copy_states(states: dict[RowKey, RowState], keys: Sequence[RowKey]) -> dict[
     return out
 
 
-def history_of(rows: Sequence[tuple[int, RowDelta]], since: int) -> tuple[RowState, list[RowDelta]]:
-    """A row's state at ingest ``since`` and its deltas after it, from ``(ingest, delta)`` pairs
-    in ingest order."""
+def history_of(
+    rows: Sequence[tuple[int, int, RowDelta]], since: int
+) -> tuple[RowState, list[tuple[int, RowDelta]]]:
+    """A row's state at ingest ``since`` and its later deltas, from ``(ingest, batch end,
+    delta)`` triples in ingest order. Each later delta comes with the ingest HLC of the end of
+    its push batch: the row's states inside one atomic batch were never visible to anyone."""
     state = RowState()
-    later: list[RowDelta] = []
-    for ingest, d in rows:
+    later: list[tuple[int, RowDelta]] = []
+    for ingest, end, d in rows:
         if ingest <= since:
             apply_delta(state, d)
         else:
-            later.append(d)
+            later.append((end, d))
     return state, later
 
 

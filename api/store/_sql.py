@@ -8,7 +8,7 @@ parameter style (the statements here use ``?``), and the lookups its dialect wri
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
@@ -31,8 +31,9 @@ from api.store.base import (
     encode_state,
 )
 from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
 from lakesync.merge import RowState
-from lakesync.rules import SyncRules
+from lakesync.rules import SyncRules, index_entries
 
 __all__ = ["SqlHotLog", "schema_ddl"]
 
@@ -42,7 +43,8 @@ T = TypeVar("T")
 _DDL = """
 CREATE TABLE IF NOT EXISTS log (
     ingest {integer} PRIMARY KEY, gw TEXT NOT NULL, delta_id TEXT NOT NULL,
-    tbl TEXT NOT NULL, row_id TEXT NOT NULL, body {blob} NOT NULL, UNIQUE (gw, delta_id));
+    tbl TEXT NOT NULL, row_id TEXT NOT NULL, body {blob} NOT NULL, batch_end {integer},
+    client_id TEXT, UNIQUE (gw, delta_id));
 CREATE INDEX IF NOT EXISTS log_gw_ingest ON log (gw, ingest);
 CREATE INDEX IF NOT EXISTS log_row ON log (gw, tbl, row_id, ingest);
 CREATE TABLE IF NOT EXISTS row_state (
@@ -50,9 +52,20 @@ CREATE TABLE IF NOT EXISTS row_state (
     last_ingest {integer} NOT NULL, PRIMARY KEY (gw, tbl, row_id)){keyed};
 CREATE TABLE IF NOT EXISTS gateway_rules (
     gw TEXT PRIMARY KEY, rules {blob}, stamp {integer} NOT NULL);
+CREATE TABLE IF NOT EXISTS row_index (
+    gw TEXT NOT NULL, col TEXT NOT NULL, val TEXT NOT NULL, tbl TEXT NOT NULL,
+    row_id TEXT NOT NULL, PRIMARY KEY (gw, col, val, tbl, row_id)){keyed};
+CREATE INDEX IF NOT EXISTS row_index_row ON row_index (gw, tbl, row_id);
+CREATE TABLE IF NOT EXISTS row_index_built (gw TEXT PRIMARY KEY, stamp {integer} NOT NULL);
 CREATE TABLE IF NOT EXISTS gateway_docs (
     gw TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL, body {blob} NOT NULL,
     PRIMARY KEY (gw, kind, name)){keyed};
+CREATE TABLE IF NOT EXISTS rules_history (
+    gw TEXT NOT NULL, stamp {integer} NOT NULL, rules {blob},
+    PRIMARY KEY (gw, stamp)){keyed};
+CREATE TABLE IF NOT EXISTS claims_history (
+    gw TEXT NOT NULL, client_id TEXT NOT NULL, stamp {integer} NOT NULL, claims {blob} NOT NULL,
+    PRIMARY KEY (gw, client_id, stamp)){keyed};
 CREATE TABLE IF NOT EXISTS client_views (
     gw TEXT NOT NULL, client_id TEXT NOT NULL, claims_hash TEXT NOT NULL,
     stamp {integer} NOT NULL, PRIMARY KEY (gw, client_id)){keyed};
@@ -60,6 +73,14 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value {integer} NOT 
 INSERT INTO counters VALUES ('flushed', 0), ('bytes', 0), ('flushed_bytes', 0), ('stamp', 0)
     ON CONFLICT DO NOTHING;
 """
+
+
+ADDED_COLUMNS = (("log", "batch_end", "{integer}"), ("log", "client_id", "TEXT"))
+"""Columns added to a table after its first release: ``(table, column, type)``; a driver adds the
+missing ones to an existing store when it opens it, then runs :data:`AFTER_COLUMNS_DDL`."""
+
+AFTER_COLUMNS_DDL = "CREATE INDEX IF NOT EXISTS log_client ON log (gw, client_id)"
+"""Indexes on added columns (they exist once :data:`ADDED_COLUMNS` are added)."""
 
 
 def schema_ddl(integer: str, blob: str, keyed: str = "") -> str:
@@ -73,6 +94,10 @@ class SqlHotLog(HotLog, Generic[C]):
 
     _for_update = ""
     """Suffix of a SELECT whose value the transaction then changes (a row lock where needed)."""
+
+    def __init__(self, clock: HLC) -> None:
+        super().__init__(clock)
+        self._rules_memo: dict[bytes | str, SyncRules | None] = {}
 
     # -- driver hooks ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -155,11 +180,22 @@ class SqlHotLog(HotLog, Generic[C]):
         first = next_ingest(self.clock, last)
         entries = [LogEntry(first + i, gw, d) for i, d in enumerate(new)]
         bodies = [encode_delta(e.delta) for e in entries]
+        end = entries[-1].ingest_hlc
         self._execute_many(
             conn,
-            "INSERT INTO log (ingest, gw, delta_id, tbl, row_id, body) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO log (ingest, gw, delta_id, tbl, row_id, body, batch_end, client_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                (e.ingest_hlc, gw, e.delta.delta_id, e.delta.table, e.delta.row_id, b)
+                (
+                    e.ingest_hlc,
+                    gw,
+                    e.delta.delta_id,
+                    e.delta.table,
+                    e.delta.row_id,
+                    b,
+                    end,
+                    e.delta.client_id,
+                )
                 for e, b in zip(entries, bodies, strict=True)
             ],
         )
@@ -180,6 +216,7 @@ class SqlHotLog(HotLog, Generic[C]):
             " DO UPDATE SET state = excluded.state, last_ingest = excluded.last_ingest",
             [(gw, t, r, encode_state(states[(t, r)]), last_ingest[(t, r)]) for t, r in keys],
         )
+        self._reindex(conn, gw, {k: states[k] for k in keys})
         head = entries[-1].ingest_hlc
         self._appended(conn, gw, first - 1, head)
         rows = {k: RowRecord(states[k], last_ingest[k]) for k in keys}
@@ -233,21 +270,113 @@ class SqlHotLog(HotLog, Generic[C]):
             return self._rows(conn, gateway_id, keys)
 
     def row_history(
-        self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int, max_deltas: int
-    ) -> dict[RowKey, tuple[RowState, list[RowDelta]]]:
+        self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int
+    ) -> dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]]:
         """See :meth:`HotLog.row_history`."""
-        out: dict[RowKey, tuple[RowState, list[RowDelta]]] = {}
+        out: dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]] = {}
         with self._snapshot() as conn:
             for t, r in keys:
                 raw = self._fetch(
                     conn,
-                    "SELECT ingest, body FROM log WHERE gw = ? AND tbl = ? AND row_id = ?"
-                    " AND ingest <= ? ORDER BY ingest LIMIT ?",
-                    (gateway_id, t, r, upto, max_deltas + 1),
+                    "SELECT ingest, coalesce(batch_end, ingest), body FROM log"
+                    " WHERE gw = ? AND tbl = ? AND row_id = ? AND ingest <= ? ORDER BY ingest",
+                    (gateway_id, t, r, upto),
                 )
-                if len(raw) <= max_deltas:
-                    out[(t, r)] = history_of([(int(i), decode_delta(b)) for i, b in raw], since)
+                out[(t, r)] = history_of(
+                    [(int(i), int(e), decode_delta(b)) for i, e, b in raw], since
+                )
         return out
+
+    # -- the filter-column index ----------------------------------------------------------------
+    def _index_rules(self, conn: C, gw: str) -> SyncRules | None:
+        """The rules the index of ``gw`` follows (None: the gateway has none, nothing indexed)."""
+        raw = self._fetch(conn, "SELECT rules FROM gateway_rules WHERE gw = ?", (gw,))
+        if not raw or raw[0][0] is None:
+            return None
+        body = bytes(raw[0][0]) if isinstance(raw[0][0], memoryview) else raw[0][0]
+        if body not in self._rules_memo:
+            if len(self._rules_memo) > 256:
+                self._rules_memo.clear()
+            self._rules_memo[body] = decode_rules(body)
+        return self._rules_memo[body]
+
+    def _reindex(self, conn: C, gw: str, states: dict[RowKey, RowState]) -> None:
+        """Bring the index entries of changed rows up to date."""
+        rules = self._index_rules(conn, gw)
+        if rules is None:
+            return
+        self._execute_many(
+            conn,
+            "DELETE FROM row_index WHERE gw = ? AND tbl = ? AND row_id = ?",
+            [(gw, t, r) for t, r in states],
+        )
+        self._execute_many(
+            conn,
+            "INSERT INTO row_index (gw, col, val, tbl, row_id) VALUES (?, ?, ?, ?, ?)",
+            [
+                (gw, col, val, t, r)
+                for (t, r), state in states.items()
+                for col, val in index_entries(rules, state.visible())
+            ],
+        )
+
+    def _rebuild_index(self, conn: C, gw: str, rules: SyncRules | None, stamp: int) -> None:
+        """Index every row of ``gw`` for new rules (an admin operation: one pass over the rows)."""
+        self._execute(conn, "DELETE FROM row_index WHERE gw = ?", (gw,))
+        rows = self._fetch(conn, "SELECT tbl, row_id, state FROM row_state WHERE gw = ?", (gw,))
+        self._execute_many(
+            conn,
+            "INSERT INTO row_index (gw, col, val, tbl, row_id) VALUES (?, ?, ?, ?, ?)",
+            [
+                (gw, col, val, t, r)
+                for t, r, raw in rows
+                for col, val in index_entries(rules, decode_state(raw).visible())
+            ],
+        )
+        self._execute(
+            conn,
+            "INSERT INTO row_index_built (gw, stamp) VALUES (?, ?)"
+            " ON CONFLICT (gw) DO UPDATE SET stamp = excluded.stamp",
+            (gw, stamp),
+        )
+
+    def read_matching(
+        self, gateway_id: str, lookups: Sequence[tuple[str, Sequence[str]]], keys: Sequence[RowKey]
+    ) -> Page | None:
+        """See :meth:`HotLog.read_matching`."""
+        with self._snapshot() as conn:
+            built = self._fetch(
+                conn,
+                "SELECT b.stamp FROM row_index_built b JOIN gateway_rules r ON r.gw = b.gw"
+                " WHERE b.gw = ? AND b.stamp = r.stamp",
+                (gateway_id,),
+            )
+            if not built:
+                return None
+            found: dict[RowKey, None] = dict.fromkeys(keys)
+            for col, vals in lookups:
+                for i in range(0, len(vals), 500):
+                    chunk = list(vals[i : i + 500])
+                    marks = ",".join("?" * len(chunk))
+                    for t, r in self._fetch(
+                        conn,
+                        "SELECT tbl, row_id FROM row_index WHERE gw = ? AND col = ?"
+                        f" AND val IN ({marks})",
+                        (gateway_id, col, *chunk),
+                    ):
+                        found[(str(t), str(r))] = None
+            rows = self._rows(conn, gateway_id, list(found))
+            return Page([], rows, self._head(conn), False)
+
+    def rows_written_by(self, gateway_id: str, client_id: str) -> list[RowKey]:
+        """See :meth:`HotLog.rows_written_by`."""
+        with self._connection() as conn:
+            raw = self._fetch(
+                conn,
+                "SELECT DISTINCT tbl, row_id FROM log WHERE gw = ? AND client_id = ?",
+                (gateway_id, client_id),
+            )
+        return [(str(t), str(r)) for t, r in raw]
 
     def head(self) -> int:
         """See :meth:`HotLog.head`."""
@@ -255,14 +384,21 @@ class SqlHotLog(HotLog, Generic[C]):
             return self._head(conn)
 
     # -- flusher --------------------------------------------------------------------------------
-    def read_log(self, after: int, limit: int) -> list[tuple[int, str, RowDelta]]:
+    def read_log(
+        self, after: int, limit: int, gateway_id: str | None = None
+    ) -> list[tuple[int, str, RowDelta]]:
         """See :meth:`HotLog.read_log`."""
         with self._connection() as conn:
-            raw = self._fetch(
-                conn,
-                "SELECT ingest, gw, body FROM log WHERE ingest > ? ORDER BY ingest LIMIT ?",
-                (after, limit),
-            )
+            if gateway_id is None:
+                query = "SELECT ingest, gw, body FROM log WHERE ingest > ? ORDER BY ingest LIMIT ?"
+                params: tuple[Any, ...] = (after, limit)
+            else:
+                query = (
+                    "SELECT ingest, gw, body FROM log WHERE gw = ? AND ingest > ?"
+                    " ORDER BY ingest LIMIT ?"
+                )
+                params = (gateway_id, after, limit)
+            raw = self._fetch(conn, query, params)
             return [(int(i), g, decode_delta(b)) for i, g, b in raw]
 
     def mark_flushed(self, position: int) -> None:
@@ -325,6 +461,13 @@ class SqlHotLog(HotLog, Generic[C]):
                 return RulesRecord(rules, int(raw[0][1]))
             if not raw and body is None:
                 return RulesRecord(None, 0)
+            if raw:  # a store from before versions were kept: keep the version being replaced
+                self._execute(
+                    conn,
+                    "INSERT INTO rules_history (gw, stamp, rules) VALUES (?, ?, ?)"
+                    " ON CONFLICT (gw, stamp) DO NOTHING",
+                    (gateway_id, int(raw[0][1]), raw[0][0]),
+                )
             stamp = self._stamp(conn)
             self._execute(
                 conn,
@@ -332,20 +475,49 @@ class SqlHotLog(HotLog, Generic[C]):
                 " ON CONFLICT (gw) DO UPDATE SET rules = excluded.rules, stamp = excluded.stamp",
                 (gateway_id, body, stamp),
             )
+            self._execute(
+                conn,
+                "INSERT INTO rules_history (gw, stamp, rules) VALUES (?, ?, ?)",
+                (gateway_id, stamp, body),
+            )
+            self._rebuild_index(conn, gateway_id, rules, stamp)
             return RulesRecord(rules, stamp)
 
         return self._write(op)
 
     def put_doc(self, gateway_id: str, kind: str, name: str, body: dict[str, Any]) -> None:
         """See :meth:`HotLog.put_doc`."""
-        raw = msgspec.json.encode(body)
-        self._write(
-            lambda conn: self._execute(
+        self._write(lambda conn: self._save_doc(conn, gateway_id, kind, name, body))
+
+    def update_doc(
+        self,
+        gateway_id: str,
+        kind: str,
+        name: str,
+        change: Callable[[dict[str, Any] | None], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """See :meth:`HotLog.update_doc`."""
+
+        def op(conn: C) -> dict[str, Any]:
+            # Under the writers' lock: a row lock alone would let two first registrations race.
+            self._lock(conn)
+            raw = self._fetch(
                 conn,
-                "INSERT INTO gateway_docs (gw, kind, name, body) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (gw, kind, name) DO UPDATE SET body = excluded.body",
-                (gateway_id, kind, name, raw),
+                "SELECT body FROM gateway_docs WHERE gw = ? AND kind = ? AND name = ?",
+                (gateway_id, kind, name),
             )
+            body = change(msgspec.json.decode(raw[0][0]) if raw else None)
+            self._save_doc(conn, gateway_id, kind, name, body)
+            return body
+
+        return self._write(op)
+
+    def _save_doc(self, conn: C, gw: str, kind: str, name: str, body: dict[str, Any]) -> None:
+        self._execute(
+            conn,
+            "INSERT INTO gateway_docs (gw, kind, name, body) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (gw, kind, name) DO UPDATE SET body = excluded.body",
+            (gw, kind, name, msgspec.json.encode(body)),
         )
 
     def list_docs(self, gateway_id: str, kind: str) -> dict[str, dict[str, Any]]:
@@ -381,7 +553,9 @@ class SqlHotLog(HotLog, Generic[C]):
             )
         )
 
-    def view_stamp(self, gateway_id: str, client_id: str, claims_hash: str) -> int:
+    def view_stamp(
+        self, gateway_id: str, client_id: str, claims_hash: str, claims: Mapping[str, Any]
+    ) -> int:
         """See :meth:`HotLog.view_stamp`."""
         with self._connection() as conn:
             seen = self._view(conn, gateway_id, client_id)
@@ -401,9 +575,43 @@ class SqlHotLog(HotLog, Generic[C]):
                 " DO UPDATE SET claims_hash = excluded.claims_hash, stamp = excluded.stamp",
                 (gateway_id, client_id, claims_hash, stamp),
             )
+            self._execute(
+                conn,
+                "INSERT INTO claims_history (gw, client_id, stamp, claims) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (gw, client_id, stamp) DO UPDATE SET claims = excluded.claims",
+                (gateway_id, client_id, stamp, msgspec.json.encode(dict(claims))),
+            )
             return stamp
 
         return self._write(op)
+
+    def view_history(
+        self, gateway_id: str, client_id: str, since: int
+    ) -> tuple[list[tuple[int, SyncRules | None]], list[tuple[int, dict[str, Any]]]]:
+        """See :meth:`HotLog.view_history`."""
+        with self._snapshot() as conn:
+            rules = self._fetch(
+                conn,
+                "SELECT stamp, rules FROM rules_history WHERE gw = ? AND stamp >= coalesce("
+                "(SELECT max(stamp) FROM rules_history WHERE gw = ? AND stamp <= ?), 0)"
+                " ORDER BY stamp",
+                (gateway_id, gateway_id, since),
+            )
+            if not rules:  # a store from before rules versions were kept: the current ones
+                rules = self._fetch(
+                    conn, "SELECT stamp, rules FROM gateway_rules WHERE gw = ?", (gateway_id,)
+                )
+            claims = self._fetch(
+                conn,
+                "SELECT stamp, claims FROM claims_history WHERE gw = ? AND client_id = ?"
+                " AND stamp >= coalesce((SELECT max(stamp) FROM claims_history"
+                " WHERE gw = ? AND client_id = ? AND stamp <= ?), 0) ORDER BY stamp",
+                (gateway_id, client_id, gateway_id, client_id, since),
+            )
+        return (
+            [(int(st), decode_rules(body)) for st, body in rules],
+            [(int(st), msgspec.json.decode(body)) for st, body in claims],
+        )
 
     def _view(self, conn: C, gw: str, client_id: str) -> tuple[str, int] | None:
         """The recorded claims hash of a client and its stamp (None for a client never seen)."""

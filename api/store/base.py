@@ -14,7 +14,8 @@ call from many threads at once.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -24,6 +25,7 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, parse_rules, rules_to_wire
+from lakesync.views import RowKey, RowRecord
 
 __all__ = [
     "AppendResult",
@@ -42,24 +44,12 @@ __all__ = [
     "encode_state",
 ]
 
-RowKey = tuple[str, str]
-"""``(table, row_id)``."""
-
-
 class LogEntry(NamedTuple):
     """One accepted delta: its ingest HLC, its gateway and the delta itself."""
 
     ingest_hlc: int
     gateway_id: str
     delta: RowDelta
-
-
-@dataclass(frozen=True, slots=True)
-class RowRecord:
-    """A row's merged state and the ingest HLC of the last delta that touched it."""
-
-    state: RowState
-    last_ingest: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,10 +168,25 @@ class HotLog(abc.ABC):
 
     @abc.abstractmethod
     def row_history(
-        self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int, max_deltas: int
-    ) -> dict[RowKey, tuple[RowState, list[RowDelta]]]:
+        self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int
+    ) -> dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]]:
         """Per row: its merged state at ingest ``since`` and its deltas in ``(since, upto]`` in
-        ingest order; rows with more than ``max_deltas`` deltas up to ``upto`` are left out."""
+        ingest order, each with the ingest HLC of the end of its push batch (the row's states
+        inside a batch were never visible)."""
+
+    @abc.abstractmethod
+    def read_matching(
+        self, gateway_id: str, lookups: Sequence[tuple[str, Sequence[str]]], keys: Sequence[RowKey]
+    ) -> Page | None:
+        """The rows the rules' filter-column index finds for ``lookups`` (as
+        :func:`lakesync.rules.lookups` makes them) plus ``keys``, and the head, read
+        consistently; None when the index does not follow the gateway's current rules (a store
+        from before the index: the caller reads every row). The index is rebuilt whenever the
+        rules change and kept up to date by every append."""
+
+    @abc.abstractmethod
+    def rows_written_by(self, gateway_id: str, client_id: str) -> list[RowKey]:
+        """Every row a client has pushed a delta of (a client pulling from 0 may hold them)."""
 
     @abc.abstractmethod
     def head(self) -> int:
@@ -189,9 +194,11 @@ class HotLog(abc.ABC):
 
     # -- landing flusher ----------------------------------------------------------------------
     @abc.abstractmethod
-    def read_log(self, after: int, limit: int) -> list[tuple[int, str, RowDelta]]:
-        """Entries of every gateway with ingest HLC > ``after``, ascending, at most ``limit``:
-        ``(ingest_hlc, gateway_id, delta)``. Used by the landing flusher."""
+    def read_log(
+        self, after: int, limit: int, gateway_id: str | None = None
+    ) -> list[tuple[int, str, RowDelta]]:
+        """Entries of every gateway (or of ``gateway_id``) with ingest HLC > ``after``, ascending,
+        at most ``limit``: ``(ingest_hlc, gateway_id, delta)``. Used by the landing flusher."""
 
     @abc.abstractmethod
     def mark_flushed(self, position: int) -> None:
@@ -219,6 +226,18 @@ class HotLog(abc.ABC):
         """Store a named JSON document (``schema`` per table, ``connector`` per name)."""
 
     @abc.abstractmethod
+    def update_doc(
+        self,
+        gateway_id: str,
+        kind: str,
+        name: str,
+        change: Callable[[dict[str, Any] | None], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Read-modify-write one document atomically: store ``change(current body or None)``
+        and return it, serialised with every other writer of the store (no update is lost). An
+        error raised by ``change`` (which must be quick and do no I/O) stores nothing."""
+
+    @abc.abstractmethod
     def list_docs(self, gateway_id: str, kind: str) -> dict[str, dict[str, Any]]:
         """Every document of a kind, by name."""
 
@@ -231,9 +250,21 @@ class HotLog(abc.ABC):
         """Remove a document; False when it did not exist."""
 
     @abc.abstractmethod
-    def view_stamp(self, gateway_id: str, client_id: str, claims_hash: str) -> int:
+    def view_stamp(
+        self, gateway_id: str, client_id: str, claims_hash: str, claims: Mapping[str, Any]
+    ) -> int:
         """The ingest stamp of the last change of this client's claims (0 for the first one
-        seen); a changed ``claims_hash`` is recorded with a fresh stamp."""
+        seen); changed claims (by ``claims_hash``) are recorded, with a fresh stamp, as a new
+        version of the client's claims."""
+
+    @abc.abstractmethod
+    def view_history(
+        self, gateway_id: str, client_id: str, since: int
+    ) -> tuple[list[tuple[int, SyncRules | None]], list[tuple[int, dict[str, Any]]]]:
+        """What decided a client's view from ingest ``since`` on: the gateway's rules versions
+        and the client's claims versions as ``(stamp, value)`` in stamp order, each list
+        starting with the version in effect at ``since`` (when there is one). Every version is
+        kept as long as the store lives."""
 
     # -- lifecycle ----------------------------------------------------------------------------
     @abc.abstractmethod
@@ -242,6 +273,17 @@ class HotLog(abc.ABC):
 
     def listen(self, callback: Callable[[LogNotice], None]) -> None:  # noqa: B027
         """Call ``callback`` for appends made by other processes (no-op for embedded stores)."""
+
+    def lead(self, role: str) -> bool:
+        """Whether this process leads ``role`` among the processes sharing the store (one landing
+        flusher, one pipeline scheduler), taking the lead if nobody holds it. Embedded stores
+        serve one process (``lakesync up`` locks the data dir), so it always does."""
+        return True
+
+    def exclusive(self, name: str) -> AbstractContextManager[object]:
+        """Hold the store-wide mutex ``name`` for the block, across processes (each landing
+        flush runs under one). Embedded stores serve one process: nothing to take."""
+        return nullcontext()
 
     @abc.abstractmethod
     def close(self) -> None:

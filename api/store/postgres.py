@@ -21,7 +21,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from api.store._batch import fresh_deltas
-from api.store._sql import SqlHotLog, schema_ddl
+from api.store._sql import ADDED_COLUMNS, AFTER_COLUMNS_DDL, SqlHotLog, schema_ddl
 from api.store.base import LogNotice, RowKey, RowRecord, decode_state
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
@@ -52,6 +52,12 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
                 conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
                 conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
                 conn.execute(_DDL)
+                for table, column, typ in ADDED_COLUMNS:
+                    conn.execute(
+                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
+                        f" {typ.format(integer='BIGINT')}"
+                    )
+                conn.execute(AFTER_COLUMNS_DDL)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(hashtext('lakesync-ddl'))")
         self._pool = ConnectionPool(
@@ -64,6 +70,9 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
         )
         self._listeners: list[threading.Thread] = []
         self._stop = threading.Event()
+        # role -> (the session holding the role's advisory lock or trying to, whether it holds it)
+        self._leads: dict[str, tuple[psycopg.Connection[Any], bool]] = {}
+        self._leads_lock = threading.Lock()
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # Autocommit: every transaction below is explicit (_write() or _snapshot()).
@@ -177,11 +186,47 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
         thread.start()
         self._listeners.append(thread)
 
+    def lead(self, role: str) -> bool:
+        """See :meth:`HotLog.lead`: a session-level advisory lock on a connection of its own, held
+        until this store closes or that session dies (then another process takes the lead)."""
+        key = f"lakesync-lead:{self._schema}:{role}"
+        with self._leads_lock:
+            conn, held = self._leads.get(role, (None, False))
+            try:
+                if conn is None or conn.closed:
+                    conn, held = psycopg.connect(self._dsn, autocommit=True), False
+                    self._leads[role] = (conn, held)
+                if held:
+                    conn.execute("SELECT 1")  # the session lives, so it still holds the lock
+                    return True
+                row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
+            except psycopg.Error:
+                if conn is not None:
+                    conn.close()
+                self._leads.pop(role, None)
+                return False
+            held = bool(row and row[0])
+            self._leads[role] = (conn, held)
+            return held
+
+    @contextmanager
+    def exclusive(self, name: str) -> Iterator[None]:
+        """See :meth:`HotLog.exclusive`: a transaction-level advisory lock, released when the
+        block ends or its session dies."""
+        with self._pool.connection() as conn, conn.transaction():
+            key = f"lakesync-mutex:{self._schema}:{name}"
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
+            yield
+
     def close(self) -> None:
         """See :meth:`HotLog.close`."""
         self._stop.set()
         for t in self._listeners:
             t.join(timeout=5)
+        with self._leads_lock:
+            for conn, _ in self._leads.values():
+                conn.close()
+            self._leads.clear()
         self._pool.close()
 
 

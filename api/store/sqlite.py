@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from api.store._batch import fresh_deltas
-from api.store._sql import SqlHotLog, schema_ddl
+from api.store._sql import ADDED_COLUMNS, AFTER_COLUMNS_DDL, SqlHotLog, schema_ddl
 from api.store.base import RowKey, RowRecord, decode_state
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
@@ -53,6 +53,13 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
         self._path = path
         self._writer_conn = _connect(path)
         self._writer_conn.executescript(_SCHEMA)
+        for table, column, typ in ADDED_COLUMNS:
+            have = {row[1] for row in self._writer_conn.execute(f"PRAGMA table_info({table})")}
+            if column not in have:
+                self._writer_conn.execute(
+                    f"ALTER TABLE {table} ADD COLUMN {column} {typ.format(integer='INTEGER')}"
+                )
+        self._writer_conn.execute(AFTER_COLUMNS_DDL)
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()

@@ -9,13 +9,14 @@ from dataclasses import dataclass
 
 import msgspec
 
-from lakesync.delta import RowDelta
-from lakesync.errors import LakeSyncError, RateLimitedError, error_for_code
+from client._types import Event
+from lakesync.delta import CellError, CellErrorHandler, RowDelta
+from lakesync.errors import LakeSyncError, RateLimitedError, code_for_status, error_for_code
 
 __all__ = [
-    "CODE_BY_STATUS",
     "BroadcastHandler",
     "Checkpoint",
+    "EventHandler",
     "PullPage",
     "PushResult",
     "Transport",
@@ -23,6 +24,8 @@ __all__ = [
 ]
 
 BroadcastHandler = Callable[[list[RowDelta]], None]
+EventHandler = Callable[[Event], None]
+"""Receives the events reading served deltas reports (a value the replica cannot hold)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,9 @@ class Transport(ABC):
 
     #: Whether the gateway pushes other clients' deltas to this transport as they happen.
     realtime: bool = False
+    _on_event: EventHandler | None = None
+    #: Where reading served deltas reports each value the replica cannot hold.
+    _cell_errors: CellErrorHandler | None = None
 
     @abstractmethod
     def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
@@ -79,6 +85,13 @@ class Transport(ABC):
     def set_reconnect_handler(self, handler: Callable[[], None] | None) -> None:  # noqa: B027
         """Be told when a dropped realtime connection is back (to catch up by pulling)."""
 
+    def set_event_handler(self, handler: EventHandler | None) -> None:
+        """Receive events about served deltas that do not stop syncing: a ``value_error`` for
+        each value the replica cannot hold (that cell reads null: see
+        :func:`lakesync.delta.read_delta`)."""
+        self._on_event = handler
+        self._cell_errors = None if handler is None else _value_errors(handler)
+
     @property
     def connected(self) -> bool:
         """Whether the last exchange with the gateway succeeded."""
@@ -89,13 +102,35 @@ class Transport(ABC):
         """Release connections and threads (idempotent)."""
 
 
+def _value_errors(handler: EventHandler) -> CellErrorHandler:
+    """Report each cell a trusted read could not hold as a ``value_error`` event."""
+
+    def report(e: CellError) -> None:
+        handler(
+            Event(
+                "value_error",
+                f"{e.table}/{e.row_id!r} column {e.column!r} of delta {e.delta_id} cannot be "
+                f"held by this replica and reads null: {e.reason}",
+                {
+                    "table": e.table,
+                    "row_id": e.row_id,
+                    "column": e.column,
+                    "delta_id": e.delta_id,
+                    "error": e.reason,
+                },
+            )
+        )
+
+    return report
+
+
 def gateway_error(status: int, body: bytes, retry_after: str | None = None) -> LakeSyncError:
     """The typed error for a gateway error reply (SPEC §5 body ``{"error", "code"}``)."""
     try:
         obj = msgspec.json.decode(body)
         code, message = str(obj["code"]), str(obj["error"])
     except (msgspec.DecodeError, KeyError, TypeError):
-        code = CODE_BY_STATUS.get(status, "INTERNAL_ERROR")
+        code = code_for_status(status)
         message = f"gateway answered HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
     err = error_for_code(code, message, status)
     if isinstance(err, RateLimitedError) and retry_after is not None:
@@ -103,15 +138,3 @@ def gateway_error(status: int, body: bytes, retry_after: str | None = None) -> L
             err.retry_after = max(0.0, float(retry_after))
     return err
 
-
-CODE_BY_STATUS = {
-    400: "VALIDATION_ERROR",
-    401: "AUTH_ERROR",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    409: "CLOCK_DRIFT",
-    413: "VALIDATION_ERROR",
-    422: "SCHEMA_ERROR",
-    429: "RATE_LIMITED",
-    503: "BACKPRESSURE_ERROR",
-}

@@ -8,12 +8,12 @@ from typing import Any
 import httpx
 
 from client._auth import TokenProvider
-from client._decode import decode_pull_reply, decode_push_reply, decode_sync_response
 from client.errors import ConnectionFailedError, ValidationError
 from client.transport._base import Checkpoint, PullPage, PushResult, Transport, gateway_error
 from lakesync import hlc as _hlc
-from lakesync.delta import RowDelta
-from lakesync.wire import encode_push
+from lakesync.delta import CellErrorHandler, RowDelta
+from lakesync.wire import decode_pull_response, decode_push_response, encode_push
+from lakesync.wsframes import decode_response
 
 __all__ = ["HttpTransport"]
 
@@ -60,7 +60,7 @@ class HttpTransport(Transport):
     def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
         """POST one batch to ``/push``."""
         resp = self._send("POST", "/push", content=encode_push(client_id, deltas, last_seen_hlc))
-        server_hlc, accepted = decode_push_reply(resp.content)
+        server_hlc, accepted = decode_push_response(resp.content)
         return PushResult(server_hlc, accepted)
 
     def pull(self, client_id: str, since: int, limit: int) -> PullPage:
@@ -68,7 +68,7 @@ class HttpTransport(Transport):
         resp = self._send(
             "GET", "/pull", params={"since": str(since), "clientId": client_id, "limit": limit}
         )
-        deltas, server_hlc, has_more = decode_pull_reply(resp.content)
+        deltas, server_hlc, has_more = decode_pull_response(resp.content, self._cell_errors)
         return PullPage(deltas, server_hlc, has_more)
 
     def checkpoint(self) -> Checkpoint | None:
@@ -82,14 +82,14 @@ class HttpTransport(Transport):
         except ValidationError:
             resp.close()
             raise
-        return Checkpoint(server_hlc, _frames(resp))
+        return Checkpoint(server_hlc, _frames(resp, self._cell_errors))
 
     def close(self) -> None:
         """Close the connection pool."""
         self._http.close()
 
 
-def _frames(resp: httpx.Response) -> Iterator[list[RowDelta]]:
+def _frames(resp: httpx.Response, report: CellErrorHandler | None) -> Iterator[list[RowDelta]]:
     """Split a checkpoint body into its frames' deltas as the bytes arrive."""
     buf = bytearray()
     try:
@@ -101,7 +101,7 @@ def _frames(resp: httpx.Response) -> Iterator[list[RowDelta]]:
                     break
                 frame = bytes(buf[4 : 4 + size])
                 del buf[: 4 + size]
-                yield decode_sync_response(frame)[0]
+                yield decode_response(frame, report)[0]
     except httpx.HTTPError as exc:
         raise ConnectionFailedError(f"checkpoint download broke off: {exc}") from exc
     finally:

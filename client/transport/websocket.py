@@ -23,7 +23,6 @@ from websockets.sync.client import ClientConnection, connect
 
 from client._auth import TokenProvider
 from client._backoff import Backoff
-from client._decode import decode_sync_response
 from client.errors import (
     AuthError,
     BackpressureError,
@@ -34,9 +33,9 @@ from client.errors import (
     ValidationError,
 )
 from client.transport._base import (
-    CODE_BY_STATUS,
     BroadcastHandler,
     Checkpoint,
+    EventHandler,
     PullPage,
     PushResult,
     Transport,
@@ -44,8 +43,8 @@ from client.transport._base import (
 )
 from client.transport.http import HttpTransport
 from lakesync.delta import RowDelta
-from lakesync.errors import error_for_code
-from lakesync.wsframes import TAG_BROADCAST, ServerFrame, encode_pull, encode_push
+from lakesync.errors import code_for_status, error_for_code
+from lakesync.wsframes import ServerFrame, decode_server_frame, encode_pull, encode_push
 
 __all__ = ["WebSocketTransport"]
 
@@ -96,6 +95,11 @@ class WebSocketTransport(Transport):
     def set_reconnect_handler(self, handler: Callable[[], None] | None) -> None:
         """Call ``handler`` (on the reader thread) after a dropped connection is re-opened."""
         self._on_reconnect = handler
+
+    def set_event_handler(self, handler: EventHandler | None) -> None:
+        """Report value errors of replies, broadcasts (reader thread) and checkpoints."""
+        super().set_event_handler(handler)
+        self._http.set_event_handler(handler)
 
     @property
     def connected(self) -> bool:
@@ -215,7 +219,7 @@ class WebSocketTransport(Transport):
                     self._replies.put(ConnectionFailedError("unexpected text frame"))
                     continue
                 try:
-                    frame = _server_frame(message)
+                    frame = decode_server_frame(message, self._cell_errors)
                 except ValidationError as exc:
                     self._replies.put(exc)
                     continue
@@ -260,12 +264,6 @@ class WebSocketTransport(Transport):
             return
 
 
-def _server_frame(message: bytes) -> ServerFrame:
-    broadcast = bool(message) and message[0] == TAG_BROADCAST
-    deltas, server_hlc, has_more = decode_sync_response(message[1:] if broadcast else message)
-    return ServerFrame(broadcast, deltas, server_hlc, has_more)
-
-
 def _close_error(ws: ClientConnection) -> LakeSyncError:
     """The error a request gets when the gateway closes the socket under it.
 
@@ -277,7 +275,7 @@ def _close_error(ws: ClientConnection) -> LakeSyncError:
     if code is not None and 4000 <= code < 5000:
         status = code - 4000
         message = reason or f"the gateway closed the WebSocket with code {code}"
-        return error_for_code(CODE_BY_STATUS.get(status, "INTERNAL_ERROR"), message, status)
+        return error_for_code(code_for_status(status), message, status)
     if code == 1008:
         return RateLimitedError(reason or "WebSocket frame rate limit exceeded")
     if code == 1013:

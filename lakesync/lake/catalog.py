@@ -7,9 +7,11 @@ created by the bootstrap), so the catalog name must equal Spark's (``lake``).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from lakesync.errors import NotFoundError
 from lakesync.lake.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
 
 if TYPE_CHECKING:
@@ -18,17 +20,27 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 __all__ = [
+    "HELD_PROPERTY",
+    "LANDED_LATE_PROPERTY",
     "LANDING_IDENTIFIER",
     "POSITION_PROPERTY",
     "ensure_landing_table",
     "flushed_position",
     "landing_schema",
+    "landing_state",
     "open_catalog",
+    "require_lake",
 ]
 
 LANDING_IDENTIFIER = f"{LANDING_NAMESPACE}.{LANDING_TABLE}"
 # Snapshot summary key: the hot-log position (ingest HLC) the landing table is complete through.
 POSITION_PROPERTY = "lakesync.flushed-through"
+# Next to it when some gateways' rows could not be written: JSON {gateway id: the position that
+# gateway is complete through}; its entries after that wait in the hot log (see landing.py).
+HELD_PROPERTY = "lakesync.held-back"
+# On a commit of a held-back gateway's entries that land after later ones: the lowest ingest HLC
+# among them. Incremental models may have passed it: the pipeline then rebuilds them in full.
+LANDED_LATE_PROPERTY = "lakesync.landed-late"
 
 
 class _QuietV0Layout(logging.Filter):
@@ -51,6 +63,35 @@ def open_catalog(settings: LakeSettings) -> SqlCatalog:
         "init_catalog_tables": "false",
     }
     return SqlCatalog(CATALOG_NAME, **props)
+
+
+def require_lake(settings: LakeSettings) -> None:
+    """Raise :class:`NotFoundError` saying how to make a lake when the embedded catalog is absent.
+
+    Readers call this before :func:`open_catalog`: SQLite would otherwise create an empty file
+    and fail later with an error about missing catalog tables.
+    """
+    if not settings.is_sqlite:
+        return
+    import sqlite3
+
+    path = settings.sqlite_path
+    found = False
+    if path.is_file():
+        con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        try:
+            found = con.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'iceberg_tables'"
+            ).fetchone() is not None
+        finally:
+            con.close()
+    if not found:
+        root = settings.data_dir
+        raise NotFoundError(
+            f"no lake in {root}: make one with `lakesync demo --data-dir {root}` or by running "
+            f"the gateway there (`lakesync up --data-dir {root}`), or pass --data-dir (or set "
+            "LAKESYNC_DATA_DIR) to the data dir of an existing lake"
+        )
 
 
 def landing_schema() -> Any:
@@ -122,17 +163,25 @@ def ensure_landing_table(catalog: Catalog) -> Table:
         return catalog.load_table(LANDING_IDENTIFIER)
 
 
-def flushed_position(table: Table) -> int | None:
-    """The hot-log position the table is complete through, per the newest snapshot recording one.
+def landing_state(table: Table) -> tuple[int | None, dict[str, int]]:
+    """The hot-log position the table is complete through and the held-back gateways (each with
+    the position it alone is complete through), per the newest snapshot recording a position.
 
     Walks back from the current snapshot because maintenance commits (compaction, expiry) do not
-    carry the property; None when nothing was ever flushed.
+    carry the properties; ``(None, {})`` when nothing was ever flushed.
     """
     snapshot = table.current_snapshot()
     while snapshot is not None:
         summary = snapshot.summary
-        if summary is not None and POSITION_PROPERTY in summary.additional_properties:
-            return int(summary.additional_properties[POSITION_PROPERTY])
+        props = summary.additional_properties if summary is not None else {}
+        if POSITION_PROPERTY in props:
+            held = json.loads(props.get(HELD_PROPERTY, "{}"))
+            return int(props[POSITION_PROPERTY]), {gw: int(p) for gw, p in held.items()}
         parent = snapshot.parent_snapshot_id
         snapshot = table.snapshot_by_id(parent) if parent is not None else None
-    return None
+    return None, {}
+
+
+def flushed_position(table: Table) -> int | None:
+    """The hot-log position the table is complete through (None when nothing was flushed)."""
+    return landing_state(table)[0]

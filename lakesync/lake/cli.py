@@ -1,7 +1,8 @@
 """Command-line edges of the lake: ``lakesync pipeline …`` and ``lakesync query``.
 
 Wire into ``lakesync/cli.py`` with ``app.add_typer(pipeline_app, name="pipeline")`` and
-``app.command("query")(query_command)``. Heavy dependencies load inside the commands.
+``app.command("query")(query_command)``; its error boundary turns the errors these commands
+raise into one line on stderr. Heavy dependencies load inside the commands.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lakesync.errors import LakeSyncError
 from lakesync.lake.settings import LakeSettings
 
 __all__ = ["DataDirOption", "FormatOption", "pipeline_app", "query_command"]
@@ -31,11 +31,6 @@ DataDirOption = Annotated[
 FormatOption = Annotated[
     str, typer.Option("--format", "-f", help="Output: table, json (one object per row), csv.")
 ]
-
-
-def _fail(exc: LakeSyncError) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/red] {exc.message}")
-    return typer.Exit(1)
 
 
 @pipeline_app.command("run")
@@ -55,7 +50,11 @@ def run_command(
 
     console = Console(stderr=True)
     with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,  # the spinner goes when the run ends: the summary or the error follows
     ) as progress:
         task = progress.add_task("starting Spark", total=None)
         done = 0
@@ -70,15 +69,12 @@ def run_command(
             progress.console.print(f"  [{colour}]{status:>7}[/{colour}] {node}")
             progress.update(task, description=f"{done} nodes done")
 
-        try:
-            result = run_pipeline(
-                settings=LakeSettings.from_env(data_dir),
-                full_refresh=full_refresh,
-                tests=not no_tests,
-                on_progress=on_progress,
-            )
-        except LakeSyncError as exc:
-            raise _fail(exc) from None
+        result = run_pipeline(
+            settings=LakeSettings.from_env(data_dir),
+            full_refresh=full_refresh,
+            tests=not no_tests,
+            on_progress=on_progress,
+        )
     summary = Table(title="pipeline run", show_header=False)
     summary.add_row("rows merged", str(result.rows_merged))
     summary.add_row("tables updated", ", ".join(result.tables_updated) or "none")
@@ -100,12 +96,9 @@ def as_of_command(
     from lakesync.lake.query import QueryResult
     from lakesync.lake.runner import state_as_of_hlc
 
-    try:
-        frame = state_as_of_hlc(
-            table, hlc_mod.parse(hlc, "hlc"), settings=LakeSettings.from_env(data_dir)
-        )
-    except LakeSyncError as exc:
-        raise _fail(exc) from None
+    frame = state_as_of_hlc(
+        table, hlc_mod.parse(hlc, "hlc"), settings=LakeSettings.from_env(data_dir)
+    )
     rows = frame.collect()
     _print(QueryResult(list(frame.columns), [tuple(r) for r in rows]), fmt)
 
@@ -166,15 +159,7 @@ def query_command(
         raise typer.BadParameter("use table, json or csv", param_hint="--format")
     instant = None if as_of is None else _parse_as_of(as_of)
     pins = _parse_snapshots(snapshot or [])
-    try:
-        result = run_query(LakeSettings.from_env(data_dir), sql, as_of=instant, snapshots=pins)
-    except LakeSyncError as exc:
-        raise _fail(exc) from None
-    except Exception as exc:  # DuckDB's errors (syntax, unknown table) are the user's to fix
-        if type(exc).__module__.startswith(("duckdb", "_duckdb")):
-            Console(stderr=True).print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(1) from None
-        raise
+    result = run_query(LakeSettings.from_env(data_dir), sql, as_of=instant, snapshots=pins)
     _print(result, fmt)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -22,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakesync.errors import NotFoundError
-from lakesync.lake.catalog import open_catalog
-from lakesync.lake.settings import LANDING_NAMESPACE, LakeSettings
+from lakesync.lake.catalog import open_catalog, require_lake
+from lakesync.lake.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -33,6 +34,9 @@ __all__ = ["OutputFormat", "QueryResult", "connect", "format_rows", "run_query"]
 OutputFormat = Literal["table", "json", "csv"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# DuckDB's CatalogException for a missing table: 'Table with name X does not exist!' or
+# 'Table with name "s.X" does not exist because schema "s" does not exist.'
+_MISSING_TABLE = re.compile(r'Table with name "?(.+?)"? does not exist')
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,7 @@ def _connect(
     import duckdb_extension_avro  # type: ignore[import-untyped]
     import duckdb_extension_iceberg  # type: ignore[import-untyped]
 
+    require_lake(settings)
     catalog = open_catalog(settings)
     tables: dict[str, dict[str, Table]] = {
         ".".join(ns): {ident[-1]: catalog.load_table(ident) for ident in catalog.list_tables(ns)}
@@ -126,6 +131,22 @@ def _connect(
     return con, absent
 
 
+def _table_list(con: Any) -> str:
+    """The tables a query on ``con`` can name, for an error message."""
+    rows = con.execute(
+        "SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal"
+    ).fetchall()
+    # The analytics tables first: they are what a user usually means to query.
+    names = sorted(
+        (f"{schema}.{view}" for schema, view in rows if schema != "main"),
+        key=lambda name: (not name.startswith(f"{ANALYTICS_NAMESPACE}."), name),
+    )
+    if not any(name.startswith(f"{ANALYTICS_NAMESPACE}.") for name in names):
+        hint = "(`lakesync pipeline run` builds the analytics tables)"
+        return f"tables: {', '.join(names)} {hint}" if names else f"it has no tables yet {hint}"
+    return f"tables: {', '.join(names)}"
+
+
 def connect(
     settings: LakeSettings,
     *,
@@ -152,8 +173,9 @@ def run_query(
 ) -> QueryResult:
     """Run one SQL statement over the lake (time travel as in :func:`connect`), return all rows.
 
-    Naming a table that ``as_of`` predates raises :class:`NotFoundError` saying so; other DuckDB
-    errors (syntax, unknown table) propagate as DuckDB raises them.
+    Naming a table the lake does not have raises :class:`NotFoundError` listing the tables it
+    has, or saying that ``as_of`` predates the table; other DuckDB errors (syntax, unknown
+    column) propagate as DuckDB raises them.
     """
     import duckdb
 
@@ -162,12 +184,17 @@ def run_query(
         try:
             cursor = con.execute(sql)
         except duckdb.CatalogException as exc:
-            named = [t for t in absent if t.rsplit(".", 1)[-1] in str(exc)]
-            if as_of is None or not named:
+            missing = _MISSING_TABLE.search(str(exc))
+            if missing is None:
                 raise
+            named = [t for t in absent if t.rsplit(".", 1)[-1] in str(exc)]
+            if as_of is not None and named:
+                raise NotFoundError(
+                    f"{', '.join(named)} had no snapshot at or before {_utc(as_of).isoformat()} "
+                    f"(not created yet, still empty, or its snapshots expired)"
+                ) from None
             raise NotFoundError(
-                f"{', '.join(named)} had no snapshot at or before {_utc(as_of).isoformat()} "
-                f"(not created yet, still empty, or its snapshots expired)"
+                f"no table {missing.group(1)} in the lake; {_table_list(con)}"
             ) from None
         columns = [d[0] for d in cursor.description or []]
         return QueryResult(columns, [tuple(r) for r in cursor.fetchall()])

@@ -8,6 +8,7 @@ Python UDFs on it, writes the generated per-table models from the registered sch
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -18,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from lakesync.errors import LakeSyncError
 from lakesync.lake.bootstrap import bootstrap
-from lakesync.lake.catalog import open_catalog
+from lakesync.lake.catalog import LANDED_LATE_PROPERTY, open_catalog, require_lake
 from lakesync.lake.models import model_name, prepare_project, table_columns, write_models
 from lakesync.lake.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakesync.lake.spark import spark_session
 from lakesync.schema import TableSchema
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -149,6 +152,39 @@ def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[
     return out
 
 
+CONSUMED_PROPERTY = "lakesync.landing-sequence"
+"""Table property of ``int_rows_merged``: the sequence number of the landing snapshot the last
+pipeline run started from (every landing commit up to it was read by the models)."""
+
+
+def _landing_sequence(settings: LakeSettings) -> tuple[int, bool]:
+    """The landing table's current snapshot sequence number, and whether a commit after the one
+    the models last started from landed rows late (a held-back gateway that caught up: rows
+    behind the models' ingest watermark, which only a full rebuild takes in)."""
+    catalog = open_catalog(settings)
+    landing = catalog.load_table(f"{LANDING_NAMESPACE}.landing")
+    current = landing.current_snapshot()
+    seq = 0 if current is None else int(current.sequence_number or 0)
+    merged = f"{LANDING_NAMESPACE}.int_rows_merged"
+    if not catalog.table_exists(merged):
+        return seq, False
+    consumed = int(catalog.load_table(merged).properties.get(CONSUMED_PROPERTY, "-1"))
+    late = any(
+        snap.summary is not None
+        and LANDED_LATE_PROPERTY in snap.summary.additional_properties
+        and int(snap.sequence_number or 0) > consumed
+        for snap in landing.snapshots()
+    )
+    return seq, late
+
+
+def _mark_consumed(settings: LakeSettings, seq: int) -> None:
+    catalog = open_catalog(settings)
+    table = catalog.load_table(f"{LANDING_NAMESPACE}.int_rows_merged")
+    with table.transaction() as tx:
+        tx.set_properties({CONSUMED_PROPERTY: str(seq)})
+
+
 def _position(spark: SparkSession) -> int | None:
     if not spark.catalog.tableExists(f"{LANDING_NAMESPACE}.int_rows_merged"):
         return None
@@ -184,6 +220,10 @@ def run_pipeline(
 
     register_udfs(spark)
     before_pos = _position(spark)
+    landing_seq, late = _landing_sequence(settings)
+    if late and not full_refresh:
+        _log.warning("rows landed late (a held-back gateway caught up): rebuilding the models")
+        full_refresh = True
     landing = f"{LANDING_NAMESPACE}.landing"
     pending_sql = f"select count(*) as n from {landing}"
     if before_pos is not None and not full_refresh:
@@ -204,6 +244,7 @@ def run_pipeline(
         rebuild = [args[0], "--full-refresh", "--select", *generated.changed]
         dbt_invoke(settings, rebuild, on_progress)
 
+    _mark_consumed(settings, landing_seq)
     after = _snapshots(settings, list(tables))
     # A MERGE that matched nothing still commits an empty snapshot: count only real changes.
     updated = sorted(
@@ -232,6 +273,7 @@ def state_as_of_hlc(
     with dbt and runs it on Spark; returns a Spark DataFrame with the current-state columns.
     (Time travel by snapshot needs no dbt: ``select * from analytics.T version as of <id>``.)
     """
+    require_lake(settings)
     tables = table_columns(registered_table_schemas(settings) if schemas is None else schemas)
     if table not in tables:
         raise PipelineError(f"table {table!r} has no registered schema")

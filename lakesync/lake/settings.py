@@ -184,6 +184,11 @@ class LakeSettings:
         return self.data_dir / "dbt"
 
     @property
+    def spark_log(self) -> Path:
+        """Where the Spark driver's own log lines go (see ``lakesync.lake.spark``)."""
+        return self.data_dir / "spark.log"
+
+    @property
     def dbt_run_project_dir(self) -> Path:
         """The per-data-dir dbt project: links to the repository's project plus generated models."""
         return self.dbt_dir / "project"
@@ -206,6 +211,8 @@ class LakeSettings:
             "spark.sql.defaultCatalog": CATALOG_NAME,
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
             "spark.ui.enabled": "false",
+            # The CLI shows its own progress; stage bars would interleave with it.
+            "spark.ui.showConsoleProgress": "false",
             "spark.sql.session.timeZone": "UTC",
             # Keep Spark's own (unused) warehouse dir out of the working directory.
             "spark.sql.warehouse.dir": (self.data_dir / "spark-warehouse").as_uri(),

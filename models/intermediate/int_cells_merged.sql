@@ -11,7 +11,7 @@
 with new_cells as (
     select * from {{ ref('stg_lakesync__cells') }}
     {%- if is_incremental() %}
-    where ingest_hlc > (select coalesce(max(ingest_hlc), -1) from {{ this }})
+    where ingest_hlc > {{ lakesync_stored_position('ingest_hlc') }}
     {%- endif %}
 ),
 

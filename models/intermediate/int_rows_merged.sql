@@ -11,7 +11,7 @@ with new_deltas as (
     select gateway_id, table_name, row_id, op, hlc, client_id, ingest_hlc
     from {{ ref('stg_lakesync__deltas') }}
     {%- if is_incremental() %}
-    where ingest_hlc > (select coalesce(max(last_ingest_hlc), -1) from {{ this }})
+    where ingest_hlc > {{ lakesync_stored_position('last_ingest_hlc') }}
     {%- endif %}
 ),
 

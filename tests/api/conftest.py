@@ -16,16 +16,8 @@ from api.store.base import HotLog
 from api.store.postgres import PostgresHotLog
 from api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
-from tests.api.helpers import PG_DSN, Gateway, make_settings
-
-
-def pg_available() -> bool:
-    """Whether the test PostgreSQL server answers."""
-    try:
-        with psycopg.connect(PG_DSN, connect_timeout=2):
-            return True
-    except psycopg.OperationalError:
-        return False
+from tests.api.helpers import Gateway, make_settings
+from tests.conftest import PG_DSN, require_postgres
 
 
 def fresh_pg_schema() -> str:
@@ -50,8 +42,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HotLog]:
         yield s
         s.close()
         return
-    if not pg_available():
-        pytest.skip(f"PostgreSQL not reachable at {PG_DSN}")
+    require_postgres()
     schema = fresh_pg_schema()
     s = PostgresHotLog(PG_DSN, clock, schema=schema, pool_size=4)
     yield s

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import os
+import json
+import sqlite3
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,8 +15,8 @@ from api.settings import GatewaySettings
 from lakesync.delta import RowDelta
 from lakesync.merge import MergedState
 from lakesync.tokens import mint_token
+from tests.wire_json import as_json, verified
 
-PG_DSN = os.environ.get("LAKESYNC_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 SECRET = "test-secret-0123456789abcdef0123456789"
 PREVIOUS_SECRET = "previous-secret-0123456789abcdef012345"
 
@@ -43,7 +44,8 @@ def delta(
 
 
 class Replica:
-    """A client's local copy: every pulled delta joined with the core merge."""
+    """A client's local copy: every pulled delta joined with the core merge (which forgets a
+    row on a view eviction)."""
 
     def __init__(self) -> None:
         self.state = MergedState()
@@ -51,7 +53,7 @@ class Replica:
 
     def apply(self, deltas: list[dict[str, Any]]) -> None:
         for d in deltas:
-            self.state.apply(RowDelta.from_wire(d))
+            self.state.apply(verified(d))
 
     def rows(self) -> dict[tuple[str, str], dict[str, Any]]:
         return self.state.live_rows()
@@ -64,7 +66,7 @@ class Gateway:
         self.http = client
 
     def push(self, tok: str, client_id: str, deltas: list[RowDelta], gw: str = "gw1") -> Any:
-        body = {"clientId": client_id, "deltas": [d.to_wire() for d in deltas]}
+        body = {"clientId": client_id, "deltas": [as_json(d) for d in deltas]}
         return self.http.post(f"/v1/sync/{gw}/push", json=body, headers=auth(tok))
 
     def pull_page(
@@ -77,7 +79,12 @@ class Gateway:
         )
 
     def sync(
-        self, tok: str, client_id: str, replica: Replica, limit: int = 100, gw: str = "gw1"
+        self,
+        tok: str,
+        client_id: str,
+        replica: Replica | PlainReplica,
+        limit: int = 100,
+        gw: str = "gw1",
     ) -> None:
         """Pull until hasMore is false, applying every page."""
         for _ in range(10_000):
@@ -104,3 +111,50 @@ def filtered(
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """The rows a predicate keeps."""
     return {k: v for k, v in rows.items() if visible_fn(k[0], v)}
+
+
+class PlainReplica:
+    """A client without per-cell clocks, applying deltas the way the LakeSync TypeScript client
+    does (its ``applier.ts``): a DELETE removes the row, an INSERT inserts it and fails if the row
+    exists, an UPDATE sets columns of an existing row; a page applies in one transaction and a
+    failure rolls the whole page back."""
+
+    def __init__(self) -> None:
+        self.db = sqlite3.connect(":memory:", isolation_level=None)
+        self.db.execute(
+            "CREATE TABLE rows (tbl TEXT, row_id TEXT, data TEXT, PRIMARY KEY (tbl, row_id))"
+        )
+        self.cursor = 0
+
+    def apply(self, deltas: list[dict[str, Any]]) -> None:
+        self.db.execute("BEGIN")
+        try:
+            for wire in deltas:
+                d = verified(wire)
+                key = (d.table, d.row_id)
+                if d.op == "DELETE":
+                    self.db.execute("DELETE FROM rows WHERE tbl = ? AND row_id = ?", key)
+                elif d.op == "INSERT":
+                    self.db.execute(
+                        "INSERT INTO rows VALUES (?, ?, ?)", (*key, json.dumps(d.values()))
+                    )
+                else:
+                    found = self.db.execute(
+                        "SELECT data FROM rows WHERE tbl = ? AND row_id = ?", key
+                    ).fetchone()
+                    if found is not None:
+                        data = json.loads(found[0]) | d.values()
+                        self.db.execute(
+                            "UPDATE rows SET data = ? WHERE tbl = ? AND row_id = ?",
+                            (json.dumps(data), *key),
+                        )
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def rows(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return {
+            (t, r): {k: v for k, v in json.loads(data).items() if v is not None}
+            for t, r, data in self.db.execute("SELECT tbl, row_id, data FROM rows")
+        }

@@ -17,7 +17,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.api.helpers import auth, token
-from tests.api.server import ServerProcess
+from tests.gateway_process import ServerProcess
 
 pytestmark = pytest.mark.slow
 

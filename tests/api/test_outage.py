@@ -10,14 +10,14 @@ from litestar.testing import TestClient
 from api.app import create_app
 from api.store.postgres import PostgresHotLog
 from lakesync.hlc import HLC
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema, pg_available
-from tests.api.helpers import PG_DSN, auth, make_settings, token
+from tests.api.conftest import drop_pg_schema, fresh_pg_schema
+from tests.api.helpers import auth, make_settings, token
+from tests.conftest import PG_DSN, require_postgres
 
 
 @pytest.mark.postgres
 def test_store_outage_is_503_not_500(tmp_path: Path) -> None:
-    if not pg_available():
-        pytest.skip(f"PostgreSQL not reachable at {PG_DSN}")
+    require_postgres()
     schema = fresh_pg_schema()
     store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
     try:

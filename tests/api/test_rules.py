@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakesync.rules import parse_rules, visible
-from tests.api.helpers import Gateway, Replica, auth, delta, token
+from tests.api.helpers import Gateway, PlainReplica, Replica, auth, delta, token
 
 OWNER_RULES = {
     "version": 1,
@@ -135,7 +135,7 @@ def test_snapshot_deltas_are_valid_wire_deltas(gateway: Gateway) -> None:
     gateway.push(ALICE, "alice", [delta("INSERT", "t1", "alice", owner="alice", n=1.5)])
     body = gateway.http.get("/v1/sync/gw1/pull", params={"since": "0"}, headers=auth(ALICE)).json()
     rep = Replica()
-    rep.apply(body["deltas"])  # from_wire recomputes every deltaId
+    rep.apply(body["deltas"])  # read as the gateway reads a push: every deltaId recomputed
     assert [d["op"] for d in body["deltas"]] == ["DELETE", "INSERT"]
     assert rep.rows() == {("todos", "t1"): {"owner": "alice", "n": 1.5}}
 
@@ -155,3 +155,38 @@ def test_rows_a_client_never_saw_are_not_mentioned(gateway: Gateway) -> None:
     gateway.push(BOB, "bob", [delta("UPDATE", "mine", "bob", owner="alice")])
     page = gateway.pull_page(BOB, "bob", bob.cursor).json()
     assert [(d["op"], d["rowId"]) for d in page["deltas"]] == [("DELETE", "mine")]
+
+
+def test_a_client_without_cell_clocks_follows_rows_in_and_out_of_its_view(
+    gateway: Gateway,
+) -> None:
+    """Wire compatibility: the TypeScript client's way of applying deltas (no clocks, INSERT of
+    an existing row fails) keeps exactly the view as rows appear, change, leave and come back."""
+    set_rules(gateway, OWNER_RULES)
+    admin = token("root", role="admin")
+    alice = PlainReplica()
+
+    def check(expected: dict[tuple[str, str], dict[str, Any]]) -> None:
+        gateway.sync(ALICE, "alice", alice, limit=2)
+        assert alice.rows() == expected
+
+    check({})
+    gateway.push(BOB, "bob", [delta("INSERT", "t1", "bob", owner="bob", title="a", done=False)])
+    check({})
+    gateway.push(BOB, "bob", [delta("UPDATE", "t1", "bob", owner="alice")])  # appears
+    check({("todos", "t1"): {"owner": "alice", "title": "a", "done": False}})
+    gateway.push(admin, "root", [delta("UPDATE", "t1", "root", title="b")])  # changes
+    check({("todos", "t1"): {"owner": "alice", "title": "b", "done": False}})
+    gateway.push(ALICE, "alice", [delta("UPDATE", "t1", "alice", owner="bob")])  # leaves
+    check({})
+    gateway.push(BOB, "bob", [delta("UPDATE", "t1", "bob", owner="alice", done=True)])  # back
+    check({("todos", "t1"): {"owner": "alice", "title": "b", "done": True}})
+    gateway.push(ALICE, "alice", [delta("DELETE", "t1", "alice")])
+    check({})
+    gateway.push(admin, "root", [delta("INSERT", "t1", "root", owner="alice", title="new")])
+    check({("todos", "t1"): {"owner": "alice", "title": "new"}})  # revived: older cells null
+    set_rules(gateway, {"version": 1, "buckets": [{"name": "none", "tables": [], "filters": [
+        {"column": "owner", "op": "eq", "value": "nobody"}]}]})
+    check({})
+    set_rules(gateway, OWNER_RULES)
+    check({("todos", "t1"): {"owner": "alice", "title": "new"}})

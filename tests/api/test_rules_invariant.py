@@ -25,8 +25,9 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import merge_state
 from lakesync.rules import parse_rules, visible
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema, pg_available
-from tests.api.helpers import PG_DSN, Gateway, Replica, auth, make_settings, token
+from tests.api.conftest import drop_pg_schema, fresh_pg_schema
+from tests.api.helpers import Gateway, Replica, auth, make_settings, token
+from tests.conftest import PG_DSN, require_postgres
 
 CLIENTS = ["alice", "bob", "carol"]
 ROWS = ["r0", "r1", "r2", "r3"]
@@ -78,8 +79,7 @@ def shared_gateway(
         with TestClient(create_app(make_settings(path))) as client:
             yield Gateway(client)
         return
-    if not pg_available():
-        pytest.skip(f"PostgreSQL not reachable at {PG_DSN}")
+    require_postgres()
     schema = fresh_pg_schema()
     store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
     try:

@@ -51,7 +51,10 @@ def test_settings_defaults_without_file_or_environment(
     assert (settings.rate_limit, settings.rate_burst) == (0.0, 20.0)
     assert settings.backpressure_bytes == 1024 * 1024 * 1024
     assert (settings.ws_max_connections, settings.ws_rate_limit) == (10_000, 100.0)
+    assert settings.ws_max_connections_per_gateway == 5_000
+    assert settings.ws_max_connections_per_client == 20
     assert (settings.flush_interval, settings.pipeline_interval) == (5.0, 0.0)
+    assert settings.docs and settings.metrics_gateway_labels
 
 
 def test_gateway_knobs_from_the_file_and_the_environment_wins(tmp_path: Path) -> None:
@@ -59,12 +62,15 @@ def test_gateway_knobs_from_the_file_and_the_environment_wins(tmp_path: Path) ->
     path.write_text(
         "pg_schema: from_file\n"
         "server: {rate_limit: 2, rate_burst: 4, backpressure_bytes: 2048, ws_max_connections: 3,\n"
+        "         ws_max_connections_per_gateway: 2, ws_max_connections_per_client: 1,\n"
         "         ws_rate_limit: 0, flush_interval: 0.5, pipeline_interval: 30}\n"
     )
     settings = GatewaySettings.from_config(load_config(path, {}))
     assert settings.pg_schema == "from_file"
     assert (settings.rate_limit, settings.rate_burst, settings.backpressure_bytes) == (2, 4, 2048)
     assert (settings.ws_max_connections, settings.ws_rate_limit) == (3, 0)
+    assert settings.ws_max_connections_per_gateway == 2
+    assert settings.ws_max_connections_per_client == 1
     assert (settings.flush_interval, settings.pipeline_interval) == (0.5, 30)
     env = {"LAKESYNC_PG_SCHEMA": "from_env", "LAKESYNC_RATE_LIMIT": "7"}
     overridden = GatewaySettings.from_config(load_config(path, env))

@@ -10,6 +10,8 @@ from litestar.exceptions import WebSocketDisconnect
 from litestar.testing import TestClient
 
 from api.app import create_app
+from lakesync.delta import VIEW_EVICTION_CLIENT
+from lakesync.merge import merge_state
 from lakesync.proto import lakesync_pb2 as pb
 from lakesync.wsframes import decode_server_frame, encode_pull, encode_push
 from tests.api.helpers import Gateway, auth, delta, make_settings, token
@@ -45,6 +47,18 @@ def test_push_pull_and_broadcast(gateway: Gateway, path: str) -> None:
         assert not own.broadcast and own.deltas == []
 
 
+def test_a_repeated_push_under_rules_with_a_subscriber_is_acknowledged(gateway: Gateway) -> None:
+    """A re-push of stored deltas (a lost acknowledgement) stores nothing new: it is answered,
+    and broadcasts nothing, even with sync rules and another client connected."""
+    assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=OWNER_RULES).status_code == 200
+    with ws(gateway, "alice") as a, ws(gateway, "bob"):
+        d1 = delta("INSERT", "r1", "alice", owner="alice")
+        for _ in range(2):
+            a.send_bytes(encode_push("alice", [d1]))
+            reply = decode_server_frame(a.receive_bytes())
+            assert not reply.broadcast and reply.server_hlc > d1.hlc
+
+
 def test_broadcasts_follow_each_receivers_rules(gateway: Gateway) -> None:
     assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=OWNER_RULES).status_code == 200
     with ws(gateway, "alice") as a, ws(gateway, "bob") as b, ws(gateway, "carol") as c:
@@ -62,8 +76,15 @@ def test_broadcasts_follow_each_receivers_rules(gateway: Gateway) -> None:
         b.send_bytes(encode_push("bob", [d2]))
         assert not decode_server_frame(b.receive_bytes()).broadcast
         to_alice = decode_server_frame(a.receive_bytes())
-        assert to_alice.deltas[1].values() == {"owner": "alice", "title": "for bob"}
-        assert [d.op for d in to_alice.deltas] == ["DELETE", "INSERT"]
+        # The row with its real clocks: bob's write (the latest) as the INSERT, carol's title.
+        assert [(d.op, d.client_id) for d in to_alice.deltas] == [
+            ("DELETE", VIEW_EVICTION_CLIENT),
+            ("INSERT", "bob"),
+            ("UPDATE", "carol"),
+        ]
+        assert merge_state(to_alice.deltas) == {
+            ("todos", "r1"): {"owner": "alice", "title": "for bob"}
+        }
         # Bob is the sender: never echoed (his own pull evicts the row from his replica).
         # Carol wrote r1 for bob: no broadcast to her, and her pull removes her local copy.
         c.send_bytes(encode_pull("carol", cursor, 10))
@@ -128,3 +149,45 @@ def test_connection_cap_and_frame_rate(tmp_path: Path) -> None:
             with pytest.raises(WebSocketDisconnect) as info:
                 a.receive_bytes()
             assert info.value.code == 1008
+
+
+def _pulls(sock: Any, sub: str) -> None:
+    sock.send_bytes(encode_pull(sub, 0, 1))
+    assert not decode_server_frame(sock.receive_bytes()).broadcast
+
+
+def test_one_client_or_gateway_cannot_take_every_slot(tmp_path: Path) -> None:
+    """Issue 15 #9: per-client and per-gateway caps under the global one (0 = no cap)."""
+    settings = make_settings(
+        tmp_path,
+        ws_max_connections=0,
+        ws_max_connections_per_gateway=3,
+        ws_max_connections_per_client=2,
+    )
+    other_gw = f"/v1/sync/gw2/ws?token={token('carol', gw='gw2')}"
+    with TestClient(create_app(settings)) as client:
+        gw = Gateway(client)
+        with ws(gw, "alice") as a1, ws(gw, "alice") as a2:
+            assert _closed(gw, f"/v1/sync/gw1/ws?token={token('alice')}") == 1013
+            with ws(gw, "bob") as b:  # alice's cap leaves room for others
+                for sock, sub in ((a1, "alice"), (a2, "alice"), (b, "bob")):
+                    _pulls(sock, sub)
+                assert _closed(gw, f"/v1/sync/gw1/ws?token={token('carol')}") == 1013
+                with gw.http.websocket_connect(other_gw) as c:  # gw1's cap leaves gw2 room
+                    _pulls(c, "carol")
+        with ws(gw, "alice") as again:  # closed sockets give their slots back
+            _pulls(again, "alice")
+
+
+def test_zero_means_no_connection_cap(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path,
+        ws_max_connections=0,
+        ws_max_connections_per_gateway=0,
+        ws_max_connections_per_client=0,
+    )
+    with TestClient(create_app(settings)) as client:
+        gw = Gateway(client)
+        with ws(gw, "alice") as a, ws(gw, "alice") as b:
+            _pulls(a, "alice")
+            _pulls(b, "alice")

@@ -7,25 +7,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from client_gateway_process import ROOT, Gateway
+
+from tests.gateway_process import ServerProcess
 
 
-def _gateway_available() -> bool:
-    return (ROOT / "api" / "__main__.py").exists()
-
-
-def _start(tmp: Path) -> Gateway:
-    if not _gateway_available():
-        pytest.skip("the gateway (api/__main__.py) is not in the tree yet: e2e tests did not run")
-    data = tmp / "gw-data"
-    data.mkdir(parents=True, exist_ok=True)
-    gw = Gateway(data)
-    gw.start()
-    return gw
+def _start(tmp: Path) -> ServerProcess:
+    # Clients here reconnect and resend at will: the per-connection message rate is not limited.
+    return ServerProcess(tmp / "gw-data", {"LAKESYNC_WS_RATE_LIMIT": "0"}).start()
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One gateway per test module; tests isolate themselves with unique gateway ids."""
     gw = _start(tmp_path_factory.mktemp("gateway"))
     yield gw
@@ -33,7 +25,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 
 
 @pytest.fixture
-def own_gateway(tmp_path: Path) -> Iterator[Gateway]:
+def own_gateway(tmp_path: Path) -> Iterator[ServerProcess]:
     """A gateway of this test alone (for tests that restart it)."""
     gw = _start(tmp_path)
     yield gw

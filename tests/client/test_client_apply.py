@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from client import Change, LakeSyncClient
 from client._store import LocalStore
 from client.errors import SchemaError
-from lakesync.delta import Op, RowDelta
+from lakesync.delta import VIEW_EVICTION_CLIENT, Op, RowDelta
 from lakesync.hlc import HLC, encode
 from lakesync.merge import merge_state
 from lakesync.schema import parse_schema
@@ -92,14 +92,14 @@ def test_page_and_cursor_commit_together() -> None:
         pass
 
     bad = d("INSERT", "r2", "x", 2, a="2")
-    original = s._save
+    original = s._save_state
 
     def failing_save(c: Any, touched: dict[tuple[str, str], Any]) -> None:
         original(c, touched)
         if ("t", "r3") in touched:
             raise CrashError
 
-    s._save = failing_save  # type: ignore[method-assign,assignment]
+    s._save_state = failing_save  # type: ignore[method-assign,assignment]
     with pytest.raises(CrashError):
         s.apply_remote([bad, d("INSERT", "r3", "x", 3, a="3")], "remote", clock, ("gw", 200))
     assert s.cursor("gw") == 100
@@ -250,7 +250,7 @@ page = lambda lo, hi: [
 ]
 s.apply_remote(page(0, 10), "remote", HLC(), ("gw", 10))
 saved = 0
-real_save = s._save
+real_save = s._show
 
 def save_then_die(*args):
     # The second page is fully written inside its transaction, not yet committed.
@@ -260,7 +260,7 @@ def save_then_die(*args):
     if saved == 1:
         os.kill(os.getpid(), signal.SIGKILL)
 
-s._save = save_then_die
+s._show = save_then_die
 s.apply_remote(page(10, 20), "remote", HLC(), ("gw", 20))
 """
 
@@ -320,3 +320,49 @@ def test_query_watch_reruns_only_for_tables_it_reads() -> None:
         assert len(runs) == 1  # the write to u did not re-run a query on t
         c.insert("t", "y", {"a": "mine"})
         assert len(runs) == 2 and results == [[{"n": 0}], [{"n": 1}]]
+
+
+def evict(row: str, base: int) -> RowDelta:
+    return RowDelta.create("DELETE", "t", row, VIEW_EVICTION_CLIENT, {}, BASE + base)
+
+
+def test_pending_writes_stay_on_top_of_snapshots_until_a_pull_sends_them_back() -> None:
+    s, clock = store(), HLC()
+    s.apply_remote([evict("r", 10), d("INSERT", "r", "x", 5, a="old", b=1)], "remote", clock)
+    mine, _ = s.write("UPDATE", "t", "r", {"a": "mine"}, clock, "me") or (None, None)
+    assert mine is not None
+    # A snapshot of the row with another writer's newer cell b, but an older a: mine stays.
+    snap = [evict("r", 20), d("INSERT", "r", "y", 19, b=2), d("UPDATE", "r", "x", 5, a="old")]
+    s.apply_remote(snap, "remote", clock)
+    assert rows(s) == {"r": {"a": "mine", "b": 2}}
+    # Acknowledged: no longer pushed, still shown; a stale broadcast cannot hide it.
+    (entry,) = s.outbox(10, 1 << 20)
+    s.ack([entry.seq], BASE + 30)
+    assert s.queue_depth() == 0 and s.outbox(10, 1 << 20) == []
+    s.apply_remote([evict("r", 21), d("INSERT", "r", "y", 19, b=2)], "realtime", clock)
+    assert rows(s) == {"r": {"a": "mine", "b": 2}}
+    # A pull past the ack brings the row back with the write in it; the entry is dropped.
+    back = [evict("r", 31), RowDelta.create("INSERT", "t", "r", "me", {"a": "mine", "b": 2},
+                                            mine.hlc)]
+    s.apply_remote(back, "remote", clock, ("gw", BASE + 31))
+    assert rows(s) == {"r": {"a": "mine", "b": 2}}
+    assert s.query("select count(*) as n from _ls_outbox")[0]["n"] == 0
+
+
+def test_a_stale_snapshot_is_skipped_and_an_eviction_forgets_the_row() -> None:
+    s, clock = store(), HLC()
+    s.apply_remote([evict("r", 20), d("INSERT", "r", "x", 19, a="v2")], "remote", clock)
+    # A broadcast of an older state, overtaken by the pull above: skipped as a whole.
+    s.apply_remote([evict("r", 10), d("INSERT", "r", "x", 9, a="v1", b=1)], "realtime", clock)
+    assert rows(s) == {"r": {"a": "v2"}}
+    # The row leaves the view: gone, clocks and all; a pending write of it still shows alone.
+    s.write("UPDATE", "t", "r", {"b": 7}, clock, "me")
+    s.apply_remote([evict("r", 30)], "remote", clock)
+    assert rows(s) == {"r": {"b": 7}}
+    assert s.query("select count(*) as n from _ls_cells")[0]["n"] == 0
+    # Refused for good: the row shows what the gateway sent, i.e. nothing.
+    (entry,) = s.outbox(10, 1 << 20)
+    changes = s.dead_letter(entry, "FORBIDDEN", "not visible")
+    assert rows(s) == {} and [c.after for c in changes] == [None]
+    # Requeued: shown again.
+    assert s.requeue_dead_letters()[0] == 1 and rows(s) == {"r": {"b": 7}}

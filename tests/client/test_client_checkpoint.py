@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import msgspec
 import pytest
 
 from client import LakeSyncClient
@@ -20,7 +21,7 @@ from client.transport import HttpTransport
 from lakesync.delta import RowDelta
 from lakesync.hlc import encode
 from lakesync.tokens import mint_token
-from lakesync.wire import encode_pull_response
+from lakesync.wire import pull_response
 from lakesync.wsframes import encode_response
 
 BASE = encode(1_700_000_000_000, 0)
@@ -53,7 +54,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.seen_tokens.append(auth)
         if self.path.startswith("/v1/sync/gw/pull"):
             self.pulls.append(self.path)
-            self._send(200, encode_pull_response([], CHECKPOINT_HLC, False))
+            self._send(200, msgspec.json.encode(pull_response([], CHECKPOINT_HLC, False)))
             return
         if self.mode == "404":
             self._send(404, b'{"error": "no checkpoint", "code": "NOT_FOUND"}')

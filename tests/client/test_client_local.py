@@ -18,8 +18,8 @@ from client.errors import (
     SchemaError,
     ValidationError,
 )
-from lakesync.delta import RowDelta
 from lakesync.tokens import mint_token
+from tests.wire_json import verified
 
 TODOS: dict[str, Any] = {
     "table": "todos",
@@ -63,7 +63,7 @@ def test_write_and_outbox_commit_together(tmp_path: Path) -> None:
     bodies = [bytes(b) for (b,) in con.execute("select body from _ls_outbox order by seq")]
     import msgspec
 
-    deltas = [RowDelta.from_wire(msgspec.json.decode(b)) for b in bodies]
+    deltas = [verified(msgspec.json.decode(b)) for b in bodies]
     assert [d.op for d in deltas] == ["INSERT", "UPDATE", "DELETE"]
     assert deltas[1].values() == {"title": "b", "done": True}
     assert deltas[0].hlc < deltas[1].hlc < deltas[2].hlc

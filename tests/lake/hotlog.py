@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from lakesync.delta import RowDelta
+from tests.wire_json import as_json, verified
 
 
 class JsonlHotLog:
@@ -23,17 +24,19 @@ class JsonlHotLog:
     def append(self, entries: Iterable[tuple[int, str, RowDelta]]) -> None:
         with self.path.open("a", encoding="utf-8") as f:
             for pos, gw, delta in entries:
-                f.write(json.dumps({"pos": pos, "gw": gw, "delta": delta.to_wire()}) + "\n")
+                f.write(json.dumps({"pos": pos, "gw": gw, "delta": as_json(delta)}) + "\n")
 
-    def read_log(self, after: int, limit: int) -> list[tuple[int, str, RowDelta]]:
+    def read_log(
+        self, after: int, limit: int, gateway_id: str | None = None
+    ) -> list[tuple[int, str, RowDelta]]:
         out: list[tuple[int, str, RowDelta]] = []
         if not self.path.exists():
             return out
         with self.path.open(encoding="utf-8") as f:
             for line in f:
                 obj = json.loads(line)
-                if obj["pos"] > after:
-                    out.append((obj["pos"], obj["gw"], RowDelta.from_wire(obj["delta"])))
+                if obj["pos"] > after and gateway_id in (None, obj["gw"]):
+                    out.append((obj["pos"], obj["gw"], verified(obj["delta"])))
                     if len(out) >= limit:
                         break
         return out

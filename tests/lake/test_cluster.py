@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,19 +19,13 @@ from hypothesis import HealthCheck, example, given, settings
 
 from lakesync.delta import RowDelta
 from lakesync.lake.runner import run_pipeline
+from tests.conftest import PG_DSN, require_postgres
+from tests.gateway_process import free_port
 
 from .conftest import Lake, make_lake
 from .test_pipeline import CORNERS, SCHEMAS, TYPES, actual, expected, histories
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow, pytest.mark.postgres]
-
-PG_DSN = os.environ.get("LAKESYNC_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _spark_home() -> Path:
@@ -46,6 +39,7 @@ def pg_database() -> Iterator[tuple[str, str | None, str | None]]:
     """A throwaway PostgreSQL database for the catalog: (jdbc uri, user, password)."""
     import psycopg
 
+    require_postgres()
     name = f"lakesync_lake_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(PG_DSN, autocommit=True) as con:
         con.execute(f'CREATE DATABASE "{name}"')
@@ -63,7 +57,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = _spark_home()
     env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(root)}
-    port, ui = _free_port(), _free_port()
+    port, ui = free_port(), free_port()
     spark_class = str(home / "bin" / "spark-class")
     procs = [subprocess.Popen(
         [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -77,7 +71,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             work.mkdir()
             procs.append(subprocess.Popen(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", "--cores", "1",
-                 "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(work),
+                 "--memory", "1g", "--webui-port", str(free_port()), "--work-dir", str(work),
                  "--host", "127.0.0.1", url],
                 env=env, stdout=(root / f"worker{i}.log").open("w"), stderr=subprocess.STDOUT,
             ))

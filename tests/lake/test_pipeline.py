@@ -8,7 +8,9 @@ own gateway of one shared lake (one Spark session per module; a dbt run costs se
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -16,6 +18,8 @@ from hypothesis import strategies as st
 
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
+from lakesync.lake.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lake.landing import LandingFlusher
 from lakesync.lake.runner import dbt_invoke, run_pipeline
 from lakesync.merge import MergedState
 from lakesync.schema import TableSchema, parse_schema
@@ -281,3 +285,31 @@ def test_cli_pipeline_run_reads_schemas_from_config(
     ])
     assert q.exit_code == 0, q.output
     assert json.loads(q.stdout.strip()) == {"row_id": "x", "title": "from cli"}
+
+
+def test_rows_of_a_held_back_gateway_that_land_late_reach_the_models(lake: Lake) -> None:
+    """A gateway whose rows could not land is held back while others go on and the models move
+    past its ingest positions; when it catches up, the next run rebuilds the models in full so
+    its rows (behind the watermark) are merged too."""
+    catalog = open_catalog(lake.settings)
+    table_dir = urlparse(catalog.load_table(LANDING_IDENTIFIER).location()).path
+    blocker = Path(table_dir) / "data" / "gateway_id=late_gw"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a directory: late_gw's rows cannot be written")
+    base = 10**12
+    late = [_d("INSERT", "todos", f"l{i}", "c1", base + i, title="late") for i in range(3)]
+    on_time = [
+        _d("INSERT", "todos", f"o{i}", "c1", base + 10 + i, title="on time") for i in range(3)
+    ]
+    lake.log.append([(next(lake.positions), "late_gw", d) for d in late])
+    lake.log.append([(next(lake.positions), "ontime_gw", d) for d in on_time])
+    assert LandingFlusher(open_catalog(lake.settings), lake.log).flush().held == ("late_gw",)
+    run(lake)
+    assert set(actual(lake, "ontime_gw", "todos")) == {"o0", "o1", "o2"}
+    assert actual(lake, "late_gw", "todos") == {}
+
+    blocker.unlink()
+    assert LandingFlusher(open_catalog(lake.settings), lake.log).flush().held == ()
+    run(lake)
+    assert set(actual(lake, "late_gw", "todos")) == {"l0", "l1", "l2"}
+    assert set(actual(lake, "ontime_gw", "todos")) == {"o0", "o1", "o2"}

@@ -10,15 +10,14 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pyarrow as pa
 import pytest
-import typer
 from pyiceberg.table import Table
 from typer.testing import CliRunner, Result
 
+from lakesync.cli import app
 from lakesync.delta import RowDelta
 from lakesync.errors import NotFoundError
 from lakesync.lake.bootstrap import init_catalog_tables
 from lakesync.lake.catalog import LANDING_IDENTIFIER, open_catalog
-from lakesync.lake.cli import query_command
 from lakesync.lake.landing import LandingFlusher
 from lakesync.lake.query import connect, run_query
 from lakesync.lake.settings import LakeSettings
@@ -98,9 +97,7 @@ def _rows(
 
 
 def _cli(lake: Lake, *args: str) -> Result:
-    app = typer.Typer()
-    app.command()(query_command)
-    return CliRunner().invoke(app, ["--data-dir", str(lake.settings.data_dir), *args])
+    return CliRunner().invoke(app, ["query", "--data-dir", str(lake.settings.data_dir), *args])
 
 
 def _said(out: Result) -> str:

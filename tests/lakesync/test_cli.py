@@ -95,6 +95,7 @@ def test_missing_secret_exits_2_with_a_clear_message() -> None:
         (["--ttl", "forever"], "invalid duration"),
         (["--role", "root"], "role"),
         (["--claim", "sub=x"], "reserved"),
+        (["--gw", "a" * 300], "invalid gateway id"),
     ],
 )
 def test_bad_token_arguments_exit_2(

@@ -134,6 +134,7 @@ def test_empty_file_means_defaults(tmp_path: Path) -> None:
         ("gateways: [unclosed", "not valid YAML"),
         ("data_dir: x\nbogus_key: 1\n", "bogus_key"),
         ("gateways:\n  gw1:\n    colour: red\n", "colour"),
+        ("gateways:\n  gw-1: {}\n", "invalid gateway id 'gw-1'"),
         ("server:\n  port: high\n", "$.server.port"),
         ("server:\n  rate_limt: 5\n", "rate_limt"),
         ("server:\n  rate_limit: -1\n", "$.server.rate_limit"),
@@ -170,9 +171,13 @@ server:
   rate_burst: 3
   backpressure_bytes: 4096
   ws_max_connections: 7
+  ws_max_connections_per_gateway: 6
+  ws_max_connections_per_client: 5
   ws_rate_limit: 8
   flush_interval: 9
   pipeline_interval: 10
+  docs: false
+  metrics_gateway_labels: false
 lake:
   catalog_uri: jdbc:postgresql://db:5432/lake
   catalog_user: lake_user
@@ -192,9 +197,13 @@ OVERRIDES = [
     ("LAKESYNC_RATE_BURST", "30", "server.rate_burst", 3.0, 30.0),
     ("LAKESYNC_BACKPRESSURE_BYTES", "1e9", "server.backpressure_bytes", 4096, 10**9),
     ("LAKESYNC_WS_MAX_CONNECTIONS", "70", "server.ws_max_connections", 7, 70),
+    ("LAKESYNC_WS_MAX_CONNECTIONS_PER_GATEWAY", "0", "server.ws_max_connections_per_gateway", 6, 0),
+    ("LAKESYNC_WS_MAX_CONNECTIONS_PER_CLIENT", "50", "server.ws_max_connections_per_client", 5, 50),
     ("LAKESYNC_WS_RATE_LIMIT", "0.5", "server.ws_rate_limit", 8.0, 0.5),
     ("LAKESYNC_FLUSH_INTERVAL", "0", "server.flush_interval", 9.0, 0.0),
     ("LAKESYNC_PIPELINE_INTERVAL", "60", "server.pipeline_interval", 10.0, 60.0),
+    ("LAKESYNC_DOCS", "true", "server.docs", False, True),
+    ("LAKESYNC_METRICS_GATEWAY_LABELS", "1", "server.metrics_gateway_labels", False, True),
     ("LAKESYNC_CATALOG_URI", "jdbc:sqlite:/c.db", "lake.catalog_uri",
      "jdbc:postgresql://db:5432/lake", "jdbc:sqlite:/c.db"),
     ("LAKESYNC_CATALOG_USER", "u2", "lake.catalog_user", "lake_user", "u2"),
@@ -235,6 +244,8 @@ def test_every_knob_from_the_file_and_its_variable_wins(
         ("LAKESYNC_RATE_BURST", "-1"),
         ("LAKESYNC_BACKPRESSURE_BYTES", "1.5"),
         ("LAKESYNC_WS_MAX_CONNECTIONS", "-5"),
+        ("LAKESYNC_WS_MAX_CONNECTIONS_PER_CLIENT", "two"),
+        ("LAKESYNC_DOCS", "off"),
         ("LAKESYNC_WS_RATE_LIMIT", "nan"),
         ("LAKESYNC_FLUSH_INTERVAL", "5s"),
         ("LAKESYNC_PIPELINE_INTERVAL", "-0.5"),

@@ -1,4 +1,5 @@
-"""RowDelta (SPEC §3): wire validation, deltaId checks, round-trips and extraction."""
+"""RowDelta (SPEC §3): wire validation (as the gateway reads a push), deltaId checks,
+round-trips and extraction."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ from delta_strategies import row_deltas
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakesync.delta import ColumnValue, RowDelta, delta_id, extract_delta, validate_identifier
+from lakesync.delta import (
+    ColumnValue,
+    RowDelta,
+    delta_id,
+    extract_delta,
+    validate_gateway_id,
+    validate_identifier,
+)
 from lakesync.errors import SchemaError, ValidationError
+from tests.wire_json import as_json, verified
 
 UPDATE_WIRE: dict[str, Any] = {
     "op": "UPDATE",
@@ -37,7 +46,7 @@ def wire(**changes: Any) -> dict[str, Any]:
 
 
 def test_from_wire_spec_vector() -> None:
-    d = RowDelta.from_wire(UPDATE_WIRE)
+    d = verified(UPDATE_WIRE)
     assert d == RowDelta(
         "UPDATE",
         "users",
@@ -48,13 +57,13 @@ def test_from_wire_spec_vector() -> None:
         UPDATE_WIRE["deltaId"],
     )
     assert d.values() == {"age": 31}
-    assert d.to_wire() == UPDATE_WIRE
+    assert as_json(d) == UPDATE_WIRE
 
 
 def test_from_wire_tolerates_a_numeric_hlc() -> None:
-    d = RowDelta.from_wire({**UPDATE_WIRE, "hlc": 1_000_000})
+    d = verified({**UPDATE_WIRE, "hlc": 1_000_000})
     assert d.hlc == 1_000_000
-    assert d.to_wire()["hlc"] == "1000000"
+    assert as_json(d)["hlc"] == "1000000"
 
 
 def test_create_matches_spec_vector_from_mapping_or_columns() -> None:
@@ -106,14 +115,14 @@ def test_create_matches_spec_vector_from_mapping_or_columns() -> None:
 )
 def test_from_wire_rejects(obj: object, error: type[Exception], needle: str) -> None:
     with pytest.raises(error) as info:
-        RowDelta.from_wire(obj)
+        verified(obj)
     assert type(info.value) is error
     assert needle in str(info.value)
 
 
 def test_hostile_identifier_is_a_422_schema_error() -> None:
     with pytest.raises(SchemaError) as info:
-        RowDelta.from_wire(wire(table="t; drop table x"))
+        verified(wire(table="t; drop table x"))
     assert info.value.status == 422
     assert info.value.to_body()["code"] == "SCHEMA_ERROR"
 
@@ -129,23 +138,30 @@ def test_validate_identifier_rejects(name: object) -> None:
         validate_identifier(name, "column")
 
 
+@pytest.mark.parametrize("name", ["", "gw-1", "gw/../x", "g" * 65, "g" * 300, "gw 1", None])
+def test_gateway_ids_follow_the_identifier_rule_as_400s(name: object) -> None:
+    with pytest.raises(ValidationError, match="invalid gateway id") as info:
+        validate_gateway_id(name)
+    assert info.value.status == 400 and len(info.value.message) < 200
+    assert validate_gateway_id("Gw_1") == "Gw_1"
+
+
 @given(row_deltas())
 def test_to_wire_from_wire_round_trip(delta: RowDelta) -> None:
-    obj = delta.to_wire()
+    obj = as_json(delta)
     assert isinstance(obj["hlc"], str)
     assert set(obj) == {"op", "table", "rowId", "clientId", "columns", "hlc", "deltaId"}
-    assert RowDelta.from_wire(obj) == delta
-    assert RowDelta.from_wire_struct(delta.to_wire_struct()) == delta
+    assert verified(obj) == delta
 
 
 @given(row_deltas(), st.integers(0, 2**64 - 1))
 def test_changing_the_hlc_invalidates_the_delta_id(delta: RowDelta, other: int) -> None:
-    obj = {**delta.to_wire(), "hlc": str(other)}
+    obj = {**as_json(delta), "hlc": str(other)}
     if other == delta.hlc:
-        assert RowDelta.from_wire(obj) == delta
+        assert verified(obj) == delta
     else:
         with pytest.raises(SchemaError):
-            RowDelta.from_wire(obj)
+            verified(obj)
 
 
 KW: dict[str, Any] = {"table": "todos", "row_id": "r1", "client_id": "c1", "hlc": 42}
@@ -157,7 +173,7 @@ def test_extract_insert_carries_all_columns() -> None:
     assert d.op == "INSERT"
     assert d.values() == {"a": 1, "b": None}
     assert (d.table, d.row_id, d.client_id, d.hlc) == ("todos", "r1", "c1", 42)
-    assert d.delta_id == delta_id("c1", 42, "todos", "r1", d.to_wire()["columns"])
+    assert d.delta_id == delta_id("c1", 42, "todos", "r1", as_json(d)["columns"])
 
 
 def test_extract_update_carries_only_changed_columns() -> None:

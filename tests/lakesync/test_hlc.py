@@ -104,6 +104,18 @@ def test_parse_rejects_bad_values_naming_the_field(value: object) -> None:
         hlc.parse(value, "lastSeenHlc")
 
 
+@pytest.mark.parametrize("value", [str(2**63 - 1), 2**63 - 1, "0", 0])
+def test_parse_cursor_accepts_every_ingest_cursor(value: object) -> None:
+    assert hlc.parse_cursor(value) == int(value)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("value", [str(2**63), 2**63, str(2**64 - 1), "abc", -1])
+def test_parse_cursor_rejects_values_no_store_holds(value: object) -> None:
+    # Stores keep ingest HLCs as signed 64-bit integers: 2^63.. is a 400, never a store error.
+    with pytest.raises(ValidationError, match="since"):
+        hlc.parse_cursor(value, "since")
+
+
 def test_now_uses_physical_clock_then_counts_within_a_millisecond() -> None:
     clock = FakeClock(T0)
     c = HLC(clock)

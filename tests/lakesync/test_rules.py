@@ -5,9 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lakesync.errors import ValidationError
-from lakesync.rules import SyncRules, buckets_for, parse_rules, rules_to_wire, tables_for, visible
+from lakesync.rules import (
+    SyncRules,
+    buckets_for,
+    index_entries,
+    lookups,
+    parse_rules,
+    rules_to_wire,
+    tables_for,
+    visible,
+)
 
 CLAIMS: dict[str, Any] = {"sub": "u1", "teams": ["t1", "t2"], "level": "10", "role": "client"}
 
@@ -278,3 +289,53 @@ def test_invalid_documents_are_rejected_naming_the_problem(doc: object, needle: 
         parse_rules(doc)
     assert needle in info.value.message
     assert info.value.status == 400
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([1.0, 2.5, "1", "a", "b", "x\x00y"]),
+    st.lists(st.sampled_from(["a", 1]), max_size=2),
+)
+_FILTERS = st.builds(
+    lambda column, op, value: {"column": column, "op": op, "value": value},
+    st.sampled_from(["owner", "team", "n"]),
+    st.sampled_from(["eq", "in", "neq", "gt", "lte"]),
+    st.one_of(
+        st.sampled_from(["a", "b", "1", "null", "true", "jwt:sub", "jwt:teams", "jwt:none"]),
+        st.lists(st.sampled_from(["a", "b", "1"]), max_size=2),
+    ),
+)
+
+
+@given(
+    buckets=st.lists(
+        st.fixed_dictionaries(
+            {
+                "tables": st.sampled_from([[], ["todos"], ["notes"]]),
+                "filters": st.lists(_FILTERS, max_size=3),
+            }
+        ),
+        max_size=3,
+    ),
+    row=st.dictionaries(st.sampled_from(["owner", "team", "n"]), _VALUES, max_size=3),
+    claims=st.fixed_dictionaries(
+        {"sub": st.sampled_from(["a", "b"])},
+        optional={"teams": st.lists(st.sampled_from(["a", "b", "1"]), max_size=2)},
+    ),
+)
+def test_index_lookups_find_every_visible_row(
+    buckets: list[dict[str, Any]], row: dict[str, Any], claims: dict[str, Any]
+) -> None:
+    rules = parse_rules(
+        {"version": 1, "buckets": [{"name": f"b{i}", **b} for i, b in enumerate(buckets)]}
+    )
+    plan = lookups(rules, claims)
+    if plan is None:  # some bucket has no equality filter: a full scan is the only way
+        assert any(not [f for f in b.filters if f.op in ("eq", "in")] for b in rules.buckets)
+        return
+    entries = index_entries(rules, row)
+    found = any((col, key) in entries for col, keys in plan for key in keys)
+    if visible(rules, claims, "todos", row):
+        assert found

@@ -13,6 +13,7 @@ from lakesync.schema import (
     TableSchema,
     check_delta,
     evolve,
+    merge_declared,
     parse_schema,
     schema_to_wire,
 )
@@ -166,3 +167,41 @@ def test_check_delta_accepts_a_delete() -> None:
 def test_lake_bookkeeping_columns_are_reserved(name: str) -> None:
     with pytest.raises(SchemaError, match="reserved"):
         parse_schema({"table": "t", "columns": [{"name": name, "type": "string"}]})
+
+
+def _table(*cols: str, **options: Any) -> TableSchema:
+    columns = [{"name": c.split(":")[0], "type": c.split(":")[1]} for c in cols]
+    return parse_schema({"table": "todos", "columns": columns, **options})
+
+
+def test_merge_declared_keeps_admin_columns_and_adds_declared_ones() -> None:
+    stored = _table("title:string", "stars:number")  # stars came through the admin API
+    declared = _table("title:string", "done:boolean")
+    merged, conflicts = merge_declared(stored, declared, _table("title:string"))
+    assert merged == _table("title:string", "stars:number", "done:boolean")
+    assert conflicts == []
+
+
+def test_merge_declared_keeps_the_stored_type_and_says_so() -> None:
+    stored = _table("title:string", "n:number")
+    merged, conflicts = merge_declared(stored, _table("title:json", "N:string"), None)
+    assert merged == stored
+    assert len(conflicts) == 2
+    assert "'title' of 'todos' is string in the store but declared 'title' json" in conflicts[0]
+    assert "declared 'N' string; keeping 'n' number" in conflicts[1]
+
+
+def test_merge_declared_options_follow_the_file_only_when_it_changed_them() -> None:
+    applied = _table("title:string")
+    admin = _table("title:string", softDelete=True)
+    # The file still says what it said when applied: the admin's softDelete stays.
+    merged, conflicts = merge_declared(admin, _table("title:string", "x:number"), applied)
+    assert merged.soft_delete and conflicts == []
+    # The file changed its options: they win, and replacing the admin's is a conflict.
+    declared = _table("title:string", primaryKey=["title"])
+    merged, conflicts = merge_declared(admin, declared, applied)
+    assert merged.primary_key == ["title"] and not merged.soft_delete
+    assert len(conflicts) == 1 and "as declared" in conflicts[0]
+    # Options the file set before are no conflict when the file changes them again.
+    merged, conflicts = merge_declared(declared, _table("title:string"), declared)
+    assert merged.primary_key is None and conflicts == []

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import jwt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from lakesync.delta import validate_row_id
 from lakesync.errors import AuthError, ForbiddenError, ValidationError
-from lakesync.tokens import mint_token, parse_ttl, unverified_claims, verify_token
+from lakesync.tokens import ROLES, mint_token, parse_ttl, unverified_claims, verify_token
 
 SECRET = "primary-secret-long-enough-for-every-hmac-algorithm-0123456789abcdef"
 OLD = "previous-secret-with-enough-bytes-for-hs256"
@@ -103,6 +107,65 @@ def test_bad_tokens_are_auth_errors(token: str, needle: str) -> None:
     assert needle in info.value.message
 
 
+_EXP = int(time.time()) + 86400
+
+
+def _signed(payload: dict[str, Any]) -> str:
+    """An HS256 token over any JSON payload (PyJWT's encoder refuses some claim types)."""
+    return jwt.api_jws.encode(json.dumps(payload).encode(), SECRET, algorithm="HS256")
+
+
+@pytest.mark.parametrize(
+    ("payload", "needle"),
+    [
+        ({"role": ["admin"]}, "role"),
+        ({"role": {"admin": True}}, "role"),
+        ({"role": None}, "role"),
+        ({"role": 1}, "role"),
+        ({"sub": ["c"]}, "(?i)sub"),
+        ({"sub": "c\x00"}, "NUL"),
+        ({"sub": "c\ud800"}, "surrogate"),
+        ({"sub": "c" * 1025}, "sub"),
+        ({"gw": ["gw1"]}, "gw"),
+    ],
+)
+def test_malformed_claims_of_a_signed_token_are_auth_errors(
+    payload: dict[str, Any], needle: str
+) -> None:
+    # Validly signed, so only the claim checks stand between these and a 500 (issue 15 #8).
+    token = _signed({"sub": "c", "gw": "gw1", "exp": _EXP, **payload})
+    with pytest.raises(AuthError, match=needle) as info:
+        verify_token(token, [SECRET], "gw1")
+    assert type(info.value) is AuthError
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    overrides=st.dictionaries(
+        st.sampled_from(["sub", "gw", "role", "exp", "iat", "nbf", "aud", "iss", "team"]),
+        _JSON,
+        max_size=4,
+    )
+)
+def test_any_signed_payload_verifies_or_is_an_auth_error(overrides: dict[str, Any]) -> None:
+    """Whatever a signed payload holds, verification answers claims fit for the gateway (a
+    storable ``sub``, a known role) or an :class:`AuthError`/:class:`ForbiddenError`."""
+    token = _signed({"sub": "c", "gw": "gw1", "exp": _EXP, **overrides})
+    try:
+        claims = verify_token(token, [SECRET], "gw1")
+    except (AuthError, ForbiddenError):
+        return
+    assert claims["role"] in ROLES and claims["gw"] == "gw1"
+    assert validate_row_id(claims["sub"]) == claims["sub"]
+
+
 def test_no_configured_secret_is_an_auth_error() -> None:
     with pytest.raises(AuthError, match="secret"):
         verify_token(mint_token(SECRET, "c", "gw1"), [], "gw1")
@@ -125,7 +188,9 @@ def test_non_string_claims_are_dropped() -> None:
     [
         ({"secret": ""}, "LAKESYNC_JWT_SECRET"),
         ({"sub": ""}, "sub"),
-        ({"gw": ""}, "gw"),
+        ({"gw": ""}, "invalid gateway id"),
+        ({"gw": "g" * 65}, "invalid gateway id"),
+        ({"gw": "gw/../x"}, "invalid gateway id"),
         ({"role": "root"}, "role"),
         ({"claims": {"exp": "1"}}, "reserved"),
         ({"claims": {"sub": "other"}}, "reserved"),

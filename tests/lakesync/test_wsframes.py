@@ -15,6 +15,7 @@ from lakesync.delta import RowDelta, delta_id
 from lakesync.errors import SchemaError, ValidationError
 from lakesync.hlc import encode
 from lakesync.proto import lakesync_pb2 as pb
+from tests.wire_json import as_json
 
 UPDATE = RowDelta.create("UPDATE", "users", "row-1", "client-1", {"age": 31}, 1_000_000)
 UPDATE_ID = "fc92f1a830e24be5711a0d093f3af271daa84d32dc05c4d47649533a11dd6e7f"
@@ -112,7 +113,7 @@ def test_response_round_trip(
 def js_equal(a: list[RowDelta], b: list[RowDelta]) -> bool:
     """Equal as JavaScript sees them: values travel as JS-formatted JSON, so a float such as
     6.054791753897522e16 comes back as the integer JavaScript prints (60547917538975220)."""
-    return [canonical_json(d.to_wire()) for d in a] == [canonical_json(d.to_wire()) for d in b]
+    return [canonical_json(as_json(d)) for d in a] == [canonical_json(as_json(d)) for d in b]
 
 
 def _raw_delta(value: bytes, op: Any = pb.INSERT) -> bytes:

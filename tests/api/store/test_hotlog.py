@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from api.store.base import HotLog
 from api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
-from lakesync.hlc import HLC
+from lakesync.hlc import HLC, wall_clock_ms
 from lakesync.merge import merge_state
-from lakesync.rules import parse_rules
+from lakesync.rules import lookups, parse_rules
 
 RULES = parse_rules(
     {
@@ -131,10 +132,83 @@ def test_docs_and_view_stamps(store: HotLog) -> None:
     assert store.docs_of_kind("connector") == [("gw1", "pg", {"name": "pg"})]
     assert store.delete_doc("gw1", "connector", "pg")
     assert not store.delete_doc("gw1", "connector", "pg")
-    assert store.view_stamp("gw1", "alice", "h1") == 0
-    assert store.view_stamp("gw1", "alice", "h1") == 0
-    changed = store.view_stamp("gw1", "alice", "h2")
-    assert changed > 0 and store.view_stamp("gw1", "alice", "h2") == changed
+    assert store.view_stamp("gw1", "alice", "h1", {"sub": "alice", "team": "a"}) == 0
+    assert store.view_stamp("gw1", "alice", "h1", {"sub": "alice", "team": "a"}) == 0
+    changed = store.view_stamp("gw1", "alice", "h2", {"sub": "alice", "team": "b"})
+    assert changed > 0
+    assert store.view_stamp("gw1", "alice", "h2", {"sub": "alice", "team": "b"}) == changed
+
+
+def test_the_filter_column_index_follows_rules_and_appends(store: HotLog) -> None:
+    owner = parse_rules(
+        {
+            "version": 1,
+            "buckets": [
+                {
+                    "name": "mine",
+                    "tables": ["todos"],
+                    "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+                }
+            ],
+        }
+    )
+    store.append(
+        "gw1", [d("INSERT", f"r{i}", 10 + i, owner="bob" if i % 2 else "alice") for i in range(6)]
+    )
+    alice = lookups(owner, {"sub": "alice"})
+    assert alice is not None
+    assert store.read_matching("gw1", alice, []) is None  # no rules yet: nothing indexed
+    store.set_rules("gw1", owner)
+    page = store.read_matching("gw1", alice, [("todos", "r1")])
+    assert page is not None and sorted(k[1] for k in page.rows) == ["r0", "r1", "r2", "r4"]
+    # Appends keep it current: r0 is given away, r3 comes to alice, r2 is deleted.
+    store.append(
+        "gw1",
+        [
+            d("UPDATE", "r0", 20, owner="bob"),
+            d("UPDATE", "r3", 21, owner="alice"),
+            d("DELETE", "r2", 22),
+        ],
+    )
+    page = store.read_matching("gw1", alice, [])
+    assert page is not None and sorted(k[1] for k in page.rows) == ["r3", "r4"]
+    assert page.head == store.head()
+    assert store.read_matching("gw2", alice, []) is None
+
+
+def test_rows_written_by_a_client(store: HotLog) -> None:
+    store.append(
+        "gw1", [d("INSERT", "r1", 10, client="alice"), d("INSERT", "r2", 11, client="bob")]
+    )
+    store.append(
+        "gw1", [d("UPDATE", "r1", 12, client="alice"), d("DELETE", "r3", 13, client="alice")]
+    )
+    store.append("gw2", [d("INSERT", "r9", 14, client="alice")])
+    assert sorted(store.rows_written_by("gw1", "alice")) == [("todos", "r1"), ("todos", "r3")]
+    assert store.rows_written_by("gw1", "carol") == []
+
+
+def test_view_history_keeps_every_rules_and_claims_version(store: HotLog) -> None:
+    rules = [
+        parse_rules({"version": 1, "buckets": [{"name": n, "tables": ["todos"], "filters": []}]})
+        for n in ("one", "two")
+    ]
+    first = store.set_rules("gw1", rules[0]).stamp
+    store.view_stamp("gw1", "alice", "h1", {"sub": "alice", "team": "a"})
+    second = store.set_rules("gw1", rules[1]).stamp
+    moved = store.view_stamp("gw1", "alice", "h2", {"sub": "alice", "team": "b"})
+    assert 0 < first < second < moved
+    # From before anything: every version; from a later point: the one in effect there first.
+    assert store.view_history("gw1", "alice", 0) == (
+        [(first, rules[0]), (second, rules[1])],
+        [(0, {"sub": "alice", "team": "a"}), (moved, {"sub": "alice", "team": "b"})],
+    )
+    assert store.view_history("gw1", "alice", second) == (
+        [(second, rules[1])],
+        [(0, {"sub": "alice", "team": "a"}), (moved, {"sub": "alice", "team": "b"})],
+    )
+    assert store.view_history("gw1", "bob", moved) == ([(second, rules[1])], [])
+    assert store.view_history("gw2", "alice", moved) == ([], [])
 
 
 def test_concurrent_appends_keep_every_delta_once(store: HotLog) -> None:
@@ -197,21 +271,34 @@ def test_readers_never_see_gaps_under_concurrent_appends(store: HotLog) -> None:
 
 
 def test_sqlite_group_commit_shares_transactions(tmp_path: Path) -> None:
-    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
-    start = threading.Barrier(8)
+    """Appends that arrive while a group is being committed are committed together afterwards,
+    in one transaction (one fsync), however fast the machine is."""
+    stalled, go = threading.Event(), threading.Event()
+
+    def physical() -> int:  # the writer reads the clock inside the first group's transaction
+        if not go.is_set():
+            stalled.set()
+            go.wait()
+        return wall_clock_ms()
+
+    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC(physical))
 
     def push(worker: int) -> None:
-        start.wait()
-        for i in range(10):
-            store.append("gw1", [d("INSERT", f"w{worker}-{i}", 1, client=f"c{worker}", x=i)])
+        store.append("gw1", [d("INSERT", f"w{worker}", 1, client=f"c{worker}", x=worker)])
 
-    threads = [threading.Thread(target=push, args=(w,)) for w in range(8)]
-    for t in threads:
+    first = threading.Thread(target=push, args=(0,))
+    first.start()
+    stalled.wait()
+    others = [threading.Thread(target=push, args=(w,)) for w in range(1, 9)]
+    for t in others:
         t.start()
-    for t in threads:
+    while store._queue.qsize() < 8:  # the eight wait behind the stalled group
+        time.sleep(0.01)
+    go.set()
+    for t in [first, *others]:
         t.join()
     try:
-        assert len(store.read_log(0, 1000)) == 80
-        assert store.groups_committed < 80  # concurrent appends shared commits (fsyncs)
+        assert len(store.read_log(0, 1000)) == 9
+        assert store.groups_committed == 2  # the first append alone, then the eight together
     finally:
         store.close()

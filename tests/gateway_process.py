@@ -1,4 +1,5 @@
-"""A real gateway process (``python -m api``) on a loopback port, for end-to-end tests."""
+"""A real gateway process (``python -m api``) on a loopback port: the one harness of the
+end-to-end tests and the benchmarks."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 
+from lakesync.tokens import mint_token
 from tests.api.helpers import SECRET
+
+ROOT = Path(__file__).resolve().parents[1]
+_PORT_TAKEN = "address already in use"
 
 
 def free_port() -> int:
@@ -24,12 +30,17 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``python -m api`` with its own data dir; ``env`` adds or overrides variables."""
+    """``python -m api`` with its own data dir; ``env`` adds or overrides variables (the JWT
+    secret is :data:`SECRET` unless ``env`` sets ``LAKESYNC_JWT_SECRET``), ``config`` is passed
+    as ``--config``. The port stays the same across :meth:`restart`."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, env: dict[str, str] | None = None, config: Path | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.extra_env = env or {}
+        self.config = config
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"gateway-{self.port}.log"
 
@@ -41,11 +52,30 @@ class ServerProcess:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> ServerProcess:
-        """Start the process and wait until ``/ready`` answers 200."""
+    @property
+    def secret(self) -> str:
+        return self.extra_env.get("LAKESYNC_JWT_SECRET", SECRET)
+
+    def token(self, sub: str, gw: str, **claims: Any) -> str:
+        """A token this gateway accepts (``role``, ``ttl_s`` and other claims as keywords)."""
+        return mint_token(self.secret, sub=sub, gw=gw, **claims)
+
+    def start(self, timeout: float = 60.0) -> ServerProcess:
+        """Start the process and wait until ``/ready`` answers 200. A restart reuses the port,
+        which an outgoing connection may hold for a moment: a launch that finds it taken is
+        tried again."""
+        for _ in range(5):
+            if self._launch(timeout):
+                return self
+            time.sleep(0.5)
+        raise RuntimeError(f"gateway port {self.port} stayed taken:\n{self._log_tail()}")
+
+    def _launch(self, timeout: float) -> bool:
         env = {**os.environ, "LAKESYNC_JWT_SECRET": SECRET, **self.extra_env}
         env.pop("LAKESYNC_CONFIG", None)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
+            logged = log.tell()
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
@@ -57,23 +87,32 @@ class ServerProcess:
                     str(self.port),
                     "--data-dir",
                     str(self.data_dir),
+                    *(["--config", str(self.config)] if self.config is not None else []),
                 ],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                cwd=Path(__file__).resolve().parents[2],
+                cwd=ROOT,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited early:\n{self.log_path.read_text()[-3000:]}")
+                with open(self.log_path, "rb") as log:
+                    log.seek(logged)
+                    if _PORT_TAKEN in log.read().decode(errors="replace").lower():
+                        return False
+                raise RuntimeError(f"gateway exited early:\n{self._log_tail()}")
             try:
                 if httpx.get(f"{self.url}/ready", timeout=1).status_code == 200:
-                    return self
+                    return True
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"gateway not ready:\n{self.log_path.read_text()[-3000:]}")
+        self.stop()
+        raise RuntimeError(f"gateway not ready:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""
@@ -93,6 +132,11 @@ class ServerProcess:
                 self.proc.wait(5)
                 raise
         return int(self.proc.returncode)
+
+    def restart(self) -> None:
+        """Stop gracefully and start again on the same port and data dir."""
+        self.stop()
+        self.start()
 
     def __enter__(self) -> ServerProcess:
         return self.start()

@@ -1,0 +1,376 @@
+"""Rows of the replica: remote states, the visible rows over pending writes, local writes and
+remote deltas (see :mod:`client._store` for the rules)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from client._columns import (
+    decode_json,
+    encode_json,
+    to_sql_value,
+)
+from client._replica import _IN_CHUNK, _hlc_in, _hlc_out, _q
+from client._schemas import SchemaStore
+from client._types import Change, Origin
+from client.errors import RowExistsError, RowNotFoundError, ValidationError
+from lakesync.delta import Op, RowDelta, extract_delta, is_view_eviction, validate_row_id
+from lakesync.errors import ClockDriftError
+from lakesync.hlc import HLC
+from lakesync.merge import Cell, Clock, RowState, apply_delta
+from lakesync.schema import (
+    check_delta,
+)
+from lakesync.wire import decode_delta, encode_delta
+
+
+@dataclass(slots=True)
+class _Touched:
+    """A row changed inside one transaction: its acknowledged state, the visible row before and
+    after, the cells to write back and whether its stored cells are dropped first (evicted)."""
+
+    state: RowState
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    dirty: set[str]
+    reset: bool = False
+    base: int | None = None
+
+
+def _with_pending(state: RowState, pending: Sequence[RowDelta]) -> RowState:
+    """The merge of an acknowledged row state and the row's pending deltas (a copy if any)."""
+    if not pending:
+        return state
+    merged = RowState(dict(state.cells), state.write, state.tombstone)
+    for d in pending:
+        apply_delta(merged, d)
+    return merged
+
+
+class RowStore(SchemaStore):
+    """Merged row states, local writes and remote deltas."""
+
+    # -- row states -----------------------------------------------------------------------
+
+    def _load(
+        self,
+        c: sqlite3.Connection,
+        keys: Iterable[tuple[str, str]],
+        bases: dict[tuple[str, str], int] | None = None,
+    ) -> dict[tuple[str, str], RowState]:
+        """The remote states of many rows (empty states for rows never seen), a few queries;
+        their view eviction bases go to ``bases`` when given."""
+        by_table: dict[str, list[str]] = {}
+        for table, row_id in keys:
+            by_table.setdefault(table, []).append(row_id)
+        states: dict[tuple[str, str], RowState] = {}
+        for table, ids in by_table.items():
+            for i in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[i : i + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                found = 0
+                for rid, wh, wc, th, tc, vb in c.execute(
+                    "SELECT row_id, write_hlc, write_client, tomb_hlc, tomb_client, view_base"
+                    f" FROM _ls_rows WHERE tbl = ? AND row_id IN ({marks})",
+                    (table, *chunk),
+                ):
+                    write: Clock | None = None if wh is None else (_hlc_out(wh), wc)
+                    tomb: Clock | None = None if th is None else (_hlc_out(th), tc)
+                    states[(table, rid)] = RowState({}, write, tomb)
+                    if bases is not None and vb is not None:
+                        bases[(table, rid)] = _hlc_out(vb)
+                    found += 1
+                if not found:  # a fresh replica skips the cell lookup entirely
+                    continue
+                for rid, col, value, h, cid in c.execute(
+                    "SELECT row_id, col, value, hlc, client_id FROM _ls_cells "
+                    f"WHERE tbl = ? AND row_id IN ({marks})",
+                    (table, *chunk),
+                ):
+                    states[(table, rid)].cells[col] = Cell(decode_json(value), _hlc_out(h), cid)
+            for rid in ids:
+                states.setdefault((table, rid), RowState())
+        return states
+
+    def _pending(
+        self, c: sqlite3.Connection, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], list[RowDelta]]:
+        """The pending outbox deltas of the given rows, in write order (rows without are absent)."""
+        if c.execute("SELECT 1 FROM _ls_outbox LIMIT 1").fetchone() is None:
+            return {}  # the common case: nothing waits for the gateway
+        by_table: dict[str, list[str]] = {}
+        for table, row_id in keys:
+            by_table.setdefault(table, []).append(row_id)
+        out: dict[tuple[str, str], list[RowDelta]] = {}
+        for table, ids in by_table.items():
+            for i in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[i : i + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                for rid, body in c.execute(
+                    f"SELECT row_id, body FROM _ls_outbox WHERE tbl = ? AND row_id IN ({marks})"
+                    " ORDER BY seq",
+                    (table, *chunk),
+                ):
+                    out.setdefault((table, rid), []).append(decode_delta(bytes(body)))
+        return out
+
+    def _save_state(
+        self, c: sqlite3.Connection, touched: Mapping[tuple[str, str], _Touched]
+    ) -> None:
+        """Write back acknowledged states: clocks and won cells (all of them for a reset row)."""
+        metas = []
+        cells = []
+        resets = []
+        for (table, row_id), t in touched.items():
+            w, tomb = t.state.write, t.state.tombstone
+            metas.append(
+                (
+                    table,
+                    row_id,
+                    None if w is None else _hlc_in(w[0]),
+                    None if w is None else w[1],
+                    None if tomb is None else _hlc_in(tomb[0]),
+                    None if tomb is None else tomb[1],
+                    None if t.base is None else _hlc_in(t.base),
+                )
+            )
+            if t.reset:
+                resets.append((table, row_id))
+            for col in t.dirty:
+                cell = t.state.cells.get(col)
+                if cell is not None:
+                    cells.append(
+                        (
+                            table,
+                            row_id,
+                            col,
+                            encode_json(cell.value),
+                            _hlc_in(cell.hlc),
+                            cell.client_id,
+                        )
+                    )
+        c.executemany("INSERT OR REPLACE INTO _ls_rows VALUES (?,?,?,?,?,?,?)", metas)
+        c.executemany("DELETE FROM _ls_cells WHERE tbl = ? AND row_id = ?", resets)
+        c.executemany("INSERT OR REPLACE INTO _ls_cells VALUES (?,?,?,?,?,?)", cells)
+
+    def _show(self, c: sqlite3.Connection, touched: Mapping[tuple[str, str], _Touched]) -> None:
+        """Write the visible rows of ``touched`` to the user tables."""
+        upserts: dict[str, list[tuple[Any, ...]]] = {}
+        deletes: dict[str, list[tuple[str]]] = {}
+        for (table, row_id), t in touched.items():
+            if t.after is None:
+                if t.before is not None:
+                    deletes.setdefault(table, []).append((row_id,))
+                continue
+            types = self._schemas[table].column_types()
+            # The full row is rewritten so a revived row reads its pre-tombstone cells as null.
+            upserts.setdefault(table, []).append(
+                (row_id, *(to_sql_value(typ, t.after.get(n)) for n, typ in types.items()))
+            )
+        for table, rows in deletes.items():
+            c.executemany(f"DELETE FROM {_q(table)} WHERE row_id = ?", rows)
+        for table, rows in upserts.items():
+            names = "".join(", " + _q(n) for n in self._schemas[table].column_types())
+            marks = ", ".join("?" * len(rows[0]))
+            c.executemany(
+                f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES ({marks})", rows
+            )
+
+    def _merged(self, c: sqlite3.Connection, table: str, row_id: str) -> RowState:
+        key = (table, row_id)
+        return _with_pending(self._load(c, [key])[key], self._pending(c, [key]).get(key, ()))
+
+    def row_state(self, table: str, row_id: str) -> RowState:
+        """The merge state of one row as the replica shows it: acknowledged plus pending."""
+        with self._lock:
+            return self._merged(self.conn, table, row_id)
+
+    def get(self, table: str, row_id: str) -> dict[str, Any] | None:
+        """The visible columns of one row, or None when it is absent."""
+        return self.row_state(table, row_id).visible()
+
+    # -- local writes ---------------------------------------------------------------------
+
+    def write(
+        self,
+        op: Op | Literal["UPSERT"],
+        table: str,
+        row_id: str,
+        values: Mapping[str, Any],
+        clock: HLC,
+        client_id: str,
+    ) -> tuple[RowDelta, Change] | None:
+        """Apply a local insert/update/upsert/delete and queue its delta, in one transaction.
+
+        Returns the delta and the row change, or None for an update that changes nothing.
+        Raises :class:`SchemaError` (unknown table/column, wrong type), :class:`RowExistsError`
+        (insert of a live row), :class:`RowNotFoundError` (update/delete of an absent row).
+        """
+        schema = self.schema(table)
+        validate_row_id(row_id, "row_id")
+        if not isinstance(values, Mapping):
+            raise ValidationError("values must be a mapping of column name to value")
+        with self._tx() as c:
+            state = self._merged(c, table, row_id)
+            before = state.visible()
+            if op == "UPSERT":
+                op = "INSERT" if before is None else "UPDATE"
+            if op == "INSERT" and before is not None:
+                raise RowExistsError(f"{table}/{row_id} already exists; use update()")
+            if op != "INSERT" and before is None:
+                raise RowNotFoundError(f"{table}/{row_id} does not exist in the local replica")
+            ts = clock.now()
+            delta: RowDelta | None
+            if op == "UPDATE":
+                assert before is not None
+                after = {**before, **values}
+                delta = extract_delta(
+                    before, after, table=table, row_id=row_id, client_id=client_id, hlc=ts
+                )
+                if delta is None:
+                    return None
+            else:
+                delta = RowDelta.create(op, table, row_id, client_id, values, ts)
+            check_delta(schema, delta)
+            # The acknowledged state stays as it is: the write is pending until the gateway acks.
+            change = apply_delta(RowState(dict(state.cells), state.write, state.tombstone), delta)
+            self._show(c, {(table, row_id): _Touched(state, before, change.after, set())})
+            c.execute(
+                "INSERT INTO _ls_outbox (delta_id, body, tbl, row_id) VALUES (?, ?, ?, ?)",
+                (delta.delta_id, encode_delta(delta), table, row_id),
+            )
+            self._put_meta(c, "hlc", str(clock.last))
+        return delta, Change(table, row_id, change.before, change.after, "local")
+
+    # -- remote deltas --------------------------------------------------------------------
+
+    def apply_remote(
+        self,
+        deltas: Sequence[RowDelta],
+        origin: Origin,
+        clock: HLC,
+        cursor: tuple[str, int] | None = None,
+    ) -> list[Change]:
+        """Merge remote deltas into the replica in one transaction, with the cursor if given.
+
+        A delta never overwrites a cell holding a newer write and keeps every cell it wins;
+        an INSERT of an existing row merges into it, an UPDATE of a deleted row revives it only
+        if it beats the tombstone (SPEC §4); a view eviction forgets the row's acknowledged
+        state. Pending local writes are merged over the result. ``cursor`` is
+        ``(gateway_id, server_hlc)``.
+        """
+        with self._tx() as c:
+            deltas = [d for d in deltas if self._learn(c, d)]
+            keys = {(d.table, d.row_id) for d in deltas}
+            confirmed = self._confirmed(c, cursor[1]) if cursor is not None else {}
+            bases: dict[tuple[str, str], int] = {}
+            states = self._load(c, keys, bases)
+            pending = self._pending(c, keys)
+            touched: dict[tuple[str, str], _Touched] = {}
+            stale: set[tuple[str, str]] = set()
+            for delta in deltas:
+                key = (delta.table, delta.row_id)
+                if key in stale:
+                    continue
+                t = touched.get(key)
+                if t is None:
+                    before = (
+                        confirmed.pop(key, None)
+                        if key in confirmed
+                        else (_with_pending(states[key], pending.get(key, ())).visible())
+                    )
+                    t = touched[key] = _Touched(
+                        states[key], before, None, set(), False, bases.get(key)
+                    )
+                if is_view_eviction(delta):
+                    if t.base is not None and delta.hlc <= t.base:
+                        stale.add(key)  # overtaken by a newer snapshot of the row
+                        continue
+                    t.state, t.reset, t.base = RowState(), True, delta.hlc
+                    t.dirty.clear()
+                    continue
+                apply_delta(t.state, delta)
+                t.dirty.update(cv.column for cv in delta.columns)
+            for key, t in touched.items():
+                t.after = _with_pending(t.state, pending.get(key, ())).visible()
+                if t.reset:
+                    t.dirty = set(t.state.cells)
+            self._save_state(c, touched)
+            self._show(c, touched)
+            changes = [
+                Change(table, row_id, t.before, t.after, origin)
+                for (table, row_id), t in touched.items()
+                if t.before != t.after
+            ]
+            changes += self._reshow(c, confirmed, origin)
+            if cursor is not None:
+                c.execute(
+                    "INSERT INTO _ls_cursors (gateway_id, server_hlc) VALUES (?, ?) "
+                    "ON CONFLICT(gateway_id) DO UPDATE SET server_hlc = excluded.server_hlc",
+                    (cursor[0], _hlc_in(cursor[1])),
+                )
+            if deltas:
+                self._observe(clock, max(d.hlc for d in deltas))
+                self._put_meta(c, "hlc", str(clock.last))
+        return changes
+
+    def _confirmed(
+        self, c: sqlite3.Connection, cursor: int
+    ) -> dict[tuple[str, str], dict[str, Any] | None]:
+        """Drop acknowledged outbox entries a pull up to ``cursor`` has sent back; returns the
+        visible rows of their rows from before (to recompute them)."""
+        rows = c.execute(
+            "SELECT seq, tbl, row_id FROM _ls_outbox WHERE acked IS NOT NULL AND acked <= ?",
+            (_hlc_in(cursor),),
+        ).fetchall()
+        if not rows:
+            return {}
+        befores = {(t, r): self._merged(c, t, r).visible() for _, t, r in rows}
+        c.executemany("DELETE FROM _ls_outbox WHERE seq = ?", [(seq,) for seq, _, _ in rows])
+        return befores
+
+    @staticmethod
+    def _observe(clock: HLC, remote: int) -> None:
+        # Later local writes must sort after what this replica has seen; a remote clock too
+        # far ahead is the gateway's problem to reject, not a reason to refuse the page.
+        try:
+            clock.recv(remote)
+        except ClockDriftError:
+            clock.now()
+
+    def _reshow(
+        self,
+        c: sqlite3.Connection,
+        befores: Mapping[tuple[str, str], dict[str, Any] | None],
+        origin: Origin,
+    ) -> list[Change]:
+        """Recompute the visible rows of ``befores`` after their pending writes changed."""
+        if not befores:
+            return []
+        touched = {
+            key: _Touched(RowState(), before, self._merged(c, *key).visible(), set())
+            for key, before in befores.items()
+        }
+        self._show(c, touched)
+        return [
+            Change(t, r, x.before, x.after, origin)
+            for (t, r), x in touched.items()
+            if x.before != x.after
+        ]
+
+    def cursor(self, gateway_id: str) -> int:
+        """The server ingest HLC this replica has pulled up to (0 = never pulled)."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT server_hlc FROM _ls_cursors WHERE gateway_id = ?", (gateway_id,)
+            ).fetchone()
+        return 0 if row is None else _hlc_out(int(row[0]))
+
+    @staticmethod
+    def _cursor(c: sqlite3.Connection) -> int:
+        # A replica syncs with one gateway; its greatest cursor is the one that counts.
+        row = c.execute("SELECT max(server_hlc) FROM _ls_cursors").fetchone()
+        return 0 if row is None or row[0] is None else _hlc_out(int(row[0]))

@@ -1,0 +1,335 @@
+"""What a client may see and write under sync rules (SPEC §8): protocol, pure functions, no I/O.
+
+**Reads.** Rules are evaluated on a row's *merged* state. A gateway that has never had sync rules
+delivers the raw log deltas. Once a gateway has had rules, every row a pulled log entry touches is
+delivered as a *row snapshot* of its current merged state, carrying the row's **real clocks**:
+
+- first a view eviction: a ``DELETE`` from :data:`~lakesync.delta.VIEW_EVICTION_CLIENT` at the
+  snapshot base ``B = max(ingest HLC of the row's last delta, view stamp)``, which beats every
+  real write of the row (those have HLCs below their ingest stamps). A plain SPEC client (the
+  TypeScript one) deletes its copy; our client forgets the row's cells and clocks entirely;
+- if the row is visible: its real state, i.e. its tombstone as a ``DELETE`` at the tombstone's
+  own ``(hlc, clientId)`` (if it has one), an ``INSERT`` at the row's greatest write clock with
+  the cells written at that clock, and one ``UPDATE`` per other clock holding the cells that
+  clock wrote (only cells newer than the tombstone: older ones read as null anyway);
+- if the row is deleted and the client may hold it: its tombstone, at its real clock;
+- if the row is live but filtered out and the client may hold it: the eviction alone.
+
+A client that merges these with the core column-LWW merge (after forgetting the row) holds
+exactly the row's acknowledged merged state with its real clocks, so its own pending writes,
+merged on top, lose only to cells with higher clocks: an edit made offline never flickers back.
+Every delta has a valid deltaId, so any SPEC client applies them as ordinary deltas.
+
+**Nothing outside the view.** A row invisible to the client now is mentioned (evicted) only if the
+client *may hold* it: it wrote a delta of the row after its cursor, or the row was visible to it at
+some point from its cursor on, under the rules and the claims in effect at that point (see
+:class:`ViewHistory`, :func:`may_hold`). A fresh client (``since`` = 0) receives exactly its view,
+and evictions of rows it wrote itself (it may have pushed before its first pull). So a rules or
+claims change (a stamp newer than the client's cursor, which triggers one resync of every row)
+evicts only rows that were visible before the change.
+
+What is kept for this (by the store, for as long as the hot log holds its history): every
+version of a gateway's rules with the stamp it took effect, and every set of claims each client
+has presented with the stamp it was first seen (a claims change is rare: new team, new role).
+
+**Writes.** A client may push to a table only if some bucket of the rules names that table (or
+lists no tables): ``lakesync.rules.tables_for``. It may change an existing live row only if that
+row is visible to it now; creating a row, or reviving a deleted one, is allowed, and a client
+may give a row away (change its filter column), which makes it leave its own view. The check
+reads the rows just before the append, so a concurrent push to the same row can race it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from lakesync.canonical import canonical_json
+from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta
+from lakesync.errors import ForbiddenError
+from lakesync.merge import Clock, RowState, apply_delta
+from lakesync.rules import SyncRules, tables_for, visible
+
+__all__ = [
+    "Reader",
+    "RowHistory",
+    "RowKey",
+    "RowRecord",
+    "SnapshotCache",
+    "ViewHistory",
+    "check_write",
+    "claims_hash",
+    "effective_rules",
+    "hidden_changed",
+    "may_hold",
+    "page_view",
+    "resync_view",
+    "row_snapshot",
+    "sees",
+]
+
+V = TypeVar("V")
+
+RowKey = tuple[str, str]
+"""``(table, row_id)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowRecord:
+    """A row's merged state and the ingest HLC of the last delta that touched it."""
+
+    state: RowState
+    last_ingest: int
+
+
+RowHistory = Mapping[RowKey, tuple[RowState, Sequence[tuple[int, RowDelta]]]]
+"""Per row: its merged state at the client's cursor and its ``(ingest, delta)`` pairs after it,
+in ingest order. A row left out has not changed since the cursor."""
+
+
+def effective_rules(rules: SyncRules | None, claims: Mapping[str, Any]) -> SyncRules | None:
+    """The rules that apply to a token: none for the ``admin`` role, which sees everything."""
+    return None if claims.get("role") == "admin" else rules
+
+
+def sees(
+    rules: SyncRules | None, claims: Mapping[str, Any], table: str, state: RowState
+) -> bool:
+    """Whether a client with ``claims`` sees a row in ``state`` under ``rules`` (admins see all)."""
+    return visible(effective_rules(rules, claims), claims, table, state.visible())
+
+
+def claims_hash(claims: Mapping[str, Any]) -> str:
+    """A stable fingerprint of the claims that decide visibility (a change forces a resync)."""
+    return hashlib.sha256(canonical_json(dict(claims)).encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class ViewHistory:
+    """What decided a client's view from its cursor on: the rules versions and the client's
+    claims versions, each as ``(stamp, value)`` in ascending stamp order, the first of each in
+    effect at the cursor. No claims at a point means the client had no view there yet."""
+
+    rules: Sequence[tuple[int, SyncRules | None]]
+    claims: Sequence[tuple[int, Mapping[str, Any]]]
+
+    @classmethod
+    def fixed(cls, rules: SyncRules | None, claims: Mapping[str, Any]) -> ViewHistory:
+        """A view that did not change over the window considered."""
+        return cls([(0, rules)], [(0, claims)])
+
+    def stamps(self) -> list[int]:
+        """Every point where the rules or the claims changed."""
+        return sorted({s for s, _ in self.rules} | {s for s, _ in self.claims})
+
+    def sees(self, at: int, table: str, state: RowState) -> bool:
+        """Whether the client saw a row in ``state`` under the view in effect at ``at``."""
+        claims = _in_effect(self.claims, at)
+        if claims is None:
+            return False
+        rules = _in_effect(self.rules, at)
+        return sees(rules, claims, table, state)
+
+
+def _in_effect(versions: Sequence[tuple[int, V]], at: int) -> V | None:
+    """The value of the last version that took effect at or before ``at`` (None before any)."""
+    value = None
+    for stamp, v in versions:
+        if stamp > at:
+            break
+        value = v
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """One client's read: its id and claims now, the rules that apply to it now, the snapshot
+    stamp (the last rules or claims change), its cursor and the view history since; for a read
+    from 0, the rows the client ever wrote (it may hold those even before its first pull)."""
+
+    client_id: str
+    claims: Mapping[str, Any]
+    rules: SyncRules | None
+    stamp: int
+    since: int
+    history: ViewHistory
+    written: frozenset[RowKey] = frozenset()
+
+
+def may_hold(key: RowKey, reader: Reader, state_now: RowState, history: RowHistory) -> bool:
+    """Whether a client may hold a row that is invisible to it now: it wrote a delta of the row
+    after its cursor (its replica applied its own write), or the row was visible to it at its
+    cursor or at any later point, under the rules and claims in effect at that point."""
+    found = history.get(key)
+    start, later = (state_now, ()) if found is None else found
+    if any(d.client_id == reader.client_id for _, d in later):
+        return True
+    state = RowState(dict(start.cells), start.write, start.tombstone)
+    points = sorted({reader.since, *(i for i, _ in later), *reader.history.stamps()})
+    applied = 0
+    for at in points:
+        if at < reader.since:
+            continue
+        while applied < len(later) and later[applied][0] <= at:
+            apply_delta(state, later[applied][1])
+            applied += 1
+        if reader.history.sees(at, key[0], state):
+            return True
+    return False
+
+
+def _groups(state: RowState) -> list[tuple[Clock, dict[str, Any]]]:
+    """The visible cells of a live row grouped by the clock that wrote them, the row's greatest
+    write clock first (it may have written no visible cell), the others in descending order."""
+    tomb = state.tombstone
+    by_clock: dict[Clock, dict[str, Any]] = {}
+    for name, cell in state.cells.items():
+        if tomb is None or cell.clock > tomb:
+            by_clock.setdefault(cell.clock, {})[name] = cell.value
+    assert state.write is not None
+    first = (state.write, by_clock.pop(state.write, {}))
+    return [first, *sorted(by_clock.items(), reverse=True)]
+
+
+def row_snapshot(
+    table: str, row_id: str, state: RowState, shown: bool, base: int
+) -> list[RowDelta]:
+    """The deltas that set a replica's copy of a row to its current visible state with its real
+    clocks: an eviction at ``base``, then (if ``shown``) the row's real state, or (if it is
+    deleted) its tombstone. See the module docstring."""
+    out = [RowDelta.create("DELETE", table, row_id, VIEW_EVICTION_CLIENT, {}, base)]
+    tomb = state.tombstone
+    if tomb is not None and (shown or not state.live):
+        out.append(RowDelta.create("DELETE", table, row_id, tomb[1], {}, tomb[0]))
+    if shown:
+        for i, ((hlc, client), cells) in enumerate(_groups(state)):
+            out.append(
+                RowDelta.create("INSERT" if i == 0 else "UPDATE", table, row_id, client, cells, hlc)
+            )
+    return out
+
+
+class SnapshotCache:
+    """A bounded memo of row snapshots for one gateway of one store.
+
+    Within a store a row's last ingest HLC identifies its merged state, so
+    ``(table, row_id, last_ingest, base, shown)`` determines the snapshot; many clients pulling
+    (or receiving broadcasts of) the same rows then share one deltaId computation.
+    """
+
+    def __init__(self, size: int = 65_536) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str, int, int, bool], list[RowDelta]] = OrderedDict()
+
+    def snapshot(self, key: RowKey, rec: RowRecord, shown: bool, base: int) -> list[RowDelta]:
+        """The memoised :func:`row_snapshot` of a row record."""
+        memo = (key[0], key[1], rec.last_ingest, base, shown)
+        found = self._items.get(memo)
+        if found is None:
+            found = row_snapshot(key[0], key[1], rec.state, shown, base)
+            self._items[memo] = found
+            if len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return found
+
+
+def _snapshots(
+    keys: Iterable[RowKey],
+    rows: Mapping[RowKey, RowRecord],
+    reader: Reader,
+    cache: SnapshotCache | None,
+    history: RowHistory,
+) -> list[RowDelta]:
+    out: list[RowDelta] = []
+    fresh = reader.since == 0
+    for key in keys:
+        rec = rows.get(key)
+        if rec is None:
+            continue
+        table, row_id = key
+        shown = visible(reader.rules, reader.claims, table, rec.state.visible())
+        if not shown and (
+            key not in reader.written if fresh else not may_hold(key, reader, rec.state, history)
+        ):
+            continue  # the client cannot hold it: say nothing about it
+        base = max(rec.last_ingest, reader.stamp)
+        if cache is None:
+            out.extend(row_snapshot(table, row_id, rec.state, shown, base))
+        else:
+            out.extend(cache.snapshot(key, rec, shown, base))
+    return out
+
+
+def hidden_changed(rows: Mapping[RowKey, RowRecord], reader: Reader) -> list[RowKey]:
+    """The rows invisible to the reader now that changed after its cursor: the ones whose
+    history :func:`may_hold` needs (a fresh reader needs none)."""
+    if reader.since == 0:
+        return []
+    return [
+        k
+        for k, r in rows.items()
+        if r.last_ingest > reader.since
+        and not visible(reader.rules, reader.claims, k[0], r.state.visible())
+    ]
+
+
+def page_view(
+    deltas: Sequence[RowDelta],
+    rows: Mapping[RowKey, RowRecord],
+    reader: Reader,
+    raw: bool,
+    cache: SnapshotCache | None = None,
+    history: RowHistory | None = None,
+) -> list[RowDelta]:
+    """The deltas a client receives for a page of the log (its deltas in ingest order; see the
+    module docstring).
+
+    ``raw`` (the gateway never had rules) passes the log through; otherwise each touched row
+    becomes one snapshot, ordered by its last delta in the page. ``history`` must hold every
+    row of :func:`hidden_changed`.
+    """
+    if raw:
+        return list(deltas)
+    last: dict[RowKey, None] = {}
+    for d in deltas:
+        key = (d.table, d.row_id)
+        last.pop(key, None)
+        last[key] = None
+    return _snapshots(last, rows, reader, cache, history or {})
+
+
+def resync_view(
+    rows: Mapping[RowKey, RowRecord],
+    reader: Reader,
+    cache: SnapshotCache | None = None,
+    history: RowHistory | None = None,
+) -> list[RowDelta]:
+    """Snapshots of every row of a gateway the client sees or may hold: the resync after a
+    rules or claims change, and the first sync of a fresh client (exactly its view)."""
+    return _snapshots(rows, rows, reader, cache, history or {})
+
+
+def check_write(
+    deltas: Sequence[RowDelta],
+    rows: Mapping[RowKey, RowRecord],
+    rules: SyncRules | None,
+    claims: Mapping[str, Any],
+) -> None:
+    """Raise :class:`ForbiddenError` if the client may not write one of ``deltas``."""
+    if rules is None:
+        return
+    tables = tables_for(rules, claims)
+    for i, d in enumerate(deltas):
+        if tables is not None and d.table not in tables:
+            raise ForbiddenError(f"deltas[{i}]: the sync rules give no write access to {d.table!r}")
+        rec = rows.get((d.table, d.row_id))
+        if rec is None:
+            continue
+        current = rec.state.visible()
+        if current is not None and not visible(rules, claims, d.table, current):
+            raise ForbiddenError(
+                f"deltas[{i}]: row {d.row_id!r} of {d.table!r} is not visible to this client"
+            )

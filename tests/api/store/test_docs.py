@@ -1,0 +1,37 @@
+"""Gateway documents on every store: an update is one atomic read-modify-write."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from api.store.base import HotLog
+
+
+def test_concurrent_updates_of_one_document_lose_nothing(store: HotLog) -> None:
+    def add(i: int) -> None:
+        def change(body: dict[str, Any] | None) -> dict[str, Any]:
+            return {"items": [*(body or {"items": []})["items"], i]}
+
+        store.update_doc("gw1", "list", "todo", change)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(store.list_docs("gw1", "list")["todo"]["items"]) == list(range(16))
+
+
+def test_an_update_that_raises_stores_nothing(store: HotLog) -> None:
+    store.put_doc("gw1", "schema", "todos", {"v": 1})
+
+    def refuse(body: dict[str, Any] | None) -> dict[str, Any]:
+        raise ValueError(f"no: {body}")
+
+    with pytest.raises(ValueError, match=r"no: \{'v': 1\}"):
+        store.update_doc("gw1", "schema", "todos", refuse)
+    assert store.update_doc("gw1", "schema", "new", lambda body: {"first": body}) == {"first": None}
+    assert store.list_docs("gw1", "schema") == {"todos": {"v": 1}, "new": {"first": None}}
