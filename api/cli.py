@@ -1,6 +1,6 @@
 """``lakesync up``: serve the gateway with uvicorn (graceful shutdown finishes in-flight pushes).
 
-Exposed as the plain typer-compatible function :func:`up`; ``lakesync/cli.py`` registers it with
+Exposed as the plain typer-compatible function :func:`up`; ``cli/main.py`` registers it with
 ``app.command("up")(up)`` and ``python -m api`` runs it standalone.
 """
 

@@ -1,6 +1,6 @@
 """The gateway's edge to the lake: the landing flusher and the scheduled pipeline.
 
-``lakesync up`` runs the :class:`~lakesync.lake.landing.LandingFlusher` next to the gateway (the
+``lakesync up`` runs the :class:`~lakehouse.landing.LandingFlusher` next to the gateway (the
 landing table's single writer) every ``flush_interval`` seconds and on
 ``POST /v1/admin/flush/{gw}`` (each flush first publishes the registered table schemas to
 ``lakesync.table_schemas`` for the pipeline), and, if ``pipeline_interval`` is set, a
@@ -33,7 +33,7 @@ from lakesync.schema import parse_schema
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-    from lakesync.lake.landing import LandingFlusher
+    from lakehouse.landing import LandingFlusher
 
 __all__ = ["Lead", "SchemaPublisher", "lake_jobs"]
 
@@ -49,10 +49,10 @@ def _landing_flusher(
     settings: GatewaySettings, store: HotLog, config: Config | None
 ) -> LandingFlusher | None:
     try:
-        from lakesync.lake.bootstrap import init_catalog_tables
-        from lakesync.lake.catalog import open_catalog
-        from lakesync.lake.landing import LandingFlusher
-        from lakesync.lake.settings import LakeSettings
+        from lakehouse.bootstrap import init_catalog_tables
+        from lakehouse.catalog import open_catalog
+        from lakehouse.landing import LandingFlusher
+        from lakehouse.settings import LakeSettings
 
         lake = (
             LakeSettings.from_env(settings.data_dir)
@@ -106,7 +106,7 @@ class SchemaPublisher:
 
     def __call__(self) -> bool:
         """True when the registry needed a commit."""
-        from lakesync.lake.registry import publish_schemas
+        from lakehouse.registry import publish_schemas
 
         docs = self._store.docs_of_kind("schema")
         if docs == self._last:
@@ -126,7 +126,7 @@ def _pipeline_loop(
     every few seconds whether to take over); a run still going at shutdown is terminated (its
     Iceberg commits are atomic, so the next run picks up where the last commit left off). Output
     goes to ``<data dir>/pipeline.log``; a failed run is logged with the tail of it."""
-    command = [sys.executable, "-m", "lakesync.cli", "pipeline", "run"]
+    command = [sys.executable, "-m", "cli", "pipeline", "run"]
     command += ["--data-dir", str(settings.data_dir)]
     log_path = settings.data_dir / "pipeline.log"
     env = dict(os.environ)

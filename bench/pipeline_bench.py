@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from lakehouse.bootstrap import bootstrap
+from lakehouse.catalog import open_catalog
+from lakehouse.landing import LandingFlusher
+from lakehouse.runner import PipelineResult, run_pipeline
+from lakehouse.settings import LakeSettings
 from lakesync.delta import RowDelta
-from lakesync.lake.bootstrap import bootstrap
-from lakesync.lake.catalog import open_catalog
-from lakesync.lake.landing import LandingFlusher
-from lakesync.lake.runner import PipelineResult, run_pipeline
-from lakesync.lake.settings import LakeSettings
 from lakesync.schema import parse_schema
 
 SCHEMA = parse_schema({"table": "items", "columns": [
@@ -153,7 +153,7 @@ def main() -> None:
         flusher.flush()
         increments.append((time.perf_counter() - t, *timed_run(settings, args.tests)))
 
-    from lakesync.lake.spark import spark_session
+    from lakehouse.spark import spark_session
 
     spark = spark_session(settings)
     live = spark.sql("select count(*) as n from analytics.items").first()

@@ -83,7 +83,7 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``lake:``: catalog, warehouse, Spark target, jars and dbt project.
 
-    Unset values are derived by ``lakesync.lake.settings.LakeSettings`` (embedded SQLite catalog
+    Unset values are derived by ``lakehouse.settings.LakeSettings`` (embedded SQLite catalog
     and warehouse under the data dir, jars inside the active environment, the repository's dbt
     project).
     """

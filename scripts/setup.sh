@@ -57,9 +57,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 
 # --- the lake: relocated Jackson jar + catalog tables ----------------------------------------
-if [ -f lakesync/lake/bootstrap.py ]; then
+if [ -f lakehouse/bootstrap.py ]; then
   log "bootstrapping the lake (jars, catalog)"
-  .venv/bin/python -m lakesync.lake.bootstrap
+  .venv/bin/python -m lakehouse.bootstrap
 fi
 
 # --- JavaScript oracle for the canonical-JSON tests ------------------------------------------

@@ -31,10 +31,10 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from client import Event, LakeSyncClient
+from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakehouse.settings import LakeSettings
 from lakesync.canonical import canonical_json
 from lakesync.delta import delta_id
-from lakesync.lake.catalog import LANDING_IDENTIFIER, open_catalog
-from lakesync.lake.settings import LakeSettings
 from lakesync.proto import lakesync_pb2 as pb
 from lakesync.values import MAX_SAFE_MAGNITUDE, MAX_VALUE_DEPTH
 from lakesync.wsframes import TAG_BROADCAST, TAG_PUSH
@@ -418,8 +418,8 @@ SPARK_EXAMPLES: list[Any] = [
 @pytest.mark.spark
 @pytest.mark.dbt
 def test_models_hold_what_every_replica_holds(tmp_path: Path) -> None:
-    from lakesync.lake.query import run_query
-    from lakesync.lake.runner import run_pipeline
+    from lakehouse.query import run_query
+    from lakehouse.runner import run_pipeline
     from lakesync.schema import parse_schema
 
     deep: Any = {"k": 1.5}

@@ -14,9 +14,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from api.store.sqlite import SqliteHotLog
+from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakehouse.settings import LakeSettings
 from lakesync.hlc import HLC
-from lakesync.lake.catalog import LANDING_IDENTIFIER, open_catalog
-from lakesync.lake.settings import LakeSettings
 from tests.api.helpers import SECRET, auth, delta, token
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json

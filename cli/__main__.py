@@ -1,0 +1,5 @@
+"""``python -m cli``: the ``lakesync`` command."""
+
+from cli.main import run
+
+run()

@@ -1,0 +1,288 @@
+"""Run the dbt project on Spark in this process: landing → cells/rows → ``analytics.<table>``.
+
+The runner builds the Spark session (so dbt-spark's ``getOrCreate()`` reuses it), registers the
+Python UDFs on it, writes the generated per-table models from the registered schemas, then calls
+``dbtRunner().invoke(["build", ...])`` (models, data tests and unit tests).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakehouse.bootstrap import bootstrap
+from lakehouse.catalog import LANDED_LATE_PROPERTY, open_catalog, require_lake
+from lakehouse.models import model_name, prepare_project, table_columns, write_models
+from lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
+from lakehouse.spark import spark_session
+from lakesync.errors import LakeSyncError
+from lakesync.schema import TableSchema
+
+_log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "PipelineError",
+    "PipelineResult",
+    "ProgressCallback",
+    "dbt_invoke",
+    "registered_table_schemas",
+    "run_pipeline",
+    "state_as_of_hlc",
+]
+
+CHANGE_KEYS = (
+    "added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files"
+)
+
+ProgressCallback = Callable[[str, str], None]
+"""Called with ``(node name, status)``: status ``started`` then ``success``/``error``/``pass``/…"""
+
+
+class PipelineError(LakeSyncError):
+    """A dbt node failed; the message names the failed nodes."""
+
+    code = "PIPELINE_ERROR"
+    status = 500
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineResult:
+    """Summary of one pipeline run."""
+
+    rows_merged: int
+    """Landing rows (deltas) read by this run's increment."""
+    tables_updated: list[str]
+    """``analytics`` tables that got a new Iceberg snapshot."""
+    elapsed_s: float
+    models: list[str] = field(default_factory=list)
+    """Every generated current-state model."""
+    position: int | None = None
+    """Landing position (ingest HLC) the models are complete through."""
+
+
+def registered_table_schemas(settings: LakeSettings) -> list[TableSchema]:
+    """Every registered schema: the ones the gateways published to ``lakesync.table_schemas``
+    (admin routes and their ``lakesync.yaml``) plus those in this process's ``lakesync.yaml``."""
+    from lakehouse.registry import registered_schemas
+    from lakesync.config import load_config
+
+    config = load_config()
+    published = [s for _, s in registered_schemas(open_catalog(settings))]
+    return [*published, *(s for gw in config.gateways.values() for s in gw.schemas)]
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for profiles.yml only while dbt runs, then restore them, so one
+    lake's settings never leak into the next ``LakeSettings.from_env``."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def dbt_invoke(
+    settings: LakeSettings, args: Sequence[str], on_progress: ProgressCallback | None = None
+) -> Any:
+    """Invoke dbt in-process on the project with this data dir's target and log paths.
+
+    Returns dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt fails.
+    """
+    from dbt.cli.main import dbtRunner
+
+    prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
+
+    def callback(event: Any) -> None:
+        name = event.info.name
+        if on_progress is None or name not in ("NodeStart", "NodeFinished"):
+            return
+        node = event.data.node_info
+        on_progress(node.node_name, "started" if name == "NodeStart" else node.node_status)
+
+    full_args = [
+        *args,
+        "--project-dir", str(settings.dbt_run_project_dir),
+        "--profiles-dir", str(settings.dbt_project_dir),
+        "--target-path", str(settings.dbt_dir / "target"),
+        "--log-path", str(settings.dbt_dir / "logs"),
+        "--quiet",
+    ]
+    with _environment({**settings.dbt_env(), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}):
+        result = dbtRunner(callbacks=[callback]).invoke(full_args)
+    if not result.success:
+        failed = []
+        for r in getattr(result.result, "results", None) or []:
+            if str(r.status) in ("error", "fail", "runtime error"):
+                failed.append(f"{r.node.name}: {r.message}")
+        detail = "; ".join(failed) or str(result.exception)
+        raise PipelineError(f"dbt {args[0]} failed: {detail}")
+    return result
+
+
+def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[int, bool]]:
+    """Per analytics table: snapshot id → whether that snapshot changed any data file."""
+    catalog = open_catalog(settings)
+    out: dict[str, dict[int, bool]] = {}
+    for t in tables:
+        ident = f"{ANALYTICS_NAMESPACE}.{t}"
+        snaps = catalog.load_table(ident).snapshots() if catalog.table_exists(ident) else []
+        out[t] = {
+            snap.snapshot_id: any(
+                int(snap.summary.additional_properties.get(key, "0") if snap.summary else 0) > 0
+                for key in CHANGE_KEYS
+            )
+            for snap in snaps
+        }
+    return out
+
+
+CONSUMED_PROPERTY = "lakesync.landing-sequence"
+"""Table property of ``int_rows_merged``: the sequence number of the landing snapshot the last
+pipeline run started from (every landing commit up to it was read by the models)."""
+
+
+def _landing_sequence(settings: LakeSettings) -> tuple[int, bool]:
+    """The landing table's current snapshot sequence number, and whether a commit after the one
+    the models last started from landed rows late (a held-back gateway that caught up: rows
+    behind the models' ingest watermark, which only a full rebuild takes in)."""
+    catalog = open_catalog(settings)
+    landing = catalog.load_table(f"{LANDING_NAMESPACE}.landing")
+    current = landing.current_snapshot()
+    seq = 0 if current is None else int(current.sequence_number or 0)
+    merged = f"{LANDING_NAMESPACE}.int_rows_merged"
+    if not catalog.table_exists(merged):
+        return seq, False
+    consumed = int(catalog.load_table(merged).properties.get(CONSUMED_PROPERTY, "-1"))
+    late = any(
+        snap.summary is not None
+        and LANDED_LATE_PROPERTY in snap.summary.additional_properties
+        and int(snap.sequence_number or 0) > consumed
+        for snap in landing.snapshots()
+    )
+    return seq, late
+
+
+def _mark_consumed(settings: LakeSettings, seq: int) -> None:
+    catalog = open_catalog(settings)
+    table = catalog.load_table(f"{LANDING_NAMESPACE}.int_rows_merged")
+    with table.transaction() as tx:
+        tx.set_properties({CONSUMED_PROPERTY: str(seq)})
+
+
+def _position(spark: SparkSession) -> int | None:
+    if not spark.catalog.tableExists(f"{LANDING_NAMESPACE}.int_rows_merged"):
+        return None
+    row = spark.sql(
+        f"select max(last_ingest_hlc) as p from {LANDING_NAMESPACE}.int_rows_merged"
+    ).first()
+    return None if row is None or row["p"] is None else int(row["p"])
+
+
+def run_pipeline(
+    data_dir: Path | str | None = None,
+    *,
+    settings: LakeSettings | None = None,
+    schemas: Sequence[TableSchema] | None = None,
+    full_refresh: bool = False,
+    tests: bool = True,
+    on_progress: ProgressCallback | None = None,
+) -> PipelineResult:
+    """Build every model once: read new landing rows, merge them, refresh ``analytics.<table>``.
+
+    ``schemas`` defaults to :func:`registered_table_schemas`; a table
+    whose column list changed since the last run is rebuilt in full. ``tests`` runs the data
+    tests after each model (``dbt build``). Raises :class:`PipelineError` if a model or test fails.
+    """
+    started = time.monotonic()
+    settings = settings or LakeSettings.from_env(data_dir)
+    bootstrap(settings)
+    tables = table_columns(registered_table_schemas(settings) if schemas is None else schemas)
+    generated_dir = prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
+    generated = write_models(generated_dir, tables)
+    spark = spark_session(settings)
+    from spark_udfs.register import register_udfs
+
+    register_udfs(spark)
+    before_pos = _position(spark)
+    landing_seq, late = _landing_sequence(settings)
+    if late and not full_refresh:
+        _log.warning("rows landed late (a held-back gateway caught up): rebuilding the models")
+        full_refresh = True
+    landing = f"{LANDING_NAMESPACE}.landing"
+    pending_sql = f"select count(*) as n from {landing}"
+    if before_pos is not None and not full_refresh:
+        pending_sql += f" where ingest_hlc > {before_pos}"
+    pending_row = spark.sql(pending_sql).first()
+    pending = int(pending_row["n"]) if pending_row is not None else 0
+    before = _snapshots(settings, list(tables))
+
+    # Unit tests check the SQL, not the data: CI runs them (`dbt test --select test_type:unit`).
+    args = ["build", "--exclude-resource-type", "unit_test"] if tests else ["run"]
+    if full_refresh:
+        args.append("--full-refresh")
+    elif generated.changed:
+        args += ["--exclude", *generated.changed]
+    dbt_invoke(settings, args, on_progress)
+    if generated.changed and not full_refresh:
+        # New columns: rebuild those tables so cells that landed before the change show up.
+        rebuild = [args[0], "--full-refresh", "--select", *generated.changed]
+        dbt_invoke(settings, rebuild, on_progress)
+
+    _mark_consumed(settings, landing_seq)
+    after = _snapshots(settings, list(tables))
+    # A MERGE that matched nothing still commits an empty snapshot: count only real changes.
+    updated = sorted(
+        t for t in tables
+        if any(changed for sid, changed in after[t].items() if sid not in before[t])
+    )
+    return PipelineResult(
+        rows_merged=pending,
+        tables_updated=updated,
+        elapsed_s=time.monotonic() - started,
+        models=[model_name(t) for t in sorted(tables)],
+        position=_position(spark),
+    )
+
+
+def state_as_of_hlc(
+    table: str,
+    hlc: int,
+    *,
+    settings: LakeSettings,
+    schemas: Sequence[TableSchema] | None = None,
+) -> Any:
+    """Time travel by HLC: ``table``'s state from the landing deltas with ``hlc <=`` the given one.
+
+    Compiles the project's ``lakesync_state_as_of`` macro (the same merge macros as the models)
+    with dbt and runs it on Spark; returns a Spark DataFrame with the current-state columns.
+    (Time travel by snapshot needs no dbt: ``select * from analytics.T version as of <id>``.)
+    """
+    require_lake(settings)
+    tables = table_columns(registered_table_schemas(settings) if schemas is None else schemas)
+    if table not in tables:
+        raise PipelineError(f"table {table!r} has no registered schema")
+    cols = [{"name": n, "type": t} for n, t in tables[table]]
+    write_models(prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir), tables)
+    spark = spark_session(settings)
+    from spark_udfs.register import register_udfs
+
+    register_udfs(spark)
+    inline = f"{{{{ lakesync_state_as_of({json.dumps(table)}, {json.dumps(cols)}, {int(hlc)}) }}}}"
+    result = dbt_invoke(settings, ["compile", "--inline", inline])
+    return spark.sql(result.result.results[0].node.compiled_code)

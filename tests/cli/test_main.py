@@ -1,0 +1,151 @@
+"""The ``lakesync`` command line: ``token`` minting, its errors, and ``--help`` everywhere."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from cli.main import app, main
+from lakesync.tokens import verify_token
+
+SECRET = "cli-test-secret-long-enough-for-hs256-0123456789"
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for var in ("LAKESYNC_CONFIG", "LAKESYNC_JWT_SECRET", "LAKESYNC_JWT_SECRET_PREVIOUS"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def lakesync_cmd() -> list[str]:
+    script = Path(sys.executable).parent / "lakesync"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "cli"]
+
+
+def run_cli(*args: str, secret: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
+    if secret is not None:
+        env["LAKESYNC_JWT_SECRET"] = secret
+    return subprocess.run(
+        [*lakesync_cmd(), *args], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+def test_token_command_prints_a_verifiable_token() -> None:
+    proc = run_cli(
+        "token",
+        "--sub",
+        "client-7",
+        "--gw",
+        "gw1",
+        "--role",
+        "admin",
+        "--claim",
+        "team=a",
+        "--claim",
+        "team=b",
+        "--claim",
+        "org=acme",
+        "--ttl",
+        "2h",
+        secret=SECRET,
+    )
+    assert proc.returncode == 0, proc.stderr
+    token = proc.stdout.strip()
+    claims = verify_token(token, [SECRET], "gw1")
+    assert claims == {
+        "sub": "client-7",
+        "gw": "gw1",
+        "role": "admin",
+        "team": ["a", "b"],
+        "org": "acme",
+    }
+    import jwt
+
+    payload = jwt.decode(token, SECRET, algorithms=["HS256"])
+    assert payload["exp"] - payload["iat"] == 7200
+
+
+def test_token_defaults_to_client_role_and_one_hour(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKESYNC_JWT_SECRET", SECRET)
+    result = CliRunner().invoke(app, ["token", "--sub", "c", "--gw", "gw1"])
+    assert result.exit_code == 0, result.output
+    claims = verify_token(result.output.strip(), [SECRET], "gw1")
+    assert claims == {"sub": "c", "gw": "gw1", "role": "client"}
+
+
+def test_missing_secret_exits_2_with_a_clear_message() -> None:
+    proc = run_cli("token", "--sub", "c", "--gw", "gw1", secret=None)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "LAKESYNC_JWT_SECRET is not set" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--ttl", "forever"], "invalid duration"),
+        (["--role", "root"], "role"),
+        (["--claim", "sub=x"], "reserved"),
+        (["--gw", "a" * 300], "invalid gateway id"),
+    ],
+)
+def test_bad_token_arguments_exit_2(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    needle: str,
+) -> None:
+    monkeypatch.setenv("LAKESYNC_JWT_SECRET", SECRET)
+    assert main(["token", "--sub", "c", "--gw", "gw1", *args]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_malformed_claim_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAKESYNC_JWT_SECRET", SECRET)
+    result = CliRunner().invoke(app, ["token", "--sub", "c", "--gw", "gw1", "--claim", "novalue"])
+    assert result.exit_code == 2
+    assert "key=value" in result.output
+
+
+def test_missing_required_option_is_a_usage_error() -> None:
+    assert main(["token", "--gw", "gw1"]) == 2
+
+
+def _command_paths(cmd: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and sub-command path (typer vendors click, so duck-type groups)."""
+    paths = [prefix]
+    for name, sub in getattr(cmd, "commands", {}).items():
+        paths += _command_paths(sub, (*prefix, name))
+    return paths
+
+
+COMMANDS = _command_paths(typer.main.get_command(app))
+
+
+def test_token_is_a_registered_command() -> None:
+    assert ("token",) in COMMANDS
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "lakesync")
+def test_help_for_every_command(path: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(app, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+    if path == ("token",):
+        for option in ("--sub", "--gw", "--role", "--claim", "--ttl"):
+            assert option in result.output
+
+
+def test_help_through_the_installed_script() -> None:
+    proc = run_cli("--help", secret=None)
+    assert proc.returncode == 0
+    assert "token" in proc.stdout

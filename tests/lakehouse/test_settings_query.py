@@ -1,0 +1,113 @@
+"""Settings derivation (one place for catalog/Spark config) and query output formatting."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from lakehouse.query import QueryResult, format_rows
+from lakehouse.settings import LakeSettings
+from lakesync.errors import ConfigError
+
+
+def test_embedded_defaults_live_under_the_data_dir(tmp_path: Path) -> None:
+    s = LakeSettings.from_env(tmp_path, env={})
+    assert s.catalog_uri == f"jdbc:sqlite:{tmp_path}/catalog.db"
+    assert s.sqlalchemy_uri() == f"sqlite:///{tmp_path}/catalog.db"
+    assert s.warehouse == (tmp_path / "warehouse").as_uri()
+    conf = s.spark_conf()
+    assert conf["spark.master"] == "local[2]"
+    assert conf["spark.sql.catalog.lake.jdbc.init-catalog-tables"] == "false"
+    assert conf["spark.sql.catalog.lake.cache-enabled"] == "false"
+    assert conf["spark.sql.defaultCatalog"] == "lake"
+    assert conf["spark.jars"].split(",")[1].endswith("iceberg-shaded-jackson-2.15.2.jar")
+
+
+def test_cluster_and_postgres_catalog_come_from_the_environment(tmp_path: Path) -> None:
+    s = LakeSettings.from_env(tmp_path, env={
+        "LAKESYNC_CATALOG_URI": "jdbc:postgresql://127.0.0.1:5432/test",
+        "LAKESYNC_CATALOG_USER": "post gres",
+        "LAKESYNC_CATALOG_PASSWORD": "p@ss",
+        "LAKESYNC_SPARK_MASTER": "spark://127.0.0.1:7077",
+        "LAKESYNC_SPARK_CORES_MAX": "2",
+        "LAKESYNC_WAREHOUSE": "file:///shared/wh",
+    })
+    assert s.sqlalchemy_uri() == "postgresql+psycopg://post%20gres:p%40ss@127.0.0.1:5432/test"
+    conf = s.spark_conf()
+    assert conf["spark.sql.catalog.lake.jdbc.user"] == "post gres"
+    assert conf["spark.cores.max"] == "2"
+    assert s.dbt_env()["LAKESYNC_CATALOG_PASSWORD"] == "p@ss"
+    assert s.warehouse_path == Path("/shared/wh")
+
+
+LAKE_YAML = """\
+data_dir: {data}
+lake:
+  catalog_uri: jdbc:postgresql://db:5432/lake
+  catalog_user: lake
+  warehouse: file:///file/wh
+  spark_master: spark://file:7077
+  spark_cores_max: 3
+  spark_executor_memory: 2g
+  jars_dir: /file/jars
+  dbt_project_dir: /file/dbt
+"""
+
+
+def test_lake_section_of_lakesync_yaml_and_the_environment_wins(tmp_path: Path) -> None:
+    path = tmp_path / "lakesync.yaml"
+    path.write_text(LAKE_YAML.format(data=tmp_path / "from-file"))
+    s = LakeSettings.from_env(env={"LAKESYNC_CONFIG": str(path)})
+    assert s.data_dir == tmp_path / "from-file"
+    assert s.catalog_uri == "jdbc:postgresql://db:5432/lake" and s.catalog_user == "lake"
+    assert s.warehouse == "file:///file/wh" and s.spark_master == "spark://file:7077"
+    assert s.spark_cores_max == 3 and s.spark_executor_memory == "2g"
+    assert s.jars_dir == Path("/file/jars") and s.dbt_project_dir == Path("/file/dbt")
+    env = {
+        "LAKESYNC_CONFIG": str(path),
+        "LAKESYNC_DATA_DIR": str(tmp_path / "from-env"),
+        "LAKESYNC_SPARK_MASTER": "local[1]",
+        "LAKESYNC_JARS_DIR": "/env/jars",
+    }
+    s = LakeSettings.from_env(env=env)
+    assert s.data_dir == tmp_path / "from-env"
+    assert s.spark_master == "local[1]" and s.jars_dir == Path("/env/jars")
+    assert s.catalog_uri == "jdbc:postgresql://db:5432/lake"  # not overridden: the file's
+    assert LakeSettings.from_env(tmp_path / "arg", env=env).data_dir == tmp_path / "arg"
+
+
+def test_explicit_env_ignores_the_process_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("lake: {spark_master: spark://stray:7077, typo: 1}\n")
+    monkeypatch.setenv("LAKESYNC_CONFIG", str(broken))
+    monkeypatch.setenv("LAKESYNC_SPARK_MASTER", "spark://stray:7077")
+    assert LakeSettings.from_env(tmp_path, env={}).spark_master == "local[2]"
+    with pytest.raises(ConfigError, match="typo"):
+        LakeSettings.from_env(tmp_path)
+
+
+def test_bad_lake_settings_name_the_key_or_the_variable(tmp_path: Path) -> None:
+    path = tmp_path / "lakesync.yaml"
+    path.write_text("lake:\n  catalog_url: jdbc:sqlite:x\n")
+    with pytest.raises(ConfigError, match=r"lakesync\.yaml.*catalog_url"):
+        LakeSettings.from_env(tmp_path, env={"LAKESYNC_CONFIG": str(path)})
+    with pytest.raises(ConfigError, match="LAKESYNC_SPARK_CORES_MAX='-2'"):
+        LakeSettings.from_env(tmp_path, env={"LAKESYNC_SPARK_CORES_MAX": "-2"})
+
+
+def test_json_format_is_one_object_per_row_with_exact_hlcs() -> None:
+    rows = [("a", Decimal(2**64 - 1), {"k": [1]}), ("b", None, None)]
+    result = QueryResult(["id", "_hlc", "meta"], rows)
+    lines = list(format_rows(result, "json"))
+    assert [json.loads(x) for x in lines] == [
+        {"id": "a", "_hlc": "18446744073709551615", "meta": {"k": [1]}},
+        {"id": "b", "_hlc": None, "meta": None},
+    ]
+    assert list(format_rows(result, "csv")) == [
+        "id,_hlc,meta", 'a,18446744073709551615,"{""k"": [1]}"', "b,,",
+    ]
