@@ -11,6 +11,8 @@ overridden by its environment variable; an empty variable counts as unset:
 - ``server:`` (:class:`ServerConfig`, the gateway) and ``lake:`` (:class:`LakeConfig`): each key
   is overridden by ``LAKESYNC_`` + the key in capitals, e.g. ``server.rate_limit`` by
   ``LAKESYNC_RATE_LIMIT`` and ``lake.catalog_uri`` by ``LAKESYNC_CATALOG_URI``
+- ``destinations:``: where synced tables are materialised (:mod:`lakesync.destinations`); URLs
+  may take credentials from ``${VAR}`` / ``${file:PATH}``
 - ``LAKESYNC_JWT_SECRET`` / ``LAKESYNC_JWT_SECRET_PREVIOUS``: token secrets (rotation), from the
   environment only, so they stay out of files that get committed
 
@@ -29,6 +31,7 @@ import msgspec
 import yaml
 
 from lakesync.delta import validate_gateway_id
+from lakesync.destinations import DestinationSpec, parse_destinations
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
@@ -120,6 +123,8 @@ class Config(msgspec.Struct, frozen=True):
     source: Path | None = None
     pg_schema: str = "lakesync"
     lake: LakeConfig = LakeConfig()
+    destinations: dict[str, DestinationSpec] = {}
+    """``destinations:`` (:mod:`lakesync.destinations`): where synced tables are materialised."""
 
 
 class _GatewayFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -134,6 +139,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     server: ServerConfig = ServerConfig()
     lake: LakeConfig = LakeConfig()
     gateways: dict[str, _GatewayFile] = {}
+    destinations: dict[str, Any] = {}
 
 
 _Section = TypeVar("_Section", ServerConfig, LakeConfig)
@@ -228,5 +234,6 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
         lake=file.lake,
         gateways=gateways,
         source=path,
+        destinations=parse_destinations(file.destinations, str(path)),
     )
     return apply_environment(from_file, env)

@@ -1,0 +1,135 @@
+"""``destinations:`` in lakesync.yaml: the fixed shape, validation, references, redaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakesync.config import load_config
+from lakesync.destinations import DestinationSpec, redact_url, resolve_url
+from lakesync.errors import ConfigError
+
+YAML = """\
+destinations:
+  warehouse:
+    kind: postgres
+    url: postgresql://sync:hunter2@db.internal:5432/app
+    gateway: gw1
+    tables: [todos]
+    delete: soft
+  reporting:
+    kind: mysql
+    url: ${REPORTING_URL}
+    gateway: gw1
+    delete: hard
+  bq:
+    kind: bigquery
+    url: bigquery://my-project/analytics
+    gateway: gw2
+  lake_copy:
+    kind: lake
+    url: lake://exports
+    gateway: gw1
+"""
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+
+def load(tmp_path: Path, text: str) -> dict[str, DestinationSpec]:
+    path = tmp_path / "conf.yaml"
+    path.write_text(text, encoding="utf-8")
+    return load_config(path, env={}).destinations
+
+
+def test_the_documented_shape_parses(tmp_path: Path) -> None:
+    dests = load(tmp_path, YAML)
+    assert list(dests) == ["warehouse", "reporting", "bq", "lake_copy"]
+    wh = dests["warehouse"]
+    assert (wh.name, wh.kind, wh.gateway, wh.tables, wh.delete) == (
+        "warehouse", "postgres", "gw1", ["todos"], "soft"
+    )
+    assert wh.ships("todos") and not wh.ships("notes")
+    reporting = dests["reporting"]
+    assert reporting.tables is None and reporting.ships("anything")
+    assert reporting.delete == "hard"
+    assert reporting.url == "${REPORTING_URL}"  # kept as a reference, resolved when opened
+    assert dests["bq"].delete == "soft"  # the default
+
+
+def test_no_section_means_no_destinations(tmp_path: Path) -> None:
+    assert load(tmp_path, "data_dir: x\n") == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("{kind: oracle, url: x, gateway: gw1}", "kind"),
+        ("{kind: postgres, gateway: gw1}", "url"),
+        ("{kind: postgres, url: 'postgresql://h/db'}", "gateway"),
+        ("{kind: postgres, url: 'postgresql://h/db', gateway: gw1, delete: maybe}", "delete"),
+        ("{kind: postgres, url: 'postgresql://h/db', gateway: gw1, colour: red}", "colour"),
+        ("{kind: postgres, url: 'mysql://h/db', gateway: gw1}", "postgresql://"),
+        ("{kind: mysql, url: 'postgresql://h/db', gateway: gw1}", "mysql://"),
+        ("{kind: bigquery, url: 'https://x', gateway: gw1}", "bigquery://project/dataset"),
+        ("{kind: postgres, url: 'postgresql://h/db', gateway: 'g w'}", "gateway"),
+        ("{kind: postgres, url: 'postgresql://h/db', gateway: gw1, tables: ['a;b']}", "table"),
+        ("{kind: postgres, url: 'postgresql://h/db', gateway: gw1, tables: [a, a]}", "twice"),
+    ],
+)
+def test_invalid_declarations_name_the_problem(tmp_path: Path, body: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, f"destinations:\n  d1: {body}\n")
+    assert message in info.value.message
+    assert "conf.yaml" in info.value.message
+
+
+def test_destination_names_are_identifiers(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="destination name"):
+        load(tmp_path, "destinations:\n  'x; drop': {kind: lake, url: 'lake://x', gateway: g}\n")
+
+
+def test_errors_and_reprs_never_show_an_inline_password(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, "destinations:\n  d: {kind: mysql, url: 'postgresql://u:s3cret@h/db', "
+                       "gateway: gw1}\n")
+    assert "s3cret" not in info.value.message and "***" in info.value.message
+    spec = load(tmp_path, YAML)["warehouse"]
+    assert "hunter2" not in repr(spec)
+    assert "hunter2" not in repr(load_config(tmp_path / "conf.yaml", env={}))
+
+
+def test_redact_url() -> None:
+    assert redact_url("postgresql://u:pw@h:5432/db") == "postgresql://u:***@h:5432/db"
+    assert redact_url("mysql://root@h/db") == "mysql://root@h/db"
+    assert redact_url("postgresql://u:${PG_PW}@h/db") == "postgresql://u:${PG_PW}@h/db"
+    assert redact_url("bigquery://p/d") == "bigquery://p/d"
+
+
+def test_resolve_url_from_environment_and_secrets_file(tmp_path: Path) -> None:
+    spec = load(tmp_path, YAML)["reporting"]
+    url = resolve_url(spec, {"REPORTING_URL": "mysql://r:pw@h/db"}, lambda p: "")
+    assert url == "mysql://r:pw@h/db"
+    secret = tmp_path / "pw.txt"
+    secret.write_text("s3cret\n", encoding="utf-8")
+    filed = DestinationSpec(
+        "postgres", "postgresql://u:${file:" + str(secret) + "}@h/db", "gw1", name="f"
+    )
+    read = lambda p: Path(p).read_text(encoding="utf-8")  # noqa: E731
+    assert resolve_url(filed, {}, read) == "postgresql://u:s3cret@h/db"
+
+
+def test_resolve_url_errors_name_the_variable_not_the_value(tmp_path: Path) -> None:
+    spec = load(tmp_path, YAML)["reporting"]
+    with pytest.raises(ConfigError, match="REPORTING_URL is not set") as info:
+        resolve_url(spec, {}, lambda p: "")
+    assert "reporting" in info.value.message
+    with pytest.raises(ConfigError, match="mysql://") as info:
+        resolve_url(spec, {"REPORTING_URL": "postgresql://u:topsecret@h/db"}, lambda p: "")
+    assert "topsecret" not in info.value.message
+    missing = DestinationSpec("lake", "${file:/nonexistent/pw}", "gw1", name="m")
+    with pytest.raises(ConfigError, match="cannot read secrets file /nonexistent/pw"):
+        resolve_url(missing, {}, lambda p: Path(p).read_text(encoding="utf-8"))
