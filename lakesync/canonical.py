@@ -26,6 +26,12 @@ def js_number_str(x: float) -> str:
     """Format a number exactly as JavaScript's ``String(x)`` does (NaN/Infinity → ``null``)."""
     if isinstance(x, int) and abs(x) <= _MAX_SAFE_INT:
         return str(x)
+    if type(x) is float:
+        # Between 1e-4 and 1e16 repr() writes the shortest digits without an exponent, as
+        # JavaScript does; integral values ("1.0"), exponents, NaN and inf take the long way.
+        text = repr(x)
+        if text[-1].isdigit() and "e" not in text and not text.endswith(".0"):
+            return text
     try:
         f = float(x)
     except OverflowError:
@@ -71,13 +77,37 @@ def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _write(value: Any, out: list[str]) -> None:
+def _scalar(value: Any) -> str | None:
+    """The canonical text of a string, a safe integer, a boolean or null (most cells), by exact
+    type so the common case costs no isinstance chain; None for anything else."""
+    kind = type(value)
+    if kind is str:
+        return _js_string(value)
+    if kind is int and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+        return str(value)
     if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return None
+
+
+def _sorted_keys(value: Mapping[Any, Any]) -> list[Any]:
+    keys = list(value)
+    # Code-point order is UTF-16 order unless a key holds a character above U+D7FF.
+    if all(type(k) is str and k.isascii() for k in keys):
+        keys.sort()
+    else:
+        keys.sort(key=lambda k: _utf16_key(str(k)))
+    return keys
+
+
+def _write(value: Any, out: list[str]) -> None:
+    text = _scalar(value)
+    if text is not None:
+        out.append(text)
     elif isinstance(value, str):
         out.append(_js_string(value))
     elif isinstance(value, int | float):
@@ -85,7 +115,7 @@ def _write(value: Any, out: list[str]) -> None:
     elif isinstance(value, Mapping):
         out.append("{")
         first = True
-        for key in sorted(value, key=lambda k: _utf16_key(str(k))):
+        for key in _sorted_keys(value):
             if not first:
                 out.append(",")
             first = False
@@ -106,6 +136,9 @@ def _write(value: Any, out: list[str]) -> None:
 
 def canonical_json(value: Any) -> str:
     """Serialise a JSON value to its canonical text (see the module docstring)."""
+    text = _scalar(value)
+    if text is not None:
+        return text
     out: list[str] = []
     _write(value, out)
     return "".join(out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, get_args
 
 import msgspec
@@ -96,14 +96,31 @@ def delta_id(
     client_id: str, hlc: int | str, table: str, row_id: str, columns: Sequence[Mapping[str, Any]]
 ) -> str:
     """The SPEC §3 deltaId: sha256 hex of the canonical JSON of the delta's identity and columns."""
-    body = {
-        "clientId": client_id,
-        "columns": [{"column": c["column"], "value": c["value"]} for c in columns],
-        "hlc": str(hlc),
-        "rowId": row_id,
-        "table": table,
-    }
-    return hashlib.sha256(canonical_json(body).encode("utf-8", "surrogatepass")).hexdigest()
+    return _identity_id(client_id, hlc, table, row_id, [(c["column"], c["value"]) for c in columns])
+
+
+def _identity_id(
+    client_id: str, hlc: int | str, table: str, row_id: str, cells: Iterable[tuple[str, Any]]
+) -> str:
+    # The canonical JSON of {clientId, columns: [{column, value}], hlc, rowId, table} written
+    # directly: its keys are in canonical order already, and this runs on every pushed delta.
+    js = canonical_json
+    text = "".join(
+        (
+            '{"clientId":',
+            js(client_id),
+            ',"columns":[',
+            ",".join(f'{{"column":{js(c)},"value":{js(v)}}}' for c, v in cells),
+            '],"hlc":',
+            js(str(hlc)),
+            ',"rowId":',
+            js(row_id),
+            ',"table":',
+            js(table),
+            "}",
+        )
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class RowDelta(msgspec.Struct, frozen=True):
@@ -133,7 +150,7 @@ class RowDelta(msgspec.Struct, frozen=True):
         ) if isinstance(columns, Mapping) else tuple(columns)
         _check_shape(op, table, row_id, client_id, cols)
         cols = _read_cells(cols, table, row_id, "", normalize_value, False, None, "delta")
-        did = delta_id(client_id, hlc, table, row_id, _column_dicts(cols))
+        did = _identity_id(client_id, hlc, table, row_id, [(c.column, c.value) for c in cols])
         return cls(op, table, row_id, client_id, cols, hlc, did)
 
     def values(self) -> dict[str, Any]:
@@ -266,17 +283,13 @@ def read_delta(
     ts = _hlc.parse(hlc, "delta.hlc" if where == "delta" else f"{where}.hlc")
     cols = _read_cells(columns, table, row_id, did, cell, trusted, report, where)
     if not trusted:
-        expected = delta_id(client_id, ts, table, row_id, _column_dicts(cols))
+        expected = _identity_id(client_id, ts, table, row_id, [(c.column, c.value) for c in cols])
         if did != expected:
             raise SchemaError(
                 f"{where}.deltaId {did!r} does not match its content "
                 f"(expected {expected}); recompute it with the canonical JSON of SPEC §3"
             )
     return RowDelta(checked, table, row_id, client_id, cols, ts, did)
-
-
-def _column_dicts(cols: Sequence[ColumnValue]) -> list[dict[str, Any]]:
-    return [{"column": c.column, "value": c.value} for c in cols]
 
 
 def validate_row_id(row_id: object, what: str = "rowId") -> str:
