@@ -17,6 +17,7 @@ import msgspec
 from api.store._batch import copy_states, history_of, merge_into, next_ingest, touched_keys
 from api.store.base import (
     AppendResult,
+    CheckpointInfo,
     HotLog,
     LogEntry,
     Page,
@@ -69,6 +70,12 @@ CREATE TABLE IF NOT EXISTS claims_history (
 CREATE TABLE IF NOT EXISTS client_views (
     gw TEXT NOT NULL, client_id TEXT NOT NULL, claims_hash TEXT NOT NULL,
     stamp {integer} NOT NULL, PRIMARY KEY (gw, client_id)){keyed};
+CREATE TABLE IF NOT EXISTS checkpoints (
+    gw TEXT PRIMARY KEY, upto {integer} NOT NULL, chunks {integer} NOT NULL,
+    row_count {integer} NOT NULL, previous {integer}, trimmed {integer} NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoint_chunks (
+    gw TEXT NOT NULL, upto {integer} NOT NULL, seq {integer} NOT NULL, body {blob} NOT NULL,
+    PRIMARY KEY (gw, upto, seq)){keyed};
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value {integer} NOT NULL);
 INSERT INTO counters VALUES ('flushed', 0), ('bytes', 0), ('flushed_bytes', 0), ('stamp', 0)
     ON CONFLICT DO NOTHING;
@@ -438,6 +445,113 @@ class SqlHotLog(HotLog, Generic[C]):
                 " - (SELECT value FROM counters WHERE name = 'flushed_bytes')",
             )
             return int(size)
+
+    # -- checkpoints and trimming ---------------------------------------------------------------
+    def stage_checkpoint_chunk(self, gateway_id: str, upto: int, seq: int, body: bytes) -> None:
+        """See :meth:`HotLog.stage_checkpoint_chunk`."""
+        self._write(
+            lambda conn: self._execute(
+                conn,
+                "INSERT INTO checkpoint_chunks (gw, upto, seq, body) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (gw, upto, seq) DO UPDATE SET body = excluded.body",
+                (gateway_id, upto, seq, body),
+            )
+        )
+
+    def publish_checkpoint(self, gateway_id: str, upto: int, chunks: int, rows: int) -> bool:
+        """See :meth:`HotLog.publish_checkpoint`."""
+
+        def op(conn: C) -> bool:
+            self._lock(conn)
+            old = self._checkpoint(conn, gateway_id, self._for_update)
+            if old is not None and upto <= old.position:
+                if upto not in (old.position, old.previous):
+                    self._execute(
+                        conn,
+                        "DELETE FROM checkpoint_chunks WHERE gw = ? AND upto = ?",
+                        (gateway_id, upto),
+                    )
+                return False
+            self._execute(
+                conn,
+                "INSERT INTO checkpoints (gw, upto, chunks, row_count, previous, trimmed)"
+                " VALUES (?, ?, ?, ?, ?, 0) ON CONFLICT (gw) DO UPDATE SET upto = excluded.upto,"
+                " chunks = excluded.chunks, row_count = excluded.row_count,"
+                " previous = excluded.previous",
+                (gateway_id, upto, chunks, rows, None if old is None else old.position),
+            )
+            # The previous generation stays for the streams still reading it.
+            keep = upto if old is None else old.position
+            self._execute(
+                conn,
+                "DELETE FROM checkpoint_chunks WHERE gw = ? AND upto <> ? AND upto <> ?",
+                (gateway_id, upto, keep),
+            )
+            return True
+
+        return self._write(op)
+
+    def _checkpoint(self, conn: C, gw: str, suffix: str = "") -> CheckpointInfo | None:
+        raw = self._fetch(
+            conn,
+            "SELECT upto, chunks, row_count, trimmed, previous FROM checkpoints WHERE gw = ?"
+            + suffix,
+            (gw,),
+        )
+        if not raw:
+            return None
+        upto, chunks, rows, trimmed, previous = raw[0]
+        before = None if previous is None else int(previous)
+        return CheckpointInfo(int(upto), int(chunks), int(rows), int(trimmed), before)
+
+    def checkpoint(self, gateway_id: str) -> CheckpointInfo | None:
+        """See :meth:`HotLog.checkpoint`."""
+        with self._connection() as conn:
+            return self._checkpoint(conn, gateway_id)
+
+    def checkpoint_chunk(self, gateway_id: str, upto: int, seq: int) -> bytes | None:
+        """See :meth:`HotLog.checkpoint_chunk`."""
+        with self._connection() as conn:
+            raw = self._fetch(
+                conn,
+                "SELECT body FROM checkpoint_chunks WHERE gw = ? AND upto = ? AND seq = ?",
+                (gateway_id, upto, seq),
+            )
+        return bytes(raw[0][0]) if raw else None
+
+    def trim_log(self, gateway_id: str, upto: int, limit: int = 10_000) -> int:
+        """See :meth:`HotLog.trim_log`."""
+
+        def op(conn: C) -> int:
+            self._lock(conn)
+            cp = self._checkpoint(conn, gateway_id, self._for_update)
+            if cp is None:
+                return 0
+            bound = min(upto, cp.position, self._counter(conn, "flushed"))
+            raw = self._fetch(
+                conn,
+                "SELECT ingest FROM log WHERE gw = ? AND ingest <= ? ORDER BY ingest LIMIT ?",
+                (gateway_id, bound, limit),
+            )
+            if len(raw) == limit:
+                bound = int(raw[-1][0])
+            if bound <= cp.trimmed:
+                return 0
+            # The horizon moves in the same transaction as the deletion: a pull that read before
+            # it and checks the horizon after its read never misses what was deleted.
+            self._execute(
+                conn, "UPDATE checkpoints SET trimmed = ? WHERE gw = ?", (bound, gateway_id)
+            )
+            return self._execute(
+                conn, "DELETE FROM log WHERE gw = ? AND ingest <= ?", (gateway_id, bound)
+            )
+
+        return self._write(op)
+
+    def trimmed_through(self, gateway_id: str) -> int:
+        """See :meth:`HotLog.trimmed_through`."""
+        cp = self.checkpoint(gateway_id)
+        return 0 if cp is None else cp.trimmed
 
     # -- documents ------------------------------------------------------------------------------
     def get_rules(self, gateway_id: str) -> RulesRecord:

@@ -29,6 +29,7 @@ from lakesync.views import RowKey, RowRecord
 
 __all__ = [
     "AppendResult",
+    "CheckpointInfo",
     "HotLog",
     "LogEntry",
     "LogNotice",
@@ -87,6 +88,23 @@ class RulesRecord:
 
     rules: SyncRules | None
     stamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """A gateway's published checkpoint (:mod:`lakesync.checkpoint`) and its hot-log horizon."""
+
+    position: int
+    """Every delta of the gateway ingested at or before it is in the checkpoint."""
+    chunks: int
+    """Its chunks are numbered ``0 .. chunks - 1``."""
+    rows: int
+    trimmed: int
+    """The hot log no longer holds the gateway's deltas ingested at or before it (0 = none
+    trimmed): a pull from an older cursor is refused with ``CURSOR_EXPIRED``."""
+    previous: int | None = None
+    """The position of the generation it replaced, still readable by streams that started on
+    it (its chunks go when the next one is published)."""
 
 
 class LogNotice(NamedTuple):
@@ -211,6 +229,38 @@ class HotLog(abc.ABC):
     @abc.abstractmethod
     def unflushed_bytes(self) -> int:
         """Stored size of the entries after the flushed position (drives backpressure)."""
+
+    # -- checkpoints and trimming -------------------------------------------------------------
+    @abc.abstractmethod
+    def stage_checkpoint_chunk(self, gateway_id: str, upto: int, seq: int, body: bytes) -> None:
+        """Store chunk ``seq`` of a checkpoint of ``gateway_id`` at position ``upto`` (not served
+        before :meth:`publish_checkpoint`); one short write per chunk, so a large checkpoint
+        never holds up pushes."""
+
+    @abc.abstractmethod
+    def publish_checkpoint(self, gateway_id: str, upto: int, chunks: int, rows: int) -> bool:
+        """Serve the staged checkpoint at ``upto`` from now on, if it is newer than the current
+        one (True); the one it replaces stays readable until the next is published, older
+        generations and stale staged chunks go. False (and its chunks dropped) otherwise."""
+
+    @abc.abstractmethod
+    def checkpoint(self, gateway_id: str) -> CheckpointInfo | None:
+        """The gateway's published checkpoint (None when it has none)."""
+
+    @abc.abstractmethod
+    def checkpoint_chunk(self, gateway_id: str, upto: int, seq: int) -> bytes | None:
+        """One stored chunk of the checkpoint at ``upto`` (None when that generation is gone)."""
+
+    @abc.abstractmethod
+    def trim_log(self, gateway_id: str, upto: int, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` of the gateway's oldest log entries ingested at or before
+        ``upto``, never past its checkpoint's position nor past the flushed position, and move
+        its horizon (:attr:`CheckpointInfo.trimmed`) in the same transaction. Returns how many
+        went (call again while it returns ``limit``). Merged row states stay."""
+
+    @abc.abstractmethod
+    def trimmed_through(self, gateway_id: str) -> int:
+        """The gateway's hot-log horizon (0 = nothing trimmed); see :class:`CheckpointInfo`."""
 
     # -- gateway documents --------------------------------------------------------------------
     @abc.abstractmethod
