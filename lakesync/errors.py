@@ -14,6 +14,7 @@ __all__ = [
     "BackpressureError",
     "ClockDriftError",
     "ConfigError",
+    "CursorExpiredError",
     "ForbiddenError",
     "LakeSyncError",
     "NotFoundError",
@@ -93,6 +94,15 @@ class NotFoundError(LakeSyncError):
     status = 404
 
 
+class CursorExpiredError(LakeSyncError):
+    """A pull cursor older than the gateway's hot log retains (an extension of SPEC §5: code
+    ``CURSOR_EXPIRED``, HTTP 410): the deltas after it left the hot log, so the client must
+    start again from the checkpoint (which covers them) and pull from its position."""
+
+    code = "CURSOR_EXPIRED"
+    status = 410
+
+
 class RateLimitedError(LakeSyncError):
     """Too many requests; retry after ``retry_after`` seconds."""
 
@@ -119,6 +129,7 @@ _GATEWAY_ERRORS: tuple[type[LakeSyncError], ...] = (
     AuthError,
     ForbiddenError,
     NotFoundError,
+    CursorExpiredError,
     RateLimitedError,
     BackpressureError,
 )

@@ -68,6 +68,7 @@ __all__ = [
     "page_view",
     "resync_view",
     "row_snapshot",
+    "row_state_deltas",
     "sees",
 ]
 
@@ -200,7 +201,15 @@ def row_snapshot(
     """The deltas that set a replica's copy of a row to its current visible state with its real
     clocks: an eviction at ``base``, then (if ``shown``) the row's real state, or (if it is
     deleted) its tombstone. See the module docstring."""
-    out = [RowDelta.create("DELETE", table, row_id, VIEW_EVICTION_CLIENT, {}, base)]
+    eviction = RowDelta.create("DELETE", table, row_id, VIEW_EVICTION_CLIENT, {}, base)
+    return [eviction, *row_state_deltas(table, row_id, state, shown)]
+
+
+def row_state_deltas(table: str, row_id: str, state: RowState, shown: bool) -> list[RowDelta]:
+    """A row's real state as deltas at their real clocks (a snapshot without its eviction): its
+    tombstone when it has one and is ``shown`` or deleted, then, if ``shown``, an ``INSERT`` at
+    its greatest write clock and one ``UPDATE`` per other clock of its visible cells."""
+    out = []
     tomb = state.tombstone
     if tomb is not None and (shown or not state.live):
         out.append(RowDelta.create("DELETE", table, row_id, tomb[1], {}, tomb[0]))
