@@ -20,8 +20,10 @@ from api.controllers.sync import SyncController
 from api.controllers.ws import sync_socket
 from api.errors import exception_handlers
 from api.headers import security_headers_middleware
+from api.lake import Lead
 from api.logs import request_id_middleware
 from api.metrics import GatewayMetrics
+from api.services.connectors import ConnectorService
 from api.services.declared import apply_declared
 from api.services.hub import Hub
 from api.services.sync import SyncService
@@ -59,6 +61,11 @@ def create_app(
         service = SyncService(hot, settings, metrics_, hub)
         app.state.service = service
         await apply_declared(service, settings.gateways)
+        connectors = ConnectorService(
+            service, settings.connectors, lead=Lead(hot, "connectors", "connector polls")
+        )
+        app.state.connectors = connectors
+        await connectors.start()
         loop = asyncio.get_running_loop()
         relays: set[asyncio.Task[None]] = set()
 
@@ -74,6 +81,7 @@ def create_app(
         try:
             yield
         finally:
+            await connectors.stop()
             service.draining = True
             for task in list(relays):
                 task.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from lakesync.config import MIB, Config, GatewayConfig, ServerConfig, apply_environment
 
@@ -28,6 +29,8 @@ class GatewaySettings:
     store_url: str = "sqlite"
     pg_schema: str = "lakesync"
     gateways: Mapping[str, GatewayConfig] = field(default_factory=dict)
+    connectors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Declared connectors by name, as written (``${VAR}`` references unresolved)."""
     max_body_bytes: int = MIB
     max_deltas: int = 10_000
     pull_default_limit: int = 100

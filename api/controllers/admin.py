@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import anyio.to_thread
@@ -13,15 +12,13 @@ from litestar.params import FromPath, JSONBody
 
 from api.auth import provide_admin_claims
 from api.errors import ERROR_RESPONSES
+from api.services.connectors import ConnectorService
 from api.services.sync import SyncService
-from lakesync.errors import NotFoundError, ValidationError
 from lakesync.rules import parse_rules, rules_to_wire
 from lakesync.schema import parse_schema, schema_to_wire
 from lakesync.tokens import Claims
 
 __all__ = ["AdminController"]
-
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 
 class FlushResponse(msgspec.Struct, rename="camel"):
@@ -55,6 +52,11 @@ class GatewayMetricsResponse(msgspec.Struct, rename="camel"):
     ws_connections: int
     hot_log_head: str
     unflushed_bytes: int
+
+
+def _connectors(request: Request[Any, Any, Any]) -> ConnectorService:
+    service: ConnectorService = request.app.state.connectors
+    return service
 
 
 class AdminController(Controller):
@@ -110,11 +112,10 @@ class AdminController(Controller):
         self,
         gw: FromPath[str],
         claims: NamedDependency[Claims],
-        service: NamedDependency[SyncService],
+        request: Request[Any, Any, Any],
     ) -> ConnectorsResponse:
-        """Every registered connector document."""
-        docs = await anyio.to_thread.run_sync(service.store.list_docs, gw, "connector")
-        return ConnectorsResponse(list(docs.values()))
+        """Every connector of the gateway, declared or registered (credentials redacted)."""
+        return ConnectorsResponse(await _connectors(request).documents(gw))
 
     @post("/connectors/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
     async def add_connector(
@@ -122,16 +123,25 @@ class AdminController(Controller):
         gw: FromPath[str],
         data: JSONBody[dict[str, Any]],
         claims: NamedDependency[Claims],
-        service: NamedDependency[SyncService],
+        request: Request[Any, Any, Any],
     ) -> dict[str, Any]:
-        """Register (or replace) a connector: a JSON object with a ``name`` and a ``type``."""
-        name, kind = data.get("name"), data.get("type")
-        if not isinstance(name, str) or not _NAME.fullmatch(name):
-            raise ValidationError("connector.name must match [A-Za-z0-9_.-]{1,128}")
-        if not isinstance(kind, str) or not kind:
-            raise ValidationError("connector.type must be a non-empty string")
-        await anyio.to_thread.run_sync(service.store.put_doc, gw, "connector", name, data)
-        return data
+        """Register (or replace) and start a connector: a ``name``, a ``type`` (``jira``,
+        ``salesforce``, ``postgres``, ``mysql``, ``postgres_cdc``) and the kind's keys; write
+        credentials as ``${VAR}`` (resolved from the gateway's environment) or
+        ``${file:PATH}``. The reply, like the list, shows credentials as ``***``."""
+        return await _connectors(request).register(gw, data)
+
+    @get("/connectors/{gw:str}/{name:str}/status", responses=ERROR_RESPONSES)
+    async def connector_status(
+        self,
+        gw: FromPath[str],
+        name: FromPath[str],
+        claims: NamedDependency[Claims],
+        request: Request[Any, Any, Any],
+    ) -> dict[str, Any]:
+        """A running connector's counters (polls, rows read, deltas pushed, backpressure
+        waits), timings and last error (404 if it does not run in this process)."""
+        return _connectors(request).status(gw, name)
 
     @delete("/connectors/{gw:str}/{name:str}", status_code=204, responses=ERROR_RESPONSES)
     async def remove_connector(
@@ -139,11 +149,10 @@ class AdminController(Controller):
         gw: FromPath[str],
         name: FromPath[str],
         claims: NamedDependency[Claims],
-        service: NamedDependency[SyncService],
+        request: Request[Any, Any, Any],
     ) -> None:
-        """Unregister a connector (404 if unknown)."""
-        if not await anyio.to_thread.run_sync(service.store.delete_doc, gw, "connector", name):
-            raise NotFoundError(f"no connector {name!r} on gateway {gw!r}")
+        """Stop and unregister a connector (404 if unknown)."""
+        await _connectors(request).unregister(gw, name)
 
     @get("/metrics/{gw:str}", responses=ERROR_RESPONSES)
     async def metrics(

@@ -121,17 +121,30 @@ class SyncService:
     ) -> PushResult:
         """Validate and store a batch; broadcast what is new. Nothing is stored on any error."""
         with self.metrics.push_seconds.time():
-            return await self._push(gateway_id, claims, client_id, deltas, origin)
+            sub = self.check_client(claims, client_id)
+            return await self._push(gateway_id, claims, sub, deltas, origin)
+
+    async def push_from_connector(
+        self, gateway_id: str, client_id: str, deltas: Sequence[RowDelta]
+    ) -> PushResult:
+        """A connector's batch, through the same validation, dedup, backpressure, landing and
+        broadcasts as a client's. ``client_id`` must be reserved for gateways (no client can
+        push as a connector); sync rules, which say what clients read and write, do not limit
+        what the gateway's own connectors bring in."""
+        if not is_reserved_client(client_id):
+            raise ForbiddenError(f"client id {client_id!r} is not a gateway's")
+        with self.metrics.push_seconds.time():
+            claims = {"sub": client_id, "role": "admin"}
+            return await self._push(gateway_id, claims, client_id, deltas, None)
 
     async def _push(
         self,
         gateway_id: str,
         claims: Mapping[str, Any],
-        client_id: str,
+        sub: str,
         deltas: Sequence[RowDelta],
         origin: Connection | None,
     ) -> PushResult:
-        sub = self.check_client(claims, client_id)
         if len(deltas) > self.settings.max_deltas:
             raise ValidationError(
                 f"a push carries at most {self.settings.max_deltas} deltas, got {len(deltas)}"

@@ -109,14 +109,28 @@ def test_rules_are_persisted_and_stamped(gateway: Gateway) -> None:
 
 
 def test_connectors_crud(gateway: Gateway) -> None:
-    conn = {"name": "pg", "type": "postgres", "dsn": "postgresql://x"}
-    assert gateway.admin("POST", "/v1/admin/connectors/gw1", json=conn).json() == conn
-    assert gateway.admin("GET", "/v1/admin/connectors/gw1").json() == {"connectors": [conn]}
+    conn = {"name": "pg", "type": "jira", "url": "http://127.0.0.1:9", "email": "a@b.c"}
+    conn |= {"token": "s3cret-api-token", "jql": "project = OPS"}
+    shown = conn | {"token": "***"}  # credentials are never returned
+    assert gateway.admin("POST", "/v1/admin/connectors/gw1", json=conn).json() == shown
+    assert gateway.admin("GET", "/v1/admin/connectors/gw1").json() == {"connectors": [shown]}
+    status = gateway.admin("GET", "/v1/admin/connectors/gw1/pg/status")
+    assert status.status_code == 200 and status.json()["name"] == "pg"
     bad = gateway.admin("POST", "/v1/admin/connectors/gw1", json={"name": "a b", "type": "x"})
     assert bad.status_code == 400
+    for body, problem in [
+        (conn | {"type": "nope"}, "kind"),
+        (conn | {"interval": -1}, "interval"),
+        ({k: v for k, v in conn.items() if k != "email"}, "missing email"),
+        (conn | {"token": "${LAKESYNC_TEST_UNSET_VARIABLE}"}, "LAKESYNC_TEST_UNSET_VARIABLE"),
+    ]:
+        r = gateway.admin("POST", "/v1/admin/connectors/gw1", json=body)
+        assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR", r.text
+        assert problem in r.json()["error"]
     assert gateway.admin("DELETE", "/v1/admin/connectors/gw1/pg").status_code == 204
     missing = gateway.admin("DELETE", "/v1/admin/connectors/gw1/pg")
     assert missing.status_code == 404 and missing.json()["code"] == "NOT_FOUND"
+    assert gateway.admin("GET", "/v1/admin/connectors/gw1/pg/status").status_code == 404
 
 
 def test_flush_and_metrics(gateway: Gateway) -> None:

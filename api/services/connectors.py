@@ -1,0 +1,206 @@
+"""The gateway's connectors: each declared (``lakesync.yaml``) or registered (admin API)
+connector runs as a :class:`~connectors.poller.Poller` feeding :class:`GatewaySink`, which is the
+gateway's normal push path (:meth:`SyncService.push_from_connector`) plus a cursor kept in the
+store (documents of kind ``connector-cursor``), so a restart resumes where the last stored chunk
+left off.
+
+Pollers start and stop with the app. With a store shared by several gateway processes only the
+one leading the ``connectors`` role polls (the others stand by and take over when it goes).
+Declarations are kept as written (``${VAR}`` references, not secrets); secrets are resolved when
+a poller starts and appear in no route or log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+from api.services.sync import SyncService
+from connectors import Poller, Source, open_source
+from lakesync.connectors import (
+    ConnectorSpec,
+    connector_client_id,
+    parse_connector,
+    redact,
+    resolve_secrets,
+)
+from lakesync.delta import RowDelta
+from lakesync.errors import LakeSyncError, NotFoundError, ValidationError
+from lakesync.schema import TableSchema
+
+__all__ = ["CURSOR_KIND", "DOC_KIND", "ConnectorService", "GatewaySink"]
+
+_log = logging.getLogger("lakesync.connectors")
+
+DOC_KIND = "connector"
+CURSOR_KIND = "connector-cursor"
+
+
+class GatewaySink:
+    """A connector's view of its gateway (see :class:`connectors.base.Sink`)."""
+
+    def __init__(self, service: SyncService, gateway_id: str, name: str) -> None:
+        self.service = service
+        self.gateway_id = gateway_id
+        self.name = name
+        self.client_id = connector_client_id(name)
+
+    async def register(self, schemas: Sequence[TableSchema]) -> None:
+        """Register the source's tables (additive evolution, as the admin route does)."""
+        known = await self.service.schemas(self.gateway_id)
+        for schema in schemas:
+            if known.get(schema.table) != schema:
+                await self.service.put_schema(self.gateway_id, schema)
+
+    async def current(self, table: str, row_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The visible columns of the live rows among ``row_ids``."""
+        keys = [(table, r) for r in row_ids]
+        rows = await anyio.to_thread.run_sync(self.service.store.read_rows, self.gateway_id, keys)
+        out = {}
+        for (_, row_id), record in rows.items():
+            visible = record.state.visible()
+            if visible is not None:
+                out[row_id] = visible
+        return out
+
+    async def push(self, deltas: Sequence[RowDelta]) -> None:
+        """Through the gateway's push path."""
+        await self.service.push_from_connector(self.gateway_id, self.client_id, deltas)
+
+    async def load_cursor(self) -> dict[str, Any]:
+        """The cursor stored with the last chunk."""
+        docs = await anyio.to_thread.run_sync(
+            self.service.store.list_docs, self.gateway_id, CURSOR_KIND
+        )
+        cursor: dict[str, Any] = docs.get(self.name, {}).get("cursor", {})
+        return cursor
+
+    async def save_cursor(self, cursor: Mapping[str, Any]) -> None:
+        """Store the cursor (a document, durable on return)."""
+        await anyio.to_thread.run_sync(
+            self.service.store.put_doc, self.gateway_id, CURSOR_KIND, self.name, {"cursor": cursor}
+        )
+
+    def next_hlc(self) -> int:
+        """A fresh HLC of the gateway's clock."""
+        return self.service.clock.now()
+
+
+SourceFactory = Callable[[ConnectorSpec], Source]
+
+
+class ConnectorService:
+    """Every connector of the app: declared ones (``declared``, by name) and the documents
+    registered through the admin API, which win over a declaration of the same name."""
+
+    def __init__(
+        self,
+        service: SyncService,
+        declared: Mapping[str, Mapping[str, Any]] | None = None,
+        env: Mapping[str, str] | None = None,
+        source_factory: SourceFactory = open_source,
+        lead: Callable[[], bool] | None = None,
+    ) -> None:
+        self.service = service
+        self.declared = {n: dict(body) for n, body in (declared or {}).items()}
+        self.env = os.environ if env is None else env
+        self.source_factory = source_factory
+        self.lead = lead
+        self.pollers: dict[tuple[str, str], Poller] = {}
+
+    async def start(self) -> None:
+        """Start every declared and registered connector (a bad one is logged and skipped:
+        it must not keep the gateway from serving)."""
+        bodies: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for name, declared in self.declared.items():
+            bodies[(str(declared.get("gateway")), name)] = declared
+        docs = await anyio.to_thread.run_sync(self.service.store.docs_of_kind, DOC_KIND)
+        for gw, name, doc in docs:
+            bodies[(gw, name)] = doc
+        for (gw, name), body in bodies.items():
+            try:
+                await self._start(gw, name, body)
+            except LakeSyncError as exc:
+                _log.error("connector %s on gateway %s not started: %s", name, gw, exc.message)
+
+    async def _start(self, gw: str, name: str, body: Mapping[str, Any]) -> None:
+        await self._run(gw, name, self._poller(gw, name, body))
+
+    def _poller(self, gw: str, name: str, body: Mapping[str, Any]) -> Poller:
+        spec = parse_connector(name, {**body, "gateway": gw})
+        resolved = resolve_secrets(spec, self.env, lambda p: Path(p).read_text(encoding="utf-8"))
+        return Poller(
+            name,
+            self.source_factory(resolved),
+            GatewaySink(self.service, gw, name),
+            connector_client_id(name),
+            spec.interval,
+            lead=self._lead,
+        )
+
+    async def _run(self, gw: str, name: str, poller: Poller) -> None:
+        old = self.pollers.pop((gw, name), None)
+        if old is not None:
+            await old.stop()
+        self.pollers[(gw, name)] = poller
+        poller.start()
+
+    async def _lead(self) -> bool:
+        if self.lead is None:
+            return True
+        return await anyio.to_thread.run_sync(self.lead)
+
+    async def stop(self) -> None:
+        """Stop every poller (each resumes from its stored cursor on the next start)."""
+        for poller in list(self.pollers.values()):
+            await poller.stop()
+        self.pollers.clear()
+
+    # -- admin ----------------------------------------------------------------------------------
+    async def register(self, gw: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate, store and (re)start a connector (``name`` plus ``type`` or ``kind`` and
+        the kind's keys; its gateway is the route's); returns its redacted document."""
+        name = body.get("name")
+        if not isinstance(name, str):
+            raise ValidationError("connector.name must be a string")
+        doc = {k: v for k, v in body.items() if k not in ("gateway", "kind")}
+        doc["type"] = body.get("kind", body.get("type"))
+        poller = self._poller(gw, name, doc)  # invalid: 400, and nothing stored
+        await anyio.to_thread.run_sync(self.service.store.put_doc, gw, DOC_KIND, name, doc)
+        await self._run(gw, name, poller)
+        return redact(doc)
+
+    async def unregister(self, gw: str, name: str) -> None:
+        """Stop and forget a registered connector (its cursor too); 404 if unknown."""
+        removed = await anyio.to_thread.run_sync(self.service.store.delete_doc, gw, DOC_KIND, name)
+        if not removed:
+            raise NotFoundError(f"no connector {name!r} on gateway {gw!r}")
+        poller = self.pollers.pop((gw, name), None)
+        if poller is not None:
+            await poller.stop()
+        await anyio.to_thread.run_sync(self.service.store.delete_doc, gw, CURSOR_KIND, name)
+
+    async def documents(self, gw: str) -> list[dict[str, Any]]:
+        """Every connector of a gateway as the admin routes show it (credentials redacted)."""
+        docs = await anyio.to_thread.run_sync(self.service.store.list_docs, gw, DOC_KIND)
+        out = {
+            name: {"name": name, "type": body.get("kind")}
+            | {k: v for k, v in body.items() if k not in ("kind", "gateway")}
+            for name, body in self.declared.items()
+            if body.get("gateway") == gw
+        }
+        out |= docs
+        return [redact(body) for body in out.values()]
+
+    def status(self, gw: str, name: str) -> dict[str, Any]:
+        """A running connector's counters and last error; 404 if it does not run here."""
+        poller = self.pollers.get((gw, name))
+        if poller is None:
+            raise NotFoundError(f"connector {name!r} does not run on gateway {gw!r}")
+        return {"name": name, **dataclasses.asdict(poller.status)}

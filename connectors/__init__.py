@@ -1,0 +1,15 @@
+"""Connectors: outside systems (Jira, Salesforce, PostgreSQL, MySQL/MariaDB) polled into a
+gateway through its normal push path.
+
+:class:`~connectors.base.Source` implementations read a system; :class:`~connectors.poller.Poller`
+runs one into a :class:`~connectors.base.Sink` (the gateway); :func:`open_source` builds the
+source a :data:`lakesync.connectors.ConnectorSpec` declares.
+"""
+
+from __future__ import annotations
+
+from connectors._factory import open_source
+from connectors.base import Chunk, Sink, Source
+from connectors.poller import ConnectorStatus, Poller
+
+__all__ = ["Chunk", "ConnectorStatus", "Poller", "Sink", "Source", "open_source"]

@@ -1,0 +1,25 @@
+"""Build the :class:`~connectors.base.Source` a spec declares; a missing optional dependency is
+a :class:`~lakesync.errors.ConfigError` naming the ``pip install`` extra."""
+
+from __future__ import annotations
+
+from connectors.base import Source
+from lakesync.connectors import ConnectorSpec, JiraSpec
+from lakesync.errors import ConfigError
+
+__all__ = ["open_source"]
+
+
+def open_source(spec: ConnectorSpec) -> Source:
+    """The source for ``spec`` (secrets already resolved)."""
+    try:
+        match spec:
+            case JiraSpec():
+                from connectors.jira import JiraSource
+
+                return JiraSource(spec)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"connector kind needs {exc.name}: pip install 'lakesync[connectors]'"
+        ) from None
+    raise ConfigError(f"no source for connector kind {type(spec).__name__}")

@@ -1,0 +1,62 @@
+"""Fixtures of the connector tests: a gateway's push path over a real store, reopened at will
+(a restart), and its rows as the connectors left them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.metrics import GatewayMetrics
+from api.services.connectors import GatewaySink
+from api.services.hub import Hub
+from api.services.sync import SyncService
+from api.store.sqlite import SqliteHotLog
+from connectors import Poller, Source
+from lakesync.connectors import connector_client_id
+from lakesync.hlc import HLC
+from tests.api.helpers import make_settings
+
+
+class GatewayUnderTest:
+    """A gateway's service over a SQLite hot log in ``tmp_path``; :meth:`restart` closes and
+    reopens it (what a gateway restart keeps is what the store kept)."""
+
+    def __init__(self, tmp_path: Path, **settings: Any) -> None:
+        self.tmp_path = tmp_path
+        self.settings = make_settings(tmp_path, **settings)
+        self.store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+        self.service = SyncService(self.store, self.settings, GatewayMetrics(), Hub(10))
+
+    def restart(self) -> None:
+        self.store.close()
+        self.store = SqliteHotLog(self.tmp_path / "hot.sqlite3", HLC())
+        self.service = SyncService(self.store, self.settings, GatewayMetrics(), Hub(10))
+
+    def poller(self, name: str, source: Source, gw: str = "gw1") -> Poller:
+        return Poller(
+            name, source, GatewaySink(self.service, gw, name), connector_client_id(name), 1.0
+        )
+
+    def rows(self, table: str, gw: str = "gw1") -> dict[str, dict[str, Any]]:
+        """The live rows of ``table``: row id → visible columns."""
+        page = self.store.read_all_rows(gw)
+        out = {}
+        for (t, row_id), record in page.rows.items():
+            visible = record.state.visible()
+            if t == table and visible is not None:
+                out[row_id] = visible
+        return out
+
+    def log(self, gw: str = "gw1") -> list[Any]:
+        """Every delta stored for ``gw``, in ingest order."""
+        return [d for _, _, d in self.store.read_log(0, 10**9, gw)]
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[GatewayUnderTest]:
+    g = GatewayUnderTest(tmp_path)
+    yield g
+    g.store.close()

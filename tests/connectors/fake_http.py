@@ -1,0 +1,123 @@
+"""A real HTTP server on a loopback port for the fake SaaS APIs: routes by method and path
+regex, JSON in and out, and injectable failures (status + headers for the next N requests)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+Reply = tuple[int, Any, dict[str, str]]
+Handler = Callable[["Request"], Reply]
+
+
+class Request:
+    """What a route handler sees."""
+
+    def __init__(
+        self, method: str, path: str, query: dict[str, str], headers: Any, body: Any
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.match: re.Match[str] | None = None
+
+
+class FakeServer:
+    """Subclasses register routes with :meth:`route` and may check auth in :meth:`authorize`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self.failures: list[Reply] = []
+        self.requests: list[tuple[str, str, int]] = []
+        fake = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                parts = urlsplit(self.path)
+                query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+                body: Any = raw
+                if raw and "json" in (self.headers.get("Content-Type") or ""):
+                    body = json.loads(raw)
+                elif raw and "form" in (self.headers.get("Content-Type") or ""):
+                    body = {k: v[-1] for k, v in parse_qs(raw.decode()).items()}
+                req = Request(self.command, parts.path, query, self.headers, body)
+                status, payload, headers = fake.dispatch(req)
+                data = b"" if payload is None else json.dumps(payload).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _serve  # noqa: N815
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def route(self, method: str, pattern: str, handler: Handler) -> None:
+        self.routes.append((method, re.compile(pattern), handler))
+
+    def fail_next(
+        self, count: int, status: int, headers: dict[str, str] | None = None, body: Any = None
+    ) -> None:
+        """Answer the next ``count`` requests with ``status`` (e.g. 429 + Retry-After)."""
+        with self.lock:
+            self.failures.extend([(status, body, headers or {})] * count)
+
+    def authorize(self, req: Request) -> Reply | None:
+        """None when the request may proceed, else the reply to send."""
+        return None
+
+    def dispatch(self, req: Request) -> Reply:
+        with self.lock:
+            reply = self._dispatch(req)
+            self.requests.append((req.method, req.path, reply[0]))
+            return reply
+
+    def _dispatch(self, req: Request) -> Reply:
+        denied = self.authorize(req)
+        if denied is not None:
+            return denied
+        if self.failures:
+            return self.failures.pop(0)
+        for method, pattern, handler in self.routes:
+            m = pattern.fullmatch(req.path)
+            if m and method == req.method:
+                req.match = m
+                return handler(req)
+        return 404, {"errorMessages": [f"no route {req.method} {req.path}"]}, {}
+
+    def statuses(self, status: int) -> int:
+        """How many requests were answered with ``status``."""
+        with self.lock:
+            return sum(1 for _, _, s in self.requests if s == status)
+
+    def __enter__(self) -> FakeServer:
+        self.thread.start()
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.server.shutdown()
+        self.server.server_close()
