@@ -76,6 +76,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Seconds between landing flushes (0 = only on ``POST /v1/admin/flush/{gw}``)."""
     pipeline_interval: NonNegative = 0.0
     """Seconds between scheduled ``lakesync pipeline run`` subprocesses (0 = off)."""
+    hot_log_retention: NonNegative = 7 * 86_400.0
+    """Seconds a delta stays in the hot log once it is in the landing table and a checkpoint:
+    clients offline longer re-sync from the checkpoint (``CURSOR_EXPIRED``)."""
     docs: bool = True
     """Serve the OpenAPI docs (``/docs``: Swagger UI, its assets from a CDN; the JSON schema at
     ``/docs/openapi.json``); false = no ``/docs`` routes."""
