@@ -19,14 +19,25 @@ __all__ = ["HttpTransport"]
 
 
 class HttpTransport(Transport):
-    """Talks to ``{url}/v1/sync/{gateway_id}/…`` with a bearer token; one pooled httpx client."""
+    """Talks to ``{url}/v1/sync/{gateway_id}/…`` with a bearer token; one pooled httpx client.
+
+    ``http`` is the httpx client to send with (for example one over an in-process ASGI app, or
+    with a custom transport); it stays the caller's to close. Without it the transport makes
+    its own with ``timeout`` and :meth:`close` closes that.
+    """
 
     def __init__(
-        self, url: str, gateway_id: str, tokens: TokenProvider, timeout: float = 30.0
+        self,
+        url: str,
+        gateway_id: str,
+        tokens: TokenProvider,
+        timeout: float = 30.0,
+        http: httpx.Client | None = None,
     ) -> None:
         self._base = f"{url.rstrip('/')}/v1/sync/{gateway_id}"
         self._tokens = tokens
-        self._http = httpx.Client(timeout=timeout)
+        self._owns_http = http is None
+        self._http = httpx.Client(timeout=timeout) if http is None else http
         self._connected = False
 
     @property
@@ -85,8 +96,9 @@ class HttpTransport(Transport):
         return Checkpoint(server_hlc, _frames(resp, self._cell_errors))
 
     def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
+        """Close the connection pool, unless it was given to the constructor."""
+        if self._owns_http:
+            self._http.close()
 
 
 def _frames(resp: httpx.Response, report: CellErrorHandler | None) -> Iterator[list[RowDelta]]:

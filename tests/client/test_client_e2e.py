@@ -356,6 +356,7 @@ def test_websocket_push_reaches_other_client_and_watch_without_polling(
         make(gateway, gw_id, "b", transport="websocket") as b,
     ):
         b.sync()  # opens the socket; from now on b never polls
+        cursor = b.status.cursor
         seen: list[str] = []
         arrived = threading.Event()
 
@@ -369,6 +370,7 @@ def test_websocket_push_reaches_other_client_and_watch_without_polling(
         assert arrived.wait(10)
         assert seen == ["realtime:live"]
         assert b.query("select title from todos") == [{"title": "hello"}]
+        assert b.status.cursor == cursor  # broadcasts do not move the cursor
 
 
 def test_websocket_drop_and_recover_without_loss_or_duplicates(own_gateway: ServerProcess) -> None:
