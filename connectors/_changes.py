@@ -9,14 +9,14 @@ safety overlap, a restart that re-reads its last page) never stores a delta twic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lakesync.delta import RowDelta
 from lakesync.values import normalize_value
 
-__all__ = ["Chunk", "changes_for"]
+__all__ = ["Chunk", "changes_for", "split_rows"]
 
 
 @dataclass(slots=True)
@@ -66,3 +66,12 @@ def changes_for(
 def _same(a: Any, b: Any) -> bool:
     # 1 == True in Python; a boolean column turning into a number is a change.
     return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
+def split_rows(
+    rows: Mapping[str, dict[str, Any]], size: int
+) -> Iterator[dict[str, dict[str, Any]]]:
+    """``rows`` in dicts of at most ``size`` entries, in order."""
+    items = list(rows.items())
+    for i in range(0, len(items), size):
+        yield dict(items[i : i + size])

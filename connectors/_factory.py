@@ -4,7 +4,7 @@ a :class:`~lakesync.errors.ConfigError` naming the ``pip install`` extra."""
 from __future__ import annotations
 
 from connectors.base import Source
-from lakesync.connectors import ConnectorSpec, JiraSpec
+from lakesync.connectors import ConnectorSpec, JiraSpec, SalesforceSpec
 from lakesync.errors import ConfigError
 
 __all__ = ["open_source"]
@@ -18,6 +18,10 @@ def open_source(spec: ConnectorSpec) -> Source:
                 from connectors.jira import JiraSource
 
                 return JiraSource(spec)
+            case SalesforceSpec():
+                from connectors.salesforce import SalesforceSource
+
+                return SalesforceSource(spec)
     except ModuleNotFoundError as exc:
         raise ConfigError(
             f"connector kind needs {exc.name}: pip install 'lakesync[connectors]'"

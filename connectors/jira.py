@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
 
+from connectors._changes import split_rows
+from connectors._cursor import later, parse_time
 from connectors._http import check, request
 from connectors.base import Chunk, Source
 from lakesync.connectors import JiraSpec
@@ -83,7 +85,6 @@ _PROJECT: dict[str, tuple[str, _Getter]] = {
 }
 _FIELDS = "summary,status,issuetype,priority,project,assignee,reporter,labels,description,"
 _FIELDS += "created,updated,resolutiondate,comment"
-_JIRA_TIME = "%Y-%m-%dT%H:%M:%S.%f%z"
 
 
 def _schema(
@@ -125,19 +126,13 @@ def jql_for(user_jql: str, since: str | None, overlap: float) -> str:
     the minute, which is all JQL compares), within ``user_jql``, oldest change first."""
     clauses = []  # Jira refuses unbounded JQL: with no restriction, every project's issues
     if since is not None:
-        mark = datetime.strptime(since, _JIRA_TIME) - timedelta(seconds=overlap)
+        mark = parse_time(since) - timedelta(seconds=overlap)
         clauses.append(f'updated >= "{mark.strftime("%Y-%m-%d %H:%M")}"')
     if user_jql.strip():
         clauses.append(f"({user_jql})")
     if not clauses:
         clauses.append("project IS NOT EMPTY")
     return " AND ".join(clauses) + " ORDER BY updated ASC"
-
-
-def _later(a: str | None, b: str | None) -> str | None:
-    if a is None or b is None:
-        return a or b
-    return a if datetime.strptime(a, _JIRA_TIME) >= datetime.strptime(b, _JIRA_TIME) else b
 
 
 class JiraSource(Source):
@@ -195,7 +190,7 @@ class JiraSource(Source):
             values = page.get("values", [])
             rows = dict(flatten_project(p) for p in values)
             seen.update(rows)
-            for part in _split(rows, self.spec.chunk_rows):
+            for part in split_rows(rows, self.spec.chunk_rows):
                 yield Chunk("jira_projects", part)
             start += len(values)
             if page.get("isLast", True) or not values:
@@ -229,7 +224,7 @@ class JiraSource(Source):
                 for issue_id in rows:
                     state["issues"].setdefault(issue_id, [])
                 for row in rows.values():
-                    state["updated"] = _later(state["updated"], row["updated"])
+                    state["updated"] = later(state["updated"], row["updated"])
                 yield Chunk("jira_issues", rows, cursor=_copy(state))
 
     async def _comments(
@@ -296,12 +291,6 @@ def _copy(state: Mapping[str, Any]) -> dict[str, Any]:
         "issues": {k: list(v) for k, v in state["issues"].items()},
         "projects": list(state["projects"]),
     }
-
-
-def _split(rows: Mapping[str, dict[str, Any]], size: int) -> Iterator[dict[str, dict[str, Any]]]:
-    items = list(rows.items())
-    for i in range(0, len(items), size):
-        yield dict(items[i : i + size])
 
 
 def _split_ids(ids: Sequence[str], size: int) -> list[list[str]]:

@@ -94,6 +94,10 @@ class SalesforceSpec(_Common, frozen=True, tag="salesforce"):
     objects: list[Literal["Account", "Contact", "Opportunity", "Lead"]] = msgspec.field(
         default_factory=lambda: ["Account", "Contact", "Opportunity", "Lead"]
     )
+    overlap: NonNegative = 60.0
+    """Seconds re-read before the ``LastModifiedDate`` cursor (records committed late)."""
+    page_size: Annotated[int, msgspec.Meta(ge=200, le=2000)] = 2000
+    """``Sforce-Query-Options: batchSize``: records per query page."""
 
 
 class DatabaseSpec(_Common, frozen=True):
