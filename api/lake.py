@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -121,36 +119,46 @@ class SchemaPublisher:
 def _pipeline_loop(
     settings: GatewaySettings, config: Config | None, stop: threading.Event, lead: Lead
 ) -> None:
-    """Run ``lakesync pipeline run`` every ``pipeline_interval`` seconds (after the previous run
-    ended) until ``stop``, while ``lead()`` says this process is the scheduler (the others check
-    every few seconds whether to take over); a run still going at shutdown is terminated (its
+    """Run the pipeline every ``pipeline_interval`` seconds (after the previous run ended) until
+    ``stop``, while ``lead()`` says this process is the scheduler (the others check every few
+    seconds whether to take over). Runs go to one warm worker process
+    (:class:`~lakehouse.worker.PipelineWorker`: Spark stays out of the gateway process, and its
+    session and dbt stay loaded between runs); a run still going at shutdown is terminated (its
     Iceberg commits are atomic, so the next run picks up where the last commit left off). Output
-    goes to ``<data dir>/pipeline.log``; a failed run is logged with the tail of it."""
-    command = [sys.executable, "-m", "cli", "pipeline", "run"]
-    command += ["--data-dir", str(settings.data_dir)]
-    log_path = settings.data_dir / "pipeline.log"
+    goes to ``<data dir>/pipeline.log``; a failed run is logged with its error and the log's tail,
+    and a worker that died is started again for the next run."""
+    from lakehouse.worker import PipelineWorker, WorkerDiedError
+
     env = dict(os.environ)
     if config is not None and config.source is not None:
         env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
-    while not stop.wait(settings.pipeline_interval if lead() else _LEAD_POLL_S):
-        if not lead():
-            continue
-        with log_path.open("w") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-            while proc.poll() is None:
-                if stop.wait(0.5):
-                    proc.terminate()
-                    try:
-                        proc.wait(20)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+    worker = PipelineWorker(settings.data_dir, settings.data_dir / "pipeline.log", env)
+    try:
+        while not stop.wait(settings.pipeline_interval if lead() else _LEAD_POLL_S):
+            if not lead():
+                worker.close()  # another process runs the pipeline: free the JVM's memory
+                continue
+            log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
+            try:
+                reply = worker.run(stop)
+            except WorkerDiedError as exc:
+                error = str(exc)
+            else:
+                if reply is None:
                     return
-        if proc.returncode == 0:
-            _log.info("scheduled pipeline run done (output in %s)", log_path)
-        else:
-            tail = log_path.read_text(errors="replace")[-4000:]
-            _log.error("scheduled pipeline run failed (exit %s):\n%s", proc.returncode, tail)
+                if reply.ok:
+                    _log.info(
+                        "scheduled pipeline run done: %d deltas merged in %.1f s (log: %s)",
+                        reply.rows_merged, reply.elapsed_s, worker.log_path,
+                    )
+                    continue
+                error = reply.error
+            with worker.log_path.open("rb") as log:
+                log.seek(max(log_size, worker.log_path.stat().st_size - 4000))
+                tail = log.read().decode(errors="replace")
+            _log.error("scheduled pipeline run failed: %s\n%s", error, tail)
+    finally:
+        worker.close()
 
 
 @contextmanager

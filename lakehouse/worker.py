@@ -1,0 +1,222 @@
+"""A warm pipeline: one long-lived process keeps its Spark session and dbt between runs.
+
+``lakesync up`` with a pipeline interval starts ``python -m lakehouse.worker --data-dir D`` once
+and asks it for each scheduled run over a pipe, so a run costs the work, not a JVM start, the
+Iceberg catalog's warm-up and dbt's import (``bench/pipeline_warm_bench.py`` measures both). The
+run itself is :func:`lakehouse.runner.run_pipeline`, exactly what ``lakesync pipeline run`` calls.
+
+Protocol, one JSON object per line: the parent writes :class:`RunRequest` to the worker's stdin,
+the worker answers :class:`RunReply` on its stdout. Everything else the worker, dbt, Spark or the
+JVM print goes to its stderr (the gateway points it at ``<data dir>/pipeline.log``): file
+descriptor 1 is moved there at start, so no stray line can corrupt a reply. A failed run is a
+reply with ``ok: false`` and the worker stays up for the next one; the worker exits when its stdin
+closes (the gateway stopped). Settings are read again for every run, but a live Spark session keeps
+the Spark settings it started with: a changed ``lake.spark_*`` needs a gateway restart.
+
+:class:`PipelineWorker` is the parent's side: it starts the process on first use, restarts it
+after a crash (that run is reported as failed), and terminates it on shutdown. Each run's Iceberg
+commits are atomic, so a run killed at any point is picked up by the next one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO
+
+import msgspec
+
+__all__ = ["PipelineWorker", "RunReply", "RunRequest", "WorkerDiedError", "main"]
+
+_log = logging.getLogger(__name__)
+
+LOG_ROTATE_BYTES = 16 << 20
+"""``pipeline.log`` is moved to ``pipeline.log.1`` when a worker starts and it is larger."""
+
+
+class RunRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Ask the worker for one pipeline run."""
+
+    full_refresh: bool = False
+    tests: bool = True
+
+
+class RunReply(msgspec.Struct):
+    """One run's outcome: the :class:`~lakehouse.runner.PipelineResult` fields, or the error."""
+
+    ok: bool
+    error: str = ""
+    rows_merged: int = 0
+    tables_updated: list[str] = []
+    elapsed_s: float = 0.0
+    position: int | None = None
+
+
+class WorkerDiedError(RuntimeError):
+    """The worker process exited during a run (killed, out of memory); the next run restarts it."""
+
+
+_request_decoder = msgspec.json.Decoder(RunRequest)
+_reply_decoder = msgspec.json.Decoder(RunReply)
+_encoder = msgspec.json.Encoder()
+
+
+def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
+    from lakehouse.runner import run_pipeline
+    from lakehouse.settings import LakeSettings
+
+    for line in requests:
+        if not line.strip():
+            continue
+        try:
+            request = _request_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            reply = RunReply(ok=False, error=f"bad request: {exc}")
+        else:
+            _log.info("pipeline run started")
+            try:
+                result = run_pipeline(
+                    settings=LakeSettings.from_env(data_dir),
+                    full_refresh=request.full_refresh,
+                    tests=request.tests,
+                    on_progress=lambda node, status: _log.info("%-8s %s", status, node),
+                )
+            except Exception as exc:  # one failed run is reported; the worker serves the next
+                _log.exception("pipeline run failed")
+                reply = RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+            else:
+                _log.info(
+                    "pipeline run done: %d deltas merged in %.1f s", result.rows_merged,
+                    result.elapsed_s,
+                )
+                reply = RunReply(
+                    ok=True,
+                    rows_merged=result.rows_merged,
+                    tables_updated=result.tables_updated,
+                    elapsed_s=result.elapsed_s,
+                    position=result.position,
+                )
+        replies.write(_encoder.encode(reply).decode() + "\n")
+        replies.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lakehouse.worker [--data-dir D]``: serve run requests until stdin closes."""
+    parser = argparse.ArgumentParser(prog="python -m lakehouse.worker", description=__doc__)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    # Replies get their own copy of fd 1; fd 1 itself (print, dbt, the JVM) goes to stderr.
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        _serve(args.data_dir, sys.stdin, replies)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+class PipelineWorker:
+    """The gateway's side of the worker: ``run()`` one pipeline run, ``close()`` at shutdown."""
+
+    def __init__(
+        self, data_dir: Path, log_path: Path, env: Mapping[str, str] | None = None
+    ) -> None:
+        self._data_dir = data_dir
+        self.log_path = log_path
+        self._env = dict(os.environ if env is None else env)
+        self._proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id while it runs."""
+        return None if self._proc is None or self._proc.poll() is not None else self._proc.pid
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self.log_path.exists() and self.log_path.stat().st_size > LOG_ROTATE_BYTES:
+            self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
+        with self.log_path.open("a") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lakehouse.worker", "--data-dir", str(self._data_dir)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self._env,
+                text=True, encoding="utf-8", bufsize=1,
+            )
+        lines: queue.Queue[str | None] = queue.Queue()
+        stdout = proc.stdout
+        assert stdout is not None
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, name="pipeline-worker-replies", daemon=True).start()
+        self._proc, self._lines = proc, lines
+        _log.info("pipeline worker started (pid %d, log %s)", proc.pid, self.log_path)
+        return proc
+
+    def run(
+        self, stop: threading.Event | None = None, *, full_refresh: bool = False
+    ) -> RunReply | None:
+        """One run; ``None`` if ``stop`` was set meanwhile (the worker is then terminated).
+
+        Raises :class:`WorkerDiedError` if the worker exits during the run.
+        """
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
+        proc = proc or self._start()
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(_encoder.encode(RunRequest(full_refresh=full_refresh)).decode() + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died: the reply pump reports EOF below
+        while True:
+            try:
+                line = self._lines.get(timeout=0.5)
+            except queue.Empty:
+                if stop is not None and stop.is_set():
+                    self.close()
+                    return None
+                continue
+            if line is None:
+                code = proc.wait()
+                self._proc = None
+                raise WorkerDiedError(f"the pipeline worker exited with code {code} during a run")
+            try:
+                return _reply_decoder.decode(line)
+            except msgspec.DecodeError:
+                _log.warning("pipeline worker printed a line that is not a reply: %r", line[:200])
+
+    def close(self, timeout: float = 20.0) -> None:
+        """Stop the worker: close its stdin, then terminate, then kill."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(2.0)
+            return
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

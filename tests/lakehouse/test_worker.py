@@ -1,0 +1,123 @@
+"""The warm pipeline worker: one process, one Spark session, many runs; a killed worker restarts.
+
+Real parts: the gateway's SQLite hot log, the landing flusher, Spark + dbt in the worker process,
+DuckDB reading the models back.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.store import open_store
+from lakehouse.bootstrap import bootstrap
+from lakehouse.catalog import open_catalog
+from lakehouse.landing import LandingFlusher
+from lakehouse.query import run_query
+from lakehouse.registry import publish_schemas
+from lakehouse.settings import LakeSettings
+from lakehouse.worker import PipelineWorker, RunReply, WorkerDiedError, _serve
+from lakesync.delta import RowDelta
+from lakesync.hlc import HLC, encode
+from lakesync.schema import parse_schema
+
+NOTES = parse_schema({"table": "notes", "columns": [{"name": "body", "type": "string"}]})
+
+
+def _note(row: str, hlc_ms: int, body: str) -> RowDelta:
+    return RowDelta.create(
+        op="INSERT", table="notes", row_id=row, client_id="alice",
+        columns={"body": body}, hlc=encode(hlc_ms, 0),
+    )
+
+
+def test_a_bad_request_gets_an_error_reply_and_the_worker_reads_on() -> None:
+    replies = io.StringIO()
+    _serve(None, io.StringIO('not json\n{"full_refresh": "yes"}\n\n'), replies)
+    got = [RunReply(**json.loads(line)) for line in replies.getvalue().splitlines()]
+    assert [r.ok for r in got] == [False, False]
+    assert all(r.error.startswith("bad request") for r in got)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_runs_share_one_warm_process_and_a_killed_worker_is_replaced(tmp_path: Path) -> None:
+    settings = LakeSettings.from_env(tmp_path, env={})
+    bootstrap(settings)
+    catalog = open_catalog(settings)
+    publish_schemas(catalog, [("gw1", NOTES)])
+    store = open_store("sqlite", tmp_path, HLC())
+    flusher = LandingFlusher(catalog, store, mark_flushed=store.mark_flushed)
+
+    def land(*deltas: RowDelta) -> None:
+        store.append("gw1", list(deltas))
+        flusher.flush()
+
+    def notes() -> list[tuple[Any, ...]]:
+        return run_query(settings, "select row_id, body from analytics.notes order by 1").rows
+
+    worker = PipelineWorker(tmp_path, tmp_path / "pipeline.log")
+    try:
+        land(_note("n1", 1_000, "one"), _note("n2", 1_001, "two"))
+        first = worker.run()
+        assert first is not None and first.ok, first
+        assert first.rows_merged == 2
+        assert notes() == [("n1", "one"), ("n2", "two")]
+        pid = worker.pid
+
+        land(_note("n3", 2_000, "three"))
+        second = worker.run()
+        assert second is not None and second.ok, second
+        assert (second.rows_merged, worker.pid) == (1, pid)  # the same warm process
+        assert notes()[-1] == ("n3", "three")
+
+        # kill -9 the worker during a run: that run fails, the next one starts a fresh worker.
+        land(_note("n4", 3_000, "four"))
+        outcome: list[BaseException | RunReply | None] = []
+
+        def run() -> None:
+            try:
+                outcome.append(worker.run())
+            except WorkerDiedError as exc:
+                outcome.append(exc)
+
+        size = (tmp_path / "pipeline.log").stat().st_size
+        runner = threading.Thread(target=run)
+        runner.start()
+        deadline = time.monotonic() + 120
+        while b"pipeline run started" not in (tmp_path / "pipeline.log").read_bytes()[size:]:
+            assert time.monotonic() < deadline, "the worker never started the run"
+            time.sleep(0.05)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        runner.join(120)
+        assert len(outcome) == 1 and isinstance(outcome[0], WorkerDiedError), outcome
+
+        third = worker.run()
+        assert third is not None and third.ok, third
+        assert worker.pid not in (None, pid)
+        assert notes() == [("n1", "one"), ("n2", "two"), ("n3", "three"), ("n4", "four")]
+    finally:
+        worker.close()
+        store.close()
+    assert worker.pid is None
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_stop_during_a_run_terminates_the_worker(tmp_path: Path) -> None:
+    settings = LakeSettings.from_env(tmp_path, env={})
+    bootstrap(settings)
+    worker = PipelineWorker(tmp_path, tmp_path / "pipeline.log")
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    assert worker.run(stop) is None  # returns once stopped, the run terminated, not awaited
+    assert worker.pid is None
