@@ -201,7 +201,8 @@ class SalesforceSource(Source):
     async def _deleted(self, obj: str, state: dict[str, dict[str, Any]]) -> AsyncIterator[Chunk]:
         mine = state[obj]
         start = datetime.fromisoformat(mine["deleted"]) - timedelta(seconds=self.spec.overlap)
-        end = datetime.now(UTC)
+        # The API takes whole seconds: round up, so a deletion this second is inside.
+        end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
         try:
             body = await self._get(
                 f"/services/data/{self.spec.api_version}/sobjects/{obj}/deleted/",
