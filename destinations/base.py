@@ -1,0 +1,114 @@
+"""The one interface every destination implements, and the typed change rows it applies.
+
+A *change set* is what shipping applies to one destination table: per changed row its full
+current state (one typed value per schema column) or the fact that it stopped being live, plus
+the lake position (landing ingest HLC) the set is complete through. Applying is idempotent (each
+row carries its whole state), so a re-run after a crash at any point converges.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from destinations.statements import TableLayout
+from lakesync.canonical import canonical_json
+from lakesync.destinations import DestinationSpec
+from lakesync.errors import LakeSyncError
+from spark_udfs.decode import json_to_boolean, json_to_double, json_to_json_text, json_to_string
+
+__all__ = ["Change", "Destination", "DestinationError", "latest_per_row", "typed_change"]
+
+
+class DestinationError(LakeSyncError):
+    """A destination could not be reached or refused a statement; the message says which."""
+
+    code = "DESTINATION_ERROR"
+    status = 502
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One changed row: ``values`` are typed per the layout (json as canonical JSON text);
+    ``deleted`` rows carry no values."""
+
+    row_id: str
+    values: Mapping[str, Any]
+    deleted: bool = False
+
+
+def _null(_: str | None) -> None:
+    return None
+
+
+_DECODERS: dict[str, Callable[[str | None], Any]] = {
+    "string": json_to_string,
+    "number": json_to_double,
+    "boolean": json_to_boolean,
+    "json": json_to_json_text,
+    "null": _null,
+}
+
+
+def typed_change(layout: TableLayout, row_id: str, cells: Mapping[str, Any] | None) -> Change:
+    """The change of a row from its merged cells (``lakesync.merge`` values; None = deleted),
+    typed exactly as the lake's current-state models type them (a value of the wrong type for
+    its column is null)."""
+    if cells is None:
+        return Change(row_id, {}, deleted=True)
+    values = {
+        name: _DECODERS[kind](None if name not in cells else canonical_json(cells[name]))
+        for name, kind in layout.columns
+    }
+    return Change(row_id, values)
+
+
+def latest_per_row(changes: Sequence[Change]) -> list[Change]:
+    """One change per row, the last given for it: a set-based upsert must see each key once."""
+    return list({c.row_id: c for c in changes}.values())
+
+
+class Destination(abc.ABC):
+    """A place synced tables are materialised in (SPEC §11 layout), for one declared spec."""
+
+    spec: DestinationSpec
+
+    @abc.abstractmethod
+    def layout(self, table: str, columns: Sequence[tuple[str, str]],
+               external_id: str | None = None) -> TableLayout:
+        """The layout of ``table`` in this destination (its delete mode, dataset or schema)."""
+
+    @abc.abstractmethod
+    def ensure_table(self, layout: TableLayout) -> None:
+        """Create the table (and the bookkeeping tables) or add the columns it lacks."""
+
+    @abc.abstractmethod
+    def apply_changes(
+        self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
+    ) -> None:
+        """Apply a change set in one go; with ``position`` also advance the table's watermark
+        (in the same transaction where the destination has them)."""
+
+    @abc.abstractmethod
+    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
+        """Every row of the table (deleted ones too under soft delete), by ``row_id``."""
+
+    @abc.abstractmethod
+    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
+        """Rows synced after ``since``, oldest first (soft-deleted ones with ``deleted_at``)."""
+
+    @abc.abstractmethod
+    def watermark(self, table: str) -> int | None:
+        """The lake position shipped into ``table`` for this destination's gateway, if any."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    def __enter__(self) -> Destination:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

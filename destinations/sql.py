@@ -1,0 +1,200 @@
+"""PostgreSQL (psycopg) and MySQL/MariaDB (PyMySQL): one DB-API destination, two dialects.
+
+Both drivers take ``%(name)s`` parameters, so the statements of :mod:`destinations.statements`
+run as built. A change set is applied in one transaction: the staging table is filled, one
+set-based upsert and one delete run from it, and the watermark moves, all or nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from destinations import statements as st
+from destinations.base import Change, Destination, DestinationError, latest_per_row
+from destinations.statements import TableLayout
+from lakesync.canonical import canonical_json
+from lakesync.destinations import DestinationSpec, redact_url
+
+__all__ = ["SqlDestination"]
+
+
+class SqlDestination(Destination):
+    """A PostgreSQL or MySQL/MariaDB database reached with a DB-API connection."""
+
+    def __init__(
+        self,
+        spec: DestinationSpec,
+        dialect: Literal["postgres", "mysql"],
+        connect: Callable[[], Any],
+        errors: tuple[type[BaseException], ...],
+        url: str,
+    ) -> None:
+        self.spec = spec
+        self.dialect: Literal["postgres", "mysql"] = dialect
+        self._errors = errors
+        self._where = redact_url(url)
+        try:
+            self._conn = connect()
+        except errors as exc:
+            raise DestinationError(
+                f"destination {spec.name!r}: cannot connect to {self._where}: {_first_line(exc)}"
+                " (is the server running and the url right?)"
+            ) from None
+        self._bookkept = False
+
+    def layout(
+        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+    ) -> TableLayout:
+        return TableLayout(table, list(columns), self.spec.delete, external_id)
+
+    @contextmanager
+    def _transaction(self, what: str) -> Iterator[Any]:
+        cur = self._conn.cursor()
+        try:
+            yield cur
+            self._conn.commit()
+        except self._errors as exc:
+            self._conn.rollback()
+            raise DestinationError(
+                f"destination {self.spec.name!r} ({self._where}): {what} failed: "
+                f"{_first_line(exc)}"
+            ) from None
+        except BaseException:
+            self._conn.rollback()
+            raise
+        finally:
+            cur.close()
+
+    def _columns(self, cur: Any, table: str) -> list[str]:
+        cur.execute(
+            "select column_name from information_schema.columns where table_name = %(t)s"
+            + (" and table_schema = current_schema()" if self.dialect == "postgres"
+               else " and table_schema = database()"),
+            {"t": table},
+        )
+        return [str(r[0]) for r in cur.fetchall()]
+
+    def ensure_table(self, layout: TableLayout) -> None:
+        with self._transaction(f"creating table {layout.table!r}") as cur:
+            if not self._bookkept:
+                cur.execute(st.create_watermarks(self.dialect))
+            cur.execute(st.create_table(layout, self.dialect))
+            for alter in st.add_columns(layout, self._columns(cur, layout.table), self.dialect):
+                cur.execute(alter)
+            staging = layout.staging()
+            cur.execute(st.create_staging(layout, self.dialect))
+            for alter in st.add_columns(staging, self._columns(cur, staging.table), self.dialect):
+                cur.execute(alter)
+        self._bookkept = True
+
+    def prepare_staging(self, layout: TableLayout) -> None:
+        """Empty the staging table before an outside loader (Spark's JDBC writer) fills it."""
+        with self._transaction(f"clearing the staging table of {layout.table!r}") as cur:
+            cur.execute(st.clear_staging(layout, self.dialect))
+
+    def apply_staged(self, layout: TableLayout, position: int | None) -> None:
+        """Apply what the staging table holds, advance the watermark, empty the staging table:
+        one transaction."""
+        with self._transaction(f"applying changes to {layout.table!r}") as cur:
+            self._apply_staged(cur, layout, position)
+
+    def _apply_staged(self, cur: Any, layout: TableLayout, position: int | None) -> None:
+        now = {"now": _now(self.dialect)}
+        cur.execute(st.upsert_from_staging(layout, self.dialect), now)
+        cur.execute(st.apply_deletes(layout, self.dialect), now)
+        if position is not None:
+            cur.execute(st.write_watermark(self.dialect), {
+                "gateway_id": self.spec.gateway, "table_name": layout.table,
+                "position": position, **now,
+            })
+        cur.execute(st.clear_staging(layout, self.dialect))
+
+    def apply_changes(
+        self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
+    ) -> None:
+        insert = st.insert_staging(layout, self.dialect)
+        params = [_staged_params(layout, c) for c in latest_per_row(changes)]
+        with self._transaction(f"applying changes to {layout.table!r}") as cur:
+            cur.execute(st.clear_staging(layout, self.dialect))
+            if params:
+                cur.executemany(insert, params)
+            self._apply_staged(cur, layout, position)
+
+    def _query(self, sql: str, params: dict[str, Any], what: str) -> list[dict[str, Any]]:
+        with self._transaction(what) as cur:
+            cur.execute(sql, params)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
+        rows = self._query(st.select_rows(layout, self.dialect), {}, f"reading {layout.table!r}")
+        return [self._normalise(layout, r) for r in rows]
+
+    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
+        since_param = since if self.dialect == "postgres" else _naive_utc(since)
+        rows = self._query(
+            st.select_changes(layout, self.dialect), {"since": since_param},
+            f"reading changes of {layout.table!r}",
+        )
+        return [self._normalise(layout, r) for r in rows]
+
+    def watermark(self, table: str) -> int | None:
+        with self._transaction("reading the watermark") as cur:
+            if not self._bookkept:
+                cur.execute(st.create_watermarks(self.dialect))
+            cur.execute(st.read_watermark(self.dialect),
+                        {"gateway_id": self.spec.gateway, "table_name": table})
+            row = cur.fetchone()
+        self._bookkept = True
+        return None if row is None else int(row[0])
+
+    def _normalise(self, layout: TableLayout, row: dict[str, Any]) -> dict[str, Any]:
+        """Driver values → the common shape: bool, float, json as canonical text, props as an
+        object, timestamps aware UTC."""
+        kinds = dict(layout.columns)
+        out: dict[str, Any] = {}
+        for name, value in row.items():
+            kind = kinds.get(name)
+            if value is None:
+                out[name] = None
+            elif kind == "boolean":
+                out[name] = bool(value)
+            elif kind == "number":
+                out[name] = float(value)
+            elif kind == "json":
+                out[name] = canonical_json(json.loads(value) if isinstance(value, str) else value)
+            elif name == "props":
+                out[name] = json.loads(value) if isinstance(value, str) else value
+            elif name in ("synced_at", "deleted_at"):
+                out[name] = value if value.tzinfo else value.replace(tzinfo=UTC)
+            else:
+                out[name] = value
+        return out
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _now(dialect: str) -> datetime:
+    now = datetime.now(UTC)
+    return now if dialect == "postgres" else _naive_utc(now)
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    # MySQL DATETIME has no zone: the session runs in UTC and is given naive UTC times.
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def _staged_params(layout: TableLayout, change: Change) -> dict[str, Any]:
+    params: dict[str, Any] = {"c0": change.row_id, "deleted": change.deleted}
+    for i, name in enumerate(layout.column_names, start=1):
+        params[f"c{i}"] = change.values.get(name)
+    return params
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

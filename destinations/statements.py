@@ -1,0 +1,525 @@
+"""Every statement a destination runs, built as a sqlglot AST per dialect (pure, no I/O).
+
+Never by transpiling text: an upsert is PostgreSQL ``INSERT … ON CONFLICT DO UPDATE``, MySQL
+``INSERT … ON DUPLICATE KEY UPDATE`` and BigQuery ``MERGE``, each built for its dialect.
+Identifiers are validated (SPEC §3 rule) before they reach a statement and always quoted, so a
+hostile name is refused and a keyword (``order``) is just a name; values are always bound
+parameters (``%(name)s`` for psycopg and PyMySQL, ``@name`` for BigQuery), never spliced.
+
+Table layout (SPEC §11): ``row_id`` primary key, one typed column per schema column, ``props``
+JSON default ``{}`` that sync never writes, ``synced_at``, and ``deleted_at`` with soft delete;
+the schema's external id column is unique (not on BigQuery, which has no enforced keys).
+
+Change sets are applied set-based from a *staging* table holding the change set's rows
+(``row_id``, the typed columns, ``_deleted``): one upsert of the live rows, one soft or hard
+delete of the deleted ones, in the caller's transaction together with the watermark upsert
+(table ``lakesync_watermarks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqlglot import exp
+from sqlglot.dialects.bigquery import BigQuery
+from sqlglot.dialects.mysql import MySQL
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.dialects.spark import Spark
+
+from lakesync.delta import validate_identifier
+from lakesync.destinations import DeleteMode
+
+__all__ = [
+    "DIALECTS",
+    "WATERMARKS",
+    "Dialect",
+    "TableLayout",
+    "add_columns",
+    "apply_deletes",
+    "clear_staging",
+    "create_dataset",
+    "create_staging",
+    "create_table",
+    "create_watermarks",
+    "insert_staging",
+    "read_watermark",
+    "select_changes",
+    "select_rows",
+    "upsert_from_staging",
+    "write_watermark",
+]
+
+Dialect = Literal["postgres", "mysql", "bigquery", "spark"]
+
+WATERMARKS = "lakesync_watermarks"
+"""Bookkeeping table in each destination: per (gateway, table) the lake position shipped."""
+DELETED = "_deleted"
+"""Staging column: the row stopped being live."""
+STAGING_PREFIX = "lakesync_stage_"
+
+# String columns that are keys need a bounded, case- and accent-sensitive type on MySQL:
+# InnoDB indexes at most 3072 bytes (768 utf8mb4 characters), and its default collation would
+# make "a" and "A" one row.
+_MYSQL_KEY = "VARCHAR(768)"
+
+_TYPES: dict[str, dict[str, str]] = {
+    "postgres": {
+        "string": "TEXT", "number": "DOUBLE PRECISION", "boolean": "BOOLEAN", "json": "JSONB",
+        "null": "TEXT", "key": "TEXT", "name": "TEXT", "timestamp": "TIMESTAMPTZ",
+        "position": "DECIMAL(20, 0)",
+    },
+    "mysql": {
+        "string": "LONGTEXT", "number": "DOUBLE", "boolean": "TINYINT(1)", "json": "JSON",
+        "null": "LONGTEXT", "key": _MYSQL_KEY, "name": "VARCHAR(64)", "timestamp": "DATETIME(6)",
+        "position": "DECIMAL(20, 0)",
+    },
+    "bigquery": {
+        "string": "STRING", "number": "FLOAT64", "boolean": "BOOL", "json": "JSON",
+        "null": "STRING", "key": "STRING", "name": "STRING", "timestamp": "TIMESTAMP",
+        "position": "BIGNUMERIC",
+    },
+    "spark": {
+        "string": "STRING", "number": "DOUBLE", "boolean": "BOOLEAN", "json": "STRING",
+        "null": "STRING", "key": "STRING", "name": "STRING", "timestamp": "TIMESTAMP",
+        "position": "DECIMAL(20, 0)",
+    },
+}
+
+
+_INTERNAL_TYPES = frozenset({"key", "name", "timestamp", "position"})
+
+
+class _MySQLParams(MySQL):
+    """MySQL with PyMySQL's ``%(name)s`` parameters (sqlglot's MySQL writes ``:name``)."""
+
+    class Generator(MySQL.Generator):  # type: ignore[valid-type,misc]
+        def placeholder_sql(self, expression: exp.Placeholder) -> str:
+            return f"%({expression.name})s"
+
+
+DIALECTS = {
+    "postgres": Postgres(),
+    "mysql": _MySQLParams(),
+    "bigquery": BigQuery(),
+    "spark": Spark(),
+}
+"""The sqlglot dialect each destination kind renders with."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableLayout:
+    """A destination table: its name, typed columns, delete mode and external id column.
+
+    Construction validates every identifier, so no builder below sees a hostile name.
+    ``qualifier`` is the dataset (BigQuery) or schema the table lives in, if any.
+    """
+
+    table: str
+    columns: Sequence[tuple[str, str]]
+    delete: DeleteMode = "soft"
+    external_id: str | None = None
+    qualifier: Sequence[str] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        validate_identifier(self.table, "table name")
+        for name, kind in self.columns:
+            validate_identifier(name, f"column name of {self.table!r}")
+            if kind not in _TYPES["postgres"] or kind in _INTERNAL_TYPES:
+                raise ValueError(f"column {name!r} has unknown type {kind!r}")
+        names = {n for n, _ in self.columns}
+        if self.external_id is not None and self.external_id not in names:
+            raise ValueError(f"external id column {self.external_id!r} is not a column")
+        for part in self.qualifier:
+            _check_qualifier(part)
+
+    @property
+    def column_names(self) -> list[str]:
+        """The schema's column names in declaration order."""
+        return [n for n, _ in self.columns]
+
+    def staging(self) -> TableLayout:
+        """The layout of this table's staging table (same columns, same place)."""
+        return TableLayout(
+            STAGING_PREFIX + self.table, self.columns, self.delete, None, self.qualifier
+        )
+
+
+def _check_qualifier(part: str) -> None:
+    # BigQuery project ids may hold dashes; nothing else beyond the identifier alphabet.
+    if not part or len(part) > 1024 or not all(c.isalnum() or c in "_-" for c in part):
+        raise ValueError(f"{part!r} is not a valid dataset, schema or project name")
+
+
+def _ident(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def _table(layout: TableLayout, name: str | None = None, alias: str | None = None) -> exp.Table:
+    parts = [*layout.qualifier, name or layout.table]
+    table = exp.Table(this=_ident(parts[-1]))
+    if len(parts) >= 2:
+        table.set("db", _ident(parts[-2]))
+    if len(parts) >= 3:
+        table.set("catalog", _ident(parts[-3]))
+    if alias:
+        table.set("alias", exp.TableAlias(this=_ident(alias)))
+    return table
+
+
+def _type(dialect: Dialect, kind: str) -> exp.DataType:
+    return exp.DataType.build(_TYPES[dialect][kind], dialect=DIALECTS[dialect])
+
+
+def _col(name: str, table: str | None = None) -> exp.Column:
+    return exp.column(_ident(name), table=_ident(table) if table else None)
+
+
+def _param(name: str) -> exp.Placeholder:
+    return exp.Placeholder(this=name)
+
+
+def _sql(node: exp.Expression, dialect: Dialect) -> str:
+    return node.sql(dialect=DIALECTS[dialect])
+
+
+def _coldef(
+    name: str, kind: exp.DataType, *constraints: exp.ColumnConstraintKind
+) -> exp.ColumnDef:
+    return exp.ColumnDef(
+        this=_ident(name),
+        kind=kind,
+        constraints=[exp.ColumnConstraint(kind=c) for c in constraints],
+    )
+
+
+def _key_def(
+    name: str, dialect: Dialect, *constraints: exp.ColumnConstraintKind, kind: str = "key"
+) -> exp.ColumnDef:
+    """A string key column (row_id, an external id; ``kind="name"``: an identifier)."""
+    if dialect == "mysql":
+        constraints = (
+            exp.CharacterSetColumnConstraint(this=exp.var("utf8mb4")),
+            exp.CollateColumnConstraint(this=exp.var("utf8mb4_bin")),
+            *constraints,
+        )
+    return _coldef(name, _type(dialect, kind), *constraints)
+
+
+def _value_def(layout: TableLayout, name: str, kind: str, dialect: Dialect) -> exp.ColumnDef:
+    if name == layout.external_id and dialect == "mysql":
+        return _key_def(name, dialect)  # MySQL indexes only bounded strings
+    return _coldef(name, _type(dialect, kind))
+
+
+def create_table(layout: TableLayout, dialect: Dialect) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` with the SPEC §11 layout."""
+    defs: list[exp.Expression] = [_key_def("row_id", dialect, exp.NotNullColumnConstraint())]
+    defs += [_value_def(layout, n, k, dialect) for n, k in layout.columns]
+    props_default = (
+        []
+        if dialect == "bigquery"  # BigQuery's MERGE inserts props itself
+        else [exp.DefaultColumnConstraint(this=_props_default(dialect))]
+    )
+    defs.append(
+        _coldef("props", _type(dialect, "json"), exp.NotNullColumnConstraint(), *props_default)
+    )
+    defs.append(_coldef("synced_at", _type(dialect, "timestamp"), exp.NotNullColumnConstraint()))
+    if layout.delete == "soft":
+        defs.append(_coldef("deleted_at", _type(dialect, "timestamp")))
+    if dialect == "bigquery":
+        defs.append(
+            exp.PrimaryKey(expressions=[_ident("row_id")], options=[exp.var("NOT ENFORCED")])
+        )
+    else:
+        defs.append(exp.PrimaryKey(expressions=[_ident("row_id")]))
+        if layout.external_id is not None:
+            defs.append(exp.UniqueColumnConstraint(this=exp.Schema(
+                expressions=[_ident(layout.external_id)]
+            )))
+    return _sql(_create(layout, defs), dialect)
+
+
+def _props_default(dialect: Dialect) -> exp.Expression:
+    empty = exp.Literal.string("{}")
+    # MySQL 8 accepts a JSON column default only as an expression in parentheses.
+    return exp.Paren(this=empty) if dialect == "mysql" else empty
+
+
+def _create(layout: TableLayout, defs: list[exp.Expression], name: str | None = None) -> exp.Create:
+    return exp.Create(
+        this=exp.Schema(this=_table(layout, name), expressions=defs),
+        kind="TABLE",
+        exists=True,
+    )
+
+
+def add_columns(layout: TableLayout, existing: Sequence[str], dialect: Dialect) -> list[str]:
+    """Additive evolution: one ``ALTER TABLE … ADD COLUMN`` per schema column the destination
+    table lacks (``existing`` are its column names, compared case-insensitively)."""
+    have = {c.lower() for c in existing}
+    out = []
+    for name, kind in layout.columns:
+        if name.lower() in have:
+            continue
+        alter = exp.Alter(
+            this=_table(layout),
+            kind="TABLE",
+            actions=[_value_def(layout, name, kind, dialect)],
+        )
+        out.append(_sql(alter, dialect))
+    return out
+
+
+def create_staging(layout: TableLayout, dialect: Dialect) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the staging table a change set is loaded into.
+
+    JSON cells arrive as text (their canonical JSON) and are cast by the upsert.
+    """
+    staging = layout.staging()
+    defs: list[exp.Expression] = [_key_def("row_id", dialect)]
+    defs += [
+        _coldef(n, _type(dialect, "string" if k == "json" else k)) for n, k in layout.columns
+    ]
+    defs.append(_coldef(DELETED, _type(dialect, "boolean")))
+    return _sql(_create(staging, defs), dialect)
+
+
+def insert_staging(layout: TableLayout, dialect: Dialect) -> str:
+    """Insert one staged row from parameters ``c0`` (row_id), ``c1``… (the columns in order) and
+    ``deleted``: the loader without Spark (executemany)."""
+    names = ["row_id", *layout.column_names, DELETED]
+    params = [_param(f"c{i}") for i in range(len(names) - 1)] + [_param("deleted")]
+    insert = exp.Insert(
+        this=exp.Schema(this=_table(layout.staging()), expressions=[_ident(n) for n in names]),
+        expression=exp.Values(expressions=[exp.Tuple(expressions=params)]),
+    )
+    return _sql(insert, dialect)
+
+
+def clear_staging(layout: TableLayout, dialect: Dialect) -> str:
+    """Empty the staging table (a DELETE, so it can run inside a transaction)."""
+    delete = exp.Delete(this=_table(layout.staging()))
+    if dialect == "bigquery":  # BigQuery refuses a DELETE without WHERE
+        delete.set("where", exp.Where(this=exp.true()))
+    return _sql(delete, dialect)
+
+
+def _staged_value(layout: TableLayout, name: str, kind: str, dialect: Dialect) -> exp.Expression:
+    col = _col(name, "s")
+    if kind != "json":
+        return col
+    if dialect == "bigquery":
+        return exp.ParseJSON(this=col)
+    if dialect == "postgres":
+        return exp.Cast(this=col, to=_type(dialect, "json"))
+    return col  # MySQL/MariaDB JSON is text checked by JSON_VALID
+
+
+def upsert_from_staging(layout: TableLayout, dialect: Dialect) -> str:
+    """Insert or update every live staged row; ``props`` is never written, ``deleted_at`` is
+    cleared (a revived row). Parameter ``now``: the sync time."""
+    if dialect == "bigquery":
+        return _merge_from_staging(layout)
+    names = ["row_id", *layout.column_names, "synced_at"]
+    values: list[exp.Expression] = [_col("row_id", "s")]
+    values += [_staged_value(layout, n, k, dialect) for n, k in layout.columns]
+    values.append(_param("now"))
+    if layout.delete == "soft":
+        names.append("deleted_at")
+        values.append(exp.Null())
+    select = (
+        exp.select(*values)
+        .from_(_table(layout.staging(), alias="s"))
+        .where(exp.Not(this=_col(DELETED, "s")))
+    )
+    updated = [n for n in names if n != "row_id"]
+    if dialect == "postgres":
+        sets = [exp.EQ(this=_col(n), expression=_col(n, "excluded")) for n in updated]
+        conflict = exp.OnConflict(
+            conflict_keys=[_ident("row_id")], action=exp.var("DO UPDATE"), expressions=sets
+        )
+    else:
+        sets = [
+            exp.EQ(this=_col(n), expression=exp.Anonymous(this="VALUES", expressions=[_col(n)]))
+            for n in updated
+        ]
+        conflict = exp.OnConflict(duplicate=True, action=exp.var("UPDATE"), expressions=sets)
+    insert = exp.Insert(
+        this=exp.Schema(this=_table(layout), expressions=[_ident(n) for n in names]),
+        expression=select,
+        conflict=conflict,
+    )
+    return _sql(insert, dialect)
+
+
+def _merge_from_staging(layout: TableLayout) -> str:
+    target, source = "t", "s"
+    updated = [*layout.column_names, "synced_at"]
+    values = {n: _staged_value(layout, n, k, "bigquery") for n, k in layout.columns}
+    values["synced_at"] = _param("now")
+    sets = [exp.EQ(this=_col(n), expression=values[n]) for n in updated]
+    insert_cols = ["row_id", *updated, "props"]
+    insert_vals = [_col("row_id", source), *(values[n] for n in updated)]
+    insert_vals.append(exp.ParseJSON(this=exp.Literal.string("{}"), is_literal=True))
+    if layout.delete == "soft":
+        no_time = exp.Cast(this=exp.Null(), to=_type("bigquery", "timestamp"))
+        sets.append(exp.EQ(this=_col("deleted_at"), expression=no_time))
+    live = exp.Not(this=_col(DELETED, source))
+    merge = exp.Merge(
+        this=_table(layout, alias=target),
+        using=_table(layout.staging(), alias=source),
+        on=exp.EQ(this=_col("row_id", target), expression=_col("row_id", source)),
+        whens=exp.Whens(expressions=[
+            exp.When(matched=True, condition=live, then=exp.Update(expressions=sets)),
+            exp.When(
+                matched=False,
+                condition=live,
+                then=exp.Insert(
+                    this=exp.Tuple(expressions=[_col(n) for n in insert_cols]),
+                    expression=exp.Tuple(expressions=insert_vals),
+                ),
+            ),
+        ]),
+    )
+    return _sql(merge, "bigquery")
+
+
+def apply_deletes(layout: TableLayout, dialect: Dialect) -> str:
+    """Apply the staged deletes: soft sets ``deleted_at`` (and ``synced_at``) to parameter
+    ``now`` on rows not already deleted; hard removes the rows."""
+    deleted_ids = (
+        exp.select(_col("row_id", "s"))
+        .from_(_table(layout.staging(), alias="s"))
+        .where(_col(DELETED, "s"))
+    )
+    in_staged = exp.In(this=_col("row_id"), query=exp.Subquery(this=deleted_ids))
+    if layout.delete == "hard":
+        return _sql(exp.Delete(this=_table(layout), where=exp.Where(this=in_staged)), dialect)
+    update = exp.Update(
+        this=_table(layout),
+        expressions=[
+            exp.EQ(this=_col("deleted_at"), expression=_param("now")),
+            exp.EQ(this=_col("synced_at"), expression=_param("now")),
+        ],
+        where=exp.Where(this=exp.and_(
+            in_staged, exp.Is(this=_col("deleted_at"), expression=exp.Null())
+        )),
+    )
+    return _sql(update, dialect)
+
+
+def select_rows(layout: TableLayout, dialect: Dialect) -> str:
+    """Every row of the destination table with all its columns, ordered by ``row_id``."""
+    names = ["row_id", *layout.column_names, "props", "synced_at"]
+    if layout.delete == "soft":
+        names.append("deleted_at")
+    query = exp.select(*(_col(n) for n in names)).from_(_table(layout)).order_by(_col("row_id"))
+    return _sql(query, dialect)
+
+
+def select_changes(layout: TableLayout, dialect: Dialect) -> str:
+    """Rows synced after parameter ``since`` (a timestamp), oldest first: what changed in the
+    destination since a watermark (soft-deleted rows included, with ``deleted_at`` set)."""
+    names = ["row_id", *layout.column_names, "props", "synced_at"]
+    if layout.delete == "soft":
+        names.append("deleted_at")
+    query = (
+        exp.select(*(_col(n) for n in names))
+        .from_(_table(layout))
+        .where(exp.GT(this=_col("synced_at"), expression=_param("since")))
+        .order_by(_col("synced_at"), _col("row_id"))
+    )
+    return _sql(query, dialect)
+
+
+def create_dataset(project: str, dataset: str) -> str:
+    """BigQuery ``CREATE SCHEMA IF NOT EXISTS project.dataset``."""
+    _check_qualifier(project)
+    _check_qualifier(dataset)
+    schema = exp.Table(this=_ident(dataset), db=_ident(project))
+    return _sql(exp.Create(this=schema, kind="SCHEMA", exists=True), "bigquery")
+
+
+def _watermarks(qualifier: Sequence[str]) -> TableLayout:
+    return TableLayout(WATERMARKS, (), "hard", None, qualifier)
+
+
+def create_watermarks(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
+    """``CREATE TABLE IF NOT EXISTS lakesync_watermarks``: per (gateway_id, table_name) the
+    lake position (ingest HLC) shipped, and when."""
+    layout = _watermarks(qualifier)
+    defs: list[exp.Expression] = [
+        _key_def("gateway_id", dialect, exp.NotNullColumnConstraint(), kind="name"),
+        _key_def("table_name", dialect, exp.NotNullColumnConstraint(), kind="name"),
+        _coldef("position", _type(dialect, "position"), exp.NotNullColumnConstraint()),
+        _coldef("updated_at", _type(dialect, "timestamp"), exp.NotNullColumnConstraint()),
+    ]
+    key = [_ident("gateway_id"), _ident("table_name")]
+    if dialect == "bigquery":
+        defs.append(exp.PrimaryKey(expressions=key, options=[exp.var("NOT ENFORCED")]))
+    else:
+        defs.append(exp.PrimaryKey(expressions=key))
+    return _sql(_create(layout, defs), dialect)
+
+
+def read_watermark(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
+    """The position shipped for parameters ``gateway_id`` and ``table_name`` (no row: none)."""
+    query = (
+        exp.select(_col("position"))
+        .from_(_table(_watermarks(qualifier)))
+        .where(exp.and_(
+            exp.EQ(this=_col("gateway_id"), expression=_param("gateway_id")),
+            exp.EQ(this=_col("table_name"), expression=_param("table_name")),
+        ))
+    )
+    return _sql(query, dialect)
+
+
+def write_watermark(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
+    """Upsert the watermark row from parameters ``gateway_id``, ``table_name``, ``position`` and
+    ``now``."""
+    layout = _watermarks(qualifier)
+    names = ["gateway_id", "table_name", "position", "updated_at"]
+    params = {"gateway_id": "gateway_id", "table_name": "table_name", "position": "position",
+              "updated_at": "now"}
+    updated = ["position", "updated_at"]
+    if dialect == "bigquery":
+        src = exp.select(*(exp.alias_(_param(params[n]), n, quoted=True) for n in names))
+        merge = exp.Merge(
+            this=_table(layout, alias="t"),
+            using=exp.Subquery(this=src, alias=exp.TableAlias(this=_ident("s"))),
+            on=exp.and_(
+                exp.EQ(this=_col("gateway_id", "t"), expression=_col("gateway_id", "s")),
+                exp.EQ(this=_col("table_name", "t"), expression=_col("table_name", "s")),
+            ),
+            whens=exp.Whens(expressions=[
+                exp.When(matched=True, then=exp.Update(expressions=[
+                    exp.EQ(this=_col(n), expression=_col(n, "s")) for n in updated
+                ])),
+                exp.When(matched=False, then=exp.Insert(
+                    this=exp.Tuple(expressions=[_col(n) for n in names]),
+                    expression=exp.Tuple(expressions=[_col(n, "s") for n in names]),
+                )),
+            ]),
+        )
+        return _sql(merge, dialect)
+    values = exp.Values(expressions=[exp.Tuple(expressions=[_param(params[n]) for n in names])])
+    if dialect == "postgres":
+        conflict = exp.OnConflict(
+            conflict_keys=[_ident("gateway_id"), _ident("table_name")],
+            action=exp.var("DO UPDATE"),
+            expressions=[exp.EQ(this=_col(n), expression=_col(n, "excluded")) for n in updated],
+        )
+    else:
+        conflict = exp.OnConflict(duplicate=True, action=exp.var("UPDATE"), expressions=[
+            exp.EQ(this=_col(n), expression=exp.Anonymous(this="VALUES", expressions=[_col(n)]))
+            for n in updated
+        ])
+    insert = exp.Insert(
+        this=exp.Schema(this=_table(layout), expressions=[_ident(n) for n in names]),
+        expression=values,
+        conflict=conflict,
+    )
+    return _sql(insert, dialect)

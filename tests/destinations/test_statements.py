@@ -1,0 +1,157 @@
+# ruff: noqa: E501  (the dialect table holds whole statements, one per line)
+"""The statement builder: a dialect table of generated statements (each parsed back by sqlglot),
+and hostile identifiers, which never reach a statement."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import sqlglot
+from hypothesis import given
+from hypothesis import strategies as hs
+
+from destinations import statements as st
+from destinations.statements import TableLayout
+from lakesync.errors import SchemaError
+
+SOFT = TableLayout("todos", [("title", "string"), ("meta", "json")], "soft")
+HARD = TableLayout("todos", [("title", "string"), ("meta", "json")], "hard")
+
+BUILD = {
+    "create_table": lambda d: st.create_table(SOFT, d),
+    "add_column": lambda d: st.add_columns(SOFT, ["row_id", "title"], d)[0],
+    "upsert": lambda d: st.upsert_from_staging(SOFT, d),
+    "soft_delete": lambda d: st.apply_deletes(SOFT, d),
+    "hard_delete": lambda d: st.apply_deletes(HARD, d),
+    "watermark": st.write_watermark,
+}
+
+# fmt: off
+TABLE = [
+    ('create_table', 'postgres',
+     'CREATE TABLE IF NOT EXISTS "todos" ("row_id" TEXT NOT NULL, "title" TEXT, "meta" JSONB, "props" JSONB NOT NULL DEFAULT \'{}\', "synced_at" TIMESTAMPTZ NOT NULL, "deleted_at" TIMESTAMPTZ, PRIMARY KEY ("row_id"))'),
+    ('add_column', 'postgres',
+     'ALTER TABLE "todos" ADD COLUMN "meta" JSONB'),
+    ('upsert', 'postgres',
+     'INSERT INTO "todos" ("row_id", "title", "meta", "synced_at", "deleted_at") SELECT "s"."row_id", "s"."title", CAST("s"."meta" AS JSONB), %(now)s, NULL FROM "lakesync_stage_todos" AS "s" WHERE NOT "s"."_deleted" ON CONFLICT("row_id") DO UPDATE SET "title" = "excluded"."title", "meta" = "excluded"."meta", "synced_at" = "excluded"."synced_at", "deleted_at" = "excluded"."deleted_at"'),
+    ('soft_delete', 'postgres',
+     'UPDATE "todos" SET "deleted_at" = %(now)s, "synced_at" = %(now)s WHERE "row_id" IN (SELECT "s"."row_id" FROM "lakesync_stage_todos" AS "s" WHERE "s"."_deleted") AND "deleted_at" IS NULL'),
+    ('hard_delete', 'postgres',
+     'DELETE FROM "todos" WHERE "row_id" IN (SELECT "s"."row_id" FROM "lakesync_stage_todos" AS "s" WHERE "s"."_deleted")'),
+    ('watermark', 'postgres',
+     'INSERT INTO "lakesync_watermarks" ("gateway_id", "table_name", "position", "updated_at") VALUES (%(gateway_id)s, %(table_name)s, %(position)s, %(now)s) ON CONFLICT("gateway_id", "table_name") DO UPDATE SET "position" = "excluded"."position", "updated_at" = "excluded"."updated_at"'),
+    ('create_table', 'mysql',
+     "CREATE TABLE IF NOT EXISTS `todos` (`row_id` VARCHAR(768) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, `title` LONGTEXT, `meta` JSON, `props` JSON NOT NULL DEFAULT ('{}'), `synced_at` DATETIME(6) NOT NULL, `deleted_at` DATETIME(6), PRIMARY KEY (`row_id`))"),
+    ('add_column', 'mysql',
+     'ALTER TABLE `todos` ADD COLUMN `meta` JSON'),
+    ('upsert', 'mysql',
+     'INSERT INTO `todos` (`row_id`, `title`, `meta`, `synced_at`, `deleted_at`) SELECT `s`.`row_id`, `s`.`title`, `s`.`meta`, %(now)s, NULL FROM `lakesync_stage_todos` AS `s` WHERE NOT `s`.`_deleted` ON DUPLICATE KEY UPDATE `title` = VALUES(`title`), `meta` = VALUES(`meta`), `synced_at` = VALUES(`synced_at`), `deleted_at` = VALUES(`deleted_at`)'),
+    ('soft_delete', 'mysql',
+     'UPDATE `todos` SET `deleted_at` = %(now)s, `synced_at` = %(now)s WHERE `row_id` IN (SELECT `s`.`row_id` FROM `lakesync_stage_todos` AS `s` WHERE `s`.`_deleted`) AND `deleted_at` IS NULL'),
+    ('hard_delete', 'mysql',
+     'DELETE FROM `todos` WHERE `row_id` IN (SELECT `s`.`row_id` FROM `lakesync_stage_todos` AS `s` WHERE `s`.`_deleted`)'),
+    ('watermark', 'mysql',
+     'INSERT INTO `lakesync_watermarks` (`gateway_id`, `table_name`, `position`, `updated_at`) VALUES (%(gateway_id)s, %(table_name)s, %(position)s, %(now)s) ON DUPLICATE KEY UPDATE `position` = VALUES(`position`), `updated_at` = VALUES(`updated_at`)'),
+    ('create_table', 'bigquery',
+     'CREATE TABLE IF NOT EXISTS `todos` (`row_id` STRING NOT NULL, `title` STRING, `meta` JSON, `props` JSON NOT NULL, `synced_at` TIMESTAMP NOT NULL, `deleted_at` TIMESTAMP, PRIMARY KEY (`row_id`) NOT ENFORCED)'),
+    ('add_column', 'bigquery',
+     'ALTER TABLE `todos` ADD COLUMN `meta` JSON'),
+    ('upsert', 'bigquery',
+     "MERGE INTO `todos` AS `t` USING `lakesync_stage_todos` AS `s` ON `t`.`row_id` = `s`.`row_id` WHEN MATCHED AND NOT `s`.`_deleted` THEN UPDATE SET `title` = `s`.`title`, `meta` = PARSE_JSON(`s`.`meta`), `synced_at` = @now, `deleted_at` = CAST(NULL AS TIMESTAMP) WHEN NOT MATCHED AND NOT `s`.`_deleted` THEN INSERT (`row_id`, `title`, `meta`, `synced_at`, `props`) VALUES (`s`.`row_id`, `s`.`title`, PARSE_JSON(`s`.`meta`), @now, JSON '{}')"),
+    ('soft_delete', 'bigquery',
+     'UPDATE `todos` SET `deleted_at` = @now, `synced_at` = @now WHERE `row_id` IN (SELECT `s`.`row_id` FROM `lakesync_stage_todos` AS `s` WHERE `s`.`_deleted`) AND `deleted_at` IS NULL'),
+    ('hard_delete', 'bigquery',
+     'DELETE FROM `todos` WHERE `row_id` IN (SELECT `s`.`row_id` FROM `lakesync_stage_todos` AS `s` WHERE `s`.`_deleted`)'),
+    ('watermark', 'bigquery',
+     'MERGE INTO `lakesync_watermarks` AS `t` USING (SELECT @gateway_id AS `gateway_id`, @table_name AS `table_name`, @position AS `position`, @now AS `updated_at`) AS `s` ON `t`.`gateway_id` = `s`.`gateway_id` AND `t`.`table_name` = `s`.`table_name` WHEN MATCHED THEN UPDATE SET `position` = `s`.`position`, `updated_at` = `s`.`updated_at` WHEN NOT MATCHED THEN INSERT (`gateway_id`, `table_name`, `position`, `updated_at`) VALUES (`s`.`gateway_id`, `s`.`table_name`, `s`.`position`, `s`.`updated_at`)'),
+]
+# fmt: on
+
+
+def parse_back(sql: str, dialect: str) -> sqlglot.Expression:
+    """Parse a generated statement with sqlglot's own dialect (PyMySQL's %(x)s read as :x)."""
+    if dialect == "mysql":
+        sql = re.sub(r"%\((\w+)\)s", r":\1", sql)
+    parsed = sqlglot.parse(sql, read=dialect)
+    assert len(parsed) == 1 and parsed[0] is not None
+    return parsed[0]
+
+
+@pytest.mark.parametrize(("operation", "dialect", "expected"), TABLE)
+def test_dialect_table(operation: str, dialect: str, expected: str) -> None:
+    sql = BUILD[operation](dialect)
+    assert sql == expected
+    parse_back(sql, dialect)
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql", "bigquery"])
+def test_upserts_are_built_per_dialect_and_never_write_props(dialect: str) -> None:
+    tree = parse_back(st.upsert_from_staging(SOFT, dialect), dialect)
+    if dialect == "bigquery":
+        assert isinstance(tree, sqlglot.exp.Merge)
+        updates = [u for u in tree.find_all(sqlglot.exp.Update)]
+        assigned = {eq.this.name for u in updates for eq in u.expressions}
+    else:
+        conflict = tree.args["conflict"]
+        assert bool(conflict.args.get("duplicate")) is (dialect == "mysql")
+        assigned = {eq.this.name for eq in conflict.expressions}
+    assert assigned == {"title", "meta", "synced_at", "deleted_at"}  # props: never by sync
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql", "bigquery"])
+def test_every_statement_parses_back(dialect: str) -> None:
+    layout = TableLayout("order", [("select", "string"), ("from", "json")], "soft", "select")
+    for sql in [
+        st.create_table(layout, dialect), *st.add_columns(layout, [], dialect),
+        st.create_staging(layout, dialect), st.insert_staging(layout, dialect),
+        st.clear_staging(layout, dialect), st.upsert_from_staging(layout, dialect),
+        st.apply_deletes(layout, dialect), st.select_rows(layout, dialect),
+        st.select_changes(layout, dialect), st.create_watermarks(dialect),
+        st.read_watermark(dialect), st.write_watermark(dialect),
+    ]:
+        parse_back(sql, dialect)
+
+
+HOSTILE = [
+    'x"; drop table users; --', "x`; drop table users; --", "x'; drop table users; --",
+    "a b", "a.b", "", "1abc", "x" * 65, "naïve", "a\x00b", "a-b", "[x]",
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_table_and_column_names_are_refused(name: str) -> None:
+    with pytest.raises(SchemaError):
+        TableLayout(name, [("title", "string")])
+    with pytest.raises(SchemaError):
+        TableLayout("todos", [(name, "string")])
+    with pytest.raises(SchemaError):
+        TableLayout("todos", [("title", "string")], external_id=None).staging().__class__(
+            "todos", [("ok", "string"), (name, "string")]
+        )
+
+
+@pytest.mark.parametrize("qualifier", ["p`; drop", "p.q", "p q", "", 'x"y'])
+def test_hostile_dataset_names_are_refused(qualifier: str) -> None:
+    with pytest.raises(ValueError):
+        TableLayout("todos", [("title", "string")], qualifier=("proj", qualifier))
+    with pytest.raises(ValueError):
+        st.create_dataset("proj", qualifier)
+
+
+@given(hs.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,63}", fullmatch=True))
+def test_any_valid_name_is_one_quoted_identifier_in_every_dialect(name: str) -> None:
+    layout = TableLayout(name, [(name + "_c", "string")], "hard")
+    for dialect in ("postgres", "mysql", "bigquery"):
+        tree = parse_back(st.create_table(layout, dialect), dialect)
+        assert tree.find(sqlglot.exp.Table).name == name  # type: ignore[union-attr]
+        deletes = parse_back(st.apply_deletes(layout, dialect), dialect)
+        assert {t.name for t in deletes.find_all(sqlglot.exp.Table)} == {
+            name, st.STAGING_PREFIX + name
+        }
+
+
+def test_values_are_parameters_never_literals() -> None:
+    for dialect, marker in (("postgres", "%(now)s"), ("mysql", "%(now)s"), ("bigquery", "@now")):
+        assert marker in st.upsert_from_staging(SOFT, dialect)
+        assert st.read_watermark(dialect).count("%(" if dialect != "bigquery" else "@") == 2
