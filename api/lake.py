@@ -10,6 +10,13 @@ the scheduled flushes and one to run the pipeline (:meth:`~api.store.HotLog.lead
 (scheduled or admin) runs under the store's ``landing`` mutex, so landing stays exactly once.
 Without the ``pipeline`` extra the gateway still serves; the flush route then reports that nothing
 was flushed.
+
+After each pipeline run (scheduled here or run by hand) :class:`HotLogMaintenance` publishes the
+gateways' new checkpoints from the lake's merged models into the store
+(:mod:`lakehouse.checkpoints`), then trims the hot log: a gateway's entries that are in the
+landing table and its checkpoint leave it once older than ``hot_log_retention``. It runs every
+``flush_interval`` seconds (every few seconds with scheduled flushes off) in one process of
+those sharing the store.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -25,15 +33,20 @@ import anyio.to_thread
 
 from api.settings import GatewaySettings
 from api.store import HotLog
-from lakesync.config import Config
+from lakesync.config import Config, ServerConfig
+from lakesync.hlc import encode
 from lakesync.schema import parse_schema
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
     from lakehouse.landing import LandingFlusher
+    from lakehouse.settings import LakeSettings
 
-__all__ = ["Lead", "SchemaPublisher", "lake_jobs"]
+__all__ = ["HotLogMaintenance", "Lead", "SchemaPublisher", "lake_jobs"]
+
+_TRIM_STEP = 10_000
+"""Log entries deleted per store transaction while trimming (pushes wait for no longer)."""
 
 _log = logging.getLogger(__name__)
 
@@ -45,7 +58,7 @@ _LEAD_POLL_S = 5.0
 
 def _landing_flusher(
     settings: GatewaySettings, store: HotLog, config: Config | None
-) -> LandingFlusher | None:
+) -> tuple[LandingFlusher, HotLogMaintenance] | None:
     try:
         from lakehouse.bootstrap import init_catalog_tables
         from lakehouse.catalog import open_catalog
@@ -59,7 +72,7 @@ def _landing_flusher(
         )
         init_catalog_tables(lake)
         catalog = open_catalog(lake)
-        return LandingFlusher(
+        flusher = LandingFlusher(
             catalog,
             store,
             mark_flushed=store.mark_flushed,
@@ -69,6 +82,63 @@ def _landing_flusher(
     except ModuleNotFoundError as exc:
         _log.warning("landing flusher off: missing %s (pip install 'lakesync[pipeline]')", exc.name)
         return None
+    server = ServerConfig() if config is None else config.server
+    return flusher, HotLogMaintenance(lake, catalog, store, server.hot_log_retention)
+
+
+class HotLogMaintenance:
+    """Publish new checkpoints from the lake (when a pipeline run moved the covered position),
+    then trim each gateway's hot log through ``min(its landed position, now - retention)``; the
+    store never trims past a gateway's checkpoint (see :meth:`HotLog.trim_log`)."""
+
+    def __init__(
+        self,
+        lake: LakeSettings,
+        catalog: Catalog,
+        store: HotLog,
+        retention_s: float,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._lake = lake
+        self._catalog = catalog
+        self._store = store
+        self._retention_s = retention_s
+        self._now = now
+        self._covered: object = None
+        self._gateways: list[str] = []
+
+    def __call__(self) -> int:
+        """One round; returns the log entries trimmed."""
+        from lakehouse.catalog import landing_state
+        from lakehouse.checkpoints import build_checkpoints, covered_positions
+        from lakehouse.settings import LANDING_NAMESPACE
+
+        covered = covered_positions(self._catalog)
+        if covered != self._covered:
+            self._gateways = build_checkpoints(self._lake, self._store).gateways
+            self._covered = covered
+        position, held = landing_state(self._catalog.load_table(f"{LANDING_NAMESPACE}.landing"))
+        if position is None:
+            return 0
+        cutoff = encode(max(0, int((self._now() - self._retention_s) * 1000)), 0)
+        trimmed = 0
+        for gw in self._gateways:
+            bound = min(cutoff, held.get(gw, position))
+            while (n := self._store.trim_log(gw, bound, _TRIM_STEP)) > 0:
+                trimmed += n
+                if n < _TRIM_STEP:
+                    break
+        return trimmed
+
+    def run(self, stop: threading.Event, interval_s: float, lead: Lead) -> None:
+        """Run a round every ``interval_s`` seconds until ``stop`` while ``lead()`` holds."""
+        while not stop.wait(interval_s):
+            if not lead():
+                continue
+            try:
+                self()
+            except Exception:
+                _log.exception("checkpoint/trim round failed; retrying in %.0f s", interval_s)
 
 
 class Lead:
@@ -169,11 +239,12 @@ def lake_jobs(
 
     ``config`` is the gateway's resolved configuration (its ``lake:`` section and file reach the
     flusher and the scheduled pipeline); without it they read the environment's."""
-    landing = _landing_flusher(settings, store, config)
+    jobs = _landing_flusher(settings, store, config)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     flusher: Flusher | None = None
-    if landing is not None:
+    if jobs is not None:
+        landing, maintenance = jobs
         flush = landing.flush
 
         async def flusher(gw: str) -> None:
@@ -201,6 +272,18 @@ def lake_jobs(
                     daemon=True,
                 )
             )
+        threads.append(
+            threading.Thread(
+                target=maintenance.run,
+                args=(
+                    stop,
+                    settings.flush_interval or _LEAD_POLL_S,
+                    Lead(store, "checkpoint", "checkpoints and hot-log trimming"),
+                ),
+                name="checkpoints",
+                daemon=True,
+            )
+        )
     for t in threads:
         t.start()
     try:

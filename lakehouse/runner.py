@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import LANDED_LATE_PROPERTY, open_catalog, require_lake
+from lakehouse.catalog import LANDED_LATE_PROPERTY, landing_state, open_catalog, require_lake
 from lakehouse.models import model_name, prepare_project, table_columns, write_models
 from lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakehouse.spark import spark_session
@@ -157,17 +157,27 @@ CONSUMED_PROPERTY = "lakesync.landing-sequence"
 pipeline run started from (every landing commit up to it was read by the models)."""
 
 
-def _landing_sequence(settings: LakeSettings) -> tuple[int, bool]:
-    """The landing table's current snapshot sequence number, and whether a commit after the one
+COVERED_PROPERTY = "lakesync.covered"
+"""Table property of ``int_rows_merged``: what the last successful pipeline run is complete
+through, as JSON ``{"position": P, "held": {gateway: P_gw}}`` (the landing state it started
+from): every delta of a gateway ingested at or before ``held.get(gateway, position)`` is merged
+into the models. Checkpoints record it (:mod:`lakehouse.checkpoints`)."""
+
+
+def _landing_sequence(settings: LakeSettings) -> tuple[int, bool, str | None]:
+    """The landing table's current snapshot sequence number, whether a commit after the one
     the models last started from landed rows late (a held-back gateway that caught up: rows
-    behind the models' ingest watermark, which only a full rebuild takes in)."""
+    behind the models' ingest watermark, which only a full rebuild takes in), and the landing
+    state of that snapshot as :data:`COVERED_PROPERTY` records it (None before any flush)."""
     catalog = open_catalog(settings)
     landing = catalog.load_table(f"{LANDING_NAMESPACE}.landing")
     current = landing.current_snapshot()
     seq = 0 if current is None else int(current.sequence_number or 0)
+    position, held = landing_state(landing)
+    covered = None if position is None else json.dumps({"position": position, "held": held})
     merged = f"{LANDING_NAMESPACE}.int_rows_merged"
     if not catalog.table_exists(merged):
-        return seq, False
+        return seq, False, covered
     consumed = int(catalog.load_table(merged).properties.get(CONSUMED_PROPERTY, "-1"))
     late = any(
         snap.summary is not None
@@ -175,14 +185,17 @@ def _landing_sequence(settings: LakeSettings) -> tuple[int, bool]:
         and int(snap.sequence_number or 0) > consumed
         for snap in landing.snapshots()
     )
-    return seq, late
+    return seq, late, covered
 
 
-def _mark_consumed(settings: LakeSettings, seq: int) -> None:
+def _mark_consumed(settings: LakeSettings, seq: int, covered: str | None) -> None:
     catalog = open_catalog(settings)
     table = catalog.load_table(f"{LANDING_NAMESPACE}.int_rows_merged")
+    props = {CONSUMED_PROPERTY: str(seq)}
+    if covered is not None:
+        props[COVERED_PROPERTY] = covered
     with table.transaction() as tx:
-        tx.set_properties({CONSUMED_PROPERTY: str(seq)})
+        tx.set_properties(props)
 
 
 def _position(spark: SparkSession) -> int | None:
@@ -220,7 +233,7 @@ def run_pipeline(
 
     register_udfs(spark)
     before_pos = _position(spark)
-    landing_seq, late = _landing_sequence(settings)
+    landing_seq, late, covered = _landing_sequence(settings)
     if late and not full_refresh:
         _log.warning("rows landed late (a held-back gateway caught up): rebuilding the models")
         full_refresh = True
@@ -244,7 +257,7 @@ def run_pipeline(
         rebuild = [args[0], "--full-refresh", "--select", *generated.changed]
         dbt_invoke(settings, rebuild, on_progress)
 
-    _mark_consumed(settings, landing_seq)
+    _mark_consumed(settings, landing_seq, covered)
     after = _snapshots(settings, list(tables))
     # A MERGE that matched nothing still commits an empty snapshot: count only real changes.
     updated = sorted(

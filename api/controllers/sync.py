@@ -9,11 +9,14 @@ from litestar import Controller, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.dto import MsgspecDTO
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.response import Stream
 
 from api.auth import provide_claims
 from api.errors import ERROR_RESPONSES
+from api.services.checkpoints import check_cursor, open_checkpoint
 from api.services.sync import SyncService
 from lakesync import hlc as _hlc
+from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.errors import NotFoundError, ValidationError
 from lakesync.tokens import Claims
 from lakesync.wire import (
@@ -127,12 +130,26 @@ class SyncController(Controller):
         if source:
             raise NotFoundError(f"unknown pull source {source!r}: no source adapters registered")
         result = await service.pull(gw, claims, cursor, n)
+        await check_cursor(service, gw, cursor)
         return pull_response(result.deltas, result.server_hlc, result.has_more)
 
-    @get("/checkpoint", responses=ERROR_RESPONSES)
-    async def checkpoint(self, gw: FromPath[str], claims: NamedDependency[Claims]) -> None:
-        """Initial-sync checkpoint stream; 404 until checkpoints are generated."""
-        raise NotFoundError(f"no checkpoint for gateway {gw!r} yet; pull from since=0")
+    @get("/checkpoint", responses=ERROR_RESPONSES, media_type=CONTENT_TYPE)
+    async def checkpoint(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+    ) -> Stream:
+        """Initial-sync checkpoint stream (SPEC §5): the frames this client may see, then pull
+        from ``X-Checkpoint-Hlc``; 404 while the gateway has no checkpoint."""
+        service.check_rate(gw, str(claims["sub"]))
+        service.check_client(claims, None)
+        opened = await open_checkpoint(service, gw, claims)
+        return Stream(
+            opened.frames,
+            media_type=CONTENT_TYPE,
+            headers={"X-Checkpoint-Hlc": str(opened.position)},
+        )
 
     @post("/action", status_code=200, responses=ERROR_RESPONSES)
     async def action(

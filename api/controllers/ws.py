@@ -17,6 +17,7 @@ from litestar.exceptions import WebSocketDisconnect
 from litestar.params import FromPath
 
 from api.auth import authenticate
+from api.services.checkpoints import check_cursor
 from api.services.hub import Connection
 from api.services.limits import TokenBucket
 from api.services.sync import SyncService
@@ -105,6 +106,7 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
                     limit = min(limit, service.settings.pull_max_limit)
                     since = parse_cursor(frame.since_hlc, "since_hlc")
                     page = await service.pull(gw, claims, since, limit)
+                    await check_cursor(service, gw, since)
                     reply = encode_response(page.deltas, page.server_hlc, page.has_more)
             except LakeSyncError as exc:
                 await close(_close_code(exc), exc.message)

@@ -1,0 +1,89 @@
+"""Serving checkpoints and guarding pulls against the trimmed hot log.
+
+A checkpoint (:mod:`lakesync.checkpoint`) is read from the store one chunk at a time, filtered
+for the requesting client and encoded as one frame in a worker thread, and handed to the
+response as it goes: the gateway holds one chunk per stream whatever the checkpoint's size.
+
+Trimming (:meth:`api.store.HotLog.trim_log`) deletes a gateway's oldest log entries once they
+are in the landing table and its checkpoint. A pull from a cursor older than the gateway's
+horizon is refused with :class:`~lakesync.errors.CursorExpiredError` (``CURSOR_EXPIRED``): the
+horizon is read *after* the page, and trimming moves it in the transaction that deletes, so a
+page that may lack trimmed entries is never served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+
+from api.services.sync import SyncService
+from lakesync.checkpoint import checkpoint_deltas, decode_chunk, encode_frame
+from lakesync.errors import CursorExpiredError, NotFoundError
+from lakesync.views import Reader, ViewHistory, claims_hash
+
+__all__ = ["CheckpointStream", "check_cursor", "open_checkpoint"]
+
+
+class CheckpointGoneError(Exception):
+    """The generation a stream was reading was replaced twice meanwhile: the response breaks
+    off (no closing chunk), so the client sees an incomplete stream and starts again."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointStream:
+    """An open checkpoint: its position and its frames, produced as the response is sent."""
+
+    position: int
+    frames: AsyncIterator[bytes]
+
+
+async def open_checkpoint(
+    service: SyncService, gateway_id: str, claims: Mapping[str, Any]
+) -> CheckpointStream:
+    """The checkpoint of ``gateway_id`` as this client may see it; :class:`NotFoundError` when
+    the gateway has none yet (the client then pulls from 0)."""
+    store = service.store
+    info = await anyio.to_thread.run_sync(store.checkpoint, gateway_id)
+    if info is None:
+        raise NotFoundError(f"no checkpoint for gateway {gateway_id!r} yet; pull from since=0")
+    rules = await anyio.to_thread.run_sync(store.get_rules, gateway_id)
+    raw = rules.stamp == 0
+    client_id = str(claims["sub"])
+    if raw:
+        reader = Reader(client_id, claims, None, 0, 0, ViewHistory.fixed(None, claims))
+    else:
+        view = await anyio.to_thread.run_sync(
+            store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
+        )
+        reader = await service._reader(gateway_id, claims, rules.rules, max(rules.stamp, view), 0)
+
+    def frame(seq: int) -> bytes | None:
+        body = store.checkpoint_chunk(gateway_id, info.position, seq)
+        if body is None:
+            raise CheckpointGoneError(
+                f"checkpoint {info.position} of {gateway_id!r} was replaced while streaming"
+            )
+        deltas = checkpoint_deltas(decode_chunk(body), reader, raw)
+        return encode_frame(deltas, info.position) if deltas else None
+
+    async def frames() -> AsyncIterator[bytes]:
+        for seq in range(info.chunks):
+            out = await anyio.to_thread.run_sync(frame, seq)
+            if out is not None:
+                yield out
+
+    return CheckpointStream(info.position, frames())
+
+
+async def check_cursor(service: SyncService, gateway_id: str, since: int) -> None:
+    """Refuse a pull page read from ``since`` if the hot log no longer holds what follows it
+    (call after reading the page)."""
+    trimmed = await anyio.to_thread.run_sync(service.store.trimmed_through, gateway_id)
+    if since < trimmed:
+        raise CursorExpiredError(
+            f"cursor {since} is older than the hot log of gateway {gateway_id!r} retains "
+            f"(deltas through {trimmed} were trimmed); start again from the checkpoint"
+        )
