@@ -69,8 +69,47 @@ if [ -z "$MY_DSN" ]; then
   MY_DSN="mysql://root@127.0.0.1:$MY_PORT/test"
 fi
 
+# --- BigQuery API emulator (local-bigquery; it needs Python 3.13, so it gets its own venv) ---
+BQ_ENDPOINT=${LAKESYNC_TEST_BIGQUERY_ENDPOINT:-}
+if [ -z "$BQ_ENDPOINT" ]; then
+  BQ_PORT=59050
+  BQ=$SERVERS/bigquery
+  bq_ok() { curl -fsS -o /dev/null "http://127.0.0.1:$BQ_PORT/bigquery/v2/projects/p/datasets" 2>/dev/null; }
+  if ! bq_ok; then
+    PY313=$(command -v python3.13 || true)
+    # A pyenv shim exists without the version being selected: use it only if it runs.
+    [ -n "$PY313" ] && ! "$PY313" -c 'import sys' >/dev/null 2>&1 && PY313=
+    if [ -z "$PY313" ] && command -v pyenv >/dev/null; then
+      PY313=$(ls -d "$(pyenv root)"/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1 || true)
+    fi
+    if [ -z "$PY313" ]; then
+      log "no Python 3.13 (python3.13 or pyenv): the BigQuery emulator is not started; its tests skip (fail under CI)"
+    else
+      if [ ! -x "$BQ/venv/bin/local-bigquery" ]; then
+        log "installing the BigQuery emulator (local-bigquery) with $PY313"
+        "$PY313" -m venv "$BQ/venv"
+        "$BQ/venv/bin/python" -m pip install -q 'local-bigquery==0.3.2' 'duckdb==1.5.5' \
+          'duckdb-extension-icu==1.5.5' 'duckdb-extension-json==1.5.5' 'duckdb-extension-parquet==1.5.5' \
+          'duckdb-extension-ducklake==1.5.5' 'duckdb-extension-spatial==1.5.5' pytz
+      fi
+      # DuckDB cannot download extensions here: install the packaged ones where it looks.
+      EXT=$HOME/.duckdb/extensions/v1.5.5/linux_amd64
+      mkdir -p "$EXT"
+      find "$BQ/venv/lib" -name '*.duckdb_extension' -exec cp -n {} "$EXT/" \;
+      log "starting the BigQuery emulator on port $BQ_PORT"
+      (nohup "$BQ/venv/bin/local-bigquery" serve --host 127.0.0.1 --port $BQ_PORT \
+         --grpc-port $((BQ_PORT + 1)) --data-dir "$BQ/data" >"$BQ.log" 2>&1 &)
+      for _ in $(seq 60); do bq_ok && break; sleep 0.5; done
+    fi
+  fi
+  bq_ok && BQ_ENDPOINT="http://127.0.0.1:$BQ_PORT"
+fi
+
 cat > "$ROOT/.lakesync-env" <<ENV
 export LAKESYNC_TEST_PG_DSN='$PG_DSN'
 export LAKESYNC_TEST_MYSQL_DSN='$MY_DSN'
 ENV
-log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN"
+if [ -n "$BQ_ENDPOINT" ]; then
+  echo "export LAKESYNC_TEST_BIGQUERY_ENDPOINT='$BQ_ENDPOINT'" >> "$ROOT/.lakesync-env"
+fi
+log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN  BigQuery emulator: ${BQ_ENDPOINT:-none}"
