@@ -4,7 +4,7 @@ a :class:`~lakesync.errors.ConfigError` naming the ``pip install`` extra."""
 from __future__ import annotations
 
 from connectors.base import Source
-from lakesync.connectors import ConnectorSpec, JiraSpec, SalesforceSpec
+from lakesync.connectors import ConnectorSpec, JiraSpec, MysqlSpec, PostgresSpec, SalesforceSpec
 from lakesync.errors import ConfigError
 
 __all__ = ["open_source"]
@@ -22,6 +22,14 @@ def open_source(spec: ConnectorSpec) -> Source:
                 from connectors.salesforce import SalesforceSource
 
                 return SalesforceSource(spec)
+            case PostgresSpec():
+                from connectors.database import DatabaseSource, PostgresDialect
+
+                return DatabaseSource(spec, PostgresDialect())
+            case MysqlSpec():
+                from connectors.database import DatabaseSource, MysqlDialect
+
+                return DatabaseSource(spec, MysqlDialect())
     except ModuleNotFoundError as exc:
         raise ConfigError(
             f"connector kind needs {exc.name}: pip install 'lakesync[connectors]'"

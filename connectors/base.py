@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Protocol
 
 from connectors._changes import Chunk
@@ -23,13 +23,12 @@ class Source(abc.ABC):
     in (which then changes nothing: see :mod:`connectors._changes`).
     """
 
-    @property
     @abc.abstractmethod
-    def schemas(self) -> Sequence[TableSchema]:
-        """The gateway tables the source fills."""
+    async def schemas(self) -> Sequence[TableSchema]:
+        """The gateway tables the source fills (a database source reads its columns)."""
 
     @abc.abstractmethod
-    def poll(self, cursor: Mapping[str, Any]) -> AsyncIterator[Chunk]:
+    def poll(self, cursor: Mapping[str, Any]) -> AsyncGenerator[Chunk, None]:
         """One poll from ``cursor`` (``{}`` the first time)."""
 
     async def aclose(self) -> None:  # noqa: B027 - sources without resources need nothing

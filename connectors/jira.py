@@ -18,7 +18,7 @@ deletion diffs compare against.
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -148,8 +148,7 @@ class JiraSource(Source):
             transport=transport,
         )
 
-    @property
-    def schemas(self) -> Sequence[TableSchema]:
+    async def schemas(self) -> Sequence[TableSchema]:
         """``jira_issues``, ``jira_comments``, ``jira_projects`` (as configured)."""
         return [s for s in SCHEMAS if self._wanted(s.table)]
 
@@ -165,7 +164,7 @@ class JiraSource(Source):
     async def _get(self, path: str, **params: Any) -> Any:
         return check(await request(self.http, "GET", path, params=params))
 
-    async def poll(self, cursor: Mapping[str, Any]) -> AsyncIterator[Chunk]:
+    async def poll(self, cursor: Mapping[str, Any]) -> AsyncGenerator[Chunk, None]:
         """Projects, then changed issues (and their comments), then deleted issues."""
         state = {
             "updated": cursor.get("updated"),

@@ -76,10 +76,11 @@ class Poller:
         started = time.monotonic()
         pushed = 0
         try:
-            await self.sink.register(self.source.schemas)
+            await self.sink.register(await self.source.schemas())
             cursor = await self.sink.load_cursor()
-            async for chunk in self.source.poll(cursor):
-                pushed += await self._store(chunk)
+            async with contextlib.aclosing(self.source.poll(cursor)) as chunks:
+                async for chunk in chunks:
+                    pushed += await self._store(chunk)
         except Exception as exc:
             status.failed_polls += 1
             status.last_error = f"{type(exc).__name__}: {exc}"

@@ -17,7 +17,7 @@ Tables ``sf_accounts``, ``sf_contacts``, ``sf_opportunities``, ``sf_leads`` keye
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -120,8 +120,7 @@ class SalesforceSource(Source):
         self.instance_url: str | None = None
         self.logins = 0
 
-    @property
-    def schemas(self) -> Sequence[TableSchema]:
+    async def schemas(self) -> Sequence[TableSchema]:
         """One table per configured object."""
         return [
             parse_schema(
@@ -167,7 +166,7 @@ class SalesforceSource(Source):
             await self._login()
         raise AssertionError("unreachable")
 
-    async def poll(self, cursor: Mapping[str, Any]) -> AsyncIterator[Chunk]:
+    async def poll(self, cursor: Mapping[str, Any]) -> AsyncGenerator[Chunk, None]:
         """Changed records, then deletions, object by object."""
         state: dict[str, dict[str, Any]] = {o: dict(cursor.get(o, {})) for o in self.spec.objects}
         for obj in self.spec.objects:

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pymysql
 import pytest
 
 from api.metrics import GatewayMetrics
@@ -18,6 +20,23 @@ from connectors import Poller, Source
 from lakesync.connectors import connector_client_id
 from lakesync.hlc import HLC
 from tests.api.helpers import make_settings
+
+MYSQL_DSN = os.environ.get("LAKESYNC_TEST_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")
+
+
+def require_mysql() -> None:
+    """Return when the test MariaDB/MySQL server answers; otherwise skip the calling test, or
+    fail it when env ``CI`` is set (as :func:`tests.conftest.require_postgres` does)."""
+    from connectors.database import MysqlDialect
+
+    try:
+        MysqlDialect().connect(MYSQL_DSN).close()
+        return
+    except pymysql.err.OperationalError as exc:
+        reason = f"MySQL not reachable at {MYSQL_DSN}: {exc}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: a missing server fails the test)", pytrace=False)
+    pytest.skip(reason)
 
 
 class GatewayUnderTest:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -106,17 +107,17 @@ class CrashAfter(Source):
         self.inner = inner
         self.chunks = chunks
 
-    @property
-    def schemas(self) -> list[TableSchema]:
-        return list(self.inner.schemas)
+    async def schemas(self) -> list[TableSchema]:
+        return list(await self.inner.schemas())
 
-    async def poll(self, cursor: Mapping[str, Any]) -> AsyncIterator[Chunk]:
+    async def poll(self, cursor: Mapping[str, Any]) -> AsyncGenerator[Chunk, None]:
         n = 0
-        async for chunk in self.inner.poll(cursor):
-            if n == self.chunks:
-                raise RuntimeError("killed")
-            n += 1
-            yield chunk
+        async with contextlib.aclosing(self.inner.poll(cursor)) as chunks:
+            async for chunk in chunks:
+                if n == self.chunks:
+                    raise RuntimeError("killed")
+                n += 1
+                yield chunk
 
     async def aclose(self) -> None:
         await self.inner.aclose()
