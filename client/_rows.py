@@ -253,6 +253,7 @@ class RowStore(SchemaStore):
         origin: Origin,
         clock: HLC,
         cursor: tuple[str, int] | None = None,
+        mark: bool = False,
     ) -> list[Change]:
         """Merge remote deltas into the replica in one transaction, with the cursor if given.
 
@@ -260,11 +261,14 @@ class RowStore(SchemaStore):
         an INSERT of an existing row merges into it, an UPDATE of a deleted row revives it only
         if it beats the tombstone (SPEC §4); a view eviction forgets the row's acknowledged
         state. Pending local writes are merged over the result. ``cursor`` is
-        ``(gateway_id, server_hlc)``.
+        ``(gateway_id, server_hlc)``; ``mark`` records the rows as sent by a re-sync in progress
+        (:meth:`begin_resync`).
         """
         with self._tx() as c:
             deltas = [d for d in deltas if self._learn(c, d)]
             keys = {(d.table, d.row_id) for d in deltas}
+            if mark:
+                c.executemany("INSERT OR IGNORE INTO temp._ls_resync VALUES (?, ?)", keys)
             confirmed = self._confirmed(c, cursor[1]) if cursor is not None else {}
             bases: dict[tuple[str, str], int] = {}
             states = self._load(c, keys, bases)
@@ -316,6 +320,36 @@ class RowStore(SchemaStore):
                 self._observe(clock, max(d.hlc for d in deltas))
                 self._put_meta(c, "hlc", str(clock.last))
         return changes
+
+    def begin_resync(self) -> None:
+        """Start a re-sync from a checkpoint: the rows it sends are marked (``mark=True``) so
+        :meth:`finish_resync` can forget every other row. The marks live in a temporary table:
+        a crash forgets them, and the cursor still says to start over."""
+        with self._tx() as c:
+            c.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS _ls_resync"
+                " (tbl TEXT NOT NULL, row_id TEXT NOT NULL, PRIMARY KEY (tbl, row_id))"
+            )
+            c.execute("DELETE FROM temp._ls_resync")
+
+    def finish_resync(self, gateway_id: str, server_hlc: int, clock: HLC) -> list[Change]:
+        """End a re-sync: forget the remote state of every row the checkpoint did not send
+        (it left this client's view, or the gateway no longer has it); each such row then shows
+        only its pending writes. The cursor moves to ``server_hlc`` in the same transaction."""
+        with self._tx() as c:
+            stale = [
+                (str(t), str(r))
+                for t, r in c.execute(
+                    "SELECT tbl, row_id FROM _ls_rows WHERE NOT EXISTS (SELECT 1 FROM"
+                    " temp._ls_resync m WHERE m.tbl = _ls_rows.tbl AND m.row_id = _ls_rows.row_id)"
+                )
+            ]
+            befores = {k: self._merged(c, *k).visible() for k in stale}
+            c.executemany("DELETE FROM _ls_rows WHERE tbl = ? AND row_id = ?", stale)
+            c.executemany("DELETE FROM _ls_cells WHERE tbl = ? AND row_id = ?", stale)
+            c.execute("DELETE FROM temp._ls_resync")
+            changes = self._reshow(c, befores, "remote")
+        return changes + self.apply_remote([], "remote", clock, (gateway_id, server_hlc))
 
     def _confirmed(
         self, c: sqlite3.Connection, cursor: int

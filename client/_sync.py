@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from client._backoff import Backoff, is_retryable, rejects_entries
 from client._store import LocalStore, OutboxEntry
 from client._types import Change, Event
-from client.errors import LakeSyncError, RateLimitedError, SyncFailedError
+from client.errors import CursorExpiredError, LakeSyncError, RateLimitedError, SyncFailedError
 from client.transport import Transport
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
@@ -135,6 +135,19 @@ class SyncEngine:
         applied = 0
         if cursor == 0 and not self._checkpoint_absent:
             applied, cursor = self._load_checkpoint()
+        try:
+            return applied + self._pull_pages(cursor)
+        except CursorExpiredError as exc:
+            # Offline for longer than the gateway keeps its hot log: start over from its
+            # checkpoint (pending writes stay in the outbox and keep winning), then pull on.
+            self._emit(Event("resync", str(exc), {"cursor": cursor}))
+            applied, cursor = self._load_checkpoint(resync=True)
+            if self._checkpoint_absent:
+                raise
+            return applied + self._pull_pages(cursor)
+
+    def _pull_pages(self, cursor: int) -> int:
+        applied = 0
         page = self.transport.pull(self.client_id, cursor, self.pull_limit)
         # While a page is applied the next one is already on its way (its cursor is known as
         # soon as the reply arrives), so network and SQLite work overlap on long pulls.
@@ -160,17 +173,27 @@ class SyncEngine:
                     return applied
                 page = following.result()
 
-    def _load_checkpoint(self) -> tuple[int, int]:
+    def _load_checkpoint(self, resync: bool = False) -> tuple[int, int]:
+        """Apply the gateway's checkpoint and move the cursor to its position. A ``resync``
+        (the cursor expired) also forgets every row the checkpoint does not send."""
         checkpoint = self.transport.checkpoint()
         if checkpoint is None:
             self._checkpoint_absent = True
             return 0, 0
+        self._checkpoint_absent = False
+        self.store.begin_resync()
         applied = 0
         for deltas in checkpoint.pages:
-            self._notify(self.store.apply_remote(deltas, "remote", self.clock))
+            self._notify(self.store.apply_remote(deltas, "remote", self.clock, mark=True))
             applied += len(deltas)
         # The cursor moves only once the whole snapshot is in: a broken download starts over.
-        self.store.apply_remote([], "remote", self.clock, (self.gateway_id, checkpoint.server_hlc))
+        if resync:
+            changes = self.store.finish_resync(self.gateway_id, checkpoint.server_hlc, self.clock)
+        else:
+            changes = self.store.apply_remote(
+                [], "remote", self.clock, (self.gateway_id, checkpoint.server_hlc)
+            )
+        self._notify(changes)
         return applied, checkpoint.server_hlc
 
     # -- push -------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any, Literal
 __all__ = ["Change", "Event", "EventKind", "Origin", "SyncStatus"]
 
 Origin = Literal["local", "remote", "realtime"]
-EventKind = Literal["synced", "sync_error", "dead_letter", "value_error"]
+EventKind = Literal["synced", "sync_error", "dead_letter", "value_error", "resync"]
 
 
 @dataclass(frozen=True, slots=True)

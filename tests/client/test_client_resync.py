@@ -1,0 +1,152 @@
+"""A client offline for longer than the gateway keeps its hot log re-syncs from the checkpoint by
+itself, keeping its pending writes; a current client notices nothing.
+
+The gateway runs in this process (uvicorn in a thread, real HTTP) on a store the test also
+holds, so it can publish checkpoints of the store's rows and trim the log the way the gateway's
+lake job does after a pipeline run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from api.app import create_app
+from api.store.base import HotLog
+from api.store.sqlite import SqliteHotLog
+from client import LakeSyncClient
+from client._types import Event
+from lakehouse.checkpoints import write_checkpoint
+from lakesync.hlc import HLC
+from tests.api.helpers import auth, delta, make_settings, token
+from tests.gateway_process import free_port
+from tests.wire_json import as_json
+
+TODOS: dict[str, Any] = {
+    "table": "todos",
+    "columns": [
+        {"name": "owner", "type": "string"},
+        {"name": "title", "type": "string"},
+        {"name": "done", "type": "boolean"},
+    ],
+}
+OWNER_RULES = {
+    "version": 1,
+    "buckets": [
+        {
+            "name": "mine",
+            "tables": ["todos"],
+            "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+        }
+    ],
+}
+
+
+class Gateway:
+    def __init__(self, store: HotLog, url: str) -> None:
+        self.store = store
+        self.url = url
+
+    def client(self, path: Path, sub: str) -> LakeSyncClient:
+        return LakeSyncClient(
+            str(path), url=self.url, gateway_id="gw1", token=token(sub), schemas=[TODOS]
+        )
+
+    def admin_push(self, *deltas: Any) -> None:
+        body = {"clientId": "root", "deltas": [as_json(d) for d in deltas]}
+        r = httpx.post(
+            f"{self.url}/v1/sync/gw1/push",
+            json=body,
+            headers=auth(token("root", role="admin")),
+        )
+        assert r.status_code == 200, r.text
+
+    def checkpoint_and_trim(self) -> int:
+        """What the lake job does after a pipeline run, with a zero retention."""
+        page = self.store.read_all_rows("gw1")
+        write_checkpoint(self.store, "gw1", page.head, sorted(page.rows.items()), 500)
+        self.store.mark_flushed(page.head)
+        assert self.store.trim_log("gw1", page.head) > 0
+        return page.head
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[Gateway]:
+    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+    port = free_port()
+    app = create_app(make_settings(tmp_path), store=store)
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_config=None, access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    yield Gateway(store, f"http://127.0.0.1:{port}")
+    server.should_exit = True
+    thread.join()
+    store.close()
+
+
+def _rows(c: LakeSyncClient) -> list[dict[str, Any]]:
+    return c.query("select row_id, owner, title, done from todos order by row_id")
+
+
+@pytest.mark.parametrize("rules", [False, True])
+def test_an_expired_cursor_resyncs_from_the_checkpoint_keeping_pending_writes(
+    gateway: Gateway, tmp_path: Path, rules: bool
+) -> None:
+    if rules:
+        r = httpx.post(
+            f"{gateway.url}/v1/admin/sync-rules/gw1",
+            json=OWNER_RULES,
+            headers=auth(token("root", role="admin")),
+        )
+        assert r.status_code == 200
+    alice = gateway.client(tmp_path / "alice.db", "alice")
+    carol = gateway.client(tmp_path / "carol.db", "carol")
+    events: list[Event] = []
+    alice.on("*", events.append)
+    carol.on("*", events.append)
+    for i in range(6):
+        alice.upsert("todos", f"a{i}", {"owner": "alice", "title": f"t{i}", "done": False})
+    gateway.admin_push(delta("INSERT", "g1", "root", owner="alice", title="given"))
+    alice.sync()
+    carol.sync()
+    assert any(r["row_id"] == "g1" for r in _rows(alice))
+
+    # Alice goes offline and edits; meanwhile others change her rows.
+    alice.update("todos", "a0", {"title": "offline edit"})
+    alice.delete("todos", "a5")
+    gateway.admin_push(
+        delta("UPDATE", "a0", "root", done=True),  # another column: both edits stay
+        delta("DELETE", "a1", "root"),
+        delta("UPDATE", "a2", "root", owner="bob"),  # leaves alice's view under rules
+        delta("UPDATE", "g1", "root", owner="bob"),  # so does a row she never wrote
+        delta("INSERT", "a9", "root", owner="alice", title="new", done=False),
+    )
+    carol.sync()
+    position = gateway.checkpoint_and_trim()
+    gateway.admin_push(delta("UPDATE", "a3", "root", title="after the checkpoint"))
+
+    carol.sync()  # a current client notices nothing
+    assert not any(e.kind == "resync" for e in events)
+    report = alice.sync()  # its cursor is older than the horizon: 410, then the checkpoint
+    assert [e.kind for e in events if e.kind == "resync"] == ["resync"]
+    assert alice.status.cursor >= position and report.pushed == 2
+
+    fresh = gateway.client(tmp_path / "fresh.db", "alice")
+    fresh.sync()
+    assert _rows(alice) == _rows(fresh)
+    by_id = {r["row_id"]: r for r in _rows(alice)}
+    assert by_id["a0"]["title"] == "offline edit" and by_id["a0"]["done"] is True
+    assert "a5" not in by_id and "a1" not in by_id and "a9" in by_id
+    assert by_id["a3"]["title"] == "after the checkpoint"
+    assert ("a2" in by_id) is ("g1" in by_id) is (not rules)
+    for c in (alice, carol, fresh):
+        c.close()
