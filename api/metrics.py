@@ -2,32 +2,41 @@
 
 from __future__ import annotations
 
-from collections import Counter as _Tally
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 __all__ = ["GatewayMetrics"]
 
+_COUNTERS = (
+    ("pushes", "lakesync_push", "Accepted push batches"),
+    ("deltas", "lakesync_push_deltas", "Newly stored deltas"),
+    ("pulls", "lakesync_pull", "Answered pulls"),
+)
+"""The counters kept per gateway: (what :meth:`GatewayMetrics.count` calls it, name, help)."""
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class GatewayMetrics:
     """Counters and histograms for pushes, pulls, the hot log and WebSocket connections.
 
-    With ``by_gateway`` the push/pull counters carry a ``gateway`` label; without it they are
-    process totals, so ``/metrics`` (unauthenticated) names no tenant.
+    The push/pull counters carry a ``gateway`` label (read back by :meth:`count_of` for
+    ``/v1/admin/metrics/{gw}``). With ``by_gateway`` false they live in a registry of their own
+    and ``/metrics`` (unauthenticated) shows process totals instead, naming no tenant.
     """
 
     def __init__(self, by_gateway: bool = True) -> None:
         self.registry = CollectorRegistry()
         self.by_gateway = by_gateway
         r = self.registry
-        labels = ["gateway"] if by_gateway else []
-        self.pushes = Counter("lakesync_push", "Accepted push batches", labels, registry=r)
-        self.pushed_deltas = Counter(
-            "lakesync_push_deltas", "Newly stored deltas", labels, registry=r
+        self._per_gateway = r if by_gateway else CollectorRegistry()
+        self._counters = {
+            what: Counter(name, doc, ["gateway"], registry=self._per_gateway)
+            for what, name, doc in _COUNTERS
+        }
+        self._totals = (
+            {}
+            if by_gateway
+            else {what: Counter(name, doc, registry=r) for what, name, doc in _COUNTERS}
         )
-        self.pulls = Counter("lakesync_pull", "Answered pulls", labels, registry=r)
         self.errors = Counter("lakesync_errors", "Error replies by code", ["code"], registry=r)
         self.push_seconds = Histogram(
             "lakesync_push_seconds", "Push latency", buckets=_LATENCY_BUCKETS, registry=r
@@ -44,16 +53,19 @@ class GatewayMetrics:
             registry=r,
         )
         self.hotlog_head = Gauge("lakesync_hotlog_head", "Greatest ingest HLC", registry=r)
-        # Per-gateway tallies for /v1/admin/metrics/{gw}, kept whatever /metrics shows.
-        self.tally: _Tally[tuple[str, str]] = _Tally()
-        self._counters = {"pushes": self.pushes, "pulls": self.pulls, "deltas": self.pushed_deltas}
 
     def count(self, gateway: str, what: str, n: int = 1) -> None:
-        """Count ``n`` ``pushes``, ``pulls`` or ``deltas`` of a gateway: its tally and the
-        Prometheus counter (labelled by gateway or not, see the class)."""
-        self.tally[(gateway, what)] += n
-        counter = self._counters[what]
-        (counter.labels(gateway) if self.by_gateway else counter).inc(n)
+        """Count ``n`` ``pushes``, ``pulls`` or ``deltas`` of a gateway (and of the process
+        totals when ``/metrics`` shows no gateway labels)."""
+        self._counters[what].labels(gateway).inc(n)
+        if what in self._totals:
+            self._totals[what].inc(n)
+
+    def count_of(self, gateway: str, what: str) -> int:
+        """The ``pushes``, ``pulls`` or ``deltas`` of a gateway since the process started."""
+        name = next(name for w, name, _ in _COUNTERS if w == what)
+        value = self._per_gateway.get_sample_value(f"{name}_total", {"gateway": gateway})
+        return 0 if value is None else int(value)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""

@@ -162,14 +162,14 @@ class AdminController(Controller):
         service: NamedDependency[SyncService],
     ) -> GatewayMetricsResponse:
         """Counters of this gateway since the process started, and hot-log figures."""
-        tally = service.metrics.tally
+        counts = service.metrics.count_of
         head = await anyio.to_thread.run_sync(service.store.head)
         unflushed = await anyio.to_thread.run_sync(service.store.unflushed_bytes)
         return GatewayMetricsResponse(
             gw,
-            tally[(gw, "pushes")],
-            tally[(gw, "pulls")],
-            tally[(gw, "deltas")],
+            counts(gw, "pushes"),
+            counts(gw, "pulls"),
+            counts(gw, "deltas"),
             service.hub.count_for(gw),
             str(head),
             unflushed,
