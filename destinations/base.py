@@ -9,9 +9,10 @@ row carries its whole state), so a re-run after a crash at any point converges.
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from destinations.statements import TableLayout
@@ -20,7 +21,8 @@ from lakesync.destinations import DestinationSpec
 from lakesync.errors import LakeSyncError
 from spark_udfs.decode import json_to_boolean, json_to_double, json_to_json_text, json_to_string
 
-__all__ = ["Change", "Destination", "DestinationError", "latest_per_row", "typed_change"]
+__all__ = ["Change", "Destination", "DestinationError", "latest_per_row", "normalise_row",
+           "typed_change"]
 
 
 class DestinationError(LakeSyncError):
@@ -69,6 +71,30 @@ def typed_change(layout: TableLayout, row_id: str, cells: Mapping[str, Any] | No
 def latest_per_row(changes: Sequence[Change]) -> list[Change]:
     """One change per row, the last given for it: a set-based upsert must see each key once."""
     return list({c.row_id: c for c in changes}.values())
+
+
+def normalise_row(layout: TableLayout, row: Mapping[str, Any]) -> dict[str, Any]:
+    """Driver values → the common shape: bool, float, json as canonical text, props as an
+    object, timestamps aware UTC."""
+    kinds = dict(layout.columns)
+    out: dict[str, Any] = {}
+    for name, value in row.items():
+        kind = kinds.get(name)
+        if value is None:
+            out[name] = None
+        elif kind == "boolean":
+            out[name] = bool(value)
+        elif kind == "number":
+            out[name] = float(value)
+        elif kind == "json":
+            out[name] = canonical_json(json.loads(value) if isinstance(value, str) else value)
+        elif name == "props":
+            out[name] = json.loads(value) if isinstance(value, str) else value
+        elif name in ("synced_at", "deleted_at"):
+            out[name] = value if value.tzinfo else value.replace(tzinfo=UTC)
+        else:
+            out[name] = value
+    return out
 
 
 class Destination(abc.ABC):

@@ -10,7 +10,6 @@ whole state).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -18,9 +17,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from destinations import statements as st
-from destinations.base import Change, Destination, DestinationError, latest_per_row
+from destinations.base import (
+    Change,
+    Destination,
+    DestinationError,
+    latest_per_row,
+    normalise_row,
+)
 from destinations.statements import TableLayout
-from lakesync.canonical import canonical_json
 from lakesync.destinations import DestinationSpec
 from lakesync.errors import ConfigError
 
@@ -143,12 +147,12 @@ class BigQueryDestination(Destination):
 
     def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
         rows = self._run(st.select_rows(layout, "bigquery"), {}, f"reading {layout.table!r}")
-        return [_normalise(layout, r) for r in rows]
+        return [normalise_row(layout, r) for r in rows]
 
     def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
         rows = self._run(st.select_changes(layout, "bigquery"), {"since": since},
                          f"reading changes of {layout.table!r}")
-        return [_normalise(layout, r) for r in rows]
+        return [normalise_row(layout, r) for r in rows]
 
     def watermark(self, table: str) -> int | None:
         if not self._bookkept:
@@ -186,21 +190,3 @@ def _param_type(value: Any) -> str:
     if isinstance(value, datetime):
         return "TIMESTAMP"
     return "STRING"
-
-
-def _normalise(layout: TableLayout, row: dict[str, Any]) -> dict[str, Any]:
-    kinds = dict(layout.columns)
-    out: dict[str, Any] = {}
-    for name, value in row.items():
-        kind = kinds.get(name)
-        if value is None:
-            out[name] = None
-        elif kind == "json":
-            out[name] = canonical_json(json.loads(value) if isinstance(value, str) else value)
-        elif name == "props":
-            out[name] = json.loads(value) if isinstance(value, str) else value
-        elif name in ("synced_at", "deleted_at"):
-            out[name] = value if value.tzinfo else value.replace(tzinfo=UTC)
-        else:
-            out[name] = value
-    return out

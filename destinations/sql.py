@@ -7,16 +7,20 @@ set-based upsert and one delete run from it, and the watermark moves, all or not
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from destinations import statements as st
-from destinations.base import Change, Destination, DestinationError, latest_per_row
+from destinations.base import (
+    Change,
+    Destination,
+    DestinationError,
+    latest_per_row,
+    normalise_row,
+)
 from destinations.statements import TableLayout
-from lakesync.canonical import canonical_json
 from lakesync.destinations import DestinationSpec, redact_url
 
 __all__ = ["SqlDestination"]
@@ -132,7 +136,7 @@ class SqlDestination(Destination):
 
     def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
         rows = self._query(st.select_rows(layout, self.dialect), {}, f"reading {layout.table!r}")
-        return [self._normalise(layout, r) for r in rows]
+        return [normalise_row(layout, r) for r in rows]
 
     def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
         since_param = since if self.dialect == "postgres" else _naive_utc(since)
@@ -140,7 +144,7 @@ class SqlDestination(Destination):
             st.select_changes(layout, self.dialect), {"since": since_param},
             f"reading changes of {layout.table!r}",
         )
-        return [self._normalise(layout, r) for r in rows]
+        return [normalise_row(layout, r) for r in rows]
 
     def watermark(self, table: str) -> int | None:
         with self._transaction("reading the watermark") as cur:
@@ -151,29 +155,6 @@ class SqlDestination(Destination):
             row = cur.fetchone()
         self._bookkept = True
         return None if row is None else int(row[0])
-
-    def _normalise(self, layout: TableLayout, row: dict[str, Any]) -> dict[str, Any]:
-        """Driver values → the common shape: bool, float, json as canonical text, props as an
-        object, timestamps aware UTC."""
-        kinds = dict(layout.columns)
-        out: dict[str, Any] = {}
-        for name, value in row.items():
-            kind = kinds.get(name)
-            if value is None:
-                out[name] = None
-            elif kind == "boolean":
-                out[name] = bool(value)
-            elif kind == "number":
-                out[name] = float(value)
-            elif kind == "json":
-                out[name] = canonical_json(json.loads(value) if isinstance(value, str) else value)
-            elif name == "props":
-                out[name] = json.loads(value) if isinstance(value, str) else value
-            elif name in ("synced_at", "deleted_at"):
-                out[name] = value if value.tzinfo else value.replace(tzinfo=UTC)
-            else:
-                out[name] = value
-        return out
 
     def close(self) -> None:
         self._conn.close()
