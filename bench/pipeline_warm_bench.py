@@ -1,0 +1,144 @@
+"""Benchmark the scheduled pipeline: a cold run per process versus the warm worker, and freshness.
+
+Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K] [--fresh N]``
+
+1. **cold vs warm**: the same increments of M deltas (default 10,000, landed through the real
+   SQLite hot log and flusher) merged by ``lakesync pipeline run`` in a new process each time (what
+   ``lakesync up`` did before the warm worker) and by one :class:`~lakehouse.worker.PipelineWorker`
+   (what it does now; its first run pays the start and is shown apart). Wall time per run, as
+   ``lakesync up`` waits for it; the ratio is the figure to compare on a noisy machine.
+2. **freshness** (``--fresh N``, default 5): a real ``python -m api`` with flush and pipeline
+   intervals of 1 s; N times, push one row and poll ``analytics.<table>`` with DuckDB until it
+   shows: push → visible p50 and max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from api.store import open_store
+from lakehouse.bootstrap import bootstrap
+from lakehouse.catalog import open_catalog
+from lakehouse.landing import LandingFlusher
+from lakehouse.query import run_query
+from lakehouse.registry import publish_schemas
+from lakehouse.settings import LakeSettings
+from lakehouse.worker import PipelineWorker
+from lakesync.delta import RowDelta
+from lakesync.errors import NotFoundError
+from lakesync.hlc import HLC, encode
+from lakesync.schema import parse_schema
+from lakesync.wire import encode_push
+
+SCHEMA = {"table": "items", "columns": [
+    {"name": "title", "type": "string"}, {"name": "qty", "type": "number"},
+]}
+
+
+def _increment(start: int, n: int) -> list[RowDelta]:
+    return [
+        RowDelta.create(
+            op="INSERT", table="items", row_id=f"r{start + i}", client_id="bench",
+            columns={"title": f"item {start + i}", "qty": i}, hlc=encode(1_000 + start + i, 0),
+        )
+        for i in range(n)
+    ]
+
+
+def cold_vs_warm(root: Path, deltas: int, rounds: int) -> None:
+    results: dict[str, list[float]] = {}
+    for mode in ("cold", "warm"):
+        data = root / mode
+        settings = LakeSettings.from_env(data, env={})
+        bootstrap(settings)
+        catalog = open_catalog(settings)
+        publish_schemas(catalog, [("gw1", parse_schema(SCHEMA))])
+        store = open_store("sqlite", data, HLC())
+        flusher = LandingFlusher(catalog, store, mark_flushed=store.mark_flushed)
+        worker = PipelineWorker(data, data / "pipeline.log")
+        env = {k: v for k, v in os.environ.items() if k != "LAKESYNC_CONFIG"}
+        times: list[float] = []
+        try:
+            for k in range(rounds + 1):
+                store.append("gw1", _increment(k * deltas, deltas))
+                flusher.flush()
+                started = time.perf_counter()
+                if mode == "cold":
+                    subprocess.run(
+                        [sys.executable, "-m", "cli", "pipeline", "run", "--data-dir", str(data)],
+                        check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    )
+                else:
+                    reply = worker.run()
+                    assert reply is not None and reply.ok, reply
+                times.append(time.perf_counter() - started)
+                print(f"  {mode} run {k}: {times[-1]:6.1f} s", flush=True)
+        finally:
+            worker.close()
+            store.close()
+        results[mode] = times
+    cold, warm = results["cold"], results["warm"]
+    print(f"first run:  cold {cold[0]:.1f} s, warm worker (start included) {warm[0]:.1f} s")
+    c, w = statistics.median(cold[1:]), statistics.median(warm[1:])
+    print(f"increment of {deltas:,} deltas, median of {rounds}: cold {c:.1f} s, warm {w:.1f} s "
+          f"(warm/cold {w / c:.2f})")
+
+
+def freshness(root: Path, samples: int) -> None:
+    from tests.gateway_process import ServerProcess
+
+    data = root / "fresh"
+    env = {"LAKESYNC_FLUSH_INTERVAL": "1", "LAKESYNC_PIPELINE_INTERVAL": "1"}
+    settings = LakeSettings.from_env(data, env={})
+    lags: list[float] = []
+    with ServerProcess(data, env=env) as gw, httpx.Client(base_url=gw.url, timeout=30) as http:
+        admin = {"Authorization": f"Bearer {gw.token('ops', 'gw1', role='admin')}"}
+        user = {"Authorization": f"Bearer {gw.token('alice', 'gw1')}"}
+        http.post("/v1/admin/schema/gw1", json=SCHEMA, headers=admin).raise_for_status()
+        for i in range(samples + 1):  # the first sample waits for the worker's start: not counted
+            row = _increment(10_000_000 + i, 1)
+            started = time.perf_counter()
+            http.post("/v1/sync/gw1/push", headers=user | {"content-type": "application/json"},
+                      content=encode_push("alice", row, None)).raise_for_status()
+            while True:
+                try:
+                    got = run_query(
+                        settings, f"select 1 from analytics.items where row_id = '{row[0].row_id}'"
+                    ).rows
+                except NotFoundError:
+                    got = []
+                if got:
+                    break
+                time.sleep(0.1)
+            lag = time.perf_counter() - started
+            print(f"  push → visible {i}: {lag:5.1f} s{' (warm-up)' if i == 0 else ''}", flush=True)
+            if i:
+                lags.append(lag)
+    print(f"freshness under lakesync up (flush 1 s, pipeline interval 1 s): "
+          f"p50 {statistics.median(lags):.1f} s, max {max(lags):.1f} s over {len(lags)} pushes")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--deltas", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fresh", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="lakesync-warm-") as tmp:
+        if args.rounds:
+            cold_vs_warm(Path(tmp), args.deltas, args.rounds)
+        if args.fresh:
+            freshness(Path(tmp), args.fresh)
+
+
+if __name__ == "__main__":
+    main()
