@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from lakesync.config import MIB, Config, GatewayConfig, ServerConfig, apply_environment
+from lakesync.connectors import ConnectorSpec
 
 __all__ = ["GatewaySettings"]
 
@@ -29,8 +29,8 @@ class GatewaySettings:
     store_url: str = "sqlite"
     pg_schema: str = "lakesync"
     gateways: Mapping[str, GatewayConfig] = field(default_factory=dict)
-    connectors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """Declared connectors by name, as written (``${VAR}`` references unresolved)."""
+    connectors: Mapping[str, ConnectorSpec] = field(default_factory=dict)
+    """Declared connectors by name (``${VAR}`` references unresolved)."""
     max_body_bytes: int = MIB
     max_deltas: int = 10_000
     pull_default_limit: int = 100
@@ -64,6 +64,7 @@ class GatewaySettings:
             store_url=config.store_url,
             pg_schema=config.pg_schema,
             gateways=dict(config.gateways),
+            connectors=dict(config.connectors),
             rate_limit=server.rate_limit,
             rate_burst=server.rate_burst,
             backpressure_bytes=server.backpressure_bytes,

@@ -13,6 +13,8 @@ overridden by its environment variable; an empty variable counts as unset:
   ``LAKESYNC_RATE_LIMIT`` and ``lake.catalog_uri`` by ``LAKESYNC_CATALOG_URI``
 - ``destinations:``: where synced tables are materialised (:mod:`lakesync.destinations`); URLs
   may take credentials from ``${VAR}`` / ``${file:PATH}``
+- ``connectors:``: outside systems polled into a gateway (:mod:`lakesync.connectors`), by name;
+  credentials likewise from ``${VAR}`` / ``${file:PATH}``
 - ``LAKESYNC_JWT_SECRET`` / ``LAKESYNC_JWT_SECRET_PREVIOUS``: token secrets (rotation), from the
   environment only, so they stay out of files that get committed
 
@@ -30,6 +32,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import yaml
 
+from lakesync.connectors import ConnectorSpec, parse_connectors
 from lakesync.delta import validate_gateway_id
 from lakesync.destinations import DestinationSpec, parse_destinations
 from lakesync.errors import ConfigError, LakeSyncError
@@ -128,6 +131,8 @@ class Config(msgspec.Struct, frozen=True):
     lake: LakeConfig = LakeConfig()
     destinations: dict[str, DestinationSpec] = {}
     """``destinations:`` (:mod:`lakesync.destinations`): where synced tables are materialised."""
+    connectors: dict[str, ConnectorSpec] = {}
+    """``connectors:`` (:mod:`lakesync.connectors`): outside systems the gateway polls."""
 
 
 class _GatewayFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -143,6 +148,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     lake: LakeConfig = LakeConfig()
     gateways: dict[str, _GatewayFile] = {}
     destinations: dict[str, Any] = {}
+    connectors: dict[str, Any] = {}
 
 
 _Section = TypeVar("_Section", ServerConfig, LakeConfig)
@@ -238,5 +244,6 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
         gateways=gateways,
         source=path,
         destinations=parse_destinations(file.destinations, str(path)),
+        connectors=parse_connectors(file.connectors, str(path)),
     )
     return apply_environment(from_file, env)

@@ -25,7 +25,7 @@ import msgspec
 
 from lakesync.delta import validate_gateway_id, validate_identifier
 from lakesync.destinations import redact_url
-from lakesync.errors import LakeSyncError, ValidationError
+from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.secrets import REFERENCE, has_reference, resolve_references
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "connector_client_id",
     "connector_kind",
     "parse_connector",
+    "parse_connectors",
     "redact",
     "resolve_secrets",
 ]
@@ -180,6 +181,20 @@ def parse_connector(name: str, body: Mapping[str, Any]) -> ConnectorSpec:
     except LakeSyncError as exc:
         raise ValidationError(f"connector {name!r}: {exc.message}") from None
     return spec
+
+
+def parse_connectors(raw: Mapping[str, Any], where: str) -> dict[str, ConnectorSpec]:
+    """The ``connectors:`` section of ``lakesync.yaml``; ``where`` (the file) prefixes every
+    :class:`ConfigError`."""
+    out: dict[str, ConnectorSpec] = {}
+    for name, body in raw.items():
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"{where}: connector {name!r} must be a mapping")
+        try:
+            out[str(name)] = parse_connector(str(name), body)
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {exc.message}") from None
+    return out
 
 
 def connector_kind(spec: ConnectorSpec) -> str:

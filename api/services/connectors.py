@@ -20,12 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
+import msgspec
+from msgspec import Struct
 
 from api.services.sync import SyncService
 from connectors import Poller, Source, open_source
 from lakesync.connectors import (
     ConnectorSpec,
     connector_client_id,
+    connector_kind,
     parse_connector,
     redact,
     resolve_secrets,
@@ -102,13 +105,13 @@ class ConnectorService:
     def __init__(
         self,
         service: SyncService,
-        declared: Mapping[str, Mapping[str, Any]] | None = None,
+        declared: Mapping[str, ConnectorSpec] | None = None,
         env: Mapping[str, str] | None = None,
         source_factory: SourceFactory = open_source,
         lead: Callable[[], bool] | None = None,
     ) -> None:
         self.service = service
-        self.declared = {n: dict(body) for n, body in (declared or {}).items()}
+        self.declared = dict(declared or {})
         self.env = os.environ if env is None else env
         self.source_factory = source_factory
         self.lead = lead
@@ -117,28 +120,29 @@ class ConnectorService:
     async def start(self) -> None:
         """Start every declared and registered connector (a bad one is logged and skipped:
         it must not keep the gateway from serving)."""
-        bodies: dict[tuple[str, str], Mapping[str, Any]] = {}
-        for name, declared in self.declared.items():
-            bodies[(str(declared.get("gateway")), name)] = declared
+        specs: dict[tuple[str, str], ConnectorSpec | Mapping[str, Any]] = {
+            (spec.gateway, name): spec for name, spec in self.declared.items()
+        }
         docs = await anyio.to_thread.run_sync(self.service.store.docs_of_kind, DOC_KIND)
         for gw, name, doc in docs:
-            bodies[(gw, name)] = doc
-        for (gw, name), body in bodies.items():
+            specs[(gw, name)] = doc
+        for (gw, name), found in specs.items():
             try:
-                await self._start(gw, name, body)
+                spec = (
+                    found
+                    if isinstance(found, Struct)
+                    else parse_connector(name, {**found, "gateway": gw})
+                )
+                await self._run(gw, name, self._poller(name, spec))
             except LakeSyncError as exc:
                 _log.error("connector %s on gateway %s not started: %s", name, gw, exc.message)
 
-    async def _start(self, gw: str, name: str, body: Mapping[str, Any]) -> None:
-        await self._run(gw, name, self._poller(gw, name, body))
-
-    def _poller(self, gw: str, name: str, body: Mapping[str, Any]) -> Poller:
-        spec = parse_connector(name, {**body, "gateway": gw})
+    def _poller(self, name: str, spec: ConnectorSpec) -> Poller:
         resolved = resolve_secrets(spec, self.env, lambda p: Path(p).read_text(encoding="utf-8"))
         return Poller(
             name,
             self.source_factory(resolved),
-            GatewaySink(self.service, gw, name),
+            GatewaySink(self.service, spec.gateway, name),
             connector_client_id(name),
             spec.interval,
             lead=self._lead,
@@ -171,7 +175,8 @@ class ConnectorService:
             raise ValidationError("connector.name must be a string")
         doc = {k: v for k, v in body.items() if k not in ("gateway", "kind")}
         doc["type"] = body.get("kind", body.get("type"))
-        poller = self._poller(gw, name, doc)  # invalid: 400, and nothing stored
+        spec = parse_connector(name, {**doc, "gateway": gw})
+        poller = self._poller(name, spec)  # invalid: 400, and nothing stored
         await anyio.to_thread.run_sync(self.service.store.put_doc, gw, DOC_KIND, name, doc)
         await self._run(gw, name, poller)
         return redact(doc)
@@ -190,10 +195,10 @@ class ConnectorService:
         """Every connector of a gateway as the admin routes show it (credentials redacted)."""
         docs = await anyio.to_thread.run_sync(self.service.store.list_docs, gw, DOC_KIND)
         out = {
-            name: {"name": name, "type": body.get("kind")}
-            | {k: v for k, v in body.items() if k not in ("kind", "gateway")}
-            for name, body in self.declared.items()
-            if body.get("gateway") == gw
+            name: {"name": name, "type": connector_kind(spec)}
+            | {k: v for k, v in msgspec.structs.asdict(spec).items() if k != "gateway"}
+            for name, spec in self.declared.items()
+            if spec.gateway == gw
         }
         out |= docs
         return [redact(body) for body in out.values()]

@@ -73,3 +73,39 @@ def test_a_registered_connector_feeds_clients_and_reports_status(
         assert len(client.app.state.service.store.read_log(0, 10_000)) == stored
         assert gateway.admin("DELETE", "/v1/admin/connectors/gw1/jira1").status_code == 204
         assert gateway.admin("GET", "/v1/admin/connectors/gw1").json() == {"connectors": []}
+
+
+def test_a_declared_connector_runs_with_the_app_and_its_secret_stays_hidden(
+    tmp_path: Path, jira: FakeJira, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakesync.connectors import parse_connector
+
+    secret = tmp_path / "jira-token"
+    secret.write_text("jira-api-token\n")
+    declared = parse_connector(
+        "jira1",
+        {
+            "kind": "jira",
+            "gateway": "gw1",
+            "url": jira.url,
+            "email": "bot@example.com",
+            "token": f"${{file:{secret}}}",
+            "interval": 30,
+        },
+    )
+    settings = make_settings(tmp_path, connectors={"jira1": declared})
+    with TestClient(create_app(settings)) as client:
+        gateway = Gateway(client)
+        status = wait_for_poll(gateway, "jira1")
+        assert status["last_error"] is None and status["deltas_pushed"] == 31
+        listed = gateway.admin("GET", "/v1/admin/connectors/gw1").json()["connectors"]
+        assert [(c["name"], c["type"], c["token"]) for c in listed] == [
+            ("jira1", "jira", f"${{file:{secret}}}")
+        ]
+        assert (
+            "jira-api-token"
+            not in client.get(
+                "/v1/admin/connectors/gw1",
+                headers={"Authorization": f"Bearer {token('root', role='admin')}"},
+            ).text
+        )

@@ -108,3 +108,23 @@ def test_redact_hides_inline_credentials_but_keeps_references() -> None:
     assert shown["dsn"] == "postgresql://u:***@db/x"
     assert (shown["token"], shown["password"], shown["client_secret"]) == ("***", "${PW}", "")
     assert shown["source_table"] == "public.items"
+
+
+def test_lakesync_yaml_declares_connectors_by_name(tmp_path: Path) -> None:
+    from lakesync.config import load_config
+
+    path = tmp_path / "lakesync.yaml"
+    path.write_text(
+        "connectors:\n"
+        "  jira1: {kind: jira, gateway: gw1, interval: 30, url: 'https://x.atlassian.net',\n"
+        "          email: a@b.c, token: '${JIRA_TOKEN}', jql: 'project = OPS'}\n"
+        "  shop: {kind: mysql, gateway: gw2, dsn: '${SHOP_DSN}', source_table: orders,\n"
+        "         table: orders, key: [id], strategy: diff}\n"
+    )
+    config = load_config(path, env={})
+    jira = config.connectors["jira1"]
+    assert isinstance(jira, JiraSpec) and (jira.interval, jira.token) == (30.0, "${JIRA_TOKEN}")
+    assert connector_kind(config.connectors["shop"]) == "mysql"
+    path.write_text("connectors:\n  jira1: {kind: jira, gateway: gw1, url: u, email: e}\n")
+    with pytest.raises(ConfigError, match=r"lakesync.yaml: connector 'jira1': missing token"):
+        load_config(path, env={})
