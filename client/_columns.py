@@ -15,6 +15,8 @@ from typing import Any
 
 import msgspec
 
+from lakesync.schema import ColumnType
+
 __all__ = [
     "SQL_TYPES",
     "decode_json",
@@ -86,7 +88,7 @@ def to_sql_value(typ: str, value: Any) -> Any:
     return value
 
 
-def infer_type(value: Any) -> str:
+def infer_type(value: Any) -> ColumnType:
     """The schema type a column gets when a remote delta introduces it without a schema."""
     if isinstance(value, bool):
         return "boolean"

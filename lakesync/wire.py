@@ -25,6 +25,7 @@ __all__ = [
     "PushRequest",
     "PushResponse",
     "decode_delta",
+    "decode_json_object",
     "decode_pull_response",
     "decode_push_request",
     "decode_push_response",
@@ -104,6 +105,7 @@ _pull_decoder = msgspec.json.Decoder(PullResponse)
 _raw_pull_decoder = msgspec.json.Decoder(_RawPullResponse)
 _delta_decoder = msgspec.json.Decoder(WireDelta)
 _value_decoder = msgspec.json.Decoder()
+_object_decoder = msgspec.json.Decoder(dict[str, Any])
 _encoder = msgspec.json.Encoder()
 
 
@@ -154,6 +156,12 @@ def _decode(decoder: msgspec.json.Decoder[Any], body: bytes, what: str) -> Any:
         raise ValidationError(f"invalid {what}: {exc}") from None
     except msgspec.DecodeError as exc:
         raise ValidationError(f"{what} is not valid JSON: {exc}") from None
+
+
+def decode_json_object(body: bytes, what: str) -> dict[str, Any]:
+    """A body that must be one JSON object (an admin document); else :class:`ValidationError`."""
+    obj: dict[str, Any] = _decode(_object_decoder, body, what)
+    return obj
 
 
 # -- push (client → gateway) ------------------------------------------------------------------

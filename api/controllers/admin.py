@@ -8,15 +8,17 @@ import anyio.to_thread
 import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.di import NamedDependency, Provide
+from litestar.dto import DTOConfig, MsgspecDTO
 from litestar.params import FromPath, JSONBody
 
 from api.auth import provide_admin_claims
 from api.errors import ERROR_RESPONSES
 from api.services.connectors import ConnectorService
 from api.services.sync import SyncService
-from lakesync.rules import parse_rules, rules_to_wire
-from lakesync.schema import parse_schema, schema_to_wire
+from lakesync.rules import SyncRules, parse_rules
+from lakesync.schema import TableSchema, parse_schema
 from lakesync.tokens import Claims
+from lakesync.wire import decode_json_object
 
 __all__ = ["AdminController"]
 
@@ -32,8 +34,29 @@ class FlushResponse(msgspec.Struct, rename="camel"):
 class RulesResponse(msgspec.Struct):
     """The rules now in force (null = everything visible) and the stamp of their last change."""
 
-    rules: dict[str, Any] | None
+    rules: SyncRules | None
     stamp: str
+
+
+class SchemaBody(MsgspecDTO[TableSchema]):
+    """A table schema body checked by the core: not a JSON object is 400, a bad schema 422
+    naming the problem; OpenAPI documents the body."""
+
+    config = DTOConfig(rename_strategy="camel")  # the schema's JSON names, as in SPEC §10
+
+    def decode_bytes(self, value: bytes) -> TableSchema:
+        """The checked schema of a body."""
+        return parse_schema(decode_json_object(value, "table schema"))
+
+
+class RulesBody(MsgspecDTO[SyncRules]):
+    """A sync rules body checked by the core (400 naming the problem); OpenAPI documents it."""
+
+    config = DTOConfig(max_nested_depth=2)  # buckets and their filters
+
+    def decode_bytes(self, value: bytes) -> SyncRules:
+        """The checked rules of a body."""
+        return parse_rules(decode_json_object(value, "sync rules"))
 
 
 class ConnectorsResponse(msgspec.Struct):
@@ -83,29 +106,40 @@ class AdminController(Controller):
         unflushed = await anyio.to_thread.run_sync(store.unflushed_bytes)
         return FlushResponse(flusher is not None, str(position), unflushed)
 
-    @post("/schema/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
+    @post(
+        "/schema/{gw:str}",
+        status_code=200,
+        responses=ERROR_RESPONSES,
+        dto=SchemaBody,
+        return_dto=None,
+    )
     async def schema(
         self,
         gw: FromPath[str],
-        data: JSONBody[dict[str, Any]],
+        data: JSONBody[TableSchema],
         claims: NamedDependency[Claims],
         service: NamedDependency[SyncService],
-    ) -> dict[str, Any]:
+    ) -> TableSchema:
         """Register a table schema or evolve it additively (422 otherwise)."""
-        return schema_to_wire(await service.put_schema(gw, parse_schema(data)))
+        return await service.put_schema(gw, data)
 
-    @post("/sync-rules/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
+    @post(
+        "/sync-rules/{gw:str}",
+        status_code=200,
+        responses=ERROR_RESPONSES,
+        dto=RulesBody,
+        return_dto=None,
+    )
     async def sync_rules(
         self,
         gw: FromPath[str],
-        data: JSONBody[dict[str, Any]],
+        data: JSONBody[SyncRules],
         claims: NamedDependency[Claims],
         service: NamedDependency[SyncService],
     ) -> RulesResponse:
         """Replace the gateway's sync rules; clients resync on their next pull."""
-        record = await service.set_rules(gw, parse_rules(data))
-        wire = None if record.rules is None else rules_to_wire(record.rules)
-        return RulesResponse(wire, str(record.stamp))
+        record = await service.set_rules(gw, data)
+        return RulesResponse(record.rules, str(record.stamp))
 
     @get("/connectors/{gw:str}", responses=ERROR_RESPONSES)
     async def list_connectors(

@@ -166,6 +166,39 @@ def test_docs_are_served(gateway: Gateway) -> None:
     assert gateway.http.get("/docs").status_code == 200
 
 
+def test_openapi_documents_the_admin_request_bodies(gateway: Gateway) -> None:
+    spec = gateway.http.get("/docs/openapi.json").json()
+
+    def body_schema(path: str) -> dict[str, Any]:
+        ref = spec["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        name = ref["$ref"].rsplit("/", 1)[1]
+        found: dict[str, Any] = spec["components"]["schemas"][name]
+        return found
+
+    def resolve(schema: dict[str, Any]) -> dict[str, Any]:
+        if "$ref" in schema:
+            return resolve(spec["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]])
+        return schema
+
+    table = body_schema("/v1/admin/schema/{gw}")
+    assert {"table", "columns", "primaryKey", "softDelete", "externalIdColumn"} <= set(
+        table["properties"]
+    )
+    column = resolve(table["properties"]["columns"]["items"])
+    assert set(resolve(column["properties"]["type"])["enum"]) == {
+        "string",
+        "number",
+        "boolean",
+        "json",
+        "null",
+    }
+    rules = body_schema("/v1/admin/sync-rules/{gw}")
+    assert {"version", "buckets"} <= set(rules["properties"])
+    bucket = resolve(rules["properties"]["buckets"]["items"])
+    rule_filter = resolve(bucket["properties"]["filters"]["items"])
+    assert "gte" in resolve(rule_filter["properties"]["op"])["enum"]
+
+
 def test_flush_route_runs_the_attached_flusher(tmp_path: Path) -> None:
     flushed: list[str] = []
 
