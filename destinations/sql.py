@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
 
 from destinations import statements as st
 from destinations.base import (
@@ -23,7 +25,39 @@ from destinations.base import (
 from destinations.statements import TableLayout
 from lakesync.destinations import DestinationSpec, redact_url
 
-__all__ = ["SqlDestination"]
+__all__ = ["JdbcTarget", "SqlDestination", "jdbc_target"]
+
+
+@dataclass(frozen=True)
+class JdbcTarget:
+    """Where Spark's JDBC writer loads a staging table: URL, driver and credentials."""
+
+    url: str
+    properties: dict[str, str] = field(repr=False)
+
+
+_JDBC = {
+    # Spark picks its SQL dialect by URL prefix: jdbc:mysql gets MySQL's backtick quoting; the
+    # MariaDB driver accepts that prefix. Batched inserts are rewritten into multi-row ones.
+    "mysql": ("jdbc:mysql", 3306, "org.mariadb.jdbc.Driver",
+              "permitMysqlScheme&rewriteBatchedStatements=true"),
+    "postgres": ("jdbc:postgresql", 5432, "org.postgresql.Driver", "reWriteBatchedInserts=true"),
+}
+
+
+def jdbc_target(dialect: Literal["postgres", "mysql"], url: str) -> JdbcTarget:
+    """The JDBC form of a ``postgresql://`` or ``mysql://`` URL (host, port, database, user,
+    password; other options are not carried over)."""
+    prefix, port, driver, options = _JDBC[dialect]
+    parts = urlsplit(url)
+    database = unquote(parts.path.lstrip("/"))
+    properties = {"driver": driver, "user": unquote(parts.username or "")}
+    if parts.password:
+        properties["password"] = unquote(parts.password)
+    host = parts.hostname or "127.0.0.1"
+    return JdbcTarget(
+        f"{prefix}://{host}:{parts.port or port}/{database}?{options}", properties
+    )
 
 
 class SqlDestination(Destination):
@@ -41,6 +75,7 @@ class SqlDestination(Destination):
         self.dialect: Literal["postgres", "mysql"] = dialect
         self._errors = errors
         self._where = redact_url(url)
+        self.jdbc = jdbc_target(dialect, url)
         try:
             self._conn = connect()
         except errors as exc:

@@ -45,8 +45,10 @@ __all__ = [
     "create_watermarks",
     "insert_staging",
     "read_watermark",
+    "select_change_set",
     "select_changes",
     "select_rows",
+    "staging_name",
     "upsert_from_staging",
     "write_watermark",
 ]
@@ -440,6 +442,58 @@ def create_dataset(project: str, dataset: str) -> str:
     _check_qualifier(dataset)
     schema = exp.Table(this=_ident(dataset), db=_ident(project))
     return _sql(exp.Create(this=schema, kind="SCHEMA", exists=True), "bigquery")
+
+
+def staging_name(layout: TableLayout, dialect: Dialect) -> str:
+    """The staging table's quoted, qualified name (for a bulk loader such as Spark's JDBC
+    writer, which takes a table name as text)."""
+    return _sql(_table(layout.staging()), dialect)
+
+
+def select_change_set(
+    table: str,
+    columns: Sequence[tuple[str, str]],
+    rows: Sequence[str] = ("lakesync", "int_rows_merged"),
+    current: Sequence[str] = ("analytics",),
+) -> str:
+    """Spark SQL: a table's change set since a watermark, from the lake's models.
+
+    Every row of ``rows`` (``int_rows_merged``: per row its liveness and landing position) of
+    gateway ``:gateway_id`` and table ``:table_name`` whose position passed ``:since``, with its
+    typed columns from the current-state table ``current.table``; a row that stopped being live
+    has ``_deleted`` true. ``_position`` is the row's landing position (ingest HLC).
+    """
+    layout = TableLayout(table, list(columns), "hard", None, ())
+    for part in (*rows, *current):
+        validate_identifier(part, "lake namespace or table")
+    r = exp.Table(this=_ident(rows[-1]), db=_ident(rows[0]) if len(rows) > 1 else None,
+                  alias=exp.TableAlias(this=_ident("r")))
+    a = exp.Table(this=_ident(layout.table), db=_ident(current[0]),
+                  alias=exp.TableAlias(this=_ident("a")))
+    live = _col("is_live", "r")
+    query = (
+        exp.select(
+            _col("row_id", "r"),
+            *(_col(n, "a") for n in layout.column_names),
+            exp.alias_(exp.Not(this=live), DELETED, quoted=True),
+            exp.alias_(_col("last_ingest_hlc", "r"), "_position", quoted=True),
+        )
+        .from_(r)
+        .join(a, on=exp.and_(
+            exp.EQ(this=_col("gateway_id", "a"), expression=_col("gateway_id", "r")),
+            exp.EQ(this=_col("row_id", "a"), expression=_col("row_id", "r")),
+        ), join_type="left")
+        .where(exp.and_(
+            exp.EQ(this=_col("gateway_id", "r"), expression=_param("gateway_id")),
+            exp.EQ(this=_col("table_name", "r"), expression=_param("table_name")),
+            exp.GT(this=_col("last_ingest_hlc", "r"), expression=_param("since")),
+            # Live rows come with their current state (both tables are one dbt build's).
+            exp.or_(exp.Not(this=live), exp.Not(this=exp.Is(
+                this=_col("row_id", "a"), expression=exp.Null()
+            ))),
+        ))
+    )
+    return _sql(query, "spark")
 
 
 def _watermarks(qualifier: Sequence[str]) -> TableLayout:

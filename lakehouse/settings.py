@@ -45,6 +45,7 @@ ANALYTICS_NAMESPACE = "analytics"
 
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+MARIADB_JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
 ICEBERG_RUNTIME_JAR_NAME = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 JACKSON_JAR_NAME = "iceberg-shaded-jackson-2.15.2.jar"
@@ -143,7 +144,11 @@ class LakeSettings:
     @property
     def spark_jars(self) -> list[Path]:
         """Every jar Spark needs on ``spark.jars``, driver and executors alike."""
-        return [iceberg_runtime_jar(), self.jackson_jar, SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR]
+        # PostgreSQL and MariaDB drivers also load destinations' staging tables (materialise).
+        return [
+            iceberg_runtime_jar(), self.jackson_jar, SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR,
+            MARIADB_JDBC_JAR,
+        ]
 
     def sqlalchemy_uri(self) -> str:
         """The same catalog as a SQLAlchemy URL for pyiceberg's ``SqlCatalog``."""

@@ -1,0 +1,135 @@
+"""Acceptance: the pipeline's change sets shipped from Spark into PostgreSQL and MariaDB equal
+``merge_state`` (typed; soft and hard delete; ``props`` untouched) over several pipeline runs of
+a random history (shuffled, duplicated, late, deletes, revivals); a second run ships nothing;
+a failing destination is reported and does not block the others."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pymysql
+import pytest
+
+from destinations.base import typed_change
+from destinations.factory import mysql_params, open_destination
+from destinations.statements import TableLayout
+from lakehouse.materialise import materialise
+from lakehouse.runner import run_pipeline
+from lakesync.config import Config, GatewayConfig
+from lakesync.delta import RowDelta
+from lakesync.destinations import DestinationSpec
+from lakesync.merge import merge_state
+from lakesync.schema import parse_schema
+from tests.conftest import PG_DSN, require_postgres
+from tests.destinations.conftest import MYSQL_DSN, require_mysql
+
+from .conftest import Lake
+
+pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
+
+GW = "gw_dest"
+SCHEMA = parse_schema({"table": "shipped", "columns": [
+    {"name": "title", "type": "string"},
+    {"name": "n", "type": "number"},
+    {"name": "done", "type": "boolean"},
+    {"name": "meta", "type": "json"},
+]})
+COLUMNS = [(c.name, c.type) for c in SCHEMA.columns]
+ROWS = [f"r{i}" for i in range(40)] + ["R1", "ünï"]
+
+
+def random_history(rng: random.Random, n: int, base: int) -> list[RowDelta]:
+    """Writes and deletes over a few rows by two clients, with colliding clocks."""
+    out: list[RowDelta] = []
+    for _ in range(n):
+        row, client = rng.choice(ROWS), rng.choice(["c1", "c2"])
+        hlc = (base + rng.randrange(60)) << 16
+        if rng.random() < 0.2:
+            out.append(RowDelta.create("DELETE", "shipped", row, client, {}, hlc))
+            continue
+        cells: dict[str, Any] = {}
+        for name, _ in rng.sample(COLUMNS, rng.randint(1, 4)):
+            cells[name] = rng.choice({
+                "title": ["a", "b", "ç", None], "n": [1, 2.5, -0.0, None],
+                "done": [True, False, None], "meta": [{"x": [1]}, [], None],
+            }[name])
+        out.append(RowDelta.create("UPDATE", "shipped", row, client, cells, hlc))
+    out += rng.sample(out, len(out) // 10)  # duplicates
+    rng.shuffle(out)
+    return out
+
+
+@pytest.fixture
+def databases() -> Iterator[tuple[str, str]]:
+    """A fresh PostgreSQL database and a fresh MariaDB database (JDBC reaches both by URL)."""
+    require_postgres()
+    require_mysql()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'create database "{name}"')
+    my = pymysql.connect(**mysql_params(MYSQL_DSN))  # type: ignore[arg-type]
+    with my.cursor() as cur:
+        cur.execute(f"create database `{name}`")
+    pg_url = urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}"))
+    my_url = urlunsplit(urlsplit(MYSQL_DSN)._replace(path=f"/{name}"))
+    try:
+        yield pg_url, my_url
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'drop database "{name}" with (force)')
+        with my.cursor() as cur:
+            cur.execute(f"drop database `{name}`")
+        my.close()
+
+
+def live_rows(spec: DestinationSpec) -> dict[str, dict[str, Any]]:
+    with open_destination(spec, env={}) as dest:
+        rows = dest.read_rows(dest.layout("shipped", COLUMNS))
+    assert all(r["props"] == {} for r in rows)
+    return {r["row_id"]: {n: r[n] for n, _ in COLUMNS} for r in rows
+            if r.get("deleted_at") is None}
+
+
+def expected(deltas: list[RowDelta]) -> dict[str, dict[str, Any]]:
+    layout = TableLayout("shipped", COLUMNS)
+    return {
+        row_id: dict(typed_change(layout, row_id, cells).values)
+        for (_, row_id), cells in merge_state(deltas).items()
+    }
+
+
+def test_change_sets_ship_to_postgres_and_mariadb(
+    lake: Lake, databases: tuple[str, str], tmp_path: Path
+) -> None:
+    pg_url, my_url = databases
+    specs = {
+        "pg": DestinationSpec("postgres", pg_url, GW, ["shipped"], "soft", name="pg"),
+        "maria": DestinationSpec("mysql", my_url, GW, None, "hard", name="maria"),
+        "down": DestinationSpec("mysql", "mysql://root@127.0.0.1:1/x", GW, name="down"),
+    }
+    config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
+                    gateways={GW: GatewayConfig(GW, [SCHEMA])}, destinations=specs)
+    rng = random.Random(7)
+    landed: list[RowDelta] = []
+    for run, base in enumerate([1000, 1030, 1010]):  # the third batch is late
+        batch = random_history(rng, 150, base)
+        lake.land(GW, batch)
+        landed += batch
+        run_pipeline(settings=lake.settings, schemas=[SCHEMA], tests=False)
+        results = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
+        assert results["down"].error and "cannot connect" in results["down"].error
+        assert results["pg"].error is None and results["maria"].error is None, results
+        assert results["pg"].rows > 0 and results["pg"].position is not None
+        want = expected(landed)
+        assert live_rows(specs["pg"]) == want, f"run {run}"
+        assert live_rows(specs["maria"]) == want, f"run {run}"
+
+    again = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
+    assert again["pg"].rows == 0 and again["maria"].rows == 0  # nothing new: nothing shipped
+    assert live_rows(specs["maria"]) == expected(landed)
