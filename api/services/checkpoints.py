@@ -14,7 +14,7 @@ page that may lack trimmed entries is never served.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio.to_thread
@@ -22,7 +22,7 @@ import anyio.to_thread
 from api.services.sync import SyncService
 from lakesync.checkpoint import checkpoint_deltas, decode_chunk, encode_frame
 from lakesync.errors import CursorExpiredError, NotFoundError
-from lakesync.views import Reader, ViewHistory, claims_hash
+from lakesync.views import Reader, ViewHistory, claims_hash, effective_rules, sees
 
 __all__ = ["CheckpointStream", "check_cursor", "open_checkpoint"]
 
@@ -52,13 +52,18 @@ async def open_checkpoint(
     rules = await anyio.to_thread.run_sync(store.get_rules, gateway_id)
     raw = rules.stamp == 0
     client_id = str(claims["sub"])
-    if raw:
-        reader = Reader(client_id, claims, None, 0, 0, ViewHistory.fixed(None, claims))
-    else:
+    stamp = 0
+    history = ViewHistory.fixed(None, claims)
+    if not raw:
         view = await anyio.to_thread.run_sync(
             store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
         )
-        reader = await service._reader(gateway_id, claims, rules.rules, max(rules.stamp, view), 0)
+        stamp = max(rules.stamp, view)
+        versions, seen = await anyio.to_thread.run_sync(
+            store.view_history, gateway_id, client_id, 0
+        )
+        history = ViewHistory(versions, seen or [(0, dict(claims))])
+    reader = Reader(client_id, claims, effective_rules(rules.rules, claims), stamp, 0, history)
 
     def frame(seq: int) -> bytes | None:
         body = store.checkpoint_chunk(gateway_id, info.position, seq)
@@ -66,7 +71,15 @@ async def open_checkpoint(
             raise CheckpointGoneError(
                 f"checkpoint {info.position} of {gateway_id!r} was replaced while streaming"
             )
-        deltas = checkpoint_deltas(decode_chunk(body), reader, raw)
+        rows = decode_chunk(body)
+        chunk_reader = reader
+        if not raw:
+            # A fresh reader may hold the hidden rows it wrote: look up this chunk's only.
+            hidden = [k for k, r in rows.items() if not sees(reader.rules, claims, k[0], r.state)]
+            if hidden:
+                written = store.rows_written_among(gateway_id, client_id, hidden)
+                chunk_reader = replace(reader, written=frozenset(written))
+        deltas = checkpoint_deltas(rows, chunk_reader, raw)
         return encode_frame(deltas, info.position) if deltas else None
 
     async def frames() -> AsyncIterator[bytes]:

@@ -385,6 +385,28 @@ class SqlHotLog(HotLog, Generic[C]):
             )
         return [(str(t), str(r)) for t, r in raw]
 
+    def rows_written_among(
+        self, gateway_id: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        """See :meth:`HotLog.rows_written_among`."""
+        by_table: dict[str, list[str]] = {}
+        for t, r in keys:
+            by_table.setdefault(t, []).append(r)
+        found: set[RowKey] = set()
+        with self._connection() as conn:
+            for t, ids in by_table.items():
+                for i in range(0, len(ids), 500):
+                    chunk = ids[i : i + 500]
+                    marks = ",".join("?" * len(chunk))
+                    for _, r in self._fetch(
+                        conn,
+                        "SELECT DISTINCT tbl, row_id FROM log WHERE gw = ? AND tbl = ?"
+                        f" AND row_id IN ({marks}) AND client_id = ?",
+                        (gateway_id, t, *chunk, client_id),
+                    ):
+                        found.add((t, str(r)))
+        return found
+
     def head(self) -> int:
         """See :meth:`HotLog.head`."""
         with self._connection() as conn:

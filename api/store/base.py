@@ -207,6 +207,13 @@ class HotLog(abc.ABC):
         """Every row a client has pushed a delta of (a client pulling from 0 may hold them)."""
 
     @abc.abstractmethod
+    def rows_written_among(
+        self, gateway_id: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        """Those of ``keys`` the client has pushed a delta of (a checkpoint chunk's look-up:
+        bounded by the chunk, not by everything the client wrote)."""
+
+    @abc.abstractmethod
     def head(self) -> int:
         """The greatest ingest HLC stored (0 when empty)."""
 

@@ -89,3 +89,13 @@ def test_a_new_checkpoint_keeps_the_horizon(store: HotLog) -> None:
     store.trim_log("gw1", stored[1].ingest_hlc)
     _publish(store, "gw1", stored[2].ingest_hlc, [b"d"])
     assert store.trimmed_through("gw1") == stored[1].ingest_hlc
+
+
+def test_rows_written_among_looks_up_only_the_given_rows(store: HotLog) -> None:
+    store.append("gw1", [_d(f"r{i}", 10 + i) for i in range(3)])
+    store.append("gw1", [RowDelta.create("UPDATE", "todos", "r9", "c2", {"n": 1}, 30)])
+    store.append("gw2", [_d("r5", 40)])
+    keys = [("todos", "r0"), ("todos", "r2"), ("todos", "r5"), ("todos", "r9"), ("x", "r1")]
+    assert store.rows_written_among("gw1", "c1", keys) == {("todos", "r0"), ("todos", "r2")}
+    assert store.rows_written_among("gw1", "c2", keys) == {("todos", "r9")}
+    assert store.rows_written_among("gw1", "c1", []) == set()
