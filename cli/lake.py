@@ -16,7 +16,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.materialise import ConfigOption, ship
 from lakehouse.settings import LakeSettings
+from lakesync.config import load_config
 
 __all__ = ["DataDirOption", "FormatOption", "pipeline_app", "query_command"]
 
@@ -42,8 +44,10 @@ def run_command(
     no_tests: Annotated[
         bool, typer.Option("--no-tests", help="Skip the dbt data tests (dbt run, not build).")
     ] = False,
+    config: ConfigOption = None,
 ) -> None:
-    """Run the dbt build once: merge new landing deltas into the current-state tables."""
+    """Run the dbt build once: merge new landing deltas into the current-state tables, then
+    ship the changes to the destinations the configuration declares."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from lakehouse.runner import run_pipeline
@@ -69,8 +73,10 @@ def run_command(
             progress.console.print(f"  [{colour}]{status:>7}[/{colour}] {node}")
             progress.update(task, description=f"{done} nodes done")
 
+        cfg = load_config(config)
+        settings = LakeSettings.from_config(cfg, data_dir)
         result = run_pipeline(
-            settings=LakeSettings.from_env(data_dir),
+            settings=settings,
             full_refresh=full_refresh,
             tests=not no_tests,
             on_progress=on_progress,
@@ -82,6 +88,8 @@ def run_command(
     summary.add_row("landing position", "none" if result.position is None else str(result.position))
     summary.add_row("time", f"{result.elapsed_s:.1f} s")
     Console().print(summary)
+    if cfg.destinations:
+        ship(settings, cfg)
 
 
 @pipeline_app.command("as-of")

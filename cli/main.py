@@ -11,6 +11,7 @@ from typer.exceptions import TyperException
 
 from api.cli import up
 from cli.lake import DataDirOption, pipeline_app, query_command
+from cli.materialise import materialise_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.tokens import mint_token, parse_ttl
@@ -134,6 +135,7 @@ def token(
 app.command("up")(up)
 app.add_typer(pipeline_app, name="pipeline")
 app.command("query")(query_command)
+app.command("materialise")(materialise_command)
 
 
 @app.command()

@@ -13,7 +13,6 @@ reported and never stops the others.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,8 +34,6 @@ from lakesync.schema import TableSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-_log = logging.getLogger(__name__)
 
 __all__ = ["ShipResult", "materialise"]
 
@@ -86,9 +83,6 @@ def materialise(
 
     def report(result: ShipResult) -> None:
         results.append(result)
-        if result.error:
-            _log.error("destination %s, table %s: %s", result.destination, result.table,
-                       result.error)
         if on_result is not None:
             on_result(result)
 

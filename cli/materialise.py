@@ -1,0 +1,76 @@
+"""``lakesync materialise``: ship the lake's change sets to the declared destinations.
+
+Also used by ``lakesync pipeline run``, which ships after dbt when the configuration declares
+destinations. Results print as one table; any failed destination or table makes the command
+exit 1 after the others were shipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lakehouse.settings import LakeSettings
+from lakesync.config import Config, load_config
+from lakesync.errors import LakeSyncError
+
+__all__ = ["ConfigOption", "MaterialiseError", "materialise_command", "ship"]
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", help="Path of lakesync.yaml (default $LAKESYNC_CONFIG or ./lakesync.yaml)."
+    ),
+]
+
+
+class MaterialiseError(LakeSyncError):
+    """Some destinations or tables failed; the others were shipped."""
+
+    code = "MATERIALISE_ERROR"
+    status = 502
+
+
+def ship(settings: LakeSettings, config: Config) -> None:
+    """Ship every declared destination and print what happened; raise
+    :class:`MaterialiseError` naming the failures, after shipping everything else."""
+    from lakehouse.materialise import materialise
+
+    if not config.destinations:
+        Console(stderr=True).print(
+            "no destinations declared: add a destinations: section to lakesync.yaml"
+        )
+        return
+    results = materialise(settings, config)
+    table = Table(title="materialise")
+    for heading in ("destination", "table", "rows", "watermark", "time", "status"):
+        table.add_column(heading)
+    for r in results:
+        table.add_row(
+            r.destination, r.table, str(r.rows),
+            "none" if r.position is None else str(r.position), f"{r.elapsed_s:.1f} s",
+            "[red]failed[/red]" if r.error else "[green]ok[/green]",
+        )
+    Console().print(table)
+    failed = [f"{r.destination}/{r.table}: {r.error}" for r in results if r.error]
+    if failed:
+        raise MaterialiseError(
+            f"{len(failed)} of {len(results)} shipments failed (the rest were shipped; "
+            f"fix these and run lakesync materialise again): {'; '.join(failed)}"
+        )
+
+
+def materialise_command(
+    config: ConfigOption = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Data dir (default $LAKESYNC_DATA_DIR or ./.lakesync)."),
+    ] = None,
+) -> None:
+    """Ship each destination's changes since its watermark (no dbt run: see pipeline run)."""
+    cfg = load_config(config)
+    ship(LakeSettings.from_config(cfg, data_dir), cfg)

@@ -1,0 +1,72 @@
+"""``lakesync materialise`` without Spark: what it says when there is nothing to ship or a
+destination cannot be opened (the others still ship; the command exits 1 naming it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from lakehouse.bootstrap import init_catalog_tables
+from lakehouse.catalog import ensure_landing_table, open_catalog
+from lakehouse.settings import LakeSettings
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for var in [v for v in os.environ if v.startswith("LAKESYNC_")]:
+        monkeypatch.delenv(var)
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    settings = LakeSettings.from_env(tmp_path / "lake", env={})
+    init_catalog_tables(settings)
+    ensure_landing_table(open_catalog(settings))
+    return settings.data_dir
+
+
+def write_config(tmp_path: Path, lake: Path, destinations: str) -> Path:
+    path = tmp_path / "lakesync.yaml"
+    path.write_text(f"data_dir: {lake}\n{destinations}", encoding="utf-8")
+    return path
+
+
+def test_nothing_declared_says_how_to_declare(tmp_path: Path, lake: Path) -> None:
+    config = write_config(tmp_path, lake, "")
+    out = CliRunner().invoke(app, ["materialise", "--config", str(config)])
+    assert out.exit_code == 0, out.output
+    assert "add a destinations: section" in out.stderr
+
+
+def test_unusable_destinations_are_reported_and_exit_1(tmp_path: Path, lake: Path) -> None:
+    config = write_config(tmp_path, lake, """\
+destinations:
+  nosecret: {kind: postgres, url: "${NOT_SET_ANYWHERE}", gateway: gw1}
+  closed: {kind: mysql, url: "mysql://root:hunter2@127.0.0.1:1/db", gateway: gw1}
+""")
+    out = CliRunner().invoke(app, ["materialise", "--config", str(config)])
+    assert out.exit_code == 1, out.output
+    lines = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in out.output
+    assert "2 of 2 shipments failed" in lines[0]
+    assert "NOT_SET_ANYWHERE is not set" in lines[0]
+    assert "closed/*: destination 'closed': cannot connect to mysql://root:***@127.0.0.1:1/db" in (
+        lines[0]
+    )
+    assert "hunter2" not in out.output
+    assert "nosecret" in out.stdout and "failed" in out.stdout  # the results table
+
+
+def test_no_lake_says_what_to_run(tmp_path: Path) -> None:
+    config = write_config(tmp_path, tmp_path / "nolake", """\
+destinations:
+  d: {kind: postgres, url: "postgresql://u@127.0.0.1:1/db", gateway: gw1}
+""")
+    out = CliRunner().invoke(app, ["materialise", "--config", str(config)])
+    assert out.exit_code == 1
+    assert out.stderr.startswith("error:") and "Traceback" not in out.output
