@@ -26,23 +26,23 @@ pull gives. The position is also the ``X-Checkpoint-Hlc`` header and each frame'
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
 
-from lakesync.delta import RowDelta
-from lakesync.merge import RowState
-from lakesync.views import Reader, RowKey, RowRecord, SnapshotCache, resync_view, row_state_deltas
-from lakesync.wsframes import encode_response
+from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta
+from lakesync.proto import lakesync_pb2 as pb
+from lakesync.rules import visible
+from lakesync.views import Reader, RowKey, RowRecord, row_state_deltas
+from lakesync.wsframes import delta_to_proto
 
 __all__ = [
     "CONTENT_TYPE",
     "DEFAULT_CHUNK_BYTES",
-    "checkpoint_deltas",
     "chunk_rows",
-    "decode_chunk",
-    "encode_frame",
+    "hidden_keys",
+    "serve_chunk",
 ]
 
 CONTENT_TYPE = "application/x-lakesync-checkpoint-stream"
@@ -51,12 +51,24 @@ CONTENT_TYPE = "application/x-lakesync-checkpoint-stream"
 DEFAULT_CHUNK_BYTES = 256 * 1024
 """Stored bytes per chunk: what one serving step holds (decoded, a few times that)."""
 
-_encoder = msgspec.json.Encoder()
-_row_decoder = msgspec.json.Decoder(list[tuple[str, str, str, dict[str, Any]]])
+_Row = tuple[str, str, int, dict[str, Any] | None, bool, bytes]
+"""A stored row: table, row_id, last ingest HLC, its visible columns (None when deleted), whether
+it is live, and its real state's deltas as encoded ``SyncResponse.deltas`` fields."""
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(list[_Row])
 
 
-def _encode_row(key: RowKey, rec: RowRecord) -> bytes:
-    return _encoder.encode((key[0], key[1], str(rec.last_ingest), rec.state.to_dict()))
+def _fields(deltas: Sequence[RowDelta]) -> bytes:
+    """Deltas as encoded ``SyncResponse.deltas`` fields (a frame is their concatenation)."""
+    return pb.SyncResponse(deltas=[delta_to_proto(d) for d in deltas]).SerializeToString()
+
+
+def _stored(key: RowKey, rec: RowRecord) -> _Row:
+    state = rec.state
+    # The real state is encoded once, when the checkpoint is built; serving only picks rows.
+    real = _fields(row_state_deltas(key[0], key[1], state, state.live))
+    return (key[0], key[1], rec.last_ingest, state.visible(), state.live, real)
 
 
 def chunk_rows(
@@ -66,46 +78,52 @@ def chunk_rows(
     chunk closes once it reaches the budget; a single larger row makes a chunk alone)."""
     if budget <= 0:
         raise ValueError("a chunk budget must be positive")
-    parts: list[bytes] = []
+    part: list[_Row] = []
     size = 0
     for key, rec in rows:
-        part = _encode_row(key, rec)
-        parts.append(part)
-        size += len(part) + 1
+        row = _stored(key, rec)
+        part.append(row)
+        size += len(row[5]) + 64 + 32 * len(row[3] or ())
         if size >= budget:
-            yield b"[" + b",".join(parts) + b"]", len(parts)
-            parts, size = [], 0
-    if parts:
-        yield b"[" + b",".join(parts) + b"]", len(parts)
+            yield _encoder.encode(part), len(part)
+            part, size = [], 0
+    if part:
+        yield _encoder.encode(part), len(part)
 
 
-def decode_chunk(body: bytes) -> dict[RowKey, RowRecord]:
-    """The rows of a chunk written by :func:`chunk_rows`, in their stored order."""
-    return {
-        (t, r): RowRecord(RowState.from_dict(state), int(last))
-        for t, r, last, state in _row_decoder.decode(body)
-    }
+def hidden_keys(body: bytes, reader: Reader) -> list[RowKey]:
+    """The rows of a chunk the reader does not see (it may hold those it wrote)."""
+    return [
+        (t, r)
+        for t, r, _, values, _, _ in _decoder.decode(body)
+        if not visible(reader.rules, reader.claims, t, values)
+    ]
 
 
-def checkpoint_deltas(
-    rows: Mapping[RowKey, RowRecord],
-    reader: Reader,
-    raw: bool,
-    cache: SnapshotCache | None = None,
-) -> list[RowDelta]:
-    """What a client receives for one chunk's rows (see the module docstring): ``raw`` when the
-    gateway never had sync rules; ``reader`` is the client's read from 0."""
+def serve_chunk(body: bytes, reader: Reader, raw: bool, position: int) -> bytes | None:
+    """The frame a client receives for one stored chunk (None when it receives nothing of it):
+    ``raw`` (the gateway never had sync rules) sends every row's real state; otherwise each row
+    is what :func:`lakesync.views.resync_view` gives a fresh ``reader`` (``reader.written``
+    must hold the chunk's hidden rows the client wrote): a row it sees as a snapshot (an
+    eviction at ``max(last ingest, reader.stamp)``, then its real state), a row it wrote and
+    cannot see as its eviction (and its tombstone if deleted), any other row not at all."""
+    rows = _decoder.decode(body)
     if raw:
-        out: list[RowDelta] = []
-        for (table, row_id), rec in rows.items():
-            out.extend(row_state_deltas(table, row_id, rec.state, rec.state.live))
-        return out
-    if reader.since != 0:
-        raise ValueError("a checkpoint is read from 0")
-    return resync_view(rows, reader, cache)
-
-
-def encode_frame(deltas: Sequence[RowDelta], position: int) -> bytes:
-    """One frame of a checkpoint stream: ``[uint32 big-endian length][SyncResponse]``."""
-    body = encode_response(deltas, position, False)
-    return len(body).to_bytes(4, "big") + body
+        parts = [real for *_, real in rows]
+    else:
+        if reader.since != 0:
+            raise ValueError("a checkpoint is read from 0")
+        parts = []
+        for table, row_id, last_ingest, values, live, real in rows:
+            shown = visible(reader.rules, reader.claims, table, values)
+            if not shown and (table, row_id) not in reader.written:
+                continue
+            base = max(last_ingest, reader.stamp)
+            eviction = RowDelta.create("DELETE", table, row_id, VIEW_EVICTION_CLIENT, {}, base)
+            parts.append(_fields([eviction]))
+            if shown or not live:
+                parts.append(real)
+    if not any(parts):
+        return None
+    body_out = b"".join(parts) + pb.SyncResponse(server_hlc=position).SerializeToString()
+    return len(body_out).to_bytes(4, "big") + body_out

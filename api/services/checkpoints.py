@@ -20,9 +20,9 @@ from typing import Any
 import anyio.to_thread
 
 from api.services.sync import SyncService
-from lakesync.checkpoint import checkpoint_deltas, decode_chunk, encode_frame
+from lakesync.checkpoint import hidden_keys, serve_chunk
 from lakesync.errors import CursorExpiredError, NotFoundError
-from lakesync.views import Reader, ViewHistory, claims_hash, effective_rules, sees
+from lakesync.views import Reader, ViewHistory, claims_hash, effective_rules
 
 __all__ = ["CheckpointStream", "check_cursor", "open_checkpoint"]
 
@@ -71,16 +71,14 @@ async def open_checkpoint(
             raise CheckpointGoneError(
                 f"checkpoint {info.position} of {gateway_id!r} was replaced while streaming"
             )
-        rows = decode_chunk(body)
         chunk_reader = reader
         if not raw:
             # A fresh reader may hold the hidden rows it wrote: look up this chunk's only.
-            hidden = [k for k, r in rows.items() if not sees(reader.rules, claims, k[0], r.state)]
+            hidden = hidden_keys(body, reader)
             if hidden:
                 written = store.rows_written_among(gateway_id, client_id, hidden)
                 chunk_reader = replace(reader, written=frozenset(written))
-        deltas = checkpoint_deltas(rows, chunk_reader, raw)
-        return encode_frame(deltas, info.position) if deltas else None
+        return serve_chunk(body, chunk_reader, raw, info.position)
 
     async def frames() -> AsyncIterator[bytes]:
         for seq in range(info.chunks):

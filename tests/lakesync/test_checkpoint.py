@@ -3,16 +3,17 @@ then given the later deltas equals one given every delta (filtered by the reader
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakesync.checkpoint import checkpoint_deltas, chunk_rows, decode_chunk, encode_frame
+from lakesync.checkpoint import chunk_rows, hidden_keys, serve_chunk
 from lakesync.delta import RowDelta, is_view_eviction
 from lakesync.merge import RowState, apply_delta, merge_state
 from lakesync.rules import parse_rules, visible
-from lakesync.views import Reader, RowKey, RowRecord, ViewHistory
+from lakesync.views import Reader, RowKey, RowRecord, ViewHistory, resync_view
 from lakesync.wsframes import decode_response
 
 RULES = parse_rules(
@@ -66,13 +67,17 @@ def _rows(deltas: list[RowDelta]) -> dict[RowKey, RowRecord]:
 def _served(
     rows: dict[RowKey, RowRecord], reader: Reader, raw: bool, budget: int
 ) -> list[RowDelta]:
-    """What the client decodes from the frames of a checkpoint stored in ``budget`` chunks."""
+    """What the client decodes from the frames of a checkpoint stored in ``budget`` chunks (the
+    reader's written rows looked up per chunk, as the gateway does)."""
     out: list[RowDelta] = []
     for body, _ in chunk_rows(sorted(rows.items()), budget):
-        frame = encode_frame(checkpoint_deltas(decode_chunk(body), reader, raw), 7)
+        written = frozenset(k for k in hidden_keys(body, reader) if k in reader.written)
+        frame = serve_chunk(body, replace(reader, written=written), raw, 7)
+        if frame is None:
+            continue
         assert int.from_bytes(frame[:4], "big") == len(frame) - 4
-        deltas, position, _ = decode_response(frame[4:])
-        assert position == 7
+        deltas, position, more = decode_response(frame[4:])
+        assert position == 7 and not more and deltas
         out.extend(deltas)
     return out
 
@@ -127,12 +132,21 @@ def test_rows_the_reader_wrote_and_cannot_see_are_evicted() -> None:
     given_away = [
         RowDelta.create("INSERT", "t", "r", "alice", {"owner": "alice"}, 1),
         RowDelta.create("UPDATE", "t", "r", "alice", {"owner": "bob"}, 2),
+        RowDelta.create("INSERT", "t", "s", "bob", {"owner": "bob"}, 3),
     ]
-    reader = Reader(
-        "alice", ALICE, RULES, 0, 0, ViewHistory.fixed(RULES, ALICE), frozenset({("t", "r")})
-    )
-    served = checkpoint_deltas(_rows(given_away), reader, False)
+    reader = replace(_fresh(RULES), written=frozenset({("t", "r")}))
+    served = _served(_rows(given_away), reader, False, 1000)
     assert [(is_view_eviction(d), d.row_id) for d in served] == [(True, "r")]
+
+
+@settings(max_examples=200)
+@given(histories(), st.integers(1, 400), st.sets(st.sampled_from(["r0", "r1", "r2", "r3"])))
+def test_serving_sends_exactly_the_views_snapshots(
+    deltas: list[RowDelta], budget: int, written: set[str]
+) -> None:
+    rows = _rows(deltas)
+    reader = replace(_fresh(RULES), stamp=1010, written=frozenset(("t", r) for r in written))
+    assert _served(rows, reader, False, budget) == resync_view(dict(sorted(rows.items())), reader)
 
 
 def test_chunks_keep_every_row_in_order_within_their_budget() -> None:
@@ -143,14 +157,8 @@ def test_chunks_keep_every_row_in_order_within_their_budget() -> None:
         ]
     )
     chunks = list(chunk_rows(sorted(rows.items()), 2000))
-    assert len(chunks) > 5
+    assert len(chunks) > 5 and sum(n for _, n in chunks) == 200
     one_row = max(len(body) for body, n in chunks) // max(n for _, n in chunks)
     assert all(len(body) < 2000 + 2 * one_row for body, _ in chunks)
-    decoded: dict[RowKey, RowRecord] = {}
-    for body, n in chunks:
-        part = decode_chunk(body)
-        assert len(part) == n
-        decoded.update(part)
-    assert list(decoded) == sorted(rows)
-    assert all(decoded[k].state.to_dict() == rows[k].state.to_dict() for k in rows)
-    assert all(decoded[k].last_ingest == rows[k].last_ingest for k in rows)
+    served = _served(rows, _fresh(), True, 2000)
+    assert [d.row_id for d in served] == sorted(r for _, r in rows)
