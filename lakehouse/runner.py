@@ -297,5 +297,6 @@ def state_as_of_hlc(
 
     register_udfs(spark)
     inline = f"{{{{ lakesync_state_as_of({json.dumps(table)}, {json.dumps(cols)}, {int(hlc)}) }}}}"
-    result = dbt_invoke(settings, ["compile", "--inline", inline])
+    # dbt prints an inline compile's SQL to stdout even with --quiet; the caller prints rows.
+    result = dbt_invoke(settings, ["compile", "--inline", inline, "--log-level", "none"])
     return spark.sql(result.result.results[0].node.compiled_code)
