@@ -6,35 +6,43 @@ Spark/dbt tests share a module-scoped lake and keep examples apart by gateway id
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from api.store.base import HotLog
+from api.store.sqlite import SqliteHotLog
 from lakehouse.bootstrap import bootstrap
 from lakehouse.catalog import open_catalog
 from lakehouse.landing import LandingFlusher
 from lakehouse.settings import LakeSettings
 from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
+from tests.api.conftest import store
 
-from .hotlog import JsonlHotLog
+__all__ = ["Lake", "append_in_order", "make_lake", "store"]
+
+
+def append_in_order(log: HotLog, entries: Iterable[tuple[str, RowDelta]]) -> list[int]:
+    """Append each ``(gateway_id, delta)`` to the hot log as a push of its own, in order; the
+    ingest HLCs the store stamped (a known deltaId is skipped, as the gateway skips it)."""
+    return [e.ingest_hlc for gw, d in entries for e in log.append(gw, [d]).stored]
 
 
 @dataclass
 class Lake:
-    """A bootstrapped lake with a hot log feeding its landing table."""
+    """A bootstrapped lake with the gateway's SQLite hot log feeding its landing table."""
 
     settings: LakeSettings
-    log: JsonlHotLog
+    log: HotLog
     spark: Any
-    positions: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def land(self, gateway_id: str, deltas: list[RowDelta]) -> None:
         """Append ``deltas`` to the hot log in the given order and flush them to landing."""
-        self.log.append([(next(self.positions), gateway_id, d) for d in deltas])
+        append_in_order(self.log, [(gateway_id, d) for d in deltas])
         LandingFlusher(open_catalog(self.settings), self.log).flush()
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
@@ -46,7 +54,7 @@ def make_lake(root: Path, env: dict[str, str] | None = None) -> Lake:
 
     settings = LakeSettings.from_env(root, env=env or {})
     bootstrap(settings)
-    return Lake(settings, JsonlHotLog(root / "hotlog.jsonl"), spark_session(settings))
+    return Lake(settings, SqliteHotLog(root / "hotlog.sqlite3", HLC()), spark_session(settings))
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +62,4 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     lk = make_lake(tmp_path_factory.mktemp("lake"))
     yield lk
     lk.spark.stop()
+    lk.log.close()

@@ -120,6 +120,7 @@ def cluster_lake(
     assert lk.spark.sparkContext.master == cluster
     yield lk
     lk.spark.stop()
+    lk.log.close()
 
 
 @settings(

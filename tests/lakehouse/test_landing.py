@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
@@ -16,19 +17,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from api.store.base import HotLog
+from api.store.sqlite import SqliteHotLog
 from lakehouse.bootstrap import init_catalog_tables
 from lakehouse.catalog import LANDING_IDENTIFIER, flushed_position, open_catalog
 from lakehouse.landing import CRASH_ENV, LandingFlusher, landing_rows
 from lakehouse.settings import LakeSettings
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
 
-from .hotlog import JsonlHotLog
+from .conftest import append_in_order
 
 BIG_HLC = (1 << 64) - 1  # client HLCs are uint64: the landing table must keep values >= 2^63
 
 
-def _deltas(n: int) -> list[tuple[int, str, RowDelta]]:
+def _deltas(n: int) -> list[tuple[str, RowDelta]]:
     out = []
     for i in range(n):
         if i % 4 == 3:
@@ -39,8 +43,18 @@ def _deltas(n: int) -> list[tuple[int, str, RowDelta]]:
                 "INSERT", "todos", f"r{i % 3}", "c1",
                 {"title": f"t{i}", "n": i + 0.5, "ok": True, "meta": {"a": [1, None]}}, hlc,
             )
-        out.append((10_000 + i, "gw1" if i % 2 else "gw2", d))
+        out.append(("gw1" if i % 2 else "gw2", d))
     return out
+
+
+def _recording(log: HotLog, marks: list[int]) -> Callable[[int], None]:
+    """The store's ``mark_flushed``, also recording each position it is called with."""
+
+    def mark(position: int) -> None:
+        marks.append(position)
+        log.mark_flushed(position)
+
+    return mark
 
 
 @pytest.fixture
@@ -57,21 +71,22 @@ def _landed(settings: LakeSettings) -> list[dict[str, object]]:
     return rows
 
 
-def test_flush_writes_every_field_and_records_position(settings: LakeSettings, tmp_path: Path):
-    log = JsonlHotLog(tmp_path / "log.jsonl")
+def test_flush_writes_every_field_and_records_position(settings: LakeSettings, store: HotLog):
     entries = _deltas(10)
-    log.append(entries)
+    pos = append_in_order(store, entries)
+    marks: list[int] = []
     flusher = LandingFlusher(
-        open_catalog(settings), log, batch_size=4, mark_flushed=log.mark_flushed
+        open_catalog(settings), store, batch_size=4, mark_flushed=_recording(store, marks)
     )
     result = flusher.flush()
-    assert (result.rows, result.commits, result.position) == (10, 3, 10_009)
-    assert log.marked() == [10_003, 10_007, 10_009]
+    assert (result.rows, result.commits, result.position) == (10, 3, pos[9])
+    assert marks == [pos[3], pos[7], pos[9]]
+    assert store.flushed_position() == pos[9]
     rows = _landed(settings)
-    assert [r["delta_id"] for r in rows] == [d.delta_id for _, _, d in entries]
+    assert [r["delta_id"] for r in rows] == [d.delta_id for _, d in entries]
     first = rows[0]
     assert first["hlc"] == BIG_HLC  # Decimal(20, 0) keeps the full uint64
-    assert first["gateway_id"] == "gw2" and first["ingest_hlc"] == 10_000
+    assert first["gateway_id"] == "gw2" and first["ingest_hlc"] == pos[0]
     assert first["columns_json"] == (
         '[{"column":"title","value":"t0"},{"column":"n","value":0.5},'
         '{"column":"ok","value":true},{"column":"meta","value":{"a":[1,null]}}]'
@@ -85,32 +100,39 @@ def test_flush_writes_every_field_and_records_position(settings: LakeSettings, t
     assert rows[3]["op"] == "DELETE" and rows[3]["cells"] == []
     # Nothing new: no empty commit, position unchanged.
     assert flusher.flush().commits == 0
-    assert flushed_position(open_catalog(settings).load_table(LANDING_IDENTIFIER)) == 10_009
+    assert flushed_position(open_catalog(settings).load_table(LANDING_IDENTIFIER)) == pos[9]
     # New entries continue after the recorded position, in a fresh flusher.
-    log.append([(20_000, "gw1", RowDelta.create("UPDATE", "todos", "r9", "c2", {"n": 1}, 5))])
-    again = LandingFlusher(open_catalog(settings), log).flush()
-    assert (again.rows, again.position) == (1, 20_000)
+    update = RowDelta.create("UPDATE", "todos", "r9", "c2", {"n": 1}, 5)
+    [later] = append_in_order(store, [("gw1", update)])
+    again = LandingFlusher(open_catalog(settings), store).flush()
+    assert (again.rows, again.position) == (1, later)
     assert len(_landed(settings)) == 11
 
 
-def _flush_in_child(settings: LakeSettings, log: Path, crash_at: str | None) -> int:
+def _flush_in_child(settings: LakeSettings, log: Path, marks: Path, crash_at: str | None) -> int:
+    """Flush the SQLite hot log at ``log`` in a child process, appending to ``marks`` each
+    position it marks flushed."""
     code = (
         "import sys; from pathlib import Path\n"
+        "from api.store.sqlite import SqliteHotLog\n"
         "from lakehouse.settings import LakeSettings\n"
         "from lakehouse.catalog import open_catalog\n"
         "from lakehouse.landing import LandingFlusher\n"
-        "sys.path.insert(0, sys.argv[3])\n"
-        "from hotlog import JsonlHotLog\n"
-        "log = JsonlHotLog(Path(sys.argv[2]))\n"
+        "from lakesync.hlc import HLC\n"
+        "log = SqliteHotLog(Path(sys.argv[2]), HLC())\n"
+        "def mark(position):\n"
+        "    log.mark_flushed(position)\n"
+        "    with open(sys.argv[3], 'a') as f:\n"
+        "        f.write(f'{position}\\n')\n"
         "s = LakeSettings.from_env(sys.argv[1], env={})\n"
-        "LandingFlusher(open_catalog(s), log, batch_size=3,\n"
-        "               mark_flushed=log.mark_flushed).flush()\n"
+        "LandingFlusher(open_catalog(s), log, batch_size=3, mark_flushed=mark).flush()\n"
+        "log.close()\n"
     )
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
     if crash_at:
         env[CRASH_ENV] = crash_at
     proc = subprocess.run(
-        [sys.executable, "-c", code, str(settings.data_dir), str(log), str(Path(__file__).parent)],
+        [sys.executable, "-c", code, str(settings.data_dir), str(log), str(marks)],
         env=env, capture_output=True, timeout=120, check=False,
     )
     return proc.returncode
@@ -121,24 +143,29 @@ def _flush_in_child(settings: LakeSettings, log: Path, crash_at: str | None) -> 
 def test_crash_then_restart_lands_each_delta_exactly_once(
     settings: LakeSettings, tmp_path: Path, crash_at: str
 ):
-    log = JsonlHotLog(tmp_path / "log.jsonl")
+    path, marks = tmp_path / "hot.sqlite3", tmp_path / "marks"
     entries = _deltas(10)
-    log.append(entries)
-    assert _flush_in_child(settings, log.path, crash_at) == -signal.SIGKILL
+    log = SqliteHotLog(path, HLC())
+    pos = append_in_order(log, entries)
+    log.close()
+    assert _flush_in_child(settings, path, marks, crash_at) == -signal.SIGKILL
     landed_after_crash = _landed(settings)
     if crash_at == "before_commit":
         assert landed_after_crash == []  # data files written, never committed: invisible
     else:
         # Committed with its position, but the hot log never heard about it.
         assert len(landed_after_crash) == 3
-        assert log.marked() == []
-    assert _flush_in_child(settings, log.path, None) == 0
+        assert not marks.exists()
+    assert _flush_in_child(settings, path, marks, None) == 0
     counts = Counter(r["delta_id"] for r in _landed(settings))
-    assert counts == Counter(d.delta_id for _, _, d in entries)
+    assert counts == Counter(d.delta_id for _, d in entries)
     assert set(counts.values()) == {1}
-    # after_commit: the restart first re-announces the recovered 10_002, then each new batch;
-    # before_commit: 10_002 is the restart's own first batch.
-    assert log.marked() == [10_002, 10_005, 10_008, 10_009]
+    # after_commit: the restart first re-announces the recovered third position, then each new
+    # batch; before_commit: the third position is the restart's own first batch.
+    assert [int(p) for p in marks.read_text().split()] == [pos[2], pos[5], pos[8], pos[9]]
+    log = SqliteHotLog(path, HLC())
+    assert log.flushed_position() == pos[9]
+    log.close()
 
 
 json_values = st.recursive(
@@ -163,10 +190,9 @@ def test_columns_json_is_the_canonical_json_of_the_column_list(values: list[obje
     ]
 
 
-def _entries(start: int, gateways: list[str], n: int) -> list[tuple[int, str, RowDelta]]:
+def _entries(start: int, gateways: list[str], n: int) -> list[tuple[str, RowDelta]]:
     return [
         (
-            start + i,
             gateways[i % len(gateways)],
             RowDelta.create("INSERT", "todos", f"r{start + i}", "c1", {"n": i}, 1000 + start + i),
         )
@@ -175,42 +201,44 @@ def _entries(start: int, gateways: list[str], n: int) -> list[tuple[int, str, Ro
 
 
 def test_a_gateway_that_cannot_land_is_held_back_and_blocks_no_other(
-    settings: LakeSettings, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    settings: LakeSettings, store: HotLog, caplog: pytest.LogCaptureFixture
 ) -> None:
     """gw3's partition directory cannot be created (a file sits at its path): gw1 and gw2 still
     land and the position moves past gw3's entries; once the path is free, gw3 catches up in
     ingest order and every delta has landed exactly once."""
-    log = JsonlHotLog(tmp_path / "log.jsonl")
+    log = store
+    marks: list[int] = []
     catalog = open_catalog(settings)
-    flusher = LandingFlusher(catalog, log, batch_size=4, mark_flushed=log.mark_flushed)
+    flusher = LandingFlusher(catalog, log, batch_size=4, mark_flushed=_recording(log, marks))
     table_dir = urlparse(catalog.load_table(LANDING_IDENTIFIER).location()).path
     blocker = Path(table_dir) / "data" / "gateway_id=gw3"
     blocker.parent.mkdir(parents=True, exist_ok=True)
     blocker.write_text("not a directory")
     first = _entries(1, ["gw1", "gw2", "gw3"], 9)
-    log.append(first)
+    pos = append_in_order(log, first)
 
     result = flusher.flush()
-    assert (result.rows, result.position, result.held) == (6, 9, ("gw3",))
-    assert log.marked()[-1] == 9  # backpressure counts what every other gateway left behind
+    assert (result.rows, result.position, result.held) == (6, pos[8], ("gw3",))
+    assert marks[-1] == pos[8]  # backpressure counts what every other gateway left behind
     assert {r["gateway_id"] for r in _landed(settings)} == {"gw1", "gw2"}
     assert "gateway 'gw3' cannot be written" in caplog.text
 
     later = _entries(10, ["gw3", "gw1"], 4)
-    log.append(later)
+    pos += append_in_order(log, later)
     result = flusher.flush()  # gw3 is retried first and still fails; gw1 goes on
-    assert (result.rows, result.position, result.held) == (2, 13, ("gw3",))
+    assert (result.rows, result.position, result.held) == (2, pos[12], ("gw3",))
     assert "gateway 'gw3' is still held back" in caplog.text
     # A fresh flusher (a restarted gateway) reads the held-back state from the table.
     assert LandingFlusher(open_catalog(settings), log).flush().held == ("gw3",)
 
     blocker.unlink()
     result = LandingFlusher(open_catalog(settings), log, batch_size=2).flush()
-    assert result.held == () and result.position == 13
+    assert result.held == () and result.position == pos[12]
     rows = _landed(settings)
     counts = Counter(r["delta_id"] for r in rows)
-    assert counts == Counter(d.delta_id for _, _, d in first + later)
+    assert counts == Counter(d.delta_id for _, d in first + later)
     assert set(counts.values()) == {1}
-    assert sorted(r["ingest_hlc"] for r in rows if r["gateway_id"] == "gw3") == [3, 6, 9, 10, 12]
+    gw3 = [pos[i] for i, (gw, _) in enumerate(first + later) if gw == "gw3"]
+    assert sorted(r["ingest_hlc"] for r in rows if r["gateway_id"] == "gw3") == gw3
     assert "landed late" in caplog.text
     assert LandingFlusher(open_catalog(settings), log).flush().commits == 0

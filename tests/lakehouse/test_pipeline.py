@@ -24,7 +24,7 @@ from lakesync.delta import RowDelta
 from lakesync.merge import MergedState
 from lakesync.schema import TableSchema, parse_schema
 
-from .conftest import Lake
+from .conftest import Lake, append_in_order
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
@@ -301,8 +301,8 @@ def test_rows_of_a_held_back_gateway_that_land_late_reach_the_models(lake: Lake)
     on_time = [
         _d("INSERT", "todos", f"o{i}", "c1", base + 10 + i, title="on time") for i in range(3)
     ]
-    lake.log.append([(next(lake.positions), "late_gw", d) for d in late])
-    lake.log.append([(next(lake.positions), "ontime_gw", d) for d in on_time])
+    append_in_order(lake.log, [("late_gw", d) for d in late])
+    append_in_order(lake.log, [("ontime_gw", d) for d in on_time])
     assert LandingFlusher(open_catalog(lake.settings), lake.log).flush().held == ("late_gw",)
     run(lake)
     assert set(actual(lake, "ontime_gw", "todos")) == {"o0", "o1", "o2"}

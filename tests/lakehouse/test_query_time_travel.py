@@ -13,6 +13,7 @@ import pytest
 from pyiceberg.table import Table
 from typer.testing import CliRunner, Result
 
+from api.store.sqlite import SqliteHotLog
 from cli.main import app
 from lakehouse.bootstrap import init_catalog_tables
 from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
@@ -21,8 +22,9 @@ from lakehouse.query import connect, run_query
 from lakehouse.settings import LakeSettings
 from lakesync.delta import RowDelta
 from lakesync.errors import NotFoundError
+from lakesync.hlc import HLC
 
-from .hotlog import JsonlHotLog
+from .conftest import append_in_order
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LANDED = "select row_id from lakesync.landing order by ingest_hlc"
@@ -62,7 +64,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
     init_catalog_tables(settings)
     (root / "data" / "warehouse").mkdir()
     catalog = open_catalog(settings)
-    log = JsonlHotLog(root / "log.jsonl")
+    log = SqliteHotLog(root / "hot.sqlite3", HLC())
     flusher = LandingFlusher(catalog, log)
     landing: list[Snapshot] = []
     todos: list[Snapshot] = []
@@ -73,8 +75,8 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
         for row in batch:
             pos += 1
             delta = RowDelta.create("INSERT", "todos", row, "c1", {"title": row}, 1000 + pos)
-            entries.append((pos, "gw1", delta))
-        log.append(entries)
+            entries.append(("gw1", delta))
+        append_in_order(log, entries)
         assert flusher.flush().commits == 1
         landing.append(_snapshot(catalog.load_table(LANDING_IDENTIFIER)))
         if batch == ["c"]:
@@ -87,6 +89,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
                 _tick()
                 table.append(pa.table({"id": ids}, schema=schema))
                 todos.append(_snapshot(table))
+    log.close()
     return Lake(settings, landing, todos)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from api.store.sqlite import SqliteHotLog
 from lakehouse.bootstrap import init_catalog_tables
 from lakehouse.catalog import open_catalog
 from lakehouse.landing import LandingFlusher
@@ -15,9 +16,8 @@ from lakehouse.registry import (
     registry_rows,
 )
 from lakehouse.settings import LakeSettings
+from lakesync.hlc import HLC
 from lakesync.schema import parse_schema
-
-from .hotlog import JsonlHotLog
 
 TODOS = parse_schema({"table": "todos", "columns": [{"name": "title", "type": "string"}]})
 TODOS_V2 = parse_schema({"table": "todos", "columns": [
@@ -66,9 +66,11 @@ def test_flusher_runs_the_publisher_before_each_flush(tmp_path: Path) -> None:
         calls.append("publish")
         publish_schemas(catalog, [("gw1", TODOS)])
 
-    flusher = LandingFlusher(catalog, JsonlHotLog(tmp_path / "log.jsonl"), before_flush=publish)
+    log = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+    flusher = LandingFlusher(catalog, log, before_flush=publish)
     flusher.flush()
     flusher.flush()
+    log.close()
     assert calls == ["publish", "publish"]
     assert registered_schemas(catalog) == [("gw1", TODOS)]
 
