@@ -45,7 +45,7 @@ _DDL = """
 CREATE TABLE IF NOT EXISTS log (
     ingest {integer} PRIMARY KEY, gw TEXT NOT NULL, delta_id TEXT NOT NULL,
     tbl TEXT NOT NULL, row_id TEXT NOT NULL, body {blob} NOT NULL, batch_end {integer},
-    client_id TEXT, UNIQUE (gw, delta_id));
+    client_id TEXT, hlc {integer});
 CREATE INDEX IF NOT EXISTS log_gw_ingest ON log (gw, ingest);
 CREATE INDEX IF NOT EXISTS log_row ON log (gw, tbl, row_id, ingest);
 CREATE TABLE IF NOT EXISTS row_state (
@@ -82,12 +82,33 @@ INSERT INTO counters VALUES ('flushed', 0), ('bytes', 0), ('flushed_bytes', 0), 
 """
 
 
-ADDED_COLUMNS = (("log", "batch_end", "{integer}"), ("log", "client_id", "TEXT"))
+ADDED_COLUMNS = (
+    ("log", "batch_end", "{integer}"),
+    ("log", "client_id", "TEXT"),
+    ("log", "hlc", "{integer}"),
+)
 """Columns added to a table after its first release: ``(table, column, type)``; a driver adds the
-missing ones to an existing store when it opens it, then runs :data:`AFTER_COLUMNS_DDL`."""
+missing ones to an existing store when it opens it, runs :data:`AFTER_COLUMNS_DDL`, then
+:meth:`SqlHotLog.fill_added_columns`."""
 
-AFTER_COLUMNS_DDL = "CREATE INDEX IF NOT EXISTS log_client ON log (gw, client_id)"
+AFTER_COLUMNS_DDL = (
+    # Deduplication finds a stored deltaId by its client id and HLC (both part of the deltaId):
+    # a client's HLCs grow, so each push appends to this index where an index on the random
+    # deltaId (a store created before it, which keeps its UNIQUE constraint) touched a page
+    # per delta. It also serves rows_written_by.
+    "CREATE INDEX IF NOT EXISTS log_client_hlc ON log (gw, client_id, hlc)",
+    # Entries stored before the hlc column existed, until fill_added_columns has filled them.
+    "CREATE INDEX IF NOT EXISTS log_unfilled ON log (ingest) WHERE hlc IS NULL",
+)
 """Indexes on added columns (they exist once :data:`ADDED_COLUMNS` are added)."""
+
+_MAX_HLC_COLUMN = 2**63 - 1
+
+
+def _hlc_column(hlc: int) -> int:
+    """A client HLC as the log's signed 64-bit ``hlc`` column holds it. Only a key to look a
+    deltaId up by, so the clamp of an HLC no gateway accepts (beyond 2^63) loses nothing."""
+    return min(hlc, _MAX_HLC_COLUMN)
 
 
 def schema_ddl(integer: str, blob: str, keyed: str = "") -> str:
@@ -147,6 +168,46 @@ class SqlHotLog(HotLog, Generic[C]):
     def _rows(self, conn: C, gw: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
         """The stored state of the given rows (missing rows are left out)."""
 
+    def _known_ids(self, conn: C, gw: str, deltas: Sequence[RowDelta]) -> set[str]:
+        """The deltaIds of ``deltas`` that the log of ``gw`` holds. A stored delta with the same
+        deltaId has the same client id and HLC, which :data:`AFTER_COLUMNS_DDL` indexes."""
+        wanted = {d.delta_id for d in deltas}
+        by_client: dict[str, set[int]] = {}
+        for d in deltas:
+            by_client.setdefault(d.client_id, set()).add(_hlc_column(d.hlc))
+        known: set[str] = set()
+        for client_id, hlcs in by_client.items():
+            ordered = sorted(hlcs)
+            for i in range(0, len(ordered), 500):
+                chunk = ordered[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                for (did,) in self._fetch(
+                    conn,
+                    f"SELECT delta_id FROM log WHERE gw = ? AND client_id = ? AND hlc IN ({marks})",
+                    (gw, client_id, *chunk),
+                ):
+                    if did in wanted:
+                        known.add(str(did))
+        return known
+
+    def fill_added_columns(self, conn: C) -> None:
+        """Fill the client id and HLC of log entries stored before those columns existed (from
+        their bodies), in a write transaction; a store opened before does nothing here."""
+        while True:
+            raw = self._fetch(
+                conn, "SELECT ingest, body FROM log WHERE hlc IS NULL ORDER BY ingest LIMIT 5000"
+            )
+            if not raw:
+                return
+            self._execute_many(
+                conn,
+                "UPDATE log SET client_id = ?, hlc = ? WHERE ingest = ?",
+                [
+                    (d.client_id, _hlc_column(d.hlc), int(i))
+                    for i, d in ((i, decode_delta(b)) for i, b in raw)
+                ],
+            )
+
     def _appended(self, conn: C, gw: str, after: int, upto: int) -> None:
         """Called inside an append's transaction once entries ``(after, upto]`` are stored."""
 
@@ -190,8 +251,9 @@ class SqlHotLog(HotLog, Generic[C]):
         end = entries[-1].ingest_hlc
         self._execute_many(
             conn,
-            "INSERT INTO log (ingest, gw, delta_id, tbl, row_id, body, batch_end, client_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO log"
+            " (ingest, gw, delta_id, tbl, row_id, body, batch_end, client_id, hlc)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     e.ingest_hlc,
@@ -202,6 +264,7 @@ class SqlHotLog(HotLog, Generic[C]):
                     b,
                     end,
                     e.delta.client_id,
+                    _hlc_column(e.delta.hlc),
                 )
                 for e, b in zip(entries, bodies, strict=True)
             ],

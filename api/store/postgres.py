@@ -57,7 +57,8 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
                         f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
                         f" {typ.format(integer='BIGINT')}"
                     )
-                conn.execute(AFTER_COLUMNS_DDL)
+                for statement in AFTER_COLUMNS_DDL:
+                    conn.execute(statement)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(hashtext('lakesync-ddl'))")
         self._pool = ConnectionPool(
@@ -73,6 +74,7 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
         # role -> (the session holding the role's advisory lock or trying to, whether it holds it)
         self._leads: dict[str, tuple[psycopg.Connection[Any], bool]] = {}
         self._leads_lock = threading.Lock()
+        self._write(self.fill_added_columns)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         # Autocommit: every transaction below is explicit (_write() or _snapshot()).
@@ -119,11 +121,11 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
     def _unstored(
         self, conn: psycopg.Connection[Any], gw: str, deltas: Sequence[RowDelta]
     ) -> list[RowDelta]:
-        new = fresh_deltas(deltas, _known_ids(conn, gw, deltas))
+        new = fresh_deltas(deltas, self._known_ids(conn, gw, deltas))
         if new:
             self._lock(conn)
             # Re-check under the lock: a concurrent process may have stored some meanwhile.
-            new = fresh_deltas(new, _known_ids(conn, gw, new))
+            new = fresh_deltas(new, self._known_ids(conn, gw, new))
         return new
 
     def _rows(
@@ -233,11 +235,3 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
 def _pg(query: str) -> str:
     """A shared ``?``-style statement in psycopg's ``%s`` style (the statements hold no ``%``)."""
     return query.replace("?", "%s")
-
-
-def _known_ids(conn: psycopg.Connection[Any], gw: str, deltas: Sequence[RowDelta]) -> set[str]:
-    cur = conn.execute(
-        "SELECT delta_id FROM log WHERE gw = %s AND delta_id = ANY(%s)",
-        (gw, [d.delta_id for d in deltas]),
-    )
-    return {r[0] for r in cur}

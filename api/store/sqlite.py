@@ -67,7 +67,11 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
                 self._writer_conn.execute(
                     f"ALTER TABLE {table} ADD COLUMN {column} {typ.format(integer='INTEGER')}"
                 )
-        self._writer_conn.execute(AFTER_COLUMNS_DDL)
+        for statement in AFTER_COLUMNS_DDL:
+            self._writer_conn.execute(statement)
+        self._writer_conn.execute("BEGIN IMMEDIATE")
+        self.fill_added_columns(self._writer_conn)
+        self._writer_conn.execute("COMMIT")
         # The checkpointer thread checkpoints instead of the commit that crosses the threshold.
         self._writer_conn.execute("PRAGMA wal_autocheckpoint=0")
         self._wal_written = threading.Event()
@@ -197,16 +201,7 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
     def _unstored(
         self, conn: sqlite3.Connection, gw: str, deltas: Sequence[RowDelta]
     ) -> list[RowDelta]:
-        ids = [d.delta_id for d in deltas]
-        known: set[str] = set()
-        for i in range(0, len(ids), 500):
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            cur = conn.execute(
-                f"SELECT delta_id FROM log WHERE gw = ? AND delta_id IN ({marks})", (gw, *chunk)
-            )
-            known.update(r[0] for r in cur)
-        return fresh_deltas(deltas, known)
+        return fresh_deltas(deltas, self._known_ids(conn, gw, deltas))
 
     def _rows(
         self, conn: sqlite3.Connection, gw: str, keys: Sequence[RowKey]

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from api.store.base import HotLog
+from api.store.postgres import PostgresHotLog
 from api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, wall_clock_ms
@@ -52,6 +53,33 @@ def test_dedup_is_per_gateway(store: HotLog) -> None:
     res = store.append("gw2", [a])
     assert len(res.stored) == 1
     assert [e.delta for e in store.read_page("gw2", 0, 10, False).entries] == [a]
+
+
+def _reopen(store: HotLog) -> HotLog:
+    store.close()
+    if isinstance(store, SqliteHotLog):
+        return SqliteHotLog(store._path, HLC())
+    assert isinstance(store, PostgresHotLog)
+    return PostgresHotLog(store._dsn, HLC(), schema=store._schema, pool_size=2)
+
+
+def test_entries_stored_before_the_hlc_column_are_filled_and_still_deduplicated(
+    store: HotLog,
+) -> None:
+    a = d("INSERT", "r1", 10, title="a")
+    b = d("UPDATE", "r1", 11, client="c2", title="b")
+    store.append("gw1", [a, b])
+    # What a store written before the client id and HLC columns existed holds.
+    assert isinstance(store, SqliteHotLog | PostgresHotLog)
+    store._write(lambda conn: store._execute(conn, "UPDATE log SET hlc = NULL, client_id = NULL"))
+    again = _reopen(store)
+    try:
+        res = again.append("gw1", [a, b, d("INSERT", "r2", 12, title="c")])
+        assert res.accepted == 3
+        assert [e.delta.row_id for e in res.stored] == ["r2"]
+        assert again.rows_written_by("gw1", "c2") == [("todos", "r1")]
+    finally:
+        again.close()
 
 
 def test_rows_hold_merged_state(store: HotLog) -> None:
