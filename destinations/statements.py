@@ -280,11 +280,14 @@ def create_staging(layout: TableLayout, dialect: Dialect) -> str:
     JSON cells arrive as text (their canonical JSON) and are cast by the upsert.
     """
     staging = layout.staging()
-    defs: list[exp.Expression] = [_key_def("row_id", dialect)]
+    defs: list[exp.Expression] = [_key_def("row_id", dialect, exp.NotNullColumnConstraint())]
     defs += [
         _coldef(n, _type(dialect, "string" if k == "json" else k)) for n, k in layout.columns
     ]
     defs.append(_coldef(DELETED, _type(dialect, "boolean")))
+    if dialect != "bigquery":
+        # The deletes look rows up by row_id: without a key MariaDB rescans it per target row.
+        defs.append(exp.PrimaryKey(expressions=[_ident("row_id")]))
     return _sql(_create(staging, defs), dialect)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,9 @@ class ShipResult:
     """The watermark after the run (None: nothing shipped yet)."""
     error: str | None = None
     elapsed_s: float = 0.0
+    steps: dict[str, float] = field(default_factory=dict)
+    """Seconds per step: ``prepare`` (table, watermark), ``select`` (the change set on Spark),
+    ``load`` (staging), ``apply`` (upsert, delete, watermark)."""
 
 
 def _schemas_by_gateway(settings: LakeSettings, config: Config) -> dict[str, list[TableSchema]]:
@@ -111,11 +114,21 @@ def _ship_table(
     columns: Sequence[tuple[str, str]],
 ) -> ShipResult:
     started = time.monotonic()
+    steps: dict[str, float] = {}
+    mark = started
+
+    def step(name: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        steps[name] = now - mark
+        mark = now
+
     table = schema.table
     try:
         layout = dest.layout(table, columns, schema.external_id_column)
         dest.ensure_table(layout)
         since = dest.watermark(table)
+        step("prepare")
         frame = spark.sql(
             select_change_set(table, columns, (LANDING_NAMESPACE, "int_rows_merged"),
                               (ANALYTICS_NAMESPACE,)),
@@ -125,16 +138,21 @@ def _ship_table(
         try:
             stats = frame.agg({"_position": "max", "*": "count"}).first()
             count = 0 if stats is None else int(stats["count(1)"])
+            step("select")
             if count == 0:
                 return ShipResult(spec.name, table, 0, since,
-                                  elapsed_s=time.monotonic() - started)
+                                  elapsed_s=time.monotonic() - started, steps=steps)
             position = int(stats["max(_position)"])  # type: ignore[index]
             rows = frame.drop("_position")
             if isinstance(dest, SqlDestination):
                 _load_staging(dest, layout, rows)
+                step("load")
                 dest.apply_staged(layout, position)
             else:
-                dest.apply_changes(layout, _collect(layout, rows), position)
+                changes = _collect(layout, rows)
+                step("load")
+                dest.apply_changes(layout, changes, position)
+            step("apply")
         finally:
             frame.unpersist()
     except LakeSyncError as exc:
@@ -146,7 +164,8 @@ def _ship_table(
             return ShipResult(spec.name, table, error=f"Spark: {detail}",
                               elapsed_s=time.monotonic() - started)
         raise
-    return ShipResult(spec.name, table, count, position, elapsed_s=time.monotonic() - started)
+    return ShipResult(spec.name, table, count, position,
+                      elapsed_s=time.monotonic() - started, steps=steps)
 
 
 def _load_staging(dest: SqlDestination, layout: TableLayout, rows: DataFrame) -> None:
