@@ -1,0 +1,123 @@
+"""Destinations made of destinations: routing tables (composite) and fan-out.
+
+- :class:`CompositeDestination` sends each table to the destination its route names (else the
+  default), so one logical destination can keep ``todos`` in PostgreSQL and ``events`` in BigQuery.
+- :class:`FanOutDestination` writes to a primary synchronously (its failures are the caller's)
+  and then to secondaries best effort: a secondary's failure is logged and counted in
+  :attr:`FanOutDestination.failures`, never raised, so a slow or broken copy never blocks the
+  primary. Reads come from the primary.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from destinations.base import Change, Destination, DestinationError
+from destinations.statements import TableLayout
+
+__all__ = ["CompositeDestination", "FanOutDestination"]
+
+_log = logging.getLogger(__name__)
+
+
+class CompositeDestination(Destination):
+    """Route each table to one destination: ``routes[table]``, else ``default``."""
+
+    def __init__(
+        self, routes: Mapping[str, Destination], default: Destination | None = None
+    ) -> None:
+        if not routes and default is None:
+            raise ValueError("a composite destination needs at least one route or a default")
+        self._routes = dict(routes)
+        self._default = default
+        self.spec = (default or next(iter(self._routes.values()))).spec
+
+    def route(self, table: str) -> Destination:
+        """The destination ``table`` goes to."""
+        found = self._routes.get(table, self._default)
+        if found is None:
+            raise DestinationError(
+                f"no route for table {table!r}: add it to the routes or give a default"
+            )
+        return found
+
+    def layout(
+        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+    ) -> TableLayout:
+        return self.route(table).layout(table, columns, external_id)
+
+    def ensure_table(self, layout: TableLayout) -> None:
+        self.route(layout.table).ensure_table(layout)
+
+    def apply_changes(
+        self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
+    ) -> None:
+        self.route(layout.table).apply_changes(layout, changes, position)
+
+    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
+        return self.route(layout.table).read_rows(layout)
+
+    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
+        return self.route(layout.table).read_changes(layout, since)
+
+    def watermark(self, table: str) -> int | None:
+        return self.route(table).watermark(table)
+
+    def close(self) -> None:
+        for dest in {id(d): d for d in [*self._routes.values(), self._default] if d}.values():
+            dest.close()
+
+
+class FanOutDestination(Destination):
+    """A primary written synchronously plus best-effort secondaries (by name)."""
+
+    def __init__(self, primary: Destination, secondaries: Mapping[str, Destination]) -> None:
+        self.primary = primary
+        self.secondaries = dict(secondaries)
+        self.spec = primary.spec
+        self.failures: Counter[str] = Counter()
+        """Failed writes per secondary name since this object was made."""
+
+    def _each_secondary(self, what: str, layout: TableLayout, call: Any) -> None:
+        for name, dest in self.secondaries.items():
+            try:
+                call(dest, dest.layout(layout.table, layout.columns, layout.external_id))
+            except DestinationError as exc:
+                self.failures[name] += 1
+                _log.warning("secondary destination %s: %s failed (%s); the primary has it",
+                             name, what, exc.message)
+
+    def layout(
+        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+    ) -> TableLayout:
+        return self.primary.layout(table, columns, external_id)
+
+    def ensure_table(self, layout: TableLayout) -> None:
+        self.primary.ensure_table(layout)
+        self._each_secondary("ensure_table", layout, lambda d, lay: d.ensure_table(lay))
+
+    def apply_changes(
+        self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
+    ) -> None:
+        self.primary.apply_changes(layout, changes, position)
+        self._each_secondary(
+            "apply_changes", layout, lambda d, lay: d.apply_changes(lay, changes, position)
+        )
+
+    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
+        return self.primary.read_rows(layout)
+
+    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
+        return self.primary.read_changes(layout, since)
+
+    def watermark(self, table: str) -> int | None:
+        return self.primary.watermark(table)
+
+    def close(self) -> None:
+        self.primary.close()
+        for dest in self.secondaries.values():
+            dest.close()
