@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything (idempotent) and run the whole test suite: ruff, mypy --strict, pytest.
 # Extra arguments go to pytest, e.g. `scripts/test.sh -m "not spark and not slow"` for the fast subset.
+# pytest runs on one xdist worker per core (the Spark and dbt tests together on one of them, see
+# tests/conftest.py); `scripts/test.sh -n 0` runs serially.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -11,7 +13,7 @@ echo "== ruff"; ruff check .
 echo "== mypy --strict"; mypy
 echo "== pytest"
 set +e
-pytest "$@"
+pytest -n auto --dist loadgroup "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.

@@ -7,6 +7,11 @@ code under test.
 
 A test that needs a database server skips when the server is missing on a developer's machine,
 but fails under CI: a CI run without its server must not pass by skipping those tests.
+
+The suite runs in parallel with pytest-xdist (``scripts/test.sh``: ``-n auto --dist loadgroup``):
+tests take their ports from ``tests.gateway_process.free_port`` and their PostgreSQL schemas and
+databases, MariaDB databases and data dirs fresh per test, so workers never meet; the Spark and
+dbt tests share one worker (one JVM at a time, one dbt project dir).
 """
 
 from __future__ import annotations
@@ -35,3 +40,11 @@ def require_postgres() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI is set: a missing server fails the test)", pytrace=False)
     pytest.skip(reason)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put every Spark or dbt test in one xdist group, so ``--dist loadgroup`` runs them on one
+    worker (two JVMs do not fit two cores, and dbt writes into the one project dir)."""
+    for item in items:
+        if item.get_closest_marker("spark") or item.get_closest_marker("dbt"):
+            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -8,7 +8,6 @@ file, no JWT secret.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from cli.main import app, expected_failure
 from lakehouse.bootstrap import init_catalog_tables
 from lakehouse.catalog import ensure_landing_table, open_catalog
 from lakehouse.settings import LakeSettings
+from tests.gateway_process import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -29,13 +29,6 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     for var in [v for v in os.environ if v.startswith("LAKESYNC_")]:
         monkeypatch.delenv(var)
-
-
-def _closed_port() -> int:
-    """A loopback port nothing listens on: connecting to it is refused."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _lakesync(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -168,7 +161,7 @@ def test_up_with_a_data_dir_that_is_a_file(tmp_path: Path) -> None:
 
 def test_up_when_the_postgresql_store_is_not_running(tmp_path: Path) -> None:
     pytest.importorskip("psycopg")
-    url = f"postgresql://lakesync@127.0.0.1:{_closed_port()}/lakesync"
+    url = f"postgresql://lakesync@127.0.0.1:{free_port()}/lakesync"
     proc = _lakesync("up", "--data-dir", str(tmp_path / "d"), env={"LAKESYNC_STORE_URL": url})
     _one_error_line(
         proc.stderr, 1, proc.returncode, "PostgreSQL hot-log store", "Connection refused",
@@ -178,13 +171,13 @@ def test_up_when_the_postgresql_store_is_not_running(tmp_path: Path) -> None:
 
 def test_query_when_the_catalog_server_is_not_running() -> None:
     pytest.importorskip("psycopg")
-    uri = f"jdbc:postgresql://127.0.0.1:{_closed_port()}/lake"
+    uri = f"jdbc:postgresql://127.0.0.1:{free_port()}/lake"
     out = _invoke("query", "select 1", env={"LAKESYNC_CATALOG_URI": uri})
     _one_error_line(out.stderr, 1, out.exit_code, "lake's catalog", "Connection refused")
 
 
 def test_a_gateway_that_is_not_listening_is_one_line_naming_it() -> None:
-    port = _closed_port()
+    port = free_port()
     with pytest.raises(httpx.ConnectError) as caught:
         httpx.get(f"http://127.0.0.1:{port}/v1/anything?x=1", timeout=5)
     failure = expected_failure(caught.value)

@@ -90,11 +90,12 @@ def _raw(payload: dict[str, Any], secret: str = SECRET, alg: str = "HS256") -> s
         (_raw({"sub": "", "gw": "gw1", "exp": int(time.time()) + 86400}), "sub"),
         (_raw({"sub": "c", "gw": "gw1", "exp": int(time.time()) + 86400, "role": "root"}), "role"),
         (_raw({"sub": "c", "gw": "gw1", "exp": int(time.time()) + 86400}, alg="HS512"), "alg"),
-        (
+        pytest.param(
             jwt.encode(
                 {"sub": "c", "gw": "gw1", "exp": int(time.time()) + 86400}, None, algorithm="none"
             ),
             "token",
+            id="unsigned-token",  # a stable id: xdist workers must collect the same names
         ),
         ("not.a.jwt", "token"),
         ("", "missing"),
