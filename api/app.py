@@ -12,7 +12,9 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 
+from api.actions import ActionDispatcher
 from api.auth import provide_service
+from api.controllers.actions import ActionController
 from api.controllers.admin import AdminController
 from api.controllers.health import health, metrics, ready
 from api.controllers.legacy import legacy_redirect
@@ -65,6 +67,7 @@ def create_app(
             service, settings.connectors, lead=Lead(hot, "connectors", "connector polls")
         )
         app.state.connectors = connectors
+        app.state.actions = ActionDispatcher(hot, connectors.action_handlers)
         await connectors.start()
         loop = asyncio.get_running_loop()
         relays: set[asyncio.Task[None]] = set()
@@ -91,6 +94,7 @@ def create_app(
     app = Litestar(
         route_handlers=[
             SyncController,
+            ActionController,
             AdminController,
             sync_socket,
             legacy_redirect,

@@ -9,8 +9,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from client._actions import ActionOutbox, ActionRecord, send_actions
 from client._auth import TokenProvider, TokenSource
-from client._backoff import Backoff
+from client._backoff import Backoff, is_retryable
 from client._store import DeadLetter, LocalStore
 from client._sync import SyncEngine, SyncReport
 from client._types import Change, Event, SyncStatus
@@ -100,6 +101,7 @@ class LakeSyncClient:
         self._auto: threading.Thread | None = None
         self._auto_stop = threading.Event()
         self._auto_wake = threading.Event()
+        self._actions = ActionOutbox(self._store)
         if url is not None or not isinstance(transport, str):
             self._engine = self._make_engine(url, transport, pull_limit, push_batch, timeout)
 
@@ -273,9 +275,59 @@ class LakeSyncClient:
         """Watch a query's rows: delivered at once, then again whenever a change alters them."""
         return self._watchers.watch_query(sql, params, callback)
 
+    # -- actions ------------------------------------------------------------------------------
+
+    def execute_action(
+        self,
+        connector: str,
+        action_type: str,
+        params: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> ActionRecord:
+        """Ask the gateway to act on an outside system (``GET /actions`` lists what a
+        gateway offers), e.g. ``execute_action("jira", "create_issue", {...})``.
+
+        The action is committed to the replica's action outbox first, then sent once; one the
+        gateway could not finish (offline, or a retryable failure) stays pending and is sent
+        again by :meth:`run_actions` and every :meth:`sync`, under the same idempotency key
+        (default: the action's id), so it runs at most once. Each final answer fires an
+        ``action_complete`` event. Returns the action as it stands after the first send.
+        """
+        action_id = self._actions.enqueue(connector, action_type, params or {}, idempotency_key)
+        if self._engine is not None:
+            self.run_actions(retries=0)
+        record = self._actions.get(action_id)
+        assert record is not None
+        return record
+
+    def run_actions(self, retries: int | None = None) -> int:
+        """Send pending actions until each has a final answer, retrying retryable failures
+        and an unreachable gateway with the client's backoff; returns how many are still
+        pending when the retries (default: the backoff's ``max_retries``) run out. Raises
+        ``AuthError`` / ``ForbiddenError`` like :meth:`sync`."""
+        engine = self.engine
+        limit = self._backoff.max_retries if retries is None else retries
+        attempt = 0
+        while True:
+            try:
+                send_actions(self._actions, engine.transport, self.client_id, self._emit)
+            except LakeSyncError as exc:
+                if not is_retryable(exc):
+                    raise
+                self._emit(Event("sync_error", str(exc), {"code": exc.code}))
+            waiting = len(self._actions.pending())
+            if waiting == 0 or attempt >= limit:
+                return waiting
+            time.sleep(self._backoff.delay(attempt))
+            attempt += 1
+
+    def action(self, action_id: str) -> ActionRecord | None:
+        """An action from :meth:`execute_action` and where it stands, or None."""
+        return self._actions.get(action_id)
+
     def on(self, kind: str, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Subscribe to sync events (``synced``, ``sync_error``, ``dead_letter``,
-        ``value_error``, or ``*``).
+        ``value_error``, ``action_complete``, or ``*``).
 
         Returns a function that unsubscribes.
         """
@@ -324,6 +376,7 @@ class LakeSyncClient:
         self._syncing = True
         try:
             report = engine.sync(retries)
+            self.run_actions(retries=0)
         finally:
             self._syncing = False
         self._last_synced_at = time.time()

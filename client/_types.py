@@ -8,7 +8,9 @@ from typing import Any, Literal
 __all__ = ["Change", "Event", "EventKind", "Origin", "SyncStatus"]
 
 Origin = Literal["local", "remote", "realtime"]
-EventKind = Literal["synced", "sync_error", "dead_letter", "value_error", "resync"]
+EventKind = Literal[
+    "synced", "sync_error", "dead_letter", "value_error", "resync", "action_complete"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +44,8 @@ class Event:
 
     ``detail`` holds event-specific facts (for ``dead_letter``: ``delta_id``, ``table``,
     ``row_id``, ``code`` and ``error``; for ``value_error``: ``table``, ``row_id``, ``column``,
-    ``delta_id`` and ``error``).
+    ``delta_id`` and ``error``; for ``action_complete``: ``action_id``, ``connector``,
+    ``action_type`` and the gateway's ``result``).
     """
 
     kind: EventKind

@@ -3,11 +3,19 @@ a :class:`~lakesync.errors.ConfigError` naming the ``pip install`` extra."""
 
 from __future__ import annotations
 
+from connectors.actions import ActionHandler
 from connectors.base import Source
-from lakesync.connectors import ConnectorSpec, JiraSpec, MysqlSpec, PostgresSpec, SalesforceSpec
+from lakesync.connectors import (
+    ConnectorSpec,
+    JiraSpec,
+    MysqlSpec,
+    PostgresCdcSpec,
+    PostgresSpec,
+    SalesforceSpec,
+)
 from lakesync.errors import ConfigError
 
-__all__ = ["open_source"]
+__all__ = ["open_actions", "open_source"]
 
 
 def open_source(spec: ConnectorSpec) -> Source:
@@ -30,8 +38,28 @@ def open_source(spec: ConnectorSpec) -> Source:
                 from connectors.database import DatabaseSource, MysqlDialect
 
                 return DatabaseSource(spec, MysqlDialect())
+            case PostgresCdcSpec():
+                from connectors.pg_cdc import PostgresCdcSource
+
+                return PostgresCdcSource(spec)
     except ModuleNotFoundError as exc:
         raise ConfigError(
             f"connector kind needs {exc.name}: pip install 'lakesync[connectors]'"
         ) from None
     raise ConfigError(f"no source for connector kind {type(spec).__name__}")
+
+
+def open_actions(spec: ConnectorSpec) -> ActionHandler | None:
+    """The action handler of ``spec``'s kind (secrets resolved), None for kinds without
+    actions (the databases)."""
+    match spec:
+        case JiraSpec():
+            from connectors.jira import JiraActions
+
+            return JiraActions(spec)
+        case SalesforceSpec():
+            from connectors.salesforce import SalesforceActions
+
+            return SalesforceActions(spec)
+        case _:
+            return None

@@ -89,8 +89,9 @@ async def request(
 
 
 def check(response: httpx.Response) -> Any:
-    """The decoded JSON body of a 2xx response; else :class:`SourceHTTPError`."""
+    """The decoded JSON body of a 2xx response (None when empty, e.g. 204); else
+    :class:`SourceHTTPError`."""
     if response.is_success:
-        return response.json()
+        return response.json() if response.content else None
     url = str(response.request.url.copy_with(query=None))
     raise SourceHTTPError(response.status_code, url, response.text)

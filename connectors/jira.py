@@ -21,17 +21,26 @@ import base64
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from connectors._changes import split_rows
 from connectors._cursor import later, parse_time
 from connectors._http import check, request
+from connectors.actions import ActionDescriptor, ActionHandler, http_failure
 from connectors.base import Chunk, Source
 from lakesync.connectors import JiraSpec
 from lakesync.schema import TableSchema, parse_schema
 
-__all__ = ["JiraSource", "flatten_comment", "flatten_issue", "flatten_project", "jql_for"]
+__all__ = [
+    "JiraActions",
+    "JiraSource",
+    "flatten_comment",
+    "flatten_issue",
+    "flatten_project",
+    "jql_for",
+]
 
 _Getter = Callable[[Mapping[str, Any]], Any]
 
@@ -135,18 +144,22 @@ def jql_for(user_jql: str, since: str | None, overlap: float) -> str:
     return " AND ".join(clauses) + " ORDER BY updated ASC"
 
 
+def jira_client(spec: JiraSpec) -> httpx.AsyncClient:
+    """An HTTP client on the site with Basic auth (email + API token)."""
+    auth = base64.b64encode(f"{spec.email}:{spec.token}".encode()).decode()
+    return httpx.AsyncClient(
+        base_url=spec.url.rstrip("/"),
+        headers={"Authorization": f"Basic {auth}", "Accept": "application/json"},
+        timeout=60.0,
+    )
+
+
 class JiraSource(Source):
     """Jira Cloud issues, comments and projects (see the module docstring)."""
 
-    def __init__(self, spec: JiraSpec, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, spec: JiraSpec) -> None:
         self.spec = spec
-        auth = base64.b64encode(f"{spec.email}:{spec.token}".encode()).decode()
-        self.http = httpx.AsyncClient(
-            base_url=spec.url.rstrip("/"),
-            headers={"Authorization": f"Basic {auth}", "Accept": "application/json"},
-            timeout=60.0,
-            transport=transport,
-        )
+        self.http = jira_client(spec)
 
     async def schemas(self) -> Sequence[TableSchema]:
         """``jira_issues``, ``jira_comments``, ``jira_projects`` (as configured)."""
@@ -299,3 +312,76 @@ def _split_ids(ids: Sequence[str], size: int) -> list[list[str]]:
 def _split_list(items: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[dict[str, Any]]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def _adf(text: str) -> dict[str, Any]:
+    """Plain text as an Atlassian Document Format paragraph (what v3 bodies take)."""
+    paragraph = {"type": "paragraph", "content": [{"type": "text", "text": text}]}
+    return {"type": "doc", "version": 1, "content": [paragraph]}
+
+
+_TEXT = {"type": "string", "minLength": 1}
+
+
+class JiraActions(ActionHandler):
+    """``create_issue`` and ``add_comment`` (one attempt each: the client retries, under its
+    idempotency key, what may pass on a second try)."""
+
+    def __init__(self, spec: JiraSpec) -> None:
+        self.http = jira_client(spec)
+
+    def descriptors(self) -> list[ActionDescriptor]:
+        """The two action types and their params."""
+        return [
+            ActionDescriptor(
+                "create_issue",
+                "Create an issue; returns its id and key.",
+                {
+                    "type": "object",
+                    "properties": {
+                        "projectKey": _TEXT,
+                        "summary": _TEXT,
+                        "issueType": _TEXT,
+                        "description": {"type": "string"},
+                        "labels": {"type": "array", "items": {"type": "string"}},
+                    },
+                    "required": ["projectKey", "summary"],
+                    "additionalProperties": False,
+                },
+            ),
+            ActionDescriptor(
+                "add_comment",
+                "Add a plain-text comment to an issue (by id or key); returns its id.",
+                {
+                    "type": "object",
+                    "properties": {"issue": _TEXT, "body": _TEXT},
+                    "required": ["issue", "body"],
+                    "additionalProperties": False,
+                },
+            ),
+        ]
+
+    async def execute(self, action_type: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """POST the issue or the comment."""
+        if action_type == "create_issue":
+            fields: dict[str, Any] = {
+                "project": {"key": params["projectKey"]},
+                "summary": params["summary"],
+                "issuetype": {"name": params.get("issueType", "Task")},
+                "labels": params.get("labels", []),
+            }
+            if "description" in params:
+                fields["description"] = _adf(params["description"])
+            path, body = "/rest/api/3/issue", {"fields": fields}
+        else:
+            path = f"/rest/api/3/issue/{quote(params['issue'], safe='')}/comment"
+            body = {"body": _adf(params["body"])}
+        try:
+            created = check(await request(self.http, "POST", path, json=body, attempts=1))
+        except Exception as exc:
+            raise http_failure(exc) from None
+        return {k: created[k] for k in ("id", "key") if k in created}
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.http.aclose()

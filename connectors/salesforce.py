@@ -26,11 +26,12 @@ import httpx
 from connectors._changes import split_rows
 from connectors._cursor import later, parse_time
 from connectors._http import SourceHTTPError, check, request
+from connectors.actions import ActionDescriptor, ActionHandler, http_failure
 from connectors.base import Chunk, Source
 from lakesync.connectors import SalesforceSpec
 from lakesync.schema import TableSchema, parse_schema
 
-__all__ = ["OBJECTS", "SalesforceSource", "soql_for"]
+__all__ = ["OBJECTS", "SalesforceActions", "SalesforceSession", "SalesforceSource", "soql_for"]
 
 _COMMON = {"Name": "string", "OwnerId": "string", "CreatedDate": "string"}
 _COMMON |= {"LastModifiedDate": "string"}
@@ -109,16 +110,54 @@ def flatten(obj: str, record: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return str(record["Id"]), {column_name(f): record.get(f) for f in OBJECTS[obj][1]}
 
 
+class SalesforceSession:
+    """An OAuth session on the org: logs in on first use and once more on a 401."""
+
+    def __init__(self, spec: SalesforceSpec) -> None:
+        self.spec = spec
+        self.http = httpx.AsyncClient(timeout=120.0)
+        self.instance_url: str | None = None
+        self.logins = 0
+
+    async def login(self) -> None:
+        """The username-password flow: a fresh access token and the instance URL."""
+        form = {
+            "grant_type": "password",
+            "client_id": self.spec.client_id,
+            "client_secret": self.spec.client_secret,
+            "username": self.spec.username,
+            "password": self.spec.password,
+        }
+        url = f"{self.spec.login_url.rstrip('/')}/services/oauth2/token"
+        body = check(await request(self.http, "POST", url, data=form))
+        self.http.headers["Authorization"] = f"Bearer {body['access_token']}"
+        self.instance_url = str(body["instance_url"]).rstrip("/")
+        self.logins += 1
+
+    async def request(self, method: str, path: str, attempts: int = 8, **kw: Any) -> httpx.Response:
+        """A request on the instance (``path`` from ``/services``); 429/503 retried
+        ``attempts`` times, a 401 answered by one new login."""
+        if self.instance_url is None:
+            await self.login()
+        for attempt in range(2):
+            url = f"{self.instance_url}{path}"
+            response = await request(self.http, method, url, attempts=attempts, **kw)
+            if response.status_code != 401 or attempt:
+                return response
+            await self.login()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.http.aclose()
+
+
 class SalesforceSource(Source):
     """Salesforce objects (see the module docstring)."""
 
-    def __init__(
-        self, spec: SalesforceSpec, transport: httpx.AsyncBaseTransport | None = None
-    ) -> None:
+    def __init__(self, spec: SalesforceSpec) -> None:
         self.spec = spec
-        self.http = httpx.AsyncClient(timeout=120.0, transport=transport)
-        self.instance_url: str | None = None
-        self.logins = 0
+        self.session = SalesforceSession(spec)
 
     async def schemas(self) -> Sequence[TableSchema]:
         """One table per configured object."""
@@ -136,35 +175,11 @@ class SalesforceSource(Source):
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
-        await self.http.aclose()
-
-    async def _login(self) -> None:
-        form = {
-            "grant_type": "password",
-            "client_id": self.spec.client_id,
-            "client_secret": self.spec.client_secret,
-            "username": self.spec.username,
-            "password": self.spec.password,
-        }
-        url = f"{self.spec.login_url.rstrip('/')}/services/oauth2/token"
-        body = check(await request(self.http, "POST", url, data=form))
-        self.http.headers["Authorization"] = f"Bearer {body['access_token']}"
-        self.instance_url = str(body["instance_url"]).rstrip("/")
-        self.logins += 1
+        await self.session.aclose()
 
     async def _get(self, path: str, **params: Any) -> Any:
-        """GET on the instance, logging in first and once more on a 401."""
-        if self.instance_url is None:
-            await self._login()
         headers = {"Sforce-Query-Options": f"batchSize={self.spec.page_size}"}
-        for attempt in range(2):
-            response = await request(
-                self.http, "GET", f"{self.instance_url}{path}", params=params, headers=headers
-            )
-            if response.status_code != 401 or attempt:
-                return check(response)
-            await self._login()
-        raise AssertionError("unreachable")
+        return check(await self.session.request("GET", path, params=params, headers=headers))
 
     async def poll(self, cursor: Mapping[str, Any]) -> AsyncGenerator[Chunk, None]:
         """Changed records, then deletions, object by object."""
@@ -223,3 +238,44 @@ class SalesforceSource(Source):
 
 def _copy(state: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return {k: dict(v) for k, v in state.items()}
+
+
+class SalesforceActions(ActionHandler):
+    """``update_record``: PATCH fields of one Account, Contact, Opportunity or Lead (one
+    attempt: the client retries, under its idempotency key, what may pass later)."""
+
+    def __init__(self, spec: SalesforceSpec) -> None:
+        self.spec = spec
+        self.session = SalesforceSession(spec)
+
+    def descriptors(self) -> list[ActionDescriptor]:
+        """The one action type and its params."""
+        return [
+            ActionDescriptor(
+                "update_record",
+                "Set fields of a record (API field names); returns its id.",
+                {
+                    "type": "object",
+                    "properties": {
+                        "object": {"enum": list(OBJECTS)},
+                        "id": {"type": "string", "pattern": "^[A-Za-z0-9]{15,18}$"},
+                        "fields": {"type": "object", "minProperties": 1},
+                    },
+                    "required": ["object", "id", "fields"],
+                    "additionalProperties": False,
+                },
+            )
+        ]
+
+    async def execute(self, action_type: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """PATCH the record."""
+        path = f"/services/data/{self.spec.api_version}/sobjects/{params['object']}/{params['id']}"
+        try:
+            check(await self.session.request("PATCH", path, attempts=1, json=params["fields"]))
+        except Exception as exc:
+            raise http_failure(exc) from None
+        return {"id": params["id"]}
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.session.aclose()

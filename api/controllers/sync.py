@@ -1,10 +1,9 @@
-"""Client sync routes (SPEC §5): push, pull, checkpoint, actions."""
+"""Client sync routes (SPEC §5): push, pull, checkpoint (actions: api.controllers.actions)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-import msgspec
 from litestar import Controller, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.dto import MsgspecDTO
@@ -29,7 +28,7 @@ from lakesync.wire import (
     push_response,
 )
 
-__all__ = ["ActionRequest", "ActionResponse", "ActionsResponse", "PushBody", "SyncController"]
+__all__ = ["PushBody", "SyncController"]
 
 
 class PushBody(MsgspecDTO[PushRequest]):
@@ -40,43 +39,6 @@ class PushBody(MsgspecDTO[PushRequest]):
     def decode_bytes(self, value: bytes) -> PushRequest:
         """The typed push request of a body."""
         return decode_push_request(value)
-
-
-class Action(msgspec.Struct, rename="camel"):
-    """One imperative action addressed to a connector."""
-
-    action_id: str
-    connector: str
-    action_type: str
-    params: dict[str, Any] = {}
-
-
-class ActionRequest(msgspec.Struct, rename="camel"):
-    """``POST /v1/sync/{gw}/action`` body."""
-
-    client_id: str
-    actions: list[Action]
-
-
-class ActionResult(msgspec.Struct, rename="camel"):
-    """The outcome of one action (an error result when no handler takes it)."""
-
-    action_id: str
-    code: str
-    message: str
-    retryable: bool = False
-
-
-class ActionResponse(msgspec.Struct):
-    """Results in request order."""
-
-    results: list[ActionResult]
-
-
-class ActionsResponse(msgspec.Struct):
-    """Action discovery: connector name → the action types it handles."""
-
-    connectors: dict[str, list[str]]
 
 
 def _int_param(raw: str | None, name: str, default: int) -> int:
@@ -150,27 +112,3 @@ class SyncController(Controller):
             media_type=CONTENT_TYPE,
             headers={"X-Checkpoint-Hlc": str(opened.position)},
         )
-
-    @post("/action", status_code=200, responses=ERROR_RESPONSES)
-    async def action(
-        self,
-        gw: FromPath[str],
-        data: JSONBody[ActionRequest],
-        claims: NamedDependency[Claims],
-        service: NamedDependency[SyncService],
-    ) -> ActionResponse:
-        """Run imperative actions; with no connector handlers every action reports NOT_FOUND."""
-        service.check_client(claims, data.client_id)
-        return ActionResponse(
-            [
-                ActionResult(
-                    a.action_id, "NOT_FOUND", f"no handler for connector {a.connector!r}", False
-                )
-                for a in data.actions
-            ]
-        )
-
-    @get("/actions", responses=ERROR_RESPONSES)
-    async def actions(self, gw: FromPath[str], claims: NamedDependency[Claims]) -> ActionsResponse:
-        """Which connectors accept which action types (none registered yet)."""
-        return ActionsResponse({})

@@ -24,7 +24,7 @@ import msgspec
 from msgspec import Struct
 
 from api.services.sync import SyncService
-from connectors import Poller, Source, open_source
+from connectors import ActionHandler, Poller, Source, open_actions, open_source
 from lakesync.connectors import (
     ConnectorSpec,
     connector_client_id,
@@ -116,6 +116,7 @@ class ConnectorService:
         self.source_factory = source_factory
         self.lead = lead
         self.pollers: dict[tuple[str, str], Poller] = {}
+        self.handlers: dict[tuple[str, str], ActionHandler] = {}
 
     async def start(self) -> None:
         """Start every declared and registered connector (a bad one is logged and skipped:
@@ -133,7 +134,7 @@ class ConnectorService:
                     if isinstance(found, Struct)
                     else parse_connector(name, {**found, "gateway": gw})
                 )
-                await self._run(gw, name, self._poller(name, spec))
+                await self._run(gw, name, spec)
             except LakeSyncError as exc:
                 _log.error("connector %s on gateway %s not started: %s", name, gw, exc.message)
 
@@ -148,12 +149,29 @@ class ConnectorService:
             lead=self._lead,
         )
 
-    async def _run(self, gw: str, name: str, poller: Poller) -> None:
-        old = self.pollers.pop((gw, name), None)
-        if old is not None:
-            await old.stop()
+    async def _run(
+        self, gw: str, name: str, spec: ConnectorSpec, poller: Poller | None = None
+    ) -> None:
+        poller = poller or self._poller(name, spec)
+        await self._forget(gw, name)
+        resolved = resolve_secrets(spec, self.env, lambda p: Path(p).read_text(encoding="utf-8"))
+        handler = open_actions(resolved)
+        if handler is not None:
+            self.handlers[(gw, name)] = handler
         self.pollers[(gw, name)] = poller
         poller.start()
+
+    async def _forget(self, gw: str, name: str) -> None:
+        poller = self.pollers.pop((gw, name), None)
+        if poller is not None:
+            await poller.stop()
+        handler = self.handlers.pop((gw, name), None)
+        if handler is not None:
+            await handler.aclose()
+
+    def action_handlers(self, gw: str) -> dict[str, ActionHandler]:
+        """The action handlers of ``gw``'s connectors, by connector name."""
+        return {name: h for (g, name), h in self.handlers.items() if g == gw}
 
     async def _lead(self) -> bool:
         if self.lead is None:
@@ -162,9 +180,8 @@ class ConnectorService:
 
     async def stop(self) -> None:
         """Stop every poller (each resumes from its stored cursor on the next start)."""
-        for poller in list(self.pollers.values()):
-            await poller.stop()
-        self.pollers.clear()
+        for gw, name in list({*self.pollers, *self.handlers}):
+            await self._forget(gw, name)
 
     # -- admin ----------------------------------------------------------------------------------
     async def register(self, gw: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,9 +193,9 @@ class ConnectorService:
         doc = {k: v for k, v in body.items() if k not in ("gateway", "kind")}
         doc["type"] = body.get("kind", body.get("type"))
         spec = parse_connector(name, {**doc, "gateway": gw})
-        poller = self._poller(name, spec)  # invalid: 400, and nothing stored
+        poller = self._poller(name, spec)  # a missing secret or driver: 400, nothing stored
         await anyio.to_thread.run_sync(self.service.store.put_doc, gw, DOC_KIND, name, doc)
-        await self._run(gw, name, poller)
+        await self._run(gw, name, spec, poller)
         return redact(doc)
 
     async def unregister(self, gw: str, name: str) -> None:
@@ -186,9 +203,7 @@ class ConnectorService:
         removed = await anyio.to_thread.run_sync(self.service.store.delete_doc, gw, DOC_KIND, name)
         if not removed:
             raise NotFoundError(f"no connector {name!r} on gateway {gw!r}")
-        poller = self.pollers.pop((gw, name), None)
-        if poller is not None:
-            await poller.stop()
+        await self._forget(gw, name)
         await anyio.to_thread.run_sync(self.service.store.delete_doc, gw, CURSOR_KIND, name)
 
     async def documents(self, gw: str) -> list[dict[str, Any]]:

@@ -6,12 +6,19 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
 from client._types import Event
 from lakesync.delta import CellError, CellErrorHandler, RowDelta
-from lakesync.errors import LakeSyncError, RateLimitedError, code_for_status, error_for_code
+from lakesync.errors import (
+    ConfigError,
+    LakeSyncError,
+    RateLimitedError,
+    code_for_status,
+    error_for_code,
+)
 
 __all__ = [
     "BroadcastHandler",
@@ -78,6 +85,11 @@ class Transport(ABC):
     @abstractmethod
     def checkpoint(self) -> Checkpoint | None:
         """Open the gateway's initial-sync checkpoint, or None when it has none (404)."""
+
+    def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """POST actions (SPEC §5 ``/action``); their results in order. Transports that cannot
+        reach that route raise :class:`ConfigError`."""
+        raise ConfigError(f"{type(self).__name__} cannot run actions")
 
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:  # noqa: B027
         """Receive realtime broadcasts (a no-op for transports without them)."""

@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
+import msgspec
 
 from client._auth import TokenProvider
 from client.errors import ConnectionFailedError, ValidationError
@@ -81,6 +82,13 @@ class HttpTransport(Transport):
         )
         deltas, server_hlc, has_more = decode_pull_response(resp.content, self._cell_errors)
         return PullPage(deltas, server_hlc, has_more)
+
+    def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """POST ``/action``; the results in order."""
+        body = msgspec.json.encode({"clientId": client_id, "actions": actions})
+        resp = self._send("POST", "/action", content=body)
+        results: list[dict[str, Any]] = msgspec.json.decode(resp.content)["results"]
+        return results
 
     def checkpoint(self) -> Checkpoint | None:
         """GET ``/checkpoint`` as a stream of ``[uint32 length][SyncResponse]`` frames."""

@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
@@ -125,6 +126,10 @@ class WebSocketTransport(Transport):
     def checkpoint(self) -> Checkpoint | None:
         """The checkpoint route is HTTP only."""
         return self._http.checkpoint()
+
+    def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The action route is HTTP only."""
+        return self._http.actions(client_id, actions)
 
     def connect(self) -> None:
         """Open the socket now (it is otherwise opened by the first request)."""

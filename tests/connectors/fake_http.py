@@ -36,7 +36,7 @@ class FakeServer:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
-        self.failures: list[Reply] = []
+        self.failures: list[tuple[str, Reply]] = []
         self.requests: list[tuple[str, str, int]] = []
         fake = self
 
@@ -78,11 +78,17 @@ class FakeServer:
         self.routes.append((method, re.compile(pattern), handler))
 
     def fail_next(
-        self, count: int, status: int, headers: dict[str, str] | None = None, body: Any = None
+        self,
+        count: int,
+        status: int,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        only: str = "",
     ) -> None:
-        """Answer the next ``count`` requests with ``status`` (e.g. 429 + Retry-After)."""
+        """Answer the next ``count`` requests (those whose ``METHOD /path`` starts with
+        ``only``) with ``status`` (e.g. 429 + Retry-After)."""
         with self.lock:
-            self.failures.extend([(status, body, headers or {})] * count)
+            self.failures.extend([(only, (status, body, headers or {}))] * count)
 
     def authorize(self, req: Request) -> Reply | None:
         """None when the request may proceed, else the reply to send."""
@@ -98,8 +104,10 @@ class FakeServer:
         denied = self.authorize(req)
         if denied is not None:
             return denied
-        if self.failures:
-            return self.failures.pop(0)
+        for i, (only, reply) in enumerate(self.failures):
+            if f"{req.method} {req.path}".startswith(only):
+                del self.failures[i]
+                return reply
         for method, pattern, handler in self.routes:
             m = pattern.fullmatch(req.path)
             if m and method == req.method:

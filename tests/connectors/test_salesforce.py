@@ -71,7 +71,7 @@ def test_records_edits_deletions_token_expiry_and_503s_settle_to_the_org(
     org.fail_next(2, 503, {}, [{"message": "busy", "errorCode": "SERVER_UNAVAILABLE"}])
     source = SalesforceSource(spec(org))
     poll(gateway, source)
-    assert org.statuses(503) == 2 and source.logins == 1
+    assert org.statuses(503) == 2 and source.session.logins == 1
     assert_mirrors(gateway, org)
 
     org.edit("Account", ids[3], Name="Renamed", AnnualRevenue=None)
@@ -94,7 +94,7 @@ def test_records_edits_deletions_token_expiry_and_503s_settle_to_the_org(
 
     source._get = expiring_get  # type: ignore[method-assign]
     poll(gateway, source)
-    assert source.logins == 2 and org.statuses(401) == 1
+    assert source.session.logins == 2 and org.statuses(401) == 1
     assert_mirrors(gateway, org)
     assert len(gateway.log()) - before == 4
     assert poll(gateway, SalesforceSource(spec(org))) == 0
