@@ -11,7 +11,7 @@ from typer.exceptions import TyperException
 
 from api.cli import up
 from cli.lake import DataDirOption, pipeline_app, query_command
-from cli.materialise import materialise_command
+from cli.materialise import materialise_command, migrate_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.tokens import mint_token, parse_ttl
@@ -136,6 +136,7 @@ app.command("up")(up)
 app.add_typer(pipeline_app, name="pipeline")
 app.command("query")(query_command)
 app.command("materialise")(materialise_command)
+app.command("migrate")(migrate_command)
 
 
 @app.command()

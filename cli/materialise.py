@@ -18,7 +18,7 @@ from lakehouse.settings import LakeSettings
 from lakesync.config import Config, load_config
 from lakesync.errors import LakeSyncError
 
-__all__ = ["ConfigOption", "MaterialiseError", "materialise_command", "ship"]
+__all__ = ["ConfigOption", "MaterialiseError", "materialise_command", "migrate_command", "ship"]
 
 ConfigOption = Annotated[
     Path | None,
@@ -74,3 +74,41 @@ def materialise_command(
     """Ship each destination's changes since its watermark (no dbt run: see pipeline run)."""
     cfg = load_config(config)
     ship(LakeSettings.from_config(cfg, data_dir), cfg)
+
+
+def migrate_command(
+    source: Annotated[str, typer.Option("--from", help="Destination to copy from (its name).")],
+    target: Annotated[str, typer.Option("--to", help="Destination to copy into (its name).")],
+    table: Annotated[
+        list[str] | None, typer.Option("--table", help="Only this table (repeatable).")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Copy tables between two declared destinations (idempotent: run it again to finish).
+
+    The tables and their columns are the source gateway's schemas in the configuration.
+    """
+    from destinations.factory import open_destination
+    from destinations.migrate import migrate_table
+    from lakesync.errors import ConfigError
+
+    cfg = load_config(config)
+    for name in (source, target):
+        if name not in cfg.destinations:
+            known = ", ".join(sorted(cfg.destinations)) or "none declared"
+            raise ConfigError(f"no destination {name!r} in the configuration ({known})")
+    spec = cfg.destinations[source]
+    gateway = cfg.gateways.get(spec.gateway)
+    schemas = [s for s in (gateway.schemas if gateway else []) if spec.ships(s.table)]
+    if table:
+        schemas = [s for s in schemas if s.table in table]
+    if not schemas:
+        raise ConfigError(
+            f"no table schemas for gateway {spec.gateway!r} in the configuration: declare them "
+            "under gateways: so migrate knows the columns"
+        )
+    with open_destination(spec) as src, open_destination(cfg.destinations[target]) as dst:
+        for schema in schemas:
+            columns = [(c.name, c.type) for c in schema.columns]
+            n = migrate_table(src, dst, schema.table, columns, schema.external_id_column)
+            Console().print(f"{schema.table}: {n} rows from {source} to {target}")

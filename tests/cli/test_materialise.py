@@ -70,3 +70,42 @@ destinations:
     out = CliRunner().invoke(app, ["materialise", "--config", str(config)])
     assert out.exit_code == 1
     assert out.stderr.startswith("error:") and "Traceback" not in out.output
+
+
+def test_migrate_between_declared_destinations(tmp_path: Path) -> None:
+    from tests.destinations.conftest import _drop, open_fresh
+
+    source, source_name = open_fresh("postgres")
+    target, target_name = open_fresh("mysql")
+    try:
+        layout = source.layout("todos", [("title", "string")])
+        source.ensure_table(layout)
+        from destinations.base import typed_change
+
+        source.apply_changes(layout, [typed_change(layout, "a", {"title": "hi"})])
+        urls = {
+            "src": source.spec.url, "dst": target.spec.url,
+        }
+        config = tmp_path / "lakesync.yaml"
+        config.write_text(f"""\
+gateways:
+  gw1:
+    schemas: [{{table: todos, columns: [{{name: title, type: string}}]}}]
+destinations:
+  src: {{kind: postgres, url: "{urls['src']}", gateway: gw1}}
+  dst: {{kind: mysql, url: "{urls['dst']}", gateway: gw1}}
+""", encoding="utf-8")
+        runner = CliRunner()
+        base = ["migrate", "--config", str(config), "--from", "src", "--to"]
+        out = runner.invoke(app, [*base, "dst"])
+        assert out.exit_code == 0, out.output
+        assert "todos: 1 rows from src to dst" in out.stdout
+        rows = target.read_rows(target.layout("todos", [("title", "string")]))
+        assert [r["title"] for r in rows] == ["hi"]
+        out = runner.invoke(app, [*base, "nope"])
+        assert out.exit_code == 2 and "no destination 'nope'" in out.stderr
+    finally:
+        source.close()
+        target.close()
+        _drop("postgres", source_name)
+        _drop("mysql", target_name)
