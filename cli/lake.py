@@ -7,6 +7,7 @@ raise into one line on stderr. Heavy dependencies load inside the commands.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -159,16 +160,43 @@ def query_command(
             "(repeatable; wins over --as-of).",
         ),
     ] = None,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Include the deltas the pipeline has not merged yet (landing table and hot "
+            "log), merged with the same column-level LWW.",
+        ),
+    ] = False,
 ) -> None:
     """Run SQL over the lake's Iceberg tables with DuckDB (no Spark), e.g. analytics.todos."""
     from lakehouse.query import run_query
 
     if fmt not in ("table", "json", "csv"):
         raise typer.BadParameter("use table, json or csv", param_hint="--format")
+    if fresh and (as_of is not None or snapshot):
+        raise typer.BadParameter("--fresh reads now; drop --as-of/--snapshot", param_hint="--fresh")
     instant = None if as_of is None else _parse_as_of(as_of)
     pins = _parse_snapshots(snapshot or [])
-    result = run_query(LakeSettings.from_env(data_dir), sql, as_of=instant, snapshots=pins)
+    settings = LakeSettings.from_env(data_dir)
+    with contextlib.ExitStack() as stack:
+        log = _hot_log(settings.data_dir, stack) if fresh else None
+        result = run_query(settings, sql, as_of=instant, snapshots=pins, fresh=fresh, hot_log=log)
     _print(result, fmt)
+
+
+def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> Any:
+    """The gateway's hot log for a fresh read (None when this data dir has none)."""
+    from api.store import open_store
+    from lakesync.hlc import HLC
+
+    cfg = load_config()
+    remote = cfg.store_url.startswith(("postgresql://", "postgres://"))
+    if not remote and cfg.store_url == "sqlite" and not (data_dir / "hotlog.sqlite3").exists():
+        return None
+    store = open_store(cfg.store_url, data_dir, HLC(), cfg.pg_schema)
+    stack.callback(store.close)
+    return store
 
 
 def _print(result: Any, fmt: str) -> None:

@@ -29,6 +29,8 @@ from lakesync.errors import NotFoundError
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
+    from lakehouse.landing import HotLogSource
+
 __all__ = ["OutputFormat", "QueryResult", "connect", "format_rows", "run_query"]
 
 OutputFormat = Literal["table", "json", "csv"]
@@ -50,8 +52,11 @@ class QueryResult:
 def _extension_path(module: Any, name: str) -> Path:
     import duckdb
 
-    return Path(module.__file__).parent / "extensions" / f"v{duckdb.__version__}" / (
-        f"{name}.duckdb_extension"
+    return (
+        Path(module.__file__).parent
+        / "extensions"
+        / f"v{duckdb.__version__}"
+        / (f"{name}.duckdb_extension")
     )
 
 
@@ -170,8 +175,13 @@ def run_query(
     *,
     as_of: datetime | None = None,
     snapshots: Mapping[str, int] | None = None,
+    fresh: bool = False,
+    hot_log: HotLogSource | None = None,
 ) -> QueryResult:
     """Run one SQL statement over the lake (time travel as in :func:`connect`), return all rows.
+
+    ``fresh`` makes the ``analytics`` tables include the deltas the pipeline has not merged
+    yet, from the landing table and from ``hot_log`` when given (:mod:`lakehouse.fresh`).
 
     Naming a table the lake does not have raises :class:`NotFoundError` listing the tables it
     has, or saying that ``as_of`` predates the table; other DuckDB errors (syntax, unknown
@@ -181,6 +191,10 @@ def run_query(
 
     con, absent = _connect(settings, as_of, snapshots or {})
     try:
+        if fresh:
+            from lakehouse.fresh import freshen
+
+            freshen(con, settings, hot_log)
         try:
             cursor = con.execute(sql)
         except duckdb.CatalogException as exc:
@@ -237,7 +251,13 @@ def format_rows(result: QueryResult, fmt: Literal["json", "csv"]) -> Iterator[st
 def table_cells(result: QueryResult) -> Sequence[Sequence[str]]:
     """Rows as display strings for a terminal table (NULL shown as ``null``)."""
     return [
-        ["null" if v is None else json.dumps(_jsonable(v)) if isinstance(v, dict | list) else str(v)
-         for v in row]
+        [
+            "null"
+            if v is None
+            else json.dumps(_jsonable(v))
+            if isinstance(v, dict | list)
+            else str(v)
+            for v in row
+        ]
         for row in result.rows
     ]
