@@ -20,7 +20,7 @@ from client.errors import RowExistsError, RowNotFoundError, ValidationError
 from lakesync.delta import Op, RowDelta, extract_delta, is_view_eviction, validate_row_id
 from lakesync.errors import ClockDriftError
 from lakesync.hlc import HLC
-from lakesync.merge import Cell, Clock, RowState, apply_delta
+from lakesync.merge import Cell, Clock, RowState, apply_delta, join_delta
 from lakesync.schema import (
     check_delta,
 )
@@ -46,7 +46,7 @@ def _with_pending(state: RowState, pending: Sequence[RowDelta]) -> RowState:
         return state
     merged = RowState(dict(state.cells), state.write, state.tombstone)
     for d in pending:
-        apply_delta(merged, d)
+        join_delta(merged, d)
     return merged
 
 
@@ -296,7 +296,7 @@ class RowStore(SchemaStore):
                     t.state, t.reset, t.base = RowState(), True, delta.hlc
                     t.dirty.clear()
                     continue
-                apply_delta(t.state, delta)
+                join_delta(t.state, delta)
                 t.dirty.update(cv.column for cv in delta.columns)
             for key, t in touched.items():
                 t.after = _with_pending(t.state, pending.get(key, ())).visible()

@@ -30,6 +30,7 @@ __all__ = [
     "RowChange",
     "RowState",
     "apply_delta",
+    "join_delta",
     "merge_state",
 ]
 
@@ -142,7 +143,9 @@ def _wins(new: Cell, old: Cell) -> bool:
     return canonical_json(new.value) > canonical_json(old.value)
 
 
-def _join(row: RowState, delta: RowDelta) -> None:
+def join_delta(row: RowState, delta: RowDelta) -> None:
+    """Join one delta into ``row`` (in place): :func:`apply_delta` without reporting the
+    visible row before and after, for callers that need only the state."""
     clock: Clock = (delta.hlc, delta.client_id)
     if delta.op == "DELETE":
         if _beats(clock, row.tombstone):
@@ -160,7 +163,7 @@ def _join(row: RowState, delta: RowDelta) -> None:
 def apply_delta(row: RowState, delta: RowDelta) -> RowChange:
     """Join one delta into ``row`` (in place) and report the visible before/after."""
     before = row.visible()
-    _join(row, delta)
+    join_delta(row, delta)
     return RowChange(before, row.visible())
 
 

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from api.store.base import RowKey
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
-from lakesync.merge import RowState, apply_delta
+from lakesync.merge import RowState, join_delta
 
 __all__ = [
     "copy_states",
@@ -42,7 +42,7 @@ def merge_into(states: dict[RowKey, RowState], deltas: Sequence[RowDelta]) -> No
         row = states.get(key)
         if row is None:
             row = states[key] = RowState()
-        apply_delta(row, d)
+        join_delta(row, d)
 
 
 def copy_states(states: dict[RowKey, RowState], keys: Sequence[RowKey]) -> dict[RowKey, RowState]:
@@ -65,7 +65,7 @@ def history_of(
     later: list[tuple[int, RowDelta]] = []
     for ingest, end, d in rows:
         if ingest <= since:
-            apply_delta(state, d)
+            join_delta(state, d)
         else:
             later.append((end, d))
     return state, later
