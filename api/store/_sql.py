@@ -8,7 +8,7 @@ parameter style (the statements here use ``?``), and the lookups its dialect wri
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
@@ -102,7 +102,33 @@ AFTER_COLUMNS_DDL = (
 )
 """Indexes on added columns (they exist once :data:`ADDED_COLUMNS` are added)."""
 
+LOG_COLUMNS = "ingest, gw, delta_id, tbl, row_id, body, batch_end, client_id, hlc"
+"""The columns of a log row as :meth:`SqlHotLog._insert_log` receives them."""
+
+INSERT_LOG = f"INSERT INTO log ({LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+UPSERT_STATE = (
+    "INSERT INTO row_state (gw, tbl, row_id, state, last_ingest) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (gw, tbl, row_id)"
+    " DO UPDATE SET state = excluded.state, last_ingest = excluded.last_ingest"
+)
+
 _MAX_HLC_COLUMN = 2**63 - 1
+
+
+_RANGE_GAP = 10_000 << 16
+"""HLCs further apart than this (10 s of wall clock) are looked up as separate ranges."""
+
+
+def hlc_ranges(hlcs: Collection[int]) -> list[tuple[int, int]]:
+    """``(low, high)`` ranges covering ``hlcs``, split where two neighbours are more than
+    :data:`_RANGE_GAP` apart, so a range spans little besides the HLCs asked for."""
+    ranges: list[tuple[int, int]] = []
+    for h in sorted(hlcs):
+        if ranges and h - ranges[-1][1] <= _RANGE_GAP:
+            ranges[-1] = (ranges[-1][0], h)
+        else:
+            ranges.append((h, h))
+    return ranges
 
 
 def _hlc_column(hlc: int) -> int:
@@ -170,21 +196,22 @@ class SqlHotLog(HotLog, Generic[C]):
 
     def _known_ids(self, conn: C, gw: str, deltas: Sequence[RowDelta]) -> set[str]:
         """The deltaIds of ``deltas`` that the log of ``gw`` holds. A stored delta with the same
-        deltaId has the same client id and HLC, which :data:`AFTER_COLUMNS_DDL` indexes."""
+        deltaId has the same client id and HLC, which :data:`AFTER_COLUMNS_DDL` indexes; each
+        client's HLCs are looked up as ranges (:func:`hlc_ranges`), which every planner turns
+        into one bounded index scan (PostgreSQL may scan a client's whole history for an IN
+        list it misjudges)."""
         wanted = {d.delta_id for d in deltas}
         by_client: dict[str, set[int]] = {}
         for d in deltas:
             by_client.setdefault(d.client_id, set()).add(_hlc_column(d.hlc))
         known: set[str] = set()
         for client_id, hlcs in by_client.items():
-            ordered = sorted(hlcs)
-            for i in range(0, len(ordered), 500):
-                chunk = ordered[i : i + 500]
-                marks = ",".join("?" * len(chunk))
+            for low, high in hlc_ranges(hlcs):
                 for (did,) in self._fetch(
                     conn,
-                    f"SELECT delta_id FROM log WHERE gw = ? AND client_id = ? AND hlc IN ({marks})",
-                    (gw, client_id, *chunk),
+                    "SELECT delta_id FROM log WHERE gw = ? AND client_id = ?"
+                    " AND hlc >= ? AND hlc <= ?",
+                    (gw, client_id, low, high),
                 ):
                     if did in wanted:
                         known.add(str(did))
@@ -207,6 +234,16 @@ class SqlHotLog(HotLog, Generic[C]):
                     for i, d in ((i, decode_delta(b)) for i, b in raw)
                 ],
             )
+
+    def _insert_log(self, conn: C, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert log rows ``(ingest, gw, delta_id, tbl, row_id, body, batch_end, client_id,
+        hlc)``; a driver may send them in bulk."""
+        self._execute_many(conn, INSERT_LOG, rows)
+
+    def _save_states(self, conn: C, gw: str, rows: Sequence[tuple[str, str, bytes, int]]) -> None:
+        """Upsert the row states ``(tbl, row_id, state, last_ingest)`` of ``gw`` (distinct rows);
+        a driver may send them in bulk."""
+        self._execute_many(conn, UPSERT_STATE, [(gw, *row) for row in rows])
 
     def _appended(self, conn: C, gw: str, after: int, upto: int) -> None:
         """Called inside an append's transaction once entries ``(after, upto]`` are stored."""
@@ -249,11 +286,8 @@ class SqlHotLog(HotLog, Generic[C]):
         entries = [LogEntry(first + i, gw, d) for i, d in enumerate(new)]
         bodies = [encode_delta(e.delta) for e in entries]
         end = entries[-1].ingest_hlc
-        self._execute_many(
+        self._insert_log(
             conn,
-            "INSERT INTO log"
-            " (ingest, gw, delta_id, tbl, row_id, body, batch_end, client_id, hlc)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     e.ingest_hlc,
@@ -279,12 +313,10 @@ class SqlHotLog(HotLog, Generic[C]):
         before = copy_states(states, keys)
         merge_into(states, new)
         last_ingest = {(e.delta.table, e.delta.row_id): e.ingest_hlc for e in entries}
-        self._execute_many(
+        self._save_states(
             conn,
-            "INSERT INTO row_state (gw, tbl, row_id, state, last_ingest) VALUES (?, ?, ?, ?, ?)"
-            " ON CONFLICT (gw, tbl, row_id)"
-            " DO UPDATE SET state = excluded.state, last_ingest = excluded.last_ingest",
-            [(gw, t, r, encode_state(states[(t, r)]), last_ingest[(t, r)]) for t, r in keys],
+            gw,
+            [(t, r, encode_state(states[(t, r)]), last_ingest[(t, r)]) for t, r in keys],
         )
         self._reindex(conn, gw, {k: states[k] for k in keys})
         head = entries[-1].ingest_hlc

@@ -21,7 +21,13 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from api.store._batch import fresh_deltas
-from api.store._sql import ADDED_COLUMNS, AFTER_COLUMNS_DDL, SqlHotLog, schema_ddl
+from api.store._sql import (
+    ADDED_COLUMNS,
+    AFTER_COLUMNS_DDL,
+    LOG_COLUMNS,
+    SqlHotLog,
+    schema_ddl,
+)
 from api.store.base import LogNotice, RowKey, RowRecord, decode_state
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
@@ -31,6 +37,14 @@ __all__ = ["PostgresHotLog"]
 _CHANNEL = "lakesync_hotlog"
 
 T = TypeVar("T")
+
+_COPY_LOG = f"COPY log ({LOG_COLUMNS}) FROM STDIN"
+_UPSERT_STATES = (
+    "INSERT INTO row_state (gw, tbl, row_id, state, last_ingest)"
+    " SELECT %s, t, r, s, i FROM unnest(%s::text[], %s::text[], %s::bytea[], %s::bigint[])"
+    " AS u(t, r, s, i) ON CONFLICT (gw, tbl, row_id)"
+    " DO UPDATE SET state = excluded.state, last_ingest = excluded.last_ingest"
+)
 
 _DDL = schema_ddl(integer="BIGINT", blob="BYTEA")
 
@@ -117,6 +131,27 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
     ) -> None:
         with conn.cursor() as cur:
             cur.executemany(_pg(query), rows)
+
+    def _insert_log(self, conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+        # One COPY stream instead of a statement per delta.
+        with conn.cursor() as cur, cur.copy(_COPY_LOG) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def _save_states(
+        self, conn: psycopg.Connection[Any], gw: str, rows: Sequence[tuple[str, str, bytes, int]]
+    ) -> None:
+        # One statement over arrays instead of a statement per row.
+        conn.execute(
+            _UPSERT_STATES,
+            (
+                gw,
+                [r[0] for r in rows],
+                [r[1] for r in rows],
+                [r[2] for r in rows],
+                [r[3] for r in rows],
+            ),
+        )
 
     def _unstored(
         self, conn: psycopg.Connection[Any], gw: str, deltas: Sequence[RowDelta]
