@@ -25,7 +25,7 @@ from api.headers import security_headers_middleware
 from api.lake import Lead
 from api.logs import request_id_middleware
 from api.metrics import GatewayMetrics
-from api.services.connectors import ConnectorService
+from api.services.connectors import ConnectorMetrics, ConnectorService
 from api.services.declared import apply_declared
 from api.services.hub import Hub
 from api.services.sync import SyncService
@@ -67,6 +67,8 @@ def create_app(
             service, settings.connectors, lead=Lead(hot, "connectors", "connector polls")
         )
         app.state.connectors = connectors
+        connector_metrics = ConnectorMetrics(connectors, settings.metrics_gateway_labels)
+        metrics_.registry.register(connector_metrics)
         app.state.actions = ActionDispatcher(hot, connectors.action_handlers)
         await connectors.start()
         loop = asyncio.get_running_loop()
@@ -85,6 +87,7 @@ def create_app(
             yield
         finally:
             await connectors.stop()
+            metrics_.registry.unregister(connector_metrics)
             service.draining = True
             for task in list(relays):
                 task.cancel()

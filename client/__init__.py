@@ -5,6 +5,7 @@ gateway's tables, applies local writes at once and syncs them over HTTP or WebSo
 column-level last-writer-wins merging (SPEC §4). Needs only the ``client`` extra.
 """
 
+from client._actions import ActionRecord
 from client._async import AsyncLakeSyncClient
 from client._backoff import Backoff
 from client._client import LakeSyncClient
@@ -15,6 +16,7 @@ from client._watch import Watch
 from client.transport import HttpTransport, Transport, WebSocketTransport
 
 __all__ = [
+    "ActionRecord",
     "AsyncLakeSyncClient",
     "Backoff",
     "Change",

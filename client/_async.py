@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from client._actions import ActionRecord
 from client._client import LakeSyncClient, Params
 from client._sync import SyncReport
 from client._types import Change, SyncStatus
@@ -56,6 +57,26 @@ class AsyncLakeSyncClient:
     async def sync(self, retries: int | None = None) -> SyncReport:
         """See :meth:`LakeSyncClient.sync`."""
         return await asyncio.to_thread(self.sync_client.sync, retries)
+
+    async def execute_action(
+        self,
+        connector: str,
+        action_type: str,
+        params: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> ActionRecord:
+        """:meth:`LakeSyncClient.execute_action` in a worker thread."""
+        return await asyncio.to_thread(
+            self.sync_client.execute_action, connector, action_type, params, idempotency_key
+        )
+
+    async def run_actions(self, retries: int | None = None) -> int:
+        """:meth:`LakeSyncClient.run_actions` in a worker thread."""
+        return await asyncio.to_thread(self.sync_client.run_actions, retries)
+
+    def action(self, action_id: str) -> ActionRecord | None:
+        """:meth:`LakeSyncClient.action`."""
+        return self.sync_client.action(action_id)
 
     def watch(self, table: str | None = None) -> Watch[list[Change]]:
         """Changed rows of ``table`` (None = all) as an async iterator of batches."""

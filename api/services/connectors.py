@@ -15,13 +15,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
 import msgspec
 from msgspec import Struct
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from api.services.sync import SyncService
 from connectors import ActionHandler, Poller, Source, open_actions, open_source
@@ -37,7 +39,7 @@ from lakesync.delta import RowDelta
 from lakesync.errors import LakeSyncError, NotFoundError, ValidationError
 from lakesync.schema import TableSchema
 
-__all__ = ["CURSOR_KIND", "DOC_KIND", "ConnectorService", "GatewaySink"]
+__all__ = ["CURSOR_KIND", "DOC_KIND", "ConnectorMetrics", "ConnectorService", "GatewaySink"]
 
 _log = logging.getLogger("lakesync.connectors")
 
@@ -224,3 +226,35 @@ class ConnectorService:
         if poller is None:
             raise NotFoundError(f"connector {name!r} does not run on gateway {gw!r}")
         return {"name": name, **dataclasses.asdict(poller.status)}
+
+
+_METRICS = (
+    ("polls", "lakesync_connector_polls", "Connector polls finished or failed"),
+    ("failed_polls", "lakesync_connector_failed_polls", "Connector polls that failed"),
+    ("rows_read", "lakesync_connector_rows_read", "Rows read from outside systems"),
+    ("deltas_pushed", "lakesync_connector_deltas", "Deltas connectors pushed"),
+    ("backpressure_waits", "lakesync_connector_backpressure_waits", "Waits on a full hot log"),
+)
+
+
+class ConnectorMetrics(Collector):
+    """The connectors' counters for ``/metrics``, read from their statuses at scrape time:
+    labelled by gateway and connector, or process totals when ``by_gateway`` is false (the
+    unauthenticated ``/metrics`` then names no tenant)."""
+
+    def __init__(self, connectors: ConnectorService, by_gateway: bool) -> None:
+        self.connectors = connectors
+        self.by_gateway = by_gateway
+
+    def collect(self) -> Iterator[Metric]:
+        """One counter family per status counter."""
+        labels = ["gateway", "connector"] if self.by_gateway else []
+        pollers = list(self.connectors.pollers.items())
+        for field, name, doc in _METRICS:
+            family = CounterMetricFamily(name, doc, labels=labels)
+            if self.by_gateway:
+                for (gw, conn), poller in pollers:
+                    family.add_metric([gw, conn], getattr(poller.status, field))
+            else:
+                family.add_metric([], sum(getattr(p.status, field) for _, p in pollers))
+            yield family

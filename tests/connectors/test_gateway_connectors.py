@@ -102,6 +102,9 @@ def test_a_declared_connector_runs_with_the_app_and_its_secret_stays_hidden(
         assert [(c["name"], c["type"], c["token"]) for c in listed] == [
             ("jira1", "jira", f"${{file:{secret}}}")
         ]
+        text = client.get("/metrics").text
+        assert 'lakesync_connector_deltas_total{connector="jira1",gateway="gw1"} 31.0' in text
+        assert 'lakesync_connector_failed_polls_total{connector="jira1",gateway="gw1"} 0.0' in text
         assert (
             "jira-api-token"
             not in client.get(
@@ -109,3 +112,27 @@ def test_a_declared_connector_runs_with_the_app_and_its_secret_stays_hidden(
                 headers={"Authorization": f"Bearer {token('root', role='admin')}"},
             ).text
         )
+
+
+def test_metrics_without_gateway_labels_show_connector_totals(
+    tmp_path: Path, jira: FakeJira
+) -> None:
+    from lakesync.connectors import parse_connector
+
+    declared = parse_connector(
+        "jira1",
+        {
+            "kind": "jira",
+            "gateway": "gw1",
+            "url": jira.url,
+            "email": "bot@example.com",
+            "token": "jira-api-token",
+            "interval": 30,
+        },
+    )
+    settings = make_settings(tmp_path, connectors={"jira1": declared}, metrics_gateway_labels=False)
+    with TestClient(create_app(settings)) as client:
+        wait_for_poll(Gateway(client), "jira1")
+        lines = [x for x in client.get("/metrics").text.splitlines() if "connector" in x]
+        assert "lakesync_connector_deltas_total 31.0" in lines
+        assert not [x for x in lines if "gw1" in x or "jira1" in x]
