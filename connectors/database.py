@@ -104,14 +104,16 @@ class PostgresDialect(Dialect):
         if where:
             query += sql.SQL(" WHERE {} >= %s").format(where[0])
         query += sql.SQL(" ORDER BY {}").format(sql.SQL(", ").join(order))
-        return _PgStream(conn, query, () if since is None else (since,), dict_row, spec.chunk_rows)
+        cursor = conn.cursor(name="lakesync_connector", row_factory=dict_row)
+        cursor.itersize = spec.chunk_rows
+        return _Stream(conn, cursor, query, () if since is None else (since,))
 
 
-class _PgStream(AbstractContextManager[Iterator[dict[str, Any]]]):
-    def __init__(self, conn: Any, query: Any, params: Any, row_factory: Any, size: int) -> None:
-        self.cursor = conn.cursor(name="lakesync_connector", row_factory=row_factory)
-        self.cursor.itersize = size
-        self.conn, self.query, self.params = conn, query, params
+class _Stream(AbstractContextManager[Iterator[dict[str, Any]]]):
+    """A query's rows through an open streaming cursor; leaving ends the read transaction."""
+
+    def __init__(self, conn: Any, cursor: Any, query: Any, params: Any) -> None:
+        self.conn, self.cursor, self.query, self.params = conn, cursor, query, params
 
     def __enter__(self) -> Iterator[dict[str, Any]]:
         self.cursor.execute(self.query, self.params)
@@ -180,21 +182,7 @@ class MysqlDialect(Dialect):
             query += f" WHERE {where[0]} >= %s"
         query += f" ORDER BY {', '.join(order)}"
         params = () if since is None else (since,)
-        return _MysqlStream(conn, pymysql.cursors.SSDictCursor, query, params)
-
-
-class _MysqlStream(AbstractContextManager[Iterator[dict[str, Any]]]):
-    def __init__(self, conn: Any, cursor_class: Any, query: str, params: Any) -> None:
-        self.cursor = conn.cursor(cursor_class)
-        self.conn, self.query, self.params = conn, query, params
-
-    def __enter__(self) -> Iterator[dict[str, Any]]:
-        self.cursor.execute(self.query, self.params)
-        return iter(self.cursor)
-
-    def __exit__(self, *exc: object) -> None:
-        self.cursor.close()
-        self.conn.rollback()
+        return _Stream(conn, conn.cursor(pymysql.cursors.SSDictCursor), query, params)
 
 
 def _cursor_out(value: Any) -> Any:

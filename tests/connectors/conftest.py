@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +59,17 @@ class GatewayUnderTest:
         return Poller(
             name, source, GatewaySink(self.service, gw, name), connector_client_id(name), 1.0
         )
+
+    def poll(self, source: Source, name: str = "conn1") -> int:
+        """One poll of ``source`` by connector ``name``; the source is closed after it."""
+
+        async def run() -> int:
+            try:
+                return await self.poller(name, source).poll_once()
+            finally:
+                await source.aclose()
+
+        return asyncio.run(run())
 
     def rows(self, table: str, gw: str = "gw1") -> dict[str, dict[str, Any]]:
         """The live rows of ``table``: row id → visible columns."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -96,16 +95,6 @@ def source_for(db: SourceDb, **kw: Any) -> Source:
     return open_source(parse_connector("db1", body))
 
 
-def poll(gateway: GatewayUnderTest, source: Source) -> int:
-    async def run() -> int:
-        try:
-            return await gateway.poller("db1", source).poll_once()
-        finally:
-            await source.aclose()
-
-    return asyncio.run(run())
-
-
 def names(gateway: GatewayUnderTest) -> dict[str, dict[str, Any]]:
     return {k: {"name": v["name"]} for k, v in gateway.rows("items").items()}
 
@@ -116,7 +105,7 @@ def test_cursor_strategy_follows_inserts_and_updates_with_lookback(
     for i in range(30):
         db.insert(i, f"item {i}", f"2026-01-01 10:00:{i:02d}")
     kw = {"strategy": "cursor", "cursor_column": "changed_at", "lookback": 5}
-    poll(gateway, source_for(db, **kw))
+    gateway.poll(source_for(db, **kw))
     assert names(gateway) == db.expected()
     row = gateway.rows("items")["4:eu"]
     assert (row["price"], row["active"], row["doc"]) == (6, True, {"tags": ["a"]})
@@ -131,7 +120,7 @@ def test_cursor_strategy_follows_inserts_and_updates_with_lookback(
     )
     db.insert(100, "late", "2026-01-01 10:00:57")
     before = len(gateway.log())
-    poll(gateway, source_for(db, **kw))
+    gateway.poll(source_for(db, **kw))
     assert names(gateway) == db.expected()
     assert len(gateway.log()) - before == 2
 
@@ -141,28 +130,28 @@ def test_diff_strategy_sees_inserts_updates_and_deletes_and_resumes_after_a_cras
 ) -> None:
     for i in range(40):
         db.insert(i, f"item {i}", "2026-01-01 10:00:00")
-    poll(gateway, source_for(db, strategy="diff"))
+    gateway.poll(source_for(db, strategy="diff"))
     assert names(gateway) == db.expected()
     db.run(f"DELETE FROM {db.table} WHERE id IN (3, 33)")
     db.run(f"UPDATE {db.table} SET name = 'changed' WHERE id = 7")
     db.insert(41, "new", "2026-01-01 10:00:00")
     with pytest.raises(RuntimeError, match="killed"):
-        poll(gateway, CrashAfter(source_for(db, strategy="diff"), 3))
+        gateway.poll(CrashAfter(source_for(db, strategy="diff"), 3))
     gateway.restart()
     before = len(gateway.log())
-    poll(gateway, source_for(db, strategy="diff"))
+    gateway.poll(source_for(db, strategy="diff"))
     assert names(gateway) == db.expected()
     assert len(gateway.log()) - before <= 4  # only what the crashed poll had not stored
-    assert poll(gateway, source_for(db, strategy="diff")) == 0
+    assert gateway.poll(source_for(db, strategy="diff")) == 0
 
 
 def test_an_unknown_table_or_column_is_a_clear_error(
     gateway: GatewayUnderTest, db: SourceDb
 ) -> None:
     with pytest.raises(Exception, match="not found"):
-        poll(gateway, source_for(db, source_table="no_such_table", strategy="diff"))
+        gateway.poll(source_for(db, source_table="no_such_table", strategy="diff"))
     with pytest.raises(Exception, match="no column"):
-        poll(gateway, source_for(db, columns=["nope"], strategy="diff"))
+        gateway.poll(source_for(db, columns=["nope"], strategy="diff"))
 
 
 @given(

@@ -59,22 +59,12 @@ def assert_mirrors(gateway: GatewayUnderTest, fake: FakeJira) -> None:
     }
 
 
-def poll(gateway: GatewayUnderTest, source: Source) -> int:
-    async def run() -> int:
-        try:
-            return await gateway.poller("jira1", source).poll_once()
-        finally:
-            await source.aclose()
-
-    return asyncio.run(run())
-
-
 def test_a_thousand_issues_with_edits_deletions_and_429s_settle_to_the_fake(
     gateway: GatewayUnderTest, jira: FakeJira
 ) -> None:
     ids = seed(jira, 1000)
     jira.fail_next(2, 429, {"Retry-After": "1"}, {"errorMessages": ["Rate limit exceeded"]})
-    assert poll(gateway, JiraSource(spec(jira))) > 1000
+    assert gateway.poll(JiraSource(spec(jira))) > 1000
     assert jira.statuses(429) == 2
     assert_mirrors(gateway, jira)
 
@@ -90,14 +80,14 @@ def test_a_thousand_issues_with_edits_deletions_and_429s_settle_to_the_fake(
     jira.add_issue("OPS", "brand new")
     jira.fail_next(1, 429, {"Retry-After": "0"})
     before = len(gateway.log())
-    poll(gateway, JiraSource(spec(jira)))
+    gateway.poll(JiraSource(spec(jira)))
     assert_mirrors(gateway, jira)
     # Only the changes were pushed: the renamed issue (1), the new comment and its issue's
     # new ``updated`` (2), the removed comment and its issue (2), the deleted issues (2) and
     # the comment of one of them (1), the project (1) and the new issue (1).
     assert len(gateway.log()) - before == 10
     # A poll with nothing new pushes nothing.
-    assert poll(gateway, JiraSource(spec(jira))) == 0
+    assert gateway.poll(JiraSource(spec(jira))) == 0
 
 
 class CrashAfter(Source):
@@ -128,16 +118,16 @@ def test_a_restart_mid_poll_neither_duplicates_nor_misses(
 ) -> None:
     seed(jira, 300)
     with pytest.raises(RuntimeError, match="killed"):
-        poll(gateway, CrashAfter(JiraSource(spec(jira)), 7))
+        gateway.poll(CrashAfter(JiraSource(spec(jira)), 7))
     stored = len(gateway.log())
     assert stored > 0
     gateway.restart()
-    poll(gateway, JiraSource(spec(jira)))
+    gateway.poll(JiraSource(spec(jira)))
     assert_mirrors(gateway, jira)
     # An uninterrupted run over the same data stores exactly as many deltas.
     clean = GatewayUnderTest(tmp_path_factory.mktemp("clean"))
     try:
-        poll(clean, JiraSource(spec(jira)))
+        clean.poll(JiraSource(spec(jira)))
         assert len(gateway.log()) == len(clean.log())
         assert len({d.delta_id for d in gateway.log()}) == len(gateway.log())
     finally:

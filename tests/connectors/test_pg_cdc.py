@@ -8,7 +8,6 @@ binaries are missing (or fail under CI).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
@@ -106,16 +105,6 @@ def source(dsn: str, table: str, slot: str, **kw: Any) -> Source:
     return open_source(parse_connector("cdc1", body))
 
 
-def poll(gateway: GatewayUnderTest, src: Source) -> int:
-    async def run() -> int:
-        try:
-            return await gateway.poller("cdc1", src).poll_once()
-        finally:
-            await src.aclose()
-
-    return asyncio.run(run())
-
-
 def mirrored(gateway: GatewayUnderTest) -> dict[str, dict[str, Any]]:
     return {
         k: {"name": v.get("name"), "done": v.get("done")} for k, v in gateway.rows("items").items()
@@ -135,34 +124,34 @@ def test_inserts_updates_deletes_and_a_key_change_arrive_through_the_slot(
             '{"k": 1}',
             i % 2 == 0,
         )
-    poll(gateway, source(logical_dsn, db.table, "slot_a"))  # creates the slot, loads the table
+    gateway.poll(source(logical_dsn, db.table, "slot_a"))  # creates the slot, loads the table
     assert mirrored(gateway) == db.rows()
     db.run(f"UPDATE {db.table} SET name = 'it''s', done = true WHERE id = 3")
     db.run(f"DELETE FROM {db.table} WHERE id IN (4, 5)")
     db.run(f"UPDATE {db.table} SET id = 100 WHERE id = 6")
     db.run(f"INSERT INTO {db.table} VALUES (200, 'new', 1, null, false)")
     before = len(gateway.log())
-    poll(gateway, source(logical_dsn, db.table, "slot_a"))
+    gateway.poll(source(logical_dsn, db.table, "slot_a"))
     assert mirrored(gateway) == db.rows()
     assert gateway.rows("items")["3"]["price"] == 4.5
     assert (
         len(gateway.log()) - before == 6
     )  # update, 2 deletes, key change (delete + insert), insert
-    assert poll(gateway, source(logical_dsn, db.table, "slot_a")) == 0
+    assert gateway.poll(source(logical_dsn, db.table, "slot_a")) == 0
 
 
 def test_a_crash_mid_stream_resumes_from_the_slot_without_loss(
     gateway: GatewayUnderTest, logical_dsn: str
 ) -> None:
     db = Db(logical_dsn, "cdc_items_b")
-    poll(gateway, source(logical_dsn, db.table, "slot_b"))
+    gateway.poll(source(logical_dsn, db.table, "slot_b"))
     for i in range(40):
         db.run(f"INSERT INTO {db.table} VALUES (%s, %s, 1, null, false)", i, f"n{i}")
     db.run(f"DELETE FROM {db.table} WHERE id < 10")
     with pytest.raises(RuntimeError, match="killed"):
-        poll(gateway, CrashAfter(source(logical_dsn, db.table, "slot_b"), 3))
+        gateway.poll(CrashAfter(source(logical_dsn, db.table, "slot_b"), 3))
     gateway.restart()
-    poll(gateway, source(logical_dsn, db.table, "slot_b"))
+    gateway.poll(source(logical_dsn, db.table, "slot_b"))
     assert mirrored(gateway) == db.rows()
     assert len({d.delta_id for d in gateway.log()}) == len(gateway.log())
 
@@ -176,7 +165,7 @@ def test_a_server_without_logical_decoding_is_a_clear_error(gateway: GatewayUnde
     if level is not None and level[0] == "logical":
         pytest.skip("the shared server has logical decoding on")
     with pytest.raises(ConfigError, match="wal_level = logical"):
-        poll(gateway, source(PG_DSN, "cdc_probe", "slot_probe"))
+        gateway.poll(source(PG_DSN, "cdc_probe", "slot_probe"))
 
 
 IDENT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=8)

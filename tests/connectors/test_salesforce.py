@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from connectors import Source
 from connectors.salesforce import OBJECTS, SalesforceSource, column_name, soql_for
 from lakesync.connectors import SalesforceSpec, parse_connector
 from tests.connectors.conftest import GatewayUnderTest
@@ -54,23 +52,13 @@ def assert_mirrors(gateway: GatewayUnderTest, fake: FakeSalesforce) -> None:
         assert gateway.rows(table) == expected, obj
 
 
-def poll(gateway: GatewayUnderTest, source: Source) -> int:
-    async def run() -> int:
-        try:
-            return await gateway.poller("sf1", source).poll_once()
-        finally:
-            await source.aclose()
-
-    return asyncio.run(run())
-
-
 def test_records_edits_deletions_token_expiry_and_503s_settle_to_the_org(
     gateway: GatewayUnderTest, org: FakeSalesforce
 ) -> None:
     ids = seed(org, 800)
     org.fail_next(2, 503, {}, [{"message": "busy", "errorCode": "SERVER_UNAVAILABLE"}])
     source = SalesforceSource(spec(org))
-    poll(gateway, source)
+    gateway.poll(source)
     assert org.statuses(503) == 2 and source.session.logins == 1
     assert_mirrors(gateway, org)
 
@@ -93,11 +81,11 @@ def test_records_edits_deletions_token_expiry_and_503s_settle_to_the_org(
         return await real_get(path, **params)
 
     source._get = expiring_get  # type: ignore[method-assign]
-    poll(gateway, source)
+    gateway.poll(source)
     assert source.session.logins == 2 and org.statuses(401) == 1
     assert_mirrors(gateway, org)
     assert len(gateway.log()) - before == 4
-    assert poll(gateway, SalesforceSource(spec(org))) == 0
+    assert gateway.poll(SalesforceSource(spec(org))) == 0
 
 
 def test_a_restart_mid_poll_neither_duplicates_nor_misses(
@@ -105,13 +93,13 @@ def test_a_restart_mid_poll_neither_duplicates_nor_misses(
 ) -> None:
     seed(org, 600)
     with pytest.raises(RuntimeError, match="killed"):
-        poll(gateway, CrashAfter(SalesforceSource(spec(org)), 3))
+        gateway.poll(CrashAfter(SalesforceSource(spec(org)), 3))
     gateway.restart()
-    poll(gateway, SalesforceSource(spec(org)))
+    gateway.poll(SalesforceSource(spec(org)))
     assert_mirrors(gateway, org)
     clean = GatewayUnderTest(tmp_path_factory.mktemp("clean"))
     try:
-        poll(clean, SalesforceSource(spec(org)))
+        clean.poll(SalesforceSource(spec(org)))
         assert len(gateway.log()) == len(clean.log())
     finally:
         clean.store.close()
@@ -122,7 +110,7 @@ def test_bad_credentials_fail_with_the_oauth_error_and_store_nothing(
 ) -> None:
     seed(org, 4)
     with pytest.raises(Exception, match="invalid_grant"):
-        poll(gateway, SalesforceSource(spec(org, password="nope")))
+        gateway.poll(SalesforceSource(spec(org, password="nope")))
     assert gateway.log() == []
 
 
