@@ -6,7 +6,7 @@ from typing import Annotated
 
 from litestar import Controller, get, post
 from litestar.di import NamedDependency, Provide
-from litestar.dto import MsgspecDTO
+from litestar.dto import DTOConfig, MsgspecDTO
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.response import Stream
 
@@ -35,6 +35,9 @@ class PushBody(MsgspecDTO[PushRequest]):
     """A push body read by the core codec (:mod:`lakesync.wire`), not Litestar's: the bytes are
     decoded once, straight into the typed request, and errors name the JSON path; OpenAPI still
     documents the body."""
+
+    # The wire's names (clientId, rowId, …) and the deltas' column entries, as in SPEC §3/§5.
+    config = DTOConfig(rename_strategy="camel", max_nested_depth=2)
 
     def decode_bytes(self, value: bytes) -> PushRequest:
         """The typed push request of a body."""

@@ -164,6 +164,12 @@ def test_docs_are_served(gateway: Gateway) -> None:
     spec = gateway.http.get("/docs/openapi.json").json()
     assert "/v1/sync/{gw}/push" in spec["paths"]
     assert gateway.http.get("/docs").status_code == 200
+    schemas = spec["components"]["schemas"]
+    push = spec["paths"]["/v1/sync/{gw}/push"]["post"]["requestBody"]["content"]
+    body = schemas[push["application/json"]["schema"]["$ref"].split("/")[-1]]
+    assert set(body["properties"]) == {"clientId", "deltas", "lastSeenHlc"}  # the wire's names
+    delta = schemas[body["properties"]["deltas"]["items"]["$ref"].split("/")[-1]]
+    assert {"rowId", "clientId", "deltaId", "columns"} <= set(delta["properties"])
 
 
 def test_openapi_documents_the_admin_request_bodies(gateway: Gateway) -> None:
