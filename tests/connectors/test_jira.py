@@ -175,3 +175,32 @@ def test_incremental_jql_is_bounded_and_overlaps_to_the_minute() -> None:
         jql_for("project = OPS", "2026-01-01T10:05:30.000+0000", 120)
         == 'updated >= "2026-01-01 10:03" AND (project = OPS) ORDER BY updated ASC'
     )
+
+
+class EditingJira(FakeJira):
+    """Edits issues while a search is being paged: after the first page of the first search,
+    one issue already served and one not yet served change."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.edits: list[str] = []
+
+    def _search(self, req: Any) -> Any:
+        reply = super()._search(req)
+        if self.edits and req.query.get("nextPageToken") is None and "fields" in req.query:
+            served, later = self.edits
+            self.edits = []
+            self.edit_issue(served, summary="edited after its page")
+            self.edit_issue(later, summary="edited before its page")
+        return reply
+
+
+def test_issues_edited_between_pages_are_not_lost(gateway: GatewayUnderTest) -> None:
+    with EditingJira() as jira:
+        ids = seed(jira, 120)
+        jira.edits = [ids[0], ids[110]]  # oldest first: ids[0] is on page 1, ids[110] is not
+        gateway.poll(JiraSource(spec(jira)))
+        assert_mirrors(gateway, jira)
+        rows = gateway.rows("jira_issues")
+        assert rows[ids[0]]["summary"] == "edited after its page"
+        assert rows[ids[110]]["summary"] == "edited before its page"
