@@ -44,10 +44,10 @@ SCHEMA = {"table": "items", "columns": [
 ]}
 
 
-def _increment(start: int, n: int) -> list[RowDelta]:
+def _increment(start: int, n: int, client: str = "bench") -> list[RowDelta]:
     return [
         RowDelta.create(
-            op="INSERT", table="items", row_id=f"r{start + i}", client_id="bench",
+            op="INSERT", table="items", row_id=f"r{start + i}", client_id=client,
             columns={"title": f"item {start + i}", "qty": i}, hlc=encode(1_000 + start + i, 0),
         )
         for i in range(n)
@@ -105,7 +105,7 @@ def freshness(root: Path, samples: int) -> None:
         user = {"Authorization": f"Bearer {gw.token('alice', 'gw1')}"}
         http.post("/v1/admin/schema/gw1", json=SCHEMA, headers=admin).raise_for_status()
         for i in range(samples + 1):  # the first sample waits for the worker's start: not counted
-            row = _increment(10_000_000 + i, 1)
+            row = _increment(10_000_000 + i, 1, "alice")
             started = time.perf_counter()
             http.post("/v1/sync/gw1/push", headers=user | {"content-type": "application/json"},
                       content=encode_push("alice", row, None)).raise_for_status()
