@@ -124,10 +124,9 @@ class SqlDestination(Destination):
             cur.execute(st.create_table(layout, self.dialect))
             for alter in st.add_columns(layout, self._columns(cur, layout.table), self.dialect):
                 cur.execute(alter)
-            staging = layout.staging()
+            # Staging holds nothing between runs: recreate it in the current shape.
+            cur.execute(st.drop_staging(layout, self.dialect))
             cur.execute(st.create_staging(layout, self.dialect))
-            for alter in st.add_columns(staging, self._columns(cur, staging.table), self.dialect):
-                cur.execute(alter)
         self._bookkept = True
 
     def prepare_staging(self, layout: TableLayout) -> None:
@@ -135,11 +134,19 @@ class SqlDestination(Destination):
         with self._transaction(f"clearing the staging table of {layout.table!r}") as cur:
             cur.execute(st.clear_staging(layout, self.dialect))
 
-    def apply_staged(self, layout: TableLayout, position: int | None) -> None:
-        """Apply what the staging table holds, advance the watermark, empty the staging table:
-        one transaction."""
+    def apply_staged(self, layout: TableLayout) -> tuple[int, int | None]:
+        """Apply what a bulk loader put in the staging table, advance the watermark to the
+        greatest staged ``_position``, empty the staging table: one transaction. Returns the
+        number of rows applied and that position (nothing staged: ``(0, None)``)."""
         with self._transaction(f"applying changes to {layout.table!r}") as cur:
+            cur.execute(st.staged_summary(layout, self.dialect))
+            row = cur.fetchone()
+            count = int(row[0]) if row else 0
+            if count == 0:
+                return 0, None
+            position = None if row[1] is None else int(row[1])
             self._apply_staged(cur, layout, position)
+        return count, position
 
     def _apply_staged(self, cur: Any, layout: TableLayout, position: int | None) -> None:
         now = {"now": _now(self.dialect)}

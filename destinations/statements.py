@@ -43,11 +43,13 @@ __all__ = [
     "create_staging",
     "create_table",
     "create_watermarks",
+    "drop_staging",
     "insert_staging",
     "read_watermark",
     "select_change_set",
     "select_changes",
     "select_rows",
+    "staged_summary",
     "staging_name",
     "upsert_from_staging",
     "write_watermark",
@@ -59,6 +61,8 @@ WATERMARKS = "lakesync_watermarks"
 """Bookkeeping table in each destination: per (gateway, table) the lake position shipped."""
 DELETED = "_deleted"
 """Staging column: the row stopped being live."""
+POSITION = "_position"
+"""Staging column: the row's lake position (landing ingest HLC)."""
 STAGING_PREFIX = "lakesync_stage_"
 
 # String columns that are keys need a bounded, case- and accent-sensitive type on MySQL:
@@ -274,10 +278,16 @@ def add_columns(layout: TableLayout, existing: Sequence[str], dialect: Dialect) 
     return out
 
 
+def drop_staging(layout: TableLayout, dialect: Dialect) -> str:
+    """``DROP TABLE IF EXISTS`` of the staging table (recreated in the current shape)."""
+    return _sql(exp.Drop(tables=[_table(layout.staging())], kind="TABLE", exists=True), dialect)
+
+
 def create_staging(layout: TableLayout, dialect: Dialect) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of the staging table a change set is loaded into.
 
-    JSON cells arrive as text (their canonical JSON) and are cast by the upsert.
+    JSON cells arrive as text (their canonical JSON) and are cast by the upsert; ``_position``
+    is each row's lake position when a bulk loader fills it (see :func:`staged_summary`).
     """
     staging = layout.staging()
     defs: list[exp.Expression] = [_key_def("row_id", dialect, exp.NotNullColumnConstraint())]
@@ -285,6 +295,7 @@ def create_staging(layout: TableLayout, dialect: Dialect) -> str:
         _coldef(n, _type(dialect, "string" if k == "json" else k)) for n, k in layout.columns
     ]
     defs.append(_coldef(DELETED, _type(dialect, "boolean")))
+    defs.append(_coldef(POSITION, _type(dialect, "position")))
     if dialect != "bigquery":
         # The deletes look rows up by row_id: without a key MariaDB rescans it per target row.
         defs.append(exp.PrimaryKey(expressions=[_ident("row_id")]))
@@ -301,6 +312,14 @@ def insert_staging(layout: TableLayout, dialect: Dialect) -> str:
         expression=exp.Values(expressions=[exp.Tuple(expressions=params)]),
     )
     return _sql(insert, dialect)
+
+
+def staged_summary(layout: TableLayout, dialect: Dialect) -> str:
+    """How many rows the staging table holds and their greatest ``_position``."""
+    query = exp.select(
+        exp.Count(this=exp.Star()), exp.Max(this=_col(POSITION))
+    ).from_(_table(layout.staging()))
+    return _sql(query, dialect)
 
 
 def clear_staging(layout: TableLayout, dialect: Dialect) -> str:

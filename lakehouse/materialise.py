@@ -51,8 +51,8 @@ class ShipResult:
     error: str | None = None
     elapsed_s: float = 0.0
     steps: dict[str, float] = field(default_factory=dict)
-    """Seconds per step: ``prepare`` (table, watermark), ``select`` (the change set on Spark),
-    ``load`` (staging), ``apply`` (upsert, delete, watermark)."""
+    """Seconds per step: ``prepare`` (table, watermark), ``select+load`` (the change set computed
+    on Spark and written to staging), ``apply`` (upsert, delete, watermark)."""
 
 
 def _schemas_by_gateway(settings: LakeSettings, config: Config) -> dict[str, list[TableSchema]]:
@@ -134,27 +134,22 @@ def _ship_table(
                               (ANALYTICS_NAMESPACE,)),
             args={"gateway_id": spec.gateway, "table_name": table,
                   "since": Decimal(-1 if since is None else since)},
-        ).cache()
-        try:
-            stats = frame.agg({"_position": "max", "*": "count"}).first()
-            count = 0 if stats is None else int(stats["count(1)"])
-            step("select")
-            if count == 0:
-                return ShipResult(spec.name, table, 0, since,
-                                  elapsed_s=time.monotonic() - started, steps=steps)
-            position = int(stats["max(_position)"])  # type: ignore[index]
-            rows = frame.drop("_position")
-            if isinstance(dest, SqlDestination):
-                _load_staging(dest, layout, rows)
-                step("load")
-                dest.apply_staged(layout, position)
-            else:
-                changes = _collect(layout, rows)
-                step("load")
+        )
+        if isinstance(dest, SqlDestination):
+            # One Spark job: the query's rows go straight to the staging table; the database
+            # then counts them and finds their greatest position inside the apply transaction.
+            _load_staging(dest, layout, frame)
+            step("select+load")
+            count, position = dest.apply_staged(layout)
+        else:
+            changes, top = _collect(layout, frame)
+            step("select+load")
+            count, position = len(changes), top
+            if changes:
                 dest.apply_changes(layout, changes, position)
-            step("apply")
-        finally:
-            frame.unpersist()
+        step("apply")
+        if count == 0:
+            position = since
     except LakeSyncError as exc:
         return ShipResult(spec.name, table, error=exc.message,
                           elapsed_s=time.monotonic() - started)
@@ -179,10 +174,13 @@ def _load_staging(dest: SqlDestination, layout: TableLayout, rows: DataFrame) ->
     )
 
 
-def _collect(layout: TableLayout, rows: DataFrame) -> list[Change]:
+def _collect(layout: TableLayout, rows: DataFrame) -> tuple[list[Change], int | None]:
+    """The change set on the driver, and its greatest position."""
     names = layout.column_names
     out: list[Change] = []
+    top: int | None = None
     for row in rows.toLocalIterator():
         values: dict[str, Any] = {n: row[n] for n in names}
         out.append(Change(row["row_id"], {} if row["_deleted"] else values, bool(row["_deleted"])))
-    return out
+        top = max(top or 0, int(row["_position"]))
+    return out, top
