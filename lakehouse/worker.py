@@ -3,7 +3,9 @@
 ``lakesync up`` with a pipeline interval starts ``python -m lakehouse.worker --data-dir D`` once
 and asks it for each scheduled run over a pipe, so a run costs the work, not a JVM start, the
 Iceberg catalog's warm-up and dbt's import (``bench/pipeline_warm_bench.py`` measures both). The
-run itself is :func:`lakehouse.runner.run_pipeline`, exactly what ``lakesync pipeline run`` calls.
+run itself is what ``lakesync pipeline run`` does: :func:`lakehouse.runner.run_pipeline`, then,
+when the configuration declares ``destinations:``, :func:`lakehouse.materialise.materialise`
+(a run whose shipping partly failed is reported as failed, naming each failed table).
 
 Protocol, one JSON object per line: the parent writes :class:`RunRequest` to the worker's stdin,
 the worker answers :class:`RunReply` on its stdout. Everything else the worker, dbt, Spark or the
@@ -57,6 +59,8 @@ class RunReply(msgspec.Struct):
     tables_updated: list[str] = []
     elapsed_s: float = 0.0
     position: int | None = None
+    rows_shipped: int = 0
+    """Rows applied to the declared destinations after the dbt run (``destinations:``)."""
 
 
 class WorkerDiedError(RuntimeError):
@@ -69,8 +73,10 @@ _encoder = msgspec.json.Encoder()
 
 
 def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
+    from lakehouse.materialise import materialise
     from lakehouse.runner import run_pipeline
     from lakehouse.settings import LakeSettings
+    from lakesync.config import load_config
 
     for line in requests:
         if not line.strip():
@@ -82,12 +88,16 @@ def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
         else:
             _log.info("pipeline run started")
             try:
+                config = load_config(None)
+                settings = LakeSettings.from_config(config, data_dir)
                 result = run_pipeline(
-                    settings=LakeSettings.from_env(data_dir),
+                    settings=settings,
                     full_refresh=request.full_refresh,
                     tests=request.tests,
                     on_progress=lambda node, status: _log.info("%-8s %s", status, node),
                 )
+                # Then ship to the declared destinations, as `lakesync pipeline run` does.
+                shipped = materialise(settings, config) if config.destinations else []
             except Exception as exc:  # one failed run is reported; the worker serves the next
                 _log.exception("pipeline run failed")
                 reply = RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -96,12 +106,18 @@ def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
                     "pipeline run done: %d deltas merged in %.1f s", result.rows_merged,
                     result.elapsed_s,
                 )
+                for s in shipped:
+                    _log.info("shipped %s/%s: %d rows, %s", s.destination, s.table, s.rows,
+                              f"failed: {s.error}" if s.error else "ok")
+                failed = [f"{s.destination}/{s.table}: {s.error}" for s in shipped if s.error]
                 reply = RunReply(
-                    ok=True,
+                    ok=not failed,
+                    error="; ".join(f"shipping {f}" for f in failed),
                     rows_merged=result.rows_merged,
                     tables_updated=result.tables_updated,
                     elapsed_s=result.elapsed_s,
                     position=result.position,
+                    rows_shipped=sum(s.rows for s in shipped),
                 )
         replies.write(_encoder.encode(reply).decode() + "\n")
         replies.flush()

@@ -121,3 +121,49 @@ def test_stop_during_a_run_terminates_the_worker(tmp_path: Path) -> None:
     threading.Timer(1.0, stop.set).start()
     assert worker.run(stop) is None  # returns once stopped, the run terminated, not awaited
     assert worker.pid is None
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_scheduled_run_ships_to_the_declared_destinations(tmp_path: Path) -> None:
+    """The worker does what `lakesync pipeline run --config` does: dbt, then shipping."""
+    import uuid
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    from tests.conftest import PG_DSN, require_postgres
+
+    require_postgres()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'create database "{name}"')
+    url = urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}"))
+    config = tmp_path / "lakesync.yaml"
+    config.write_text(
+        "destinations:\n  pg:\n    kind: postgres\n    url: ${LAKESYNC_TEST_DEST_URL}\n"
+        "    gateway: gw1\n    tables: [notes]\n    delete: soft\n"
+    )
+    settings = LakeSettings.from_env(tmp_path, env={})
+    bootstrap(settings)
+    catalog = open_catalog(settings)
+    publish_schemas(catalog, [("gw1", NOTES)])
+    store = open_store("sqlite", tmp_path, HLC())
+    env = {**os.environ, "LAKESYNC_CONFIG": str(config), "LAKESYNC_TEST_DEST_URL": url}
+    worker = PipelineWorker(tmp_path, tmp_path / "pipeline.log", env)
+    try:
+        store.append("gw1", [_note("n1", 1_000, "one"), _note("n2", 1_001, "two")])
+        LandingFlusher(catalog, store, mark_flushed=store.mark_flushed).flush()
+        reply = worker.run()
+        assert reply is not None and reply.ok, reply
+        assert reply.rows_shipped == 2
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(
+                "select row_id, body from notes where deleted_at is null order by row_id"
+            ).fetchall()
+        assert rows == [("n1", "one"), ("n2", "two")]
+    finally:
+        worker.close()
+        store.close()
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'drop database "{name}" with (force)')
