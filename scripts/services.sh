@@ -71,6 +71,10 @@ fi
 
 # --- BigQuery API emulator (local-bigquery; it needs Python 3.13, so it gets its own venv) ---
 BQ_ENDPOINT=${LAKESYNC_TEST_BIGQUERY_ENDPOINT:-}
+# An endpoint from an earlier .lakesync-env counts only if it answers (the emulator may be gone).
+if [ -n "$BQ_ENDPOINT" ] && ! curl -fsS -o /dev/null "$BQ_ENDPOINT/bigquery/v2/projects/p/datasets" 2>/dev/null; then
+  BQ_ENDPOINT=
+fi
 if [ -z "$BQ_ENDPOINT" ]; then
   BQ_PORT=59050
   BQ=$SERVERS/bigquery

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import psycopg
 import pymysql
 import pytest
@@ -26,6 +27,15 @@ BIGQUERY_ENDPOINT = os.environ.get("LAKESYNC_TEST_BIGQUERY_ENDPOINT", "")
 # The emulator answers a statement in about a second: its cases are slow.
 KINDS = ["postgres", "mysql", pytest.param("bigquery", marks=pytest.mark.slow)]
 _names = itertools.count()
+
+
+def _answers(endpoint: str) -> bool:
+    """Whether the emulator answers (a dead endpoint would make the client retry for minutes)."""
+    try:
+        httpx.get(f"{endpoint}/bigquery/v2/projects/p/datasets", timeout=5).raise_for_status()
+    except httpx.HTTPError:
+        return False
+    return True
 
 
 def _unavailable(reason: str) -> None:
@@ -83,9 +93,9 @@ def open_fresh(
         require_mysql()
         url, name = _fresh_mysql()
     else:
-        if not BIGQUERY_ENDPOINT:
-            _unavailable("no BigQuery emulator: set LAKESYNC_TEST_BIGQUERY_ENDPOINT "
-                         "(scripts/services.sh starts local-bigquery)")
+        if not BIGQUERY_ENDPOINT or not _answers(BIGQUERY_ENDPOINT):
+            _unavailable(f"no BigQuery emulator at {BIGQUERY_ENDPOINT or '(unset)'}: "
+                         "set LAKESYNC_TEST_BIGQUERY_ENDPOINT (scripts/services.sh starts it)")
         name = f"t_{uuid.uuid4().hex[:12]}"
         url = f"bigquery://test-project/{name}?endpoint={BIGQUERY_ENDPOINT}"
     spec = DestinationSpec(kind, url, gateway, delete=delete, name=f"d{next(_names)}")  # type: ignore[arg-type]
