@@ -238,6 +238,9 @@ def test_adding_a_column_flows_to_its_model(lake: Lake) -> None:
 def test_duckdb_reads_current_state_offline(lake: Lake) -> None:
     from lakehouse.query import format_rows, run_query
 
+    # Its own rows: under xdist the module's lake may be fresh, without the other tests' tables.
+    lake.land("gw_duckdb", [_todo("x", "c1", 30, "INSERT", title="t", n=3)])
+    run(lake)
     spark_rows = lake.rows("select gateway_id, row_id, title, n, _hlc from analytics.todos")
     sql = "select gateway_id, row_id, title, n, _hlc from analytics.todos"
     result = run_query(lake.settings, sql)
