@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from destinations.base import Destination, DestinationError
 from lakesync.destinations import DestinationSpec, resolve_url
 from lakesync.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lakehouse.settings import LakeSettings
 
 __all__ = ["mysql_params", "open_destination"]
 
@@ -45,11 +49,15 @@ def mysql_params(url: str) -> dict[str, object]:
 
 
 def open_destination(
-    spec: DestinationSpec, env: Mapping[str, str] | None = None
+    spec: DestinationSpec,
+    env: Mapping[str, str] | None = None,
+    lake: LakeSettings | None = None,
 ) -> Destination:
     """Connect to the destination ``spec`` declares (its URL's references taken from ``env``,
-    default the process environment)."""
-    url = resolve_url(spec, os.environ if env is None else env, _read_file)
+    default the process environment). A ``lake`` destination lives in the catalog of ``lake``
+    (default: the lake the configuration in ``env`` names)."""
+    env = os.environ if env is None else env
+    url = resolve_url(spec, env, _read_file)
     if spec.kind == "postgres":
         try:
             import psycopg
@@ -82,7 +90,10 @@ def open_destination(
         from destinations.bigquery import BigQueryDestination
 
         return BigQueryDestination.from_url(spec, url, env)
-    raise DestinationError(
-        f"destination {spec.name!r}: kind {spec.kind!r} is shipped by the lake itself "
-        "(lakesync materialise), not opened as a database"
-    )
+    from destinations.lake import LakeDestination, lake_namespace
+    from lakehouse.catalog import open_catalog, require_lake
+    from lakehouse.settings import LakeSettings
+
+    settings = lake or LakeSettings.from_env(None, env)
+    require_lake(settings)
+    return LakeDestination(spec, open_catalog(settings), lake_namespace(spec, url))

@@ -74,10 +74,7 @@ def materialise(
     spark: SparkSession | None = None,
     on_result: Callable[[ShipResult], None] | None = None,
 ) -> list[ShipResult]:
-    """Ship every declared destination's tables; returns one result per (destination, table).
-
-    Destinations of kind ``lake`` are reported as not supported yet.
-    """
+    """Ship every declared destination's tables; returns one result per (destination, table)."""
     require_lake(settings)
     by_gateway = _schemas_by_gateway(settings, config)
     # The lake keeps one typed table per name (the union of every gateway's columns).
@@ -91,11 +88,8 @@ def materialise(
 
     for spec in config.destinations.values():
         schemas = [s for s in by_gateway.get(spec.gateway, []) if spec.ships(s.table)]
-        if spec.kind == "lake":
-            report(ShipResult(spec.name, "*", error="lake destinations are not supported yet"))
-            continue
         try:
-            dest = open_destination(spec)
+            dest = open_destination(spec, lake=settings)
         except LakeSyncError as exc:
             report(ShipResult(spec.name, "*", error=exc.message))
             continue

@@ -11,6 +11,19 @@ The ``destinations:`` section of ``lakesync.yaml`` has a fixed shape::
         tables: [todos]           # optional: default every table of that gateway
         delete: soft              # soft (deleted_at set) | hard (row removed)
 
+Optional keys (added to that shape, never changing it):
+
+- ``routes: {TABLE: OTHER}`` (composite): ship ``TABLE`` to the declared destination ``OTHER``
+  instead of this one; the routed tables are shipped by this destination (``tables`` need not
+  list them).
+- ``secondaries: [OTHER, …]`` (fan-out): every change set written here is then copied, best
+  effort, into each ``OTHER``; a secondary's failure is logged and counted, never raised.
+- ``hot_window: 30d`` (lifecycle tiering): rows whose last change in this destination
+  (``synced_at``) is older than the window leave it; the lake's ``analytics.<table>`` (the cold
+  tier) keeps them. Units ``s``, ``m``, ``h``, ``d``, ``w``; not on ``kind: lake``.
+
+A destination named under another's ``routes`` or ``secondaries`` is shipped through it only.
+
 ``url`` may hold ``${VAR}`` / ``${file:PATH}`` references (:mod:`lakesync.secrets`); the parsed
 :class:`DestinationSpec` keeps them and :func:`resolve_url` replaces them when a destination is
 opened, so a parsed configuration never holds a credential. :func:`redact_url` is what messages
@@ -35,8 +48,10 @@ __all__ = [
     "DestinationKind",
     "DestinationSpec",
     "parse_destinations",
+    "parse_window",
     "redact_url",
     "resolve_url",
+    "shipped_on_their_own",
 ]
 
 DestinationKind = Literal["postgres", "mysql", "bigquery", "lake"]
@@ -71,18 +86,47 @@ class DestinationSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     delete: DeleteMode = "soft"
     name: str = ""
     """The key under ``destinations:`` (filled in by :func:`parse_destinations`)."""
+    routes: dict[str, str] = {}
+    """Composite: table -> the declared destination that table goes to instead."""
+    secondaries: list[str] = []
+    """Fan-out: declared destinations that get a best-effort copy of every change set."""
+    hot_window: str | None = None
+    """Lifecycle tiering: rows unchanged for longer leave this destination (e.g. ``30d``)."""
 
     def ships(self, table: str) -> bool:
-        """Whether ``table`` of the destination's gateway goes to this destination."""
-        return self.tables is None or table in self.tables
+        """Whether ``table`` of the destination's gateway goes to (or through) this
+        destination."""
+        return self.tables is None or table in self.tables or table in self.routes
+
+    @property
+    def hot_window_seconds(self) -> float | None:
+        """``hot_window`` in seconds (None: rows stay)."""
+        return None if self.hot_window is None else parse_window(self.hot_window)
 
     def __repr__(self) -> str:
         # The URL may hold a password written inline: never show it.
         return (
             f"DestinationSpec(name={self.name!r}, kind={self.kind!r}, "
             f"url={redact_url(self.url)!r}, gateway={self.gateway!r}, tables={self.tables!r}, "
-            f"delete={self.delete!r})"
+            f"delete={self.delete!r}, routes={self.routes!r}, "
+            f"secondaries={self.secondaries!r}, hot_window={self.hot_window!r})"
         )
+
+
+_WINDOW = re.compile(r"([1-9][0-9]{0,8})([smhdw])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def parse_window(text: str) -> float:
+    """Seconds of a window written as a positive whole number and a unit: ``90s``, ``15m``,
+    ``12h``, ``30d``, ``4w``. Raises :class:`ConfigError` saying so otherwise."""
+    match = _WINDOW.fullmatch(text.strip())
+    if match is None:
+        raise ConfigError(
+            f"hot_window {text!r} is not a window: write a whole number and a unit "
+            "(s, m, h, d, w), e.g. 30d"
+        )
+    return float(int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
 
 
 def redact_url(url: str) -> str:
@@ -127,7 +171,56 @@ def parse_destinations(raw: Mapping[str, Any], where: str) -> dict[str, Destinat
         except LakeSyncError as exc:
             raise ConfigError(f"{where}: {exc.message}") from None
         out[name] = msgspec.structs.replace(spec, name=name)
+    for spec in out.values():
+        try:
+            _check_references(spec, out)
+        except LakeSyncError as exc:
+            raise ConfigError(f"{where}: {exc.message}") from None
     return out
+
+
+def _check_references(spec: DestinationSpec, specs: Mapping[str, DestinationSpec]) -> None:
+    """Routes and secondaries name other declared destinations of the same gateway, which
+    themselves route nowhere (one level: no cycles, no chains); the lake has no hot window."""
+    if spec.hot_window is not None:
+        if spec.kind == "lake":
+            raise ConfigError(
+                f"destination {spec.name!r}: a lake destination is the cold tier itself; "
+                "hot_window goes on a postgres, mysql or bigquery destination"
+            )
+        parse_window(spec.hot_window)
+    for table in spec.routes:
+        validate_identifier(table, f"table name in routes of destination {spec.name!r}")
+    for key, target in [*(("routes", t) for t in spec.routes.values()),
+                        *(("secondaries", t) for t in spec.secondaries)]:
+        other = specs.get(target)
+        if other is None:
+            known = ", ".join(sorted(specs))
+            raise ConfigError(
+                f"destination {spec.name!r}: {key} names {target!r}, which is not declared "
+                f"(declared: {known})"
+            )
+        if target == spec.name:
+            raise ConfigError(f"destination {spec.name!r}: {key} names the destination itself")
+        if other.gateway != spec.gateway:
+            raise ConfigError(
+                f"destination {spec.name!r}: {key} names {target!r} of gateway "
+                f"{other.gateway!r}; both must serve gateway {spec.gateway!r}"
+            )
+        if other.routes or other.secondaries:
+            raise ConfigError(
+                f"destination {spec.name!r}: {key} names {target!r}, which has routes or "
+                "secondaries of its own (one level only)"
+            )
+    if len(set(spec.secondaries)) != len(spec.secondaries):
+        raise ConfigError(f"destination {spec.name!r} lists a secondary twice")
+
+
+def shipped_on_their_own(specs: Mapping[str, DestinationSpec]) -> list[DestinationSpec]:
+    """The destinations shipping starts from: every one not named under another's ``routes``
+    or ``secondaries`` (those are written through the one naming them)."""
+    used = {t for s in specs.values() for t in [*s.routes.values(), *s.secondaries]}
+    return [s for s in specs.values() if s.name not in used]
 
 
 def resolve_url(

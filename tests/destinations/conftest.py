@@ -1,6 +1,8 @@
-"""Destinations under test: the machine's PostgreSQL and MariaDB, and the BigQuery emulator.
+"""Destinations under test: the machine's PostgreSQL and MariaDB, the BigQuery emulator and the
+lake (an embedded Iceberg catalog in a temporary data dir).
 
-Each test gets a fresh database (PostgreSQL schema / MariaDB database / BigQuery dataset) so
+Each test gets a fresh database (PostgreSQL schema / MariaDB database / BigQuery dataset / lake
+data dir) so
 tests never see each other's tables. A missing server skips locally and fails under CI.
 """
 
@@ -8,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
@@ -19,13 +23,15 @@ import pytest
 
 from destinations.base import Destination
 from destinations.factory import mysql_params, open_destination
+from lakehouse.bootstrap import init_catalog_tables
+from lakehouse.settings import LakeSettings
 from lakesync.destinations import DeleteMode, DestinationSpec
 from tests.conftest import PG_DSN, require_postgres
 
 MYSQL_DSN = os.environ.get("LAKESYNC_TEST_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")
 BIGQUERY_ENDPOINT = os.environ.get("LAKESYNC_TEST_BIGQUERY_ENDPOINT", "")
 # The emulator answers a statement in about a second: its cases are slow.
-KINDS = ["postgres", "mysql", pytest.param("bigquery", marks=pytest.mark.slow)]
+KINDS = ["postgres", "mysql", "lake", pytest.param("bigquery", marks=pytest.mark.slow)]
 _names = itertools.count()
 
 
@@ -80,6 +86,8 @@ def _drop(kind: str, name: str) -> None:
         with conn.cursor() as cur:
             cur.execute(f"drop database `{name}`")
         conn.close()
+    elif kind == "lake":
+        shutil.rmtree(name, ignore_errors=True)
 
 
 def open_fresh(
@@ -92,6 +100,13 @@ def open_fresh(
     elif kind == "mysql":
         require_mysql()
         url, name = _fresh_mysql()
+    elif kind == "lake":
+        name = tempfile.mkdtemp(prefix="lake-dest-")
+        lake = LakeSettings.from_env(name, env={})
+        init_catalog_tables(lake)
+        spec = DestinationSpec("lake", "lake://exports", gateway, delete=delete,
+                               name=f"d{next(_names)}")
+        return open_destination(spec, env={}, lake=lake), name
     else:
         if not BIGQUERY_ENDPOINT or not _answers(BIGQUERY_ENDPOINT):
             _unavailable(f"no BigQuery emulator at {BIGQUERY_ENDPOINT or '(unset)'}: "

@@ -133,3 +133,72 @@ def test_resolve_url_errors_name_the_variable_not_the_value(tmp_path: Path) -> N
     missing = DestinationSpec("lake", "${file:/nonexistent/pw}", "gw1", name="m")
     with pytest.raises(ConfigError, match="cannot read secrets file /nonexistent/pw"):
         resolve_url(missing, {}, lambda p: Path(p).read_text(encoding="utf-8"))
+
+
+ROUTED = """\
+destinations:
+  app:
+    kind: postgres
+    url: postgresql://h/app
+    gateway: gw1
+    tables: [todos]
+    routes: {events: reporting}
+    secondaries: [copy]
+    hot_window: 30d
+  reporting: {kind: mysql, url: "mysql://h/rep", gateway: gw1}
+  copy: {kind: mysql, url: "mysql://h/copy", gateway: gw1}
+  alone: {kind: lake, url: "lake://exports", gateway: gw1}
+"""
+
+
+def test_routes_secondaries_and_hot_window_are_optional_keys(tmp_path: Path) -> None:
+    from lakesync.destinations import shipped_on_their_own
+
+    dests = load(tmp_path, ROUTED)
+    app = dests["app"]
+    assert app.routes == {"events": "reporting"} and app.secondaries == ["copy"]
+    assert app.ships("todos") and app.ships("events") and not app.ships("notes")
+    assert app.hot_window_seconds == 30 * 86_400
+    assert dests["copy"].routes == {} and dests["copy"].hot_window_seconds is None
+    assert [s.name for s in shipped_on_their_own(dests)] == ["app", "alone"]
+
+
+@pytest.mark.parametrize(("window", "seconds"), [
+    ("90s", 90), ("15m", 900), ("12h", 43_200), ("1d", 86_400), ("2w", 1_209_600),
+])
+def test_parse_window(window: str, seconds: int) -> None:
+    from lakesync.destinations import parse_window
+
+    assert parse_window(window) == seconds
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("routes: {events: nowhere}", "routes names 'nowhere', which is not declared"),
+        ("secondaries: [d1]", "secondaries names the destination itself"),
+        ("secondaries: [other_gw]", "both must serve gateway 'gw1'"),
+        ("secondaries: [chained]", "has routes or secondaries of its own"),
+        ("secondaries: [plain, plain]", "lists a secondary twice"),
+        ("routes: {'a;b': plain}", "table name in routes"),
+        ("hot_window: 30 days", "hot_window '30 days' is not a window"),
+        ("hot_window: 0d", "is not a window"),
+    ],
+)
+def test_invalid_routes_secondaries_and_windows(tmp_path: Path, extra: str, message: str) -> None:
+    text = f"""\
+destinations:
+  d1: {{kind: postgres, url: "postgresql://h/db", gateway: gw1, {extra}}}
+  plain: {{kind: mysql, url: "mysql://h/db", gateway: gw1}}
+  other_gw: {{kind: mysql, url: "mysql://h/db", gateway: gw2}}
+  chained: {{kind: mysql, url: "mysql://h/db", gateway: gw1, secondaries: [plain]}}
+"""
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, text)
+    assert message in info.value.message and "conf.yaml" in info.value.message
+
+
+def test_a_lake_destination_has_no_hot_window(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cold tier itself"):
+        load(tmp_path, "destinations:\n  l: {kind: lake, url: 'lake://x', gateway: g, "
+                       "hot_window: 1d}\n")
