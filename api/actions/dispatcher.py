@@ -12,6 +12,10 @@ requests with the same key, in this process or another sharing the store, never 
   so the client's retry runs the action again;
 - a key claimed by a request still running answers ``ACTION_IN_PROGRESS`` (retryable); a claim
   older than ``claim_timeout`` (its process died) is taken over.
+
+Records past their life (results older than ``ttl``, released keys, dead claims) are deleted from
+the store by a sweep of the gateway's records that runs on a write, at most once per ``sweep_every``
+seconds per gateway, so the store holds about one TTL's worth of keys.
 """
 
 from __future__ import annotations
@@ -80,12 +84,15 @@ class ActionDispatcher:
         ttl: float = 24 * 3600.0,
         claim_timeout: float = 300.0,
         clock: Callable[[], float] = time.time,
+        sweep_every: float = 600.0,
     ) -> None:
         self.store = store
         self.handlers = handlers
         self.ttl = ttl
         self.claim_timeout = claim_timeout
         self.clock = clock
+        self.sweep_every = sweep_every
+        self._swept: dict[str, float] = {}
 
     def discover(self, gw: str) -> dict[str, list[ActionDescriptor]]:
         """Every connector of ``gw`` with actions, and its action types."""
@@ -123,17 +130,36 @@ class ActionDispatcher:
             )
 
         await anyio.to_thread.run_sync(self.store.update_doc, gw, ACTION_KIND, name, finish)
+        await self._sweep(gw)
         return result
+
+    def _expired(self, now: float) -> Callable[[dict[str, Any]], bool]:
+        def expired(body: dict[str, Any]) -> bool:
+            if body.get("state") == "released":
+                return True
+            live = self.ttl if body.get("state") == "done" else self.claim_timeout
+            return now - float(body.get("at", 0)) >= live
+
+        return expired
+
+    async def _sweep(self, gw: str) -> int:
+        """Delete ``gw``'s expired records, unless a sweep ran less than ``sweep_every`` ago;
+        returns how many went."""
+        now = self.clock()
+        if now - self._swept.get(gw, float("-inf")) < self.sweep_every:
+            return 0
+        self._swept[gw] = now
+        return await anyio.to_thread.run_sync(
+            self.store.delete_docs, gw, ACTION_KIND, self._expired(now)
+        )
 
     def _claimer(self, claim: str) -> Callable[[dict[str, Any] | None], dict[str, Any]]:
         now = self.clock()
+        expired = self._expired(now)
 
         def change(current: dict[str, Any] | None) -> dict[str, Any]:
-            if current is not None and current.get("state") != "released":
-                age = now - float(current.get("at", 0))
-                live = self.ttl if current.get("state") == "done" else self.claim_timeout
-                if age < live:
-                    return current
+            if current is not None and not expired(current):
+                return current
             return {"state": "running", "at": now, "claim": claim}
 
         return change

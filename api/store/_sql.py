@@ -784,6 +784,29 @@ class SqlHotLog(HotLog, Generic[C]):
             )
         )
 
+    def delete_docs(
+        self, gateway_id: str, kind: str, expired: Callable[[dict[str, Any]], bool]
+    ) -> int:
+        """See :meth:`HotLog.delete_docs`."""
+
+        def op(conn: C) -> int:
+            self._lock(conn)  # as update_doc: no claim slips between the read and the delete
+            raw = self._fetch(
+                conn,
+                "SELECT name, body FROM gateway_docs WHERE gw = ? AND kind = ?",
+                (gateway_id, kind),
+            )
+            names = [n for n, body in raw if expired(msgspec.json.decode(body))]
+            for name in names:
+                self._execute(
+                    conn,
+                    "DELETE FROM gateway_docs WHERE gw = ? AND kind = ? AND name = ?",
+                    (gateway_id, kind, name),
+                )
+            return len(names)
+
+        return self._write(op)
+
     def view_stamp(
         self, gateway_id: str, client_id: str, claims_hash: str, claims: Mapping[str, Any]
     ) -> int:

@@ -307,6 +307,14 @@ class HotLog(abc.ABC):
         """Remove a document; False when it did not exist."""
 
     @abc.abstractmethod
+    def delete_docs(
+        self, gateway_id: str, kind: str, expired: Callable[[dict[str, Any]], bool]
+    ) -> int:
+        """Remove the documents of a kind whose body ``expired`` answers true (it must be quick
+        and do no I/O), serialised with :meth:`update_doc`: a document changed meanwhile is
+        judged as changed. Returns how many were removed."""
+
+    @abc.abstractmethod
     def view_stamp(
         self, gateway_id: str, client_id: str, claims_hash: str, claims: Mapping[str, Any]
     ) -> int:

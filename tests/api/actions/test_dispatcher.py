@@ -112,3 +112,31 @@ def test_bad_params_unknown_connectors_and_types_are_clear_failures(store: HotLo
     assert asyncio.run(d.execute("gw2", "alice", act(1))).code == "NOT_FOUND"
     assert handler.runs == 0
     assert list(d.discover("gw1")) == ["counter"] and d.discover("gw2") == {}
+
+
+def test_expired_records_are_deleted_from_the_store(store: HotLog) -> None:
+    now = [1000.0]
+    handler = Counter(flaky=1)
+    d = dispatcher(store, handler, ttl=60, clock=lambda: now[0], sweep_every=30)
+    asyncio.run(d.execute("gw1", "alice", act(1, "a1", "k1")))  # retryable: released
+    assert store.list_docs("gw1", "action-result") == {}  # swept by the first sweep
+    asyncio.run(d.execute("gw1", "alice", act(1, "a2", "k2")))  # done at 1000
+    asyncio.run(d.execute("gw1", "alice", act(13, "a3", "k3")))  # refused at 1000
+    held = store.list_docs("gw1", "action-result")
+    assert sorted(b["state"] for b in held.values()) == ["done", "done"]
+    now[0] += 40  # a sweep is due; the results still live
+    asyncio.run(d.execute("gw1", "alice", act(2, "a4", "k4")))  # done at 1040
+    assert sorted(b["at"] for b in store.list_docs("gw1", "action-result").values()) == [
+        1000.0,
+        1000.0,
+        1040.0,
+    ]
+    now[0] += 30  # 1070: k2 and k3 expired (60 s), k4 not; the sweep is due again
+    asyncio.run(d.execute("gw1", "bob", act(3, "b1", "k1")))
+    left = store.list_docs("gw1", "action-result")
+    assert sorted(b["at"] for b in left.values()) == [1040.0, 1070.0]
+    # The deleted key runs again; the live one replays.
+    runs = handler.runs
+    asyncio.run(d.execute("gw1", "alice", act(1, "a5", "k2")))
+    asyncio.run(d.execute("gw1", "alice", act(2, "a6", "k4")))
+    assert handler.runs == runs + 1

@@ -35,3 +35,16 @@ def test_an_update_that_raises_stores_nothing(store: HotLog) -> None:
         store.update_doc("gw1", "schema", "todos", refuse)
     assert store.update_doc("gw1", "schema", "new", lambda body: {"first": body}) == {"first": None}
     assert store.list_docs("gw1", "schema") == {"todos": {"v": 1}, "new": {"first": None}}
+
+
+def test_delete_docs_removes_what_the_predicate_names_in_one_gateway_and_kind(
+    store: HotLog,
+) -> None:
+    for i in range(5):
+        store.put_doc("gw1", "result", f"k{i}", {"at": i})
+    store.put_doc("gw1", "other", "k0", {"at": 0})
+    store.put_doc("gw2", "result", "k0", {"at": 0})
+    assert store.delete_docs("gw1", "result", lambda body: body["at"] < 3) == 3
+    assert store.list_docs("gw1", "result") == {"k3": {"at": 3}, "k4": {"at": 4}}
+    assert store.list_docs("gw1", "other") == {"k0": {"at": 0}}
+    assert store.list_docs("gw2", "result") == {"k0": {"at": 0}}
