@@ -56,6 +56,12 @@ def ship(settings: LakeSettings, config: Config) -> None:
             "[red]failed[/red]" if r.error else "[green]ok[/green]",
         )
     Console().print(table)
+    for r in results:
+        if r.secondary_failures:
+            Console(stderr=True).print(
+                f"warning: {r.destination}/{r.table}: {r.secondary_failures} writes to fan-out "
+                "secondaries failed (logged above; the primary has the rows)"
+            )
     failed = [f"{r.destination}/{r.table}: {r.error}" for r in results if r.error]
     if failed:
         raise MaterialiseError(

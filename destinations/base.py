@@ -130,6 +130,10 @@ class Destination(abc.ABC):
     def watermark(self, table: str) -> int | None:
         """The lake position shipped into ``table`` for this destination's gateway, if any."""
 
+    def for_table(self, table: str) -> Destination:
+        """The destination that holds ``table`` (a composite's route; else this one)."""
+        return self
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
 

@@ -4,22 +4,36 @@
   default), so one logical destination can keep ``todos`` in PostgreSQL and ``events`` in BigQuery.
 - :class:`FanOutDestination` writes to a primary synchronously (its failures are the caller's)
   and then to secondaries best effort: a secondary's failure is logged and counted in
-  :attr:`FanOutDestination.failures`, never raised, so a slow or broken copy never blocks the
-  primary. Reads come from the primary.
+  :attr:`FanOutDestination.failures` and in the Prometheus counter
+  ``lakesync_destination_secondary_failures_total`` (:mod:`destinations.metrics`), never raised,
+  so a slow or broken copy never blocks the primary. Reads come from the primary.
+
+:func:`open_declared` builds them from ``lakesync.yaml`` (a destination's ``routes`` and
+``secondaries``). A route or secondary that cannot be opened becomes an
+:class:`UnreachableDestination`: the tables routed there fail one by one, a secondary counts a
+failure per write, and everything else ships.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from destinations.base import Change, Destination, DestinationError
+from destinations.metrics import DestinationMetrics
 from destinations.statements import TableLayout
+from lakesync.destinations import DestinationSpec
+from lakesync.errors import LakeSyncError
 
-__all__ = ["CompositeDestination", "FanOutDestination"]
+__all__ = [
+    "CompositeDestination",
+    "FanOutDestination",
+    "UnreachableDestination",
+    "open_declared",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -35,6 +49,9 @@ class CompositeDestination(Destination):
         self._routes = dict(routes)
         self._default = default
         self.spec = (default or next(iter(self._routes.values()))).spec
+
+    def for_table(self, table: str) -> Destination:
+        return self.route(table)
 
     def route(self, table: str) -> Destination:
         """The destination ``table`` goes to."""
@@ -75,12 +92,18 @@ class CompositeDestination(Destination):
 class FanOutDestination(Destination):
     """A primary written synchronously plus best-effort secondaries (by name)."""
 
-    def __init__(self, primary: Destination, secondaries: Mapping[str, Destination]) -> None:
+    def __init__(
+        self,
+        primary: Destination,
+        secondaries: Mapping[str, Destination],
+        metrics: DestinationMetrics | None = None,
+    ) -> None:
         self.primary = primary
         self.secondaries = dict(secondaries)
         self.spec = primary.spec
         self.failures: Counter[str] = Counter()
         """Failed writes per secondary name since this object was made."""
+        self._metrics = metrics
 
     def _each_secondary(self, what: str, layout: TableLayout, call: Any) -> None:
         for name, dest in self.secondaries.items():
@@ -88,6 +111,8 @@ class FanOutDestination(Destination):
                 call(dest, dest.layout(layout.table, layout.columns, layout.external_id))
             except DestinationError as exc:
                 self.failures[name] += 1
+                if self._metrics is not None:
+                    self._metrics.secondary_failed(self.spec.name, name)
                 _log.warning("secondary destination %s: %s failed (%s); the primary has it",
                              name, what, exc.message)
 
@@ -121,3 +146,64 @@ class FanOutDestination(Destination):
         self.primary.close()
         for dest in self.secondaries.values():
             dest.close()
+
+
+class UnreachableDestination(Destination):
+    """A declared destination that could not be opened: every call raises why."""
+
+    def __init__(self, spec: DestinationSpec, error: LakeSyncError) -> None:
+        self.spec = spec
+        self.error = error
+
+    def _fail(self) -> NoReturn:
+        raise DestinationError(self.error.message)
+
+    def layout(
+        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+    ) -> TableLayout:
+        return TableLayout(table, list(columns), self.spec.delete, external_id)
+
+    def ensure_table(self, layout: TableLayout) -> None:
+        self._fail()
+
+    def apply_changes(
+        self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
+    ) -> None:
+        self._fail()
+
+    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
+        self._fail()
+
+    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
+        self._fail()
+
+    def watermark(self, table: str) -> int | None:
+        self._fail()
+
+
+def open_declared(
+    spec: DestinationSpec,
+    specs: Mapping[str, DestinationSpec],
+    open_one: Callable[[DestinationSpec], Destination],
+    metrics: DestinationMetrics | None = None,
+) -> Destination:
+    """The destination ``spec`` declares with its ``routes`` (a composite) and ``secondaries``
+    (a fan-out over it), each opened by ``open_one``. A failure to open ``spec`` itself raises;
+    routes and secondaries that cannot be opened become :class:`UnreachableDestination`."""
+
+    def tolerant(name: str) -> Destination:
+        try:
+            return open_one(specs[name])
+        except LakeSyncError as exc:  # a bad URL or missing secret too
+            return UnreachableDestination(specs[name], exc)
+
+    own = open_one(spec)
+    dest: Destination = own
+    if spec.routes:
+        targets = {name: tolerant(name) for name in dict.fromkeys(spec.routes.values())}
+        dest = CompositeDestination(
+            {table: targets[name] for table, name in spec.routes.items()}, default=own
+        )
+    if spec.secondaries:
+        dest = FanOutDestination(dest, {n: tolerant(n) for n in spec.secondaries}, metrics)
+    return dest

@@ -9,18 +9,27 @@ here (BigQuery) gets the change set through its client instead. A run killed at 
 leaves the watermark where the last commit put it; the next run ships the same rows again,
 which converges (each row carries its whole state). One failing destination or table is
 reported and never stops the others.
+
+A destination with ``routes`` ships each routed table into the destination its route names; one
+with ``secondaries`` ships through a fan-out (the primary's change set is collected on the driver
+and applied to the primary, then best effort to each secondary; a secondary's failure is logged,
+counted in :class:`~destinations.metrics.DestinationMetrics` and in the result's
+``secondary_failures``, and fails nothing). Destinations named by another's routes or
+secondaries are shipped only through it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from destinations.base import Change, Destination
 from destinations.factory import open_destination
+from destinations.metrics import DestinationMetrics
+from destinations.routing import FanOutDestination, open_declared
 from destinations.sql import SqlDestination
 from destinations.statements import TableLayout, select_change_set, staging_name
 from lakehouse.catalog import open_catalog, require_lake
@@ -28,7 +37,7 @@ from lakehouse.models import table_columns
 from lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakehouse.spark import spark_session
 from lakesync.config import Config
-from lakesync.destinations import DestinationSpec
+from lakesync.destinations import DestinationSpec, shipped_on_their_own
 from lakesync.errors import LakeSyncError
 from lakesync.schema import TableSchema
 
@@ -53,6 +62,8 @@ class ShipResult:
     steps: dict[str, float] = field(default_factory=dict)
     """Seconds per step: ``prepare`` (table, watermark), ``select+load`` (the change set computed
     on Spark and written to staging), ``apply`` (upsert, delete, watermark)."""
+    secondary_failures: int = 0
+    """Failed best-effort writes to fan-out secondaries while shipping this table."""
 
 
 def _schemas_by_gateway(settings: LakeSettings, config: Config) -> dict[str, list[TableSchema]]:
@@ -73,6 +84,7 @@ def materialise(
     *,
     spark: SparkSession | None = None,
     on_result: Callable[[ShipResult], None] | None = None,
+    metrics: DestinationMetrics | None = None,
 ) -> list[ShipResult]:
     """Ship every declared destination's tables; returns one result per (destination, table)."""
     require_lake(settings)
@@ -86,18 +98,30 @@ def materialise(
         if on_result is not None:
             on_result(result)
 
-    for spec in config.destinations.values():
+    def open_one(spec: DestinationSpec) -> Destination:
+        return open_destination(spec, lake=settings)
+
+    for spec in shipped_on_their_own(config.destinations):
         schemas = [s for s in by_gateway.get(spec.gateway, []) if spec.ships(s.table)]
         try:
-            dest = open_destination(spec, lake=settings)
+            dest = open_declared(spec, config.destinations, open_one, metrics)
         except LakeSyncError as exc:
             report(ShipResult(spec.name, "*", error=exc.message))
             continue
         with dest:
             session = spark or spark_session(settings)
             for schema in schemas:
-                report(_ship_table(session, spec, dest, schema, columns[schema.table]))
+                failed = _secondary_failures(dest)
+                result = _ship_table(
+                    session, spec, dest.for_table(schema.table), schema, columns[schema.table]
+                )
+                failed = _secondary_failures(dest) - failed
+                report(replace(result, secondary_failures=failed) if failed else result)
     return results
+
+
+def _secondary_failures(dest: Destination) -> int:
+    return sum(dest.failures.values()) if isinstance(dest, FanOutDestination) else 0
 
 
 def _ship_table(
