@@ -174,8 +174,9 @@ class AdminController(Controller):
         request: Request[Any, Any, Any],
     ) -> dict[str, Any]:
         """A running connector's counters (polls, rows read, deltas pushed, backpressure
-        waits), timings and last error (404 if it does not run in this process)."""
-        return _connectors(request).status(gw, name)
+        waits), timings, last error and stored cursor (404 if it does not run in this
+        process)."""
+        return await _connectors(request).status(gw, name)
 
     @delete("/connectors/{gw:str}/{name:str}", status_code=204, responses=ERROR_RESPONSES)
     async def remove_connector(

@@ -220,12 +220,14 @@ class ConnectorService:
         out |= docs
         return [redact(body) for body in out.values()]
 
-    def status(self, gw: str, name: str) -> dict[str, Any]:
-        """A running connector's counters and last error; 404 if it does not run here."""
+    async def status(self, gw: str, name: str) -> dict[str, Any]:
+        """A running connector's counters, last error and stored cursor; 404 if it does not
+        run here."""
         poller = self.pollers.get((gw, name))
         if poller is None:
             raise NotFoundError(f"connector {name!r} does not run on gateway {gw!r}")
-        return {"name": name, **dataclasses.asdict(poller.status)}
+        cursor = await poller.sink.load_cursor()
+        return {"name": name, **dataclasses.asdict(poller.status), "cursor": cursor}
 
 
 _METRICS = (
