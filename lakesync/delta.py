@@ -81,9 +81,10 @@ class ColumnValue(msgspec.Struct, frozen=True):
 
 
 class WireDelta(msgspec.Struct, rename="camel"):
-    """A RowDelta as it appears in JSON bodies: HLC a decimal string (an integer is tolerated)."""
+    """A RowDelta as it appears in JSON bodies: HLC a decimal string (an integer is tolerated).
+    msgspec checks the op while decoding; an unknown one names its JSON path."""
 
-    op: str
+    op: Op
     table: str
     row_id: str
     client_id: str

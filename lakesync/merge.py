@@ -17,8 +17,10 @@ forget what the replica holds of a row (it left the view, or its real state foll
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta, is_view_eviction
@@ -30,6 +32,8 @@ __all__ = [
     "RowChange",
     "RowState",
     "apply_delta",
+    "decode_row_state",
+    "encode_row_state",
     "join_delta",
     "merge_state",
 ]
@@ -38,9 +42,9 @@ Clock = tuple[int, str]
 """An LWW order key: ``(hlc, client_id)``; compare as tuples."""
 
 
-@dataclass(slots=True)
-class Cell:
-    """The winning write of one cell: its value and the clock that wrote it."""
+class Cell(msgspec.Struct, array_like=True):
+    """The winning write of one cell: its value and the clock that wrote it (stored as
+    ``[value, hlc, client_id]``)."""
 
     value: Any
     hlc: int
@@ -56,13 +60,13 @@ def _beats(clock: Clock, other: Clock | None) -> bool:
     return other is None or clock > other
 
 
-@dataclass(slots=True)
-class RowState:
-    """Everything the merge keeps about one row."""
+class RowState(msgspec.Struct):
+    """Everything the merge keeps about one row; stores keep it as msgspec JSON
+    (:func:`encode_row_state`), its fields named ``c``, ``w`` and ``t``."""
 
-    cells: dict[str, Cell] = field(default_factory=dict)
-    write: Clock | None = None
-    tombstone: Clock | None = None
+    cells: dict[str, Cell] = msgspec.field(default_factory=dict, name="c")
+    write: Clock | None = msgspec.field(default=None, name="w")
+    tombstone: Clock | None = msgspec.field(default=None, name="t")
 
     @property
     def live(self) -> bool:
@@ -84,23 +88,21 @@ class RowState:
             return self.write
         return max(self.write, self.tombstone)
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (HLCs as decimal strings) for stores."""
-        return {
-            "c": {k: [c.value, str(c.hlc), c.client_id] for k, c in self.cells.items()},
-            "w": None if self.write is None else [str(self.write[0]), self.write[1]],
-            "t": None if self.tombstone is None else [str(self.tombstone[0]), self.tombstone[1]],
-        }
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RowState:
-        """Rebuild a state written by :meth:`to_dict`."""
-        w, t = d.get("w"), d.get("t")
-        return cls(
-            cells={k: Cell(v[0], int(v[1]), v[2]) for k, v in d.get("c", {}).items()},
-            write=None if w is None else (int(w[0]), w[1]),
-            tombstone=None if t is None else (int(t[0]), t[1]),
-        )
+_state_encoder = msgspec.json.Encoder()
+# Not strict: states written before they were Structs carry each HLC as a decimal string.
+_state_decoder = msgspec.json.Decoder(RowState, strict=False)
+
+
+def encode_row_state(state: RowState) -> bytes:
+    """A row state's stored JSON form (HLCs as JSON integers: exact, msgspec reads any size)."""
+    return _state_encoder.encode(state)
+
+
+def decode_row_state(raw: bytes | str) -> RowState:
+    """Read a state written by :func:`encode_row_state` (or by earlier versions, with HLCs as
+    decimal strings)."""
+    return _state_decoder.decode(raw)
 
 
 @dataclass(frozen=True, slots=True)

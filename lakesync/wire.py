@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from lakesync import hlc as _hlc
-from lakesync.delta import CellErrorHandler, RowDelta, WireDelta, read_delta
+from lakesync.delta import CellErrorHandler, Op, RowDelta, WireDelta, read_delta
 from lakesync.errors import ValidationError
 from lakesync.values import normalize_value
 
@@ -82,7 +82,7 @@ class _RawColumn(msgspec.Struct):
 
 
 class _RawDelta(msgspec.Struct, rename="camel"):
-    op: str
+    op: Op
     table: str
     row_id: str
     client_id: str

@@ -16,14 +16,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import msgspec
 
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
-from lakesync.merge import RowState
+from lakesync.merge import RowState, decode_row_state, encode_row_state
 from lakesync.rules import SyncRules, parse_rules, rules_to_wire
 from lakesync.views import RowKey, RowRecord
 
@@ -53,8 +52,7 @@ class LogEntry(NamedTuple):
     delta: RowDelta
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(msgspec.Struct, frozen=True):
     """Outcome of an atomic push append.
 
     ``stored`` are the newly stored entries (known deltaIds are skipped), ``accepted`` counts
@@ -66,12 +64,11 @@ class AppendResult:
     stored: list[LogEntry]
     accepted: int
     head: int
-    rows: dict[RowKey, RowRecord] = field(default_factory=dict)
-    before: dict[RowKey, RowState] = field(default_factory=dict)
+    rows: dict[RowKey, RowRecord] = msgspec.field(default_factory=dict)
+    before: dict[RowKey, RowState] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
+class Page(msgspec.Struct, frozen=True):
     """A consistent read: log entries after a cursor, the current state of the rows they touch
     (when asked for), and the ingest head at the time of the read."""
 
@@ -81,8 +78,7 @@ class Page:
     has_more: bool
 
 
-@dataclass(frozen=True, slots=True)
-class RulesRecord:
+class RulesRecord(msgspec.Struct, frozen=True):
     """A gateway's sync rules (None = everything visible) and the ingest stamp of their last
     change (0 = rules were never set)."""
 
@@ -90,8 +86,7 @@ class RulesRecord:
     stamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class CheckpointInfo:
+class CheckpointInfo(msgspec.Struct, frozen=True):
     """A gateway's published checkpoint (:mod:`lakesync.checkpoint`) and its hot-log horizon."""
 
     position: int
@@ -132,13 +127,13 @@ def decode_delta(raw: bytes | str | memoryview) -> RowDelta:
 
 def encode_state(state: RowState) -> bytes:
     """The stored form of a merged row state."""
-    return _encoder.encode(state.to_dict())
+    return encode_row_state(state)
 
 
 def decode_state(raw: bytes | str | memoryview) -> RowState:
     """Read a row state written by :func:`encode_state`."""
     data = bytes(raw) if isinstance(raw, memoryview) else raw
-    return RowState.from_dict(msgspec.json.decode(data))
+    return decode_row_state(data)
 
 
 def encode_rules(rules: SyncRules | None) -> bytes | None:

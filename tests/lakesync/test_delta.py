@@ -78,7 +78,7 @@ def test_create_matches_spec_vector_from_mapping_or_columns() -> None:
 @pytest.mark.parametrize(
     ("obj", "error", "needle"),
     [
-        (wire(op="UPSERT"), ValidationError, "op must be INSERT, UPDATE or DELETE"),
+        (wire(op="UPSERT"), ValidationError, "Invalid enum value 'UPSERT' - at `$.deltas[0].op`"),
         (wire(op="update"), ValidationError, "op"),
         (wire(table="t; drop table x"), SchemaError, "t; drop table x"),
         (wire(table="1users"), SchemaError, "table"),

@@ -16,6 +16,8 @@ from lakesync.merge import (
     RowChange,
     RowState,
     apply_delta,
+    decode_row_state,
+    encode_row_state,
     merge_state,
 )
 
@@ -144,8 +146,7 @@ def test_row_state_round_trips_through_json_and_keeps_merging(
         state.apply(d)
     restored = MergedState()
     for key, row in state.rows.items():
-        blob = json.loads(json.dumps(row.to_dict()))
-        restored.rows[key] = RowState.from_dict(blob)
+        restored.rows[key] = decode_row_state(encode_row_state(row))
         assert restored.rows[key] == row
     for d in rest:
         assert restored.apply(d) == state.apply(d)
@@ -223,13 +224,22 @@ def test_row_change_reports_changed_columns_with_type_sensitive_values() -> None
     assert state.apply(mk("DELETE", 4, "alice")).changed_columns == {"x", "y"}
 
 
-def test_row_state_dict_form_is_json_with_decimal_string_hlcs() -> None:
+def test_row_state_stored_form_is_exact_json_and_reads_older_decimal_string_hlcs() -> None:
     row = RowState()
     apply_delta(row, mk("INSERT", 2**64 - 1, "alice", x={"deep": [1]}))
     apply_delta(row, mk("DELETE", 5, "bob"))
-    d = row.to_dict()
-    assert d["w"] == [str(2**64 - 1), "alice"]
-    assert d["t"] == ["5", "bob"]
-    assert json.loads(json.dumps(d)) == d
-    assert RowState.from_dict(d) == row
-    assert RowState.from_dict(RowState().to_dict()) == RowState()
+    d = json.loads(encode_row_state(row))
+    assert d == {
+        "c": {"x": [{"deep": [1]}, 2**64 - 1, "alice"]},
+        "w": [2**64 - 1, "alice"],
+        "t": [5, "bob"],
+    }
+    assert decode_row_state(encode_row_state(row)) == row
+    assert decode_row_state(encode_row_state(RowState())) == RowState()
+    # States stored before RowState was a Struct carry HLCs as decimal strings.
+    older = {
+        "c": {"x": [{"deep": [1]}, str(2**64 - 1), "alice"]},
+        "w": [str(2**64 - 1), "alice"],
+        "t": ["5", "bob"],
+    }
+    assert decode_row_state(json.dumps(older)) == row
