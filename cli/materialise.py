@@ -35,23 +35,24 @@ class MaterialiseError(LakeSyncError):
     status = 502
 
 
-def ship(settings: LakeSettings, config: Config) -> None:
-    """Ship every declared destination and print what happened; raise
-    :class:`MaterialiseError` naming the failures, after shipping everything else."""
-    from lakehouse.materialise import materialise
+def ship(settings: LakeSettings, config: Config, lifecycle_only: bool = False) -> None:
+    """Ship every declared destination (then tier those with a ``hot_window``) and print what
+    happened; raise :class:`MaterialiseError` naming the failures, after shipping everything
+    else. ``lifecycle_only`` runs the tiering alone (no Spark)."""
+    from lakehouse.materialise import materialise, tier
 
     if not config.destinations:
         Console(stderr=True).print(
             "no destinations declared: add a destinations: section to lakesync.yaml"
         )
         return
-    results = materialise(settings, config)
-    table = Table(title="materialise")
-    for heading in ("destination", "table", "rows", "watermark", "time", "status"):
+    results = tier(settings, config) if lifecycle_only else materialise(settings, config)
+    table = Table(title="lifecycle" if lifecycle_only else "materialise")
+    for heading in ("destination", "table", "rows", "evicted", "watermark", "time", "status"):
         table.add_column(heading)
     for r in results:
         table.add_row(
-            r.destination, r.table, str(r.rows),
+            r.destination, r.table, str(r.rows), str(r.evicted),
             "none" if r.position is None else str(r.position), f"{r.elapsed_s:.1f} s",
             "[red]failed[/red]" if r.error else "[green]ok[/green]",
         )
@@ -76,10 +77,18 @@ def materialise_command(
         Path | None,
         typer.Option("--data-dir", help="Data dir (default $LAKESYNC_DATA_DIR or ./.lakesync)."),
     ] = None,
+    lifecycle_only: Annotated[
+        bool,
+        typer.Option(
+            "--lifecycle-only",
+            help="Only tier: remove rows older than each destination's hot_window (no Spark).",
+        ),
+    ] = False,
 ) -> None:
-    """Ship each destination's changes since its watermark (no dbt run: see pipeline run)."""
+    """Ship each destination's changes since its watermark (no dbt run: see pipeline run), then
+    move rows older than a destination's hot_window out of it (the lake keeps them)."""
     cfg = load_config(config)
-    ship(LakeSettings.from_config(cfg, data_dir), cfg)
+    ship(LakeSettings.from_config(cfg, data_dir), cfg, lifecycle_only)
 
 
 def migrate_command(

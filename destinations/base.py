@@ -127,6 +127,11 @@ class Destination(abc.ABC):
         """Rows synced after ``since``, oldest first (soft-deleted ones with ``deleted_at``)."""
 
     @abc.abstractmethod
+    def evict(self, layout: TableLayout, before: datetime) -> int:
+        """Remove the rows last synced before ``before`` (lifecycle tiering: the lake keeps
+        them); returns how many left."""
+
+    @abc.abstractmethod
     def watermark(self, table: str) -> int | None:
         """The lake position shipped into ``table`` for this destination's gateway, if any."""
 

@@ -80,7 +80,8 @@ class BigQueryDestination(Destination):
     ) -> TableLayout:
         return TableLayout(table, list(columns), self.spec.delete, external_id, self._qualifier)
 
-    def _run(self, sql: str, params: Mapping[str, Any], what: str) -> list[dict[str, Any]]:
+    def _job(self, sql: str, params: Mapping[str, Any], what: str) -> Any:
+        """Run a statement to completion; the finished query job."""
         from google.api_core.exceptions import GoogleAPIError
         from google.cloud import bigquery
 
@@ -92,12 +93,16 @@ class BigQueryDestination(Destination):
         ])
         try:
             job = self._client.query(sql, job_config=config)
-            return [dict(row.items()) for row in job.result()]
+            job.result()
+            return job
         except GoogleAPIError as exc:
             raise DestinationError(
                 f"destination {self.spec.name!r} (BigQuery {self._project}.{self._dataset}): "
                 f"{what} failed: {exc}"
             ) from None
+
+    def _run(self, sql: str, params: Mapping[str, Any], what: str) -> list[dict[str, Any]]:
+        return [dict(row.items()) for row in self._job(sql, params, what).result()]
 
     def _columns(self, table: str) -> list[str]:
         from google.api_core.exceptions import NotFound
@@ -153,6 +158,11 @@ class BigQueryDestination(Destination):
         rows = self._run(st.select_changes(layout, "bigquery"), {"since": since},
                          f"reading changes of {layout.table!r}")
         return [normalise_row(layout, r) for r in rows]
+
+    def evict(self, layout: TableLayout, before: datetime) -> int:
+        job = self._job(st.delete_older_than(layout, "bigquery"), {"before": before},
+                        f"evicting old rows of {layout.table!r}")
+        return int(job.num_dml_affected_rows or 0)
 
     def watermark(self, table: str) -> int | None:
         if not self._bookkept:

@@ -179,6 +179,17 @@ class LakeDestination(Destination):
         changed = [r for r in rows if r["synced_at"] > since]
         return sorted(changed, key=lambda r: (r["synced_at"], r["row_id"]))
 
+    def evict(self, layout: TableLayout, before: datetime) -> int:
+        import pyarrow as pa
+
+        with self._failing(f"evicting old rows of {layout.table!r}"):
+            table = self._table(layout)
+            rows = table.scan().to_arrow().to_pylist()
+            kept = [r for r in rows if r["synced_at"] is None or r["synced_at"] >= before]
+            if len(kept) < len(rows):
+                table.overwrite(pa.Table.from_pylist(kept, schema=table.schema().as_arrow()))
+        return len(rows) - len(kept)
+
     def watermark(self, table: str) -> int | None:
         with self._failing("reading the watermark"):
             found = self._load(table)

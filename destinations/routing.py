@@ -81,6 +81,9 @@ class CompositeDestination(Destination):
     def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
         return self.route(layout.table).read_changes(layout, since)
 
+    def evict(self, layout: TableLayout, before: datetime) -> int:
+        return self.route(layout.table).evict(layout, before)
+
     def watermark(self, table: str) -> int | None:
         return self.route(table).watermark(table)
 
@@ -139,6 +142,10 @@ class FanOutDestination(Destination):
     def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
         return self.primary.read_changes(layout, since)
 
+    def evict(self, layout: TableLayout, before: datetime) -> int:
+        """Tiering applies to the primary (secondaries are copies, kept whole)."""
+        return self.primary.evict(layout, before)
+
     def watermark(self, table: str) -> int | None:
         return self.primary.watermark(table)
 
@@ -175,6 +182,9 @@ class UnreachableDestination(Destination):
         self._fail()
 
     def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
+        self._fail()
+
+    def evict(self, layout: TableLayout, before: datetime) -> int:
         self._fail()
 
     def watermark(self, table: str) -> int | None:

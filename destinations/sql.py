@@ -188,6 +188,12 @@ class SqlDestination(Destination):
         )
         return [normalise_row(layout, r) for r in rows]
 
+    def evict(self, layout: TableLayout, before: datetime) -> int:
+        moment = before if self.dialect == "postgres" else _naive_utc(before)
+        with self._transaction(f"evicting old rows of {layout.table!r}") as cur:
+            cur.execute(st.delete_older_than(layout, self.dialect), {"before": moment})
+            return int(cur.rowcount)
+
     def watermark(self, table: str) -> int | None:
         with self._transaction("reading the watermark") as cur:
             if not self._bookkept:

@@ -43,6 +43,7 @@ __all__ = [
     "create_staging",
     "create_table",
     "create_watermarks",
+    "delete_older_than",
     "drop_staging",
     "insert_staging",
     "read_watermark",
@@ -456,6 +457,16 @@ def select_changes(layout: TableLayout, dialect: Dialect) -> str:
         .order_by(_col("synced_at"), _col("row_id"))
     )
     return _sql(query, dialect)
+
+
+def delete_older_than(layout: TableLayout, dialect: Dialect) -> str:
+    """Remove the rows last synced before parameter ``before`` (a timestamp): lifecycle tiering
+    takes rows out of a hot destination once the lake (the cold tier) alone keeps them."""
+    delete = exp.Delete(
+        this=_table(layout),
+        where=exp.Where(this=exp.LT(this=_col("synced_at"), expression=_param("before"))),
+    )
+    return _sql(delete, dialect)
 
 
 def create_dataset(project: str, dataset: str) -> str:

@@ -16,13 +16,20 @@ and applied to the primary, then best effort to each secondary; a secondary's fa
 counted in :class:`~destinations.metrics.DestinationMetrics` and in the result's
 ``secondary_failures``, and fails nothing). Destinations named by another's routes or
 secondaries are shipped only through it.
+
+Lifecycle tiering: after a table shipped, a destination with a ``hot_window`` loses the rows
+last synced (``synced_at``) longer ago than the window; the lake's ``analytics.<table>`` keeps
+every row, so ``lakesync query`` over it still answers for hot and cold rows alike. A row that
+changes again is shipped again (its whole state) and is hot once more. :func:`tier` runs the
+tiering alone (``lakesync materialise --lifecycle-only``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +51,7 @@ from lakesync.schema import TableSchema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["ShipResult", "materialise"]
+__all__ = ["ShipResult", "materialise", "tier"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,8 @@ class ShipResult:
     on Spark and written to staging), ``apply`` (upsert, delete, watermark)."""
     secondary_failures: int = 0
     """Failed best-effort writes to fan-out secondaries while shipping this table."""
+    evicted: int = 0
+    """Rows lifecycle tiering took out of the destination (its ``hot_window``)."""
 
 
 def _schemas_by_gateway(settings: LakeSettings, config: Config) -> dict[str, list[TableSchema]]:
@@ -86,11 +95,58 @@ def materialise(
     on_result: Callable[[ShipResult], None] | None = None,
     metrics: DestinationMetrics | None = None,
 ) -> list[ShipResult]:
-    """Ship every declared destination's tables; returns one result per (destination, table)."""
-    require_lake(settings)
-    by_gateway = _schemas_by_gateway(settings, config)
-    # The lake keeps one typed table per name (the union of every gateway's columns).
-    columns = table_columns(s for schemas in by_gateway.values() for s in schemas)
+    """Ship every declared destination's tables, then tier those with a ``hot_window``; returns
+    one result per (destination, table)."""
+    results, report = _collector(on_result)
+    now = datetime.now(UTC)
+    for spec, dest, schema, columns in _declared_tables(settings, config, metrics, report):
+        session = spark or spark_session(settings)
+        failed = _secondary_failures(dest)
+        target = dest.for_table(schema.table)
+        result = _ship_table(session, spec, target, schema, columns)
+        failed = _secondary_failures(dest) - failed
+        if failed:
+            result = replace(result, secondary_failures=failed)
+        if result.error is None:
+            result = _evict(result, target, schema, columns, now)
+        report(result)
+    return results
+
+
+def tier(
+    settings: LakeSettings,
+    config: Config,
+    *,
+    now: datetime | None = None,
+    on_result: Callable[[ShipResult], None] | None = None,
+) -> list[ShipResult]:
+    """Lifecycle tiering alone (no Spark): in every destination with a ``hot_window``, remove
+    the rows last synced before ``now`` minus the window; the lake's ``analytics.<table>`` (the
+    cold tier) keeps them. One result per (destination, table), with ``evicted`` set.
+    :func:`materialise` does the same after shipping each table."""
+    results, report = _collector(on_result)
+    moment = now or datetime.now(UTC)
+    tiered = {n for n, s in config.destinations.items() if s.hot_window is not None}
+    for spec, dest, schema, columns in _declared_tables(
+        settings, config, None, report, lambda s: bool(tiered & {s.name, *s.routes.values()})
+    ):
+        target = dest.for_table(schema.table)
+        if target.spec.hot_window is None:
+            continue
+        result = ShipResult(spec.name, schema.table)
+        try:
+            target.ensure_table(target.layout(schema.table, columns, schema.external_id_column))
+        except LakeSyncError as exc:
+            report(replace(result, error=exc.message))
+            continue
+        report(_evict(result, target, schema, columns, moment))
+    return results
+
+
+def _collector(
+    on_result: Callable[[ShipResult], None] | None,
+) -> tuple[list[ShipResult], Callable[[ShipResult], None]]:
+    """A result list and the function that adds to it (and passes each result on)."""
     results: list[ShipResult] = []
 
     def report(result: ShipResult) -> None:
@@ -98,10 +154,29 @@ def materialise(
         if on_result is not None:
             on_result(result)
 
+    return results, report
+
+
+def _declared_tables(
+    settings: LakeSettings,
+    config: Config,
+    metrics: DestinationMetrics | None,
+    report: Callable[[ShipResult], None],
+    wanted: Callable[[DestinationSpec], bool] = lambda _: True,
+) -> Iterator[tuple[DestinationSpec, Destination, TableSchema, list[tuple[str, str]]]]:
+    """Each declared destination (with its routes and secondaries) and each table it ships, with
+    the table's lake columns; a destination that cannot be opened is reported and skipped."""
+    require_lake(settings)
+    by_gateway = _schemas_by_gateway(settings, config)
+    # The lake keeps one typed table per name (the union of every gateway's columns).
+    columns = table_columns(s for schemas in by_gateway.values() for s in schemas)
+
     def open_one(spec: DestinationSpec) -> Destination:
         return open_destination(spec, lake=settings)
 
     for spec in shipped_on_their_own(config.destinations):
+        if not wanted(spec):
+            continue
         schemas = [s for s in by_gateway.get(spec.gateway, []) if spec.ships(s.table)]
         try:
             dest = open_declared(spec, config.destinations, open_one, metrics)
@@ -109,15 +184,27 @@ def materialise(
             report(ShipResult(spec.name, "*", error=exc.message))
             continue
         with dest:
-            session = spark or spark_session(settings)
             for schema in schemas:
-                failed = _secondary_failures(dest)
-                result = _ship_table(
-                    session, spec, dest.for_table(schema.table), schema, columns[schema.table]
-                )
-                failed = _secondary_failures(dest) - failed
-                report(replace(result, secondary_failures=failed) if failed else result)
-    return results
+                yield spec, dest, schema, list(columns[schema.table])
+
+
+def _evict(
+    result: ShipResult,
+    target: Destination,
+    schema: TableSchema,
+    columns: Sequence[tuple[str, str]],
+    now: datetime,
+) -> ShipResult:
+    """``result`` with the rows ``target``'s hot window retires evicted (none without one)."""
+    window = target.spec.hot_window_seconds
+    if window is None:
+        return result
+    layout = target.layout(schema.table, columns, schema.external_id_column)
+    try:
+        evicted = target.evict(layout, now - timedelta(seconds=window))
+    except LakeSyncError as exc:
+        return replace(result, error=f"lifecycle tiering: {exc.message}")
+    return replace(result, evicted=evicted)
 
 
 def _secondary_failures(dest: Destination) -> int:

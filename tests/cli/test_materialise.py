@@ -109,3 +109,47 @@ destinations:
         target.close()
         _drop("postgres", source_name)
         _drop("mysql", target_name)
+
+
+def test_lifecycle_only_moves_aged_rows_out_of_postgres(tmp_path: Path, lake: Path) -> None:
+    """``lakesync materialise --lifecycle-only``: rows last synced more than ``hot_window`` ago
+    leave the PostgreSQL destination, younger rows stay; no Spark, the watermark untouched."""
+    import psycopg
+
+    from destinations.base import typed_change
+    from tests.destinations.conftest import _drop, open_fresh
+
+    dest, schema = open_fresh("postgres")
+    try:
+        layout = dest.layout("todos", [("title", "string")])
+        dest.ensure_table(layout)
+        changes = [typed_change(layout, f"r{i}", {"title": f"t{i}"}) for i in range(6)]
+        dest.apply_changes(layout, changes, position=42)
+        with psycopg.connect(dest.spec.url, autocommit=True) as conn:  # three rows age 40 days
+            conn.execute(
+                "update todos set synced_at = synced_at - interval '40 days' "
+                "where row_id in ('r0', 'r2', 'r4')"
+            )
+        config = write_config(tmp_path, lake, f"""\
+gateways:
+  gw1:
+    schemas: [{{table: todos, columns: [{{name: title, type: string}}]}}]
+destinations:
+  hot:
+    kind: postgres
+    url: "{dest.spec.url}"
+    gateway: gw1
+    hot_window: 30d
+""")
+        out = CliRunner().invoke(app, ["materialise", "--config", str(config), "--lifecycle-only"])
+        assert out.exit_code == 0, out.output
+        assert "lifecycle" in out.stdout
+        rows = dest.read_rows(layout)
+        assert [r["row_id"] for r in rows] == ["r1", "r3", "r5"]
+        assert dest.watermark("todos") == 42
+        out = CliRunner().invoke(app, ["materialise", "--config", str(config), "--lifecycle-only"])
+        assert out.exit_code == 0, out.output
+        assert [r["row_id"] for r in dest.read_rows(layout)] == ["r1", "r3", "r5"]
+    finally:
+        dest.close()
+        _drop("postgres", schema)

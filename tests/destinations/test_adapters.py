@@ -124,3 +124,19 @@ def test_a_failed_change_set_leaves_rows_and_watermark_alone(destination: Destin
         assert live(destination) == {"a": {"title": "kept", "done": None, "score": None,
                                            "meta": None}}
         assert destination.watermark("todos") == 1
+
+
+def test_evict_removes_rows_last_synced_before_a_moment(destination: Destination) -> None:
+    layout = destination.layout("todos", COLUMNS)
+    destination.ensure_table(layout)
+    destination.apply_changes(layout, [typed_change(layout, "old", {"title": "x"}),
+                                       typed_change(layout, "gone", {"title": "z"})])
+    destination.apply_changes(layout, [typed_change(layout, "gone", None)])
+    destination.apply_changes(layout, [typed_change(layout, "new", {"title": "y"})], position=4)
+    cutoff = {r["row_id"]: r["synced_at"] for r in destination.read_rows(layout)}["new"]
+    assert destination.evict(layout, datetime(2000, 1, 1, tzinfo=UTC)) == 0
+    expected = 2 if destination.spec.delete == "soft" else 1  # hard: "gone" already left
+    assert destination.evict(layout, cutoff) == expected
+    assert [r["row_id"] for r in destination.read_rows(layout)] == ["new"]
+    assert destination.watermark("todos") == 4  # tiering leaves shipping where it was
+    assert destination.evict(layout, cutoff) == 0

@@ -25,6 +25,7 @@ BUILD = {
     "soft_delete": lambda d: st.apply_deletes(SOFT, d),
     "hard_delete": lambda d: st.apply_deletes(HARD, d),
     "watermark": st.write_watermark,
+    "evict": lambda d: st.delete_older_than(SOFT, d),
 }
 
 # fmt: off
@@ -65,6 +66,9 @@ TABLE = [
      'DELETE FROM `todos` WHERE `row_id` IN (SELECT `s`.`row_id` FROM `lakesync_stage_todos` AS `s` WHERE `s`.`_deleted`)'),
     ('watermark', 'bigquery',
      'MERGE INTO `lakesync_watermarks` AS `t` USING (SELECT @gateway_id AS `gateway_id`, @table_name AS `table_name`, @position AS `position`, @now AS `updated_at`) AS `s` ON `t`.`gateway_id` = `s`.`gateway_id` AND `t`.`table_name` = `s`.`table_name` WHEN MATCHED THEN UPDATE SET `position` = `s`.`position`, `updated_at` = `s`.`updated_at` WHEN NOT MATCHED THEN INSERT (`gateway_id`, `table_name`, `position`, `updated_at`) VALUES (`s`.`gateway_id`, `s`.`table_name`, `s`.`position`, `s`.`updated_at`)'),
+    ('evict', 'postgres', 'DELETE FROM "todos" WHERE "synced_at" < %(before)s'),
+    ('evict', 'mysql', 'DELETE FROM `todos` WHERE `synced_at` < %(before)s'),
+    ('evict', 'bigquery', 'DELETE FROM `todos` WHERE `synced_at` < @before'),
 ]
 # fmt: on
 

@@ -133,3 +133,58 @@ def test_change_sets_ship_to_postgres_and_mariadb(
     again = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
     assert again["pg"].rows == 0 and again["maria"].rows == 0  # nothing new: nothing shipped
     assert live_rows(specs["maria"]) == expected(landed)
+
+
+TIERED = parse_schema({"table": "tiered", "columns": [{"name": "title", "type": "string"}]})
+
+
+def test_lifecycle_tiering_keeps_every_row_readable_through_the_lake(
+    lake: Lake, databases: tuple[str, str]
+) -> None:
+    """A lifecycle run moves aged rows out of PostgreSQL (``hot_window: 30d``); the documented
+    combined read, ``lakesync query`` over the lake's ``analytics.tiered``, returns the same rows
+    as before; hot rows plus evicted rows are exactly those rows; a row changed again after its
+    eviction is shipped back into the hot tier."""
+    from lakehouse.materialise import tier
+    from lakehouse.query import run_query
+
+    gw = "gw_tier"
+    pg_url, _ = databases
+    spec = DestinationSpec("postgres", pg_url, gw, hot_window="30d", name="hot")
+    config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
+                    gateways={gw: GatewayConfig(gw, [TIERED])}, destinations={"hot": spec})
+    rows = [f"t{i}" for i in range(10)]
+    lake.land(gw, [RowDelta.create("INSERT", "tiered", r, "c1", {"title": r}, (2000 + i) << 16)
+                   for i, r in enumerate(rows)])
+    run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False)
+    shipped = materialise(lake.settings, config, spark=lake.spark)
+    assert [(r.rows, r.evicted, r.error) for r in shipped] == [(10, 0, None)]
+
+    sql = f"select row_id, title from analytics.tiered where gateway_id = '{gw}' order by row_id"
+    before = run_query(lake.settings, sql).rows
+    assert [r[0] for r in before] == rows
+    aged = ["t1", "t4", "t5", "t8"]
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # these rows last changed 31 days ago
+        conn.execute("update tiered set synced_at = synced_at - interval '31 days' "
+                     "where row_id = any(%s)", [aged])
+
+    tiered = tier(lake.settings, config)
+    assert [(r.destination, r.table, r.evicted, r.error) for r in tiered] == [
+        ("hot", "tiered", 4, None)
+    ]
+    with open_destination(spec, env={}) as dest:
+        hot = {r["row_id"]: r["title"] for r in dest.read_rows(dest.layout("tiered", [
+            ("title", "string")]))}
+    assert sorted(hot) == sorted(set(rows) - set(aged))  # aged rows left PostgreSQL
+    after = run_query(lake.settings, sql).rows
+    assert after == before  # the combined read still sees every row
+    assert sorted([*hot.items(), *((r, r) for r in aged)]) == sorted(after)
+
+    # An evicted row written again is hot again (shipping carries its whole state).
+    lake.land(gw, [RowDelta.create("UPDATE", "tiered", "t4", "c1", {"title": "back"}, 3000 << 16)])
+    run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False)
+    again = materialise(lake.settings, config, spark=lake.spark)
+    assert [(r.rows, r.evicted, r.error) for r in again] == [(1, 0, None)]
+    with open_destination(spec, env={}) as dest:
+        back = dest.read_rows(dest.layout("tiered", [("title", "string")]))
+    assert {r["row_id"]: r["title"] for r in back}["t4"] == "back"
