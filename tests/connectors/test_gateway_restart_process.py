@@ -40,12 +40,34 @@ def jira() -> Iterator[FakeJira]:
         yield fake
 
 
-def status(gw: ServerProcess) -> dict[str, Any]:
+def status(gw: ServerProcess, name: str = "jira") -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {gw.token('root', 'gw1', role='admin')}"}
-    r = httpx.get(f"{gw.url}/v1/admin/connectors/gw1/jira/status", headers=headers, timeout=10)
+    r = httpx.get(f"{gw.url}/v1/admin/connectors/gw1/{name}/status", headers=headers, timeout=10)
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
     return body
+
+
+def settled(gw: ServerProcess, name: str) -> dict[str, Any]:
+    """The connector's status once its first poll in this process has ended."""
+    deadline = time.monotonic() + 120
+    while (s := status(gw, name))["polls"] < 1 or s["state"] == "polling":
+        assert time.monotonic() < deadline, s
+        time.sleep(0.1)
+    return s
+
+
+def kill_mid_poll_and_restart(gw: ServerProcess, name: str, at: int, total: int) -> None:
+    """SIGKILL the gateway once connector ``name`` pushed ``at`` deltas (of the ``total`` its
+    poll has to push), start it again and wait for the poll that finishes the job."""
+    while (before := status(gw, name))["deltas_pushed"] < at:
+        assert before["polls"] == 0, f"the poll ended before the kill: {before}"
+        time.sleep(0.02)
+    gw.kill()
+    assert before["deltas_pushed"] < total  # killed mid-poll
+    gw.start()
+    s = settled(gw, name)
+    assert s["last_error"] is None and s["deltas_pushed"] > 0  # the rest, after the restart
 
 
 def every_delta(gw: ServerProcess) -> list[dict[str, Any]]:
@@ -77,14 +99,7 @@ def test_a_gateway_killed_mid_poll_resumes_without_duplicates_or_gaps(
     )
     gw = ServerProcess(tmp_path / "gw", config=config).start()
     try:
-        while (before := status(gw)["deltas_pushed"]) < 100:
-            time.sleep(0.05)
-        gw.kill()
-        assert before < ISSUES  # killed mid-poll
-        gw.start()
-        while (s := status(gw))["polls"] < 1 or s["state"] == "polling":
-            time.sleep(0.1)
-        assert s["last_error"] is None and s["deltas_pushed"] > 0  # the rest, after the restart
+        kill_mid_poll_and_restart(gw, "jira", 100, ISSUES)
         deltas = every_delta(gw)
     finally:
         gw.stop()
