@@ -37,10 +37,6 @@ class LakeSyncError(Exception):
         super().__init__(message)
         self.message = message
 
-    def to_body(self) -> dict[str, str]:
-        """The SPEC §5 error body for this error."""
-        return {"error": self.message, "code": self.code}
-
 
 class ValidationError(LakeSyncError):
     """Malformed input: wrong shape, wrong type, missing field, out-of-range value."""

@@ -80,14 +80,6 @@ class RowState(msgspec.Struct):
         t = self.tombstone
         return {name: c.value for name, c in self.cells.items() if _beats(c.clock, t)}
 
-    def last_change(self) -> Clock | None:
-        """The greatest clock that touched the row (write or delete)."""
-        if self.write is None:
-            return self.tombstone
-        if self.tombstone is None:
-            return self.write
-        return max(self.write, self.tombstone)
-
 
 _state_encoder = msgspec.json.Encoder()
 # Not strict: states written before they were Structs carry each HLC as a decimal string.

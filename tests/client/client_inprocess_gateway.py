@@ -90,7 +90,9 @@ class _Faulty(httpx.BaseTransport):
         headers = {}
         if isinstance(fault, RateLimitedError):
             headers["Retry-After"] = str(fault.retry_after)
-        return httpx.Response(fault.status, json=fault.to_body(), headers=headers)
+        return httpx.Response(
+            fault.status, json={"error": fault.message, "code": fault.code}, headers=headers
+        )
 
 
 @contextmanager
