@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lakesync.config import MIB, Config, GatewayConfig, ServerConfig, apply_environment
 from lakesync.connectors import ConnectorSpec
+from lakesync.destinations import DestinationSpec
 
 __all__ = ["GatewaySettings"]
 
@@ -31,6 +32,8 @@ class GatewaySettings:
     gateways: Mapping[str, GatewayConfig] = field(default_factory=dict)
     connectors: Mapping[str, ConnectorSpec] = field(default_factory=dict)
     """Declared connectors by name (``${VAR}`` references unresolved)."""
+    destinations: Mapping[str, DestinationSpec] = field(default_factory=dict)
+    """Declared destinations by name: the sources ``pull?source=NAME`` reads."""
     max_body_bytes: int = MIB
     max_deltas: int = 10_000
     pull_default_limit: int = 100
@@ -65,6 +68,7 @@ class GatewaySettings:
             pg_schema=config.pg_schema,
             gateways=dict(config.gateways),
             connectors=dict(config.connectors),
+            destinations=dict(config.destinations),
             rate_limit=server.rate_limit,
             rate_burst=server.rate_burst,
             backpressure_bytes=server.backpressure_bytes,

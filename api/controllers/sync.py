@@ -13,10 +13,11 @@ from litestar.response import Stream
 from api.auth import provide_claims
 from api.errors import ERROR_RESPONSES
 from api.services.checkpoints import check_cursor, open_checkpoint
+from api.services.sources import pull_source
 from api.services.sync import SyncService
 from lakesync import hlc as _hlc
 from lakesync.checkpoint import CONTENT_TYPE
-from lakesync.errors import NotFoundError, ValidationError
+from lakesync.errors import ValidationError
 from lakesync.tokens import Claims
 from lakesync.wire import (
     PullResponse,
@@ -84,7 +85,9 @@ class SyncController(Controller):
         limit: FromQuery[str | None] = None,
         source: FromQuery[str | None] = None,
     ) -> PullResponse:
-        """The deltas after ``since`` (the gateway's ingest cursor) that this client may see."""
+        """The deltas after ``since`` (the gateway's ingest cursor) that this client may see;
+        with ``source=NAME`` the rows of that declared source adapter instead, paged by their
+        ``synced_at`` (:mod:`lakesync.sources`)."""
         service.check_rate(gw, str(claims["sub"]))
         service.check_client(claims, client_id)
         cursor = 0 if since is None or since == "" else _hlc.parse_cursor(since, "since")
@@ -93,7 +96,8 @@ class SyncController(Controller):
         if not 1 <= n <= settings.pull_max_limit:
             raise ValidationError(f"limit must be between 1 and {settings.pull_max_limit}")
         if source:
-            raise NotFoundError(f"unknown pull source {source!r}: no source adapters registered")
+            page = await pull_source(service, gw, source, claims, cursor, n)
+            return pull_response(page.deltas, page.server_hlc, page.has_more)
         result = await service.pull(gw, claims, cursor, n)
         await check_cursor(service, gw, cursor)
         return pull_response(result.deltas, result.server_hlc, result.has_more)

@@ -1,0 +1,78 @@
+"""Adapter-sourced pull: read a declared source's rows through its destination adapter and page
+them with :func:`lakesync.sources.page_source` (cursor semantics there).
+
+The source is opened for the request and closed after it, in a worker thread (the adapters'
+drivers block). Its tables are the ones the destination ships (``tables``, else every registered
+table of the gateway) that the client's rules let it read; their columns come from the
+gateway's registered schemas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio.to_thread
+
+from api.services.sync import SyncService
+from destinations.factory import open_destination
+from lakesync.destinations import DestinationSpec
+from lakesync.errors import NotFoundError
+from lakesync.rules import tables_for
+from lakesync.schema import TableSchema
+from lakesync.sources import SourcePage, SourceRow, page_source, source_row
+from lakesync.views import effective_rules
+
+__all__ = ["pull_source"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _source(service: SyncService, gateway_id: str, name: str) -> DestinationSpec:
+    spec = service.settings.destinations.get(name)
+    if spec is None or spec.gateway != gateway_id:
+        declared = sorted(
+            n for n, s in service.settings.destinations.items() if s.gateway == gateway_id
+        )
+        known = ", ".join(declared) or "none declared"
+        raise NotFoundError(
+            f"unknown pull source {name!r} for gateway {gateway_id!r} (sources: {known})"
+        )
+    return spec
+
+
+def _read(
+    spec: DestinationSpec, schemas: list[TableSchema], since: int
+) -> list[SourceRow]:
+    moment = _EPOCH + timedelta(microseconds=since)
+    out: list[SourceRow] = []
+    with open_destination(spec) as dest:
+        for schema in schemas:
+            columns = [(c.name, c.type) for c in schema.columns]
+            layout = dest.layout(schema.table, columns, schema.external_id_column)
+            out += [source_row(schema.table, r, columns) for r in dest.read_changes(layout, moment)]
+    return out
+
+
+async def pull_source(
+    service: SyncService,
+    gateway_id: str,
+    name: str,
+    claims: Mapping[str, Any],
+    since: int,
+    limit: int,
+) -> SourcePage:
+    """A page of source ``name``'s rows after ``since`` that this client may see; an unknown
+    source is :class:`NotFoundError`, an unreachable one a ``DestinationError`` (502)."""
+    spec = _source(service, gateway_id, name)
+    rules = effective_rules((await anyio.to_thread.run_sync(
+        service.store.get_rules, gateway_id)).rules, claims)
+    readable = tables_for(rules, claims)
+    schemas = [
+        s for s in (await service.schemas(gateway_id)).values()
+        if spec.ships(s.table) and (readable is None or s.table in readable)
+    ]
+    service.metrics.count(gateway_id, "pulls")
+    rows = await anyio.to_thread.run_sync(_read, spec, schemas, since)
+    return page_source(name, rows, since, limit, rules, claims)
