@@ -160,20 +160,24 @@ class RowStore(SchemaStore):
         """Write the visible rows of ``touched`` to the user tables."""
         upserts: dict[str, list[tuple[Any, ...]]] = {}
         deletes: dict[str, list[tuple[str]]] = {}
+        columns: dict[str, list[tuple[str, str]]] = {}
         for (table, row_id), t in touched.items():
-            if t.after is None:
+            after = t.after
+            if after is None:
                 if t.before is not None:
                     deletes.setdefault(table, []).append((row_id,))
                 continue
-            types = self._schemas[table].column_types()
+            types = columns.get(table)
+            if types is None:
+                types = columns[table] = list(self._schemas[table].column_types().items())
             # The full row is rewritten so a revived row reads its pre-tombstone cells as null.
             upserts.setdefault(table, []).append(
-                (row_id, *(to_sql_value(typ, t.after.get(n)) for n, typ in types.items()))
+                (row_id, *[to_sql_value(typ, after.get(n)) for n, typ in types])
             )
         for table, rows in deletes.items():
             c.executemany(f"DELETE FROM {_q(table)} WHERE row_id = ?", rows)
         for table, rows in upserts.items():
-            names = "".join(", " + _q(n) for n in self._schemas[table].column_types())
+            names = "".join(", " + _q(n) for n, _ in columns[table])
             marks = ", ".join("?" * len(rows[0]))
             c.executemany(
                 f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES ({marks})", rows
@@ -265,7 +269,7 @@ class RowStore(SchemaStore):
         (:meth:`begin_resync`).
         """
         with self._tx() as c:
-            deltas = [d for d in deltas if self._learn(c, d)]
+            deltas = self._learn_all(c, deltas)
             keys = {(d.table, d.row_id) for d in deltas}
             if mark:
                 c.executemany("INSERT OR IGNORE INTO temp._ls_resync VALUES (?, ?)", keys)
@@ -281,11 +285,12 @@ class RowStore(SchemaStore):
                     continue
                 t = touched.get(key)
                 if t is None:
-                    before = (
-                        confirmed.pop(key, None)
-                        if key in confirmed
-                        else (_with_pending(states[key], pending.get(key, ())).visible())
-                    )
+                    if key in confirmed:
+                        before = confirmed.pop(key, None)
+                    elif key in pending or states[key].write is not None:
+                        before = _with_pending(states[key], pending.get(key, ())).visible()
+                    else:
+                        before = None  # a row this replica never held (no write, no pending)
                     t = touched[key] = _Touched(
                         states[key], before, None, set(), False, bases.get(key)
                     )

@@ -122,6 +122,21 @@ class SchemaStore(ReplicaFile):
         )
         self._schemas[schema.table] = schema
 
+    def _learn_all(self, c: sqlite3.Connection, deltas: Sequence[RowDelta]) -> list[RowDelta]:
+        """The deltas this replica can hold, after making room for them (:meth:`_learn`). Deltas
+        naming the same table and columns get the same answer, so each such shape is learnt
+        once per batch (a checkpoint frame repeats a few shapes thousands of times)."""
+        kept: list[RowDelta] = []
+        shapes: dict[tuple[str, tuple[str, ...]], bool] = {}
+        for d in deltas:
+            shape = (d.table, tuple([cv.column for cv in d.columns]))
+            ok = shapes.get(shape)
+            if ok is None:
+                ok = shapes[shape] = self._learn(c, d)
+            if ok:
+                kept.append(d)
+        return kept
+
     def _learn(self, c: sqlite3.Connection, delta: RowDelta) -> bool:
         """Make room for a remote delta naming a table or columns this replica lacks.
 

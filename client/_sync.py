@@ -181,11 +181,20 @@ class SyncEngine:
             self._checkpoint_absent = True
             return 0, 0
         self._checkpoint_absent = False
-        self.store.begin_resync()
+        if resync:
+            self.store.begin_resync()
         applied = 0
-        for deltas in checkpoint.pages:
-            self._notify(self.store.apply_remote(deltas, "remote", self.clock, mark=True))
-            applied += len(deltas)
+        pages = checkpoint.pages
+        # While a frame is applied the next one is downloaded and decoded (SQLite releases the
+        # GIL while it writes), as pull pages are; the generator is only ever advanced by one
+        # thread at a time.
+        with ThreadPoolExecutor(1, thread_name_prefix="lakesync-checkpoint") as prefetch:
+            following = prefetch.submit(next, pages, None)
+            while (deltas := following.result()) is not None:
+                following = prefetch.submit(next, pages, None)
+                changes = self.store.apply_remote(deltas, "remote", self.clock, mark=resync)
+                self._notify(changes)
+                applied += len(deltas)
         # The cursor moves only once the whole snapshot is in: a broken download starts over.
         if resync:
             changes = self.store.finish_resync(self.gateway_id, checkpoint.server_hlc, self.clock)

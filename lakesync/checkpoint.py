@@ -57,6 +57,10 @@ it is live, and its real state's deltas as encoded ``SyncResponse.deltas`` field
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(list[_Row])
+# Serving a gateway without rules sends each row's encoded state as it is: the other fields
+# are left undecoded (no dicts of values built only to be dropped).
+_Skip = msgspec.Raw
+_real_decoder = msgspec.msgpack.Decoder(list[tuple[_Skip, _Skip, _Skip, _Skip, _Skip, bytes]])
 
 
 def _fields(deltas: Sequence[RowDelta]) -> bytes:
@@ -107,14 +111,13 @@ def serve_chunk(body: bytes, reader: Reader, raw: bool, position: int) -> bytes 
     must hold the chunk's hidden rows the client wrote): a row it sees as a snapshot (an
     eviction at ``max(last ingest, reader.stamp)``, then its real state), a row it wrote and
     cannot see as its eviction (and its tombstone if deleted), any other row not at all."""
-    rows = _decoder.decode(body)
     if raw:
-        parts = [real for *_, real in rows]
+        parts = [real for *_, real in _real_decoder.decode(body)]
     else:
         if reader.since != 0:
             raise ValueError("a checkpoint is read from 0")
         parts = []
-        for table, row_id, last_ingest, values, live, real in rows:
+        for table, row_id, last_ingest, values, live, real in _decoder.decode(body):
             shown = visible(reader.rules, reader.claims, table, values)
             if not shown and (table, row_id) not in reader.written:
                 continue

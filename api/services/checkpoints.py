@@ -13,6 +13,7 @@ page that may lack trimmed entries is never served.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -81,10 +82,21 @@ async def open_checkpoint(
         return serve_chunk(body, chunk_reader, raw, info.position)
 
     async def frames() -> AsyncIterator[bytes]:
-        for seq in range(info.chunks):
-            out = await anyio.to_thread.run_sync(frame, seq)
-            if out is not None:
-                yield out
+        # The next chunk is read and encoded while this one is sent: at most two in memory.
+        loop = asyncio.get_running_loop()
+        following = loop.run_in_executor(None, frame, 0) if info.chunks else None
+        try:
+            for seq in range(info.chunks):
+                assert following is not None
+                out = await following
+                following = None
+                if seq + 1 < info.chunks:
+                    following = loop.run_in_executor(None, frame, seq + 1)
+                if out is not None:
+                    yield out
+        finally:
+            if following is not None:  # the client went away: drop the chunk being read
+                following.cancel()
 
     return CheckpointStream(info.position, frames())
 
