@@ -8,18 +8,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import yaml
 from litestar.testing import TestClient
 
 from api.app import create_app
 from destinations.base import Destination, typed_change
 from lakesync.config import GatewayConfig
 from lakesync.destinations import DestinationSpec
-from lakesync.rules import parse_rules
+from lakesync.rules import parse_rules, rules_to_wire
 from lakesync.schema import parse_schema
 from lakesync.sources import source_client_id
 from tests.api.helpers import auth, make_settings, token
 from tests.destinations.conftest import _drop, open_fresh
+from tests.gateway_process import ServerProcess
 
 SCHEMA = parse_schema({"table": "contacts", "columns": [
     {"name": "owner", "type": "string"},
@@ -152,4 +155,33 @@ def test_unknown_source_is_404_with_the_error_body(tmp_path: Path, crm: Destinat
         assert "crm" in body["error"]  # names the declared sources
         r = client.get("/v1/sync/gw2/pull", headers=auth(token("alice", "gw2")),
                        params={"source": "crm"})  # another gateway's source
+        assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
+
+
+@pytest.mark.slow
+def test_a_gateway_process_serves_its_declared_source(tmp_path: Path, crm: Destination) -> None:
+    """``python -m api --config lakesync.yaml`` declaring the table as a destination and
+    ``owner = jwt:sub`` rules: over HTTP each client pulls only its own rows of the source."""
+    config = tmp_path / "lakesync.yaml"
+    config.write_text(yaml.safe_dump({
+        "gateways": {"gw1": {
+            "schemas": [{"table": "contacts", "columns": [
+                {"name": n, "type": k} for n, k in COLUMNS]}],
+            "rules": rules_to_wire(RULES),
+        }},
+        "destinations": {"crm": {"kind": "postgres", "url": crm.spec.url, "gateway": "gw1"}},
+    }), encoding="utf-8")
+    with ServerProcess(tmp_path / "data", config=config).start() as server:
+        seen: dict[str, list[tuple[str, str]]] = {}
+        for sub in ("alice", "bob"):
+            r = httpx.get(f"{server.url}/v1/sync/gw1/pull", headers=auth(token(sub)),
+                          params={"source": "crm", "since": "0", "clientId": sub})
+            assert r.status_code == 200, r.text
+            seen[sub] = [(d["op"], d["rowId"]) for d in r.json()["deltas"]]
+        assert seen == {
+            "alice": [("INSERT", "a1"), ("INSERT", "a2"), ("DELETE", "a3")],
+            "bob": [("INSERT", "b1"), ("INSERT", "b2")],
+        }
+        r = httpx.get(f"{server.url}/v1/sync/gw1/pull", headers=auth(token("bob")),
+                      params={"source": "other"})
         assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
