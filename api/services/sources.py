@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -43,11 +44,16 @@ def _source(service: SyncService, gateway_id: str, name: str) -> DestinationSpec
 
 
 def _read(
-    spec: DestinationSpec, schemas: list[TableSchema], since: int
+    spec: DestinationSpec, schemas: list[TableSchema], since: int, data_dir: Path
 ) -> list[SourceRow]:
     moment = _EPOCH + timedelta(microseconds=since)
     out: list[SourceRow] = []
-    with open_destination(spec) as dest:
+    lake = None
+    if spec.kind == "lake":  # the gateway's own lake
+        from lakehouse.settings import LakeSettings
+
+        lake = LakeSettings.from_env(data_dir)
+    with open_destination(spec, lake=lake) as dest:
         for schema in schemas:
             columns = [(c.name, c.type) for c in schema.columns]
             layout = dest.layout(schema.table, columns, schema.external_id_column)
@@ -74,5 +80,7 @@ async def pull_source(
         if spec.ships(s.table) and (readable is None or s.table in readable)
     ]
     service.metrics.count(gateway_id, "pulls")
-    rows = await anyio.to_thread.run_sync(_read, spec, schemas, since)
+    rows = await anyio.to_thread.run_sync(
+        _read, spec, schemas, since, service.settings.data_dir
+    )
     return page_source(name, rows, since, limit, rules, claims)

@@ -185,3 +185,27 @@ def test_a_gateway_process_serves_its_declared_source(tmp_path: Path, crm: Desti
         r = httpx.get(f"{server.url}/v1/sync/gw1/pull", headers=auth(token("bob")),
                       params={"source": "other"})
         assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND"
+
+
+def test_a_lake_source_is_read_from_the_gateways_own_lake(tmp_path: Path) -> None:
+    from destinations.factory import open_destination
+    from lakehouse.bootstrap import init_catalog_tables
+    from lakehouse.settings import LakeSettings
+
+    lake = LakeSettings.from_env(tmp_path, env={})
+    init_catalog_tables(lake)
+    spec = DestinationSpec("lake", "lake://exports", "gw1", name="exp")
+    with open_destination(spec, env={}, lake=lake) as dest:
+        layout = dest.layout("contacts", COLUMNS)
+        dest.ensure_table(layout)
+        dest.apply_changes(layout, [typed_change(layout, "a1", {"owner": "alice", "name": "A"}),
+                                    typed_change(layout, "b1", {"owner": "bob", "name": "B"})])
+    settings = make_settings(
+        tmp_path, gateways={"gw1": GatewayConfig("gw1", [SCHEMA], RULES)},
+        destinations={"exp": spec},
+    )
+    with TestClient(create_app(settings)) as client:
+        r = client.get("/v1/sync/gw1/pull", headers=auth(token("bob")),
+                       params={"source": "exp", "since": "0"})
+        assert r.status_code == 200, r.text
+        assert [(d["op"], d["rowId"]) for d in r.json()["deltas"]] == [("INSERT", "b1")]
