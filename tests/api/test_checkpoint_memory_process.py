@@ -1,9 +1,11 @@
-"""A real gateway process streams a 100,000-row checkpoint with bounded memory.
+"""A real gateway process streams checkpoints with memory bounded whatever their size.
 
-The checkpoint (of rows merged here) is written into a PostgreSQL store before the gateway
-process starts (as its lake job would), so the process never held the rows: its RSS is sampled
-from a fresh baseline while a client downloads the whole stream, and must grow by a small part
-of the stream's size (holding the stream would take all of it).
+Two checkpoints (of rows merged here: 10,000 rows on one gateway id, 100,000 on another) are
+written into a PostgreSQL store before the gateway process starts (as its lake job would), so
+the process never held the rows. Its RSS is sampled from a fresh baseline while a client
+downloads each whole stream: the growth must be a small part of the large stream's size
+(holding the stream would take all of it), and ten times the rows must not grow it by more
+than a few chunks (a gateway whose memory followed the row count would grow tenfold).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import httpx
 import pytest
 
 from api.store.postgres import PostgresHotLog
-from lakehouse.checkpoints import write_checkpoint
+from lakehouse.checkpoints import BuiltCheckpoint, write_checkpoint
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import RowState, apply_delta
@@ -27,7 +29,8 @@ from tests.gateway_process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
-ROWS = 100_000
+SMALL, LARGE = 10_000, 100_000
+MiB = 2**20
 
 
 def _rss_kib(pid: int) -> int:
@@ -37,30 +40,63 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+def _checkpoint(store: PostgresHotLog, gateway_id: str, n: int) -> BuiltCheckpoint:
+    """Publish a checkpoint of ``n`` rows (about 300 bytes each on the wire)."""
+    hlc = now_hlc()
+    rows = []
+    for i in range(n):
+        state = RowState()
+        apply_delta(
+            state,
+            RowDelta.create(
+                "INSERT",
+                "todos",
+                f"row-{i:07}",
+                "alice",
+                {"owner": "alice", "title": f"task {i} " + "x" * 150, "n": i},
+                hlc + i,
+            ),
+        )
+        rows.append((("todos", f"row-{i:07}"), RowRecord(state, hlc + n + i)))
+    built = write_checkpoint(store, gateway_id, hlc + 2 * n, rows)
+    assert built is not None and built.rows == n
+    return built
+
+
+def _stream(http: httpx.Client, url: str, gateway_id: str, pid: int) -> tuple[int, int]:
+    """Download a gateway's checkpoint: (bytes, peak RSS growth in bytes over the moment
+    before)."""
+    before = _rss_kib(pid)
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_kib(pid))
+            done.wait(0.005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    size = 0
+    try:
+        headers = auth(token("alice", gw=gateway_id))
+        with http.stream("GET", f"{url}/v1/sync/{gateway_id}/checkpoint", headers=headers) as r:
+            assert r.status_code == 200
+            for chunk in r.iter_bytes():
+                size += len(chunk)
+    finally:
+        done.set()
+        sampler.join()
+    return size, (peak[0] - before) * 1024
+
+
 def test_streaming_100k_rows_keeps_the_gateways_memory_bounded(tmp_path: Path) -> None:
     require_postgres()
     schema = fresh_pg_schema()
     store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
     try:
-        hlc = now_hlc()
-        rows = []
-        for i in range(ROWS):
-            state = RowState()
-            apply_delta(
-                state,
-                RowDelta.create(
-                    "INSERT",
-                    "todos",
-                    f"row-{i:07}",
-                    "alice",
-                    {"owner": "alice", "title": f"task {i} " + "x" * 150, "n": i},
-                    hlc + i,
-                ),
-            )
-            rows.append((("todos", f"row-{i:07}"), RowRecord(state, hlc + ROWS + i)))
-        built = write_checkpoint(store, "gw1", hlc + 2 * ROWS, rows)
-        assert built is not None and built.rows == ROWS
-        del rows
+        small = _checkpoint(store, "small", SMALL)
+        large = _checkpoint(store, "large", LARGE)
         env = {
             "LAKESYNC_STORE_URL": PG_DSN,
             "LAKESYNC_PG_SCHEMA": schema,
@@ -69,38 +105,19 @@ def test_streaming_100k_rows_keeps_the_gateways_memory_bounded(tmp_path: Path) -
         with ServerProcess(tmp_path / "gw", env) as gw, httpx.Client(timeout=300) as http:
             assert gw.proc is not None
             pid = gw.proc.pid
-            headers = auth(token("alice"))
-            # Warm up the route (imports, pools) on a small request before the baseline.
-            assert http.get(
-                f"{gw.url}/v1/sync/gw1/pull",
-                params={"since": str(built.position), "clientId": "alice"},
-                headers=headers,
-            ).is_success
-            before = _rss_kib(pid)
-            peak = [before]
-            done = threading.Event()
-
-            def sample() -> None:
-                while not done.is_set():
-                    peak[0] = max(peak[0], _rss_kib(pid))
-                    done.wait(0.005)
-
-            sampler = threading.Thread(target=sample)
-            sampler.start()
-            size = 0
-            with http.stream("GET", f"{gw.url}/v1/sync/gw1/checkpoint", headers=headers) as r:
-                assert r.status_code == 200
-                for chunk in r.iter_bytes():
-                    size += len(chunk)
-            done.set()
-            sampler.join()
-            growth = peak[0] - before
+            # Warm up the route (imports, pools, the first chunks' buffers) before measuring.
+            _stream(http, gw.url, "small", pid)
+            small_size, small_growth = _stream(http, gw.url, "small", pid)
+            large_size, large_growth = _stream(http, gw.url, "large", pid)
             print(
-                f"\nstream {size / 2**20:.1f} MiB in {built.chunks} chunks; gateway RSS "
-                f"{before} KiB before, peak +{growth} KiB"
+                f"\ngateway RSS growth: {small_size / MiB:.1f} MiB stream ({small.chunks} chunks)"
+                f" +{small_growth / MiB:.1f} MiB; {large_size / MiB:.1f} MiB stream"
+                f" ({large.chunks} chunks) +{large_growth / MiB:.1f} MiB"
             )
-            assert size > 20 * 2**20
-            assert growth * 1024 < size / 4, (growth, size)
+            assert large_size > 20 * MiB and large_size > 8 * small_size
+            assert large_growth < large_size / 4, (large_growth, large_size)
+            # Ten times the rows: at most a few chunks' worth (256 KiB each) more.
+            assert large_growth < small_growth + 4 * MiB, (small_growth, large_growth)
     finally:
         store.close()
         drop_pg_schema(schema)
