@@ -3,13 +3,16 @@ after the last pipeline run, or still only in the hot log) equal the reference m
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from api.store.sqlite import SqliteHotLog
+from cli.main import app
 from lakehouse.catalog import open_catalog
 from lakehouse.landing import LandingFlusher
 from lakehouse.query import run_query
@@ -21,7 +24,7 @@ from lakesync.hlc import HLC
 from lakesync.merge import merge_state
 from lakesync.schema import parse_schema
 from tests.api.helpers import now_hlc
-from tests.lakehouse.conftest import Lake, make_lake
+from tests.lakehouse.conftest import Lake, append_in_order, make_lake
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -111,3 +114,42 @@ def test_fresh_reads_include_landed_and_hot_deltas(lake: Lake, tmp_path: Path) -
         assert run_query(lake.settings, SQL, fresh=True).rows == _expected(merged + landed)
     finally:
         log.close()
+
+
+def test_the_query_command_with_fresh_prints_deltas_pushed_after_the_last_run(
+    lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lakesync query --fresh`` (the CLI, reading the data dir's own hot log) prints the
+    reference merge, with the deltas landed or still hot after the last pipeline run."""
+    monkeypatch.delenv("LAKESYNC_CONFIG", raising=False)
+    monkeypatch.delenv("LAKESYNC_STORE_URL", raising=False)
+    gw = "gwfreshcli"
+    sql = SQL.replace(f"'{GW}'", f"'{gw}'")
+    publish_schemas(open_catalog(lake.settings), [(gw, NOTES)])
+    t = now_hlc()
+    merged = [
+        _d("INSERT", "c1", "a", t + 1, body="one", stars=1, done=False, tags=["x"]),
+        _d("INSERT", "c2", "a", t + 2, body="two", stars=2),
+    ]
+    landed = [_d("UPDATE", "c1", "b", t + 10, stars=5), _d("DELETE", "c2", "b", t + 11)]
+    hot = [
+        _d("UPDATE", "c1", "c", t + 20, body="one!", tags={"k": 1}),
+        _d("INSERT", "c3", "a", t + 21, body="three", done=True),
+    ]
+    # lake.log is the data dir's hotlog.sqlite3: the hot log the command opens by itself.
+    append_in_order(lake.log, [(gw, d) for d in merged])
+    LandingFlusher(open_catalog(lake.settings), lake.log).flush()
+    run_pipeline(settings=lake.settings, schemas=[NOTES], tests=False)
+    lake.land(gw, landed)
+    append_in_order(lake.log, [(gw, d) for d in hot])
+
+    def printed(*flags: str) -> list[tuple[Any, ...]]:
+        args = ["query", sql, "--data-dir", str(lake.settings.data_dir), "--format", "json"]
+        result = CliRunner().invoke(app, [*args, *flags])
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in result.stdout.splitlines()]
+        return [(r["row_id"], r["body"], r["stars"], r["done"], r["tags"]) for r in rows]
+
+    assert printed() == _expected(merged)
+    assert printed("--fresh") == _expected(merged + landed + hot)
+    assert printed("--fresh") != _expected(merged + landed)  # the hot deltas count
