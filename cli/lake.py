@@ -112,6 +112,25 @@ def as_of_command(
     _print(QueryResult(list(frame.columns), [tuple(r) for r in rows]), fmt)
 
 
+@pipeline_app.command("generate")
+def generate_command(
+    data_dir: DataDirOption = None,
+    into: Annotated[
+        Path | None,
+        typer.Option(
+            "--into", help="Model directory (default: generated/ of the dbt project, git-ignored)."
+        ),
+    ] = None,
+) -> None:
+    """Write the current-state model of every registered table into the dbt project, so a
+    plain `dbt build` from the repo root builds the analytics tables too."""
+    from lakehouse.runner import generate_models
+
+    result = generate_models(LakeSettings.from_env(data_dir), into)
+    names = ", ".join(result.models) or "none (no table is registered yet)"
+    typer.echo(f"{len(result.models)} current-state models: {names}")
+
+
 def _parse_as_of(value: str) -> datetime:
     try:
         return datetime.fromisoformat(value.strip())

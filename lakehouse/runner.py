@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.bootstrap import bootstrap
 from lakehouse.catalog import LANDED_LATE_PROPERTY, landing_state, open_catalog, require_lake
-from lakehouse.models import model_name, prepare_project, table_columns, write_models
+from lakehouse.models import (
+    GeneratedModels,
+    model_name,
+    prepare_project,
+    table_columns,
+    write_models,
+)
 from lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakehouse.spark import spark_session
 from lakesync.errors import LakeSyncError
@@ -35,6 +41,7 @@ __all__ = [
     "PipelineResult",
     "ProgressCallback",
     "dbt_invoke",
+    "generate_models",
     "registered_table_schemas",
     "run_pipeline",
     "state_as_of_hlc",
@@ -79,6 +86,15 @@ def registered_table_schemas(settings: LakeSettings) -> list[TableSchema]:
     config = load_config()
     published = [s for _, s in registered_schemas(open_catalog(settings))]
     return [*published, *(s for gw in config.gateways.values() for s in gw.schemas)]
+
+
+def generate_models(settings: LakeSettings, directory: Path | None = None) -> GeneratedModels:
+    """Write the current-state model of every registered table into ``directory`` (default: the
+    dbt project's own ``generated/`` model path, which git ignores), so a plain ``dbt build``
+    from the project builds the marts too (``lakesync pipeline generate``)."""
+    require_lake(settings)
+    tables = table_columns(registered_table_schemas(settings))
+    return write_models(directory or settings.dbt_project_dir / "generated", tables)
 
 
 @contextmanager
@@ -229,9 +245,6 @@ def run_pipeline(
     generated_dir = prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
     generated = write_models(generated_dir, tables)
     spark = spark_session(settings)
-    from spark_udfs.register import register_udfs
-
-    register_udfs(spark)
     before_pos = _position(spark)
     landing_seq, late, covered = _landing_sequence(settings)
     if late and not full_refresh:
@@ -293,9 +306,6 @@ def state_as_of_hlc(
     cols = [{"name": n, "type": t} for n, t in tables[table]]
     write_models(prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir), tables)
     spark = spark_session(settings)
-    from spark_udfs.register import register_udfs
-
-    register_udfs(spark)
     inline = f"{{{{ lakesync_state_as_of({json.dumps(table)}, {json.dumps(cols)}, {int(hlc)}) }}}}"
     # dbt prints an inline compile's SQL to stdout even with --quiet; the caller prints rows.
     result = dbt_invoke(settings, ["compile", "--inline", inline, "--log-level", "none"])

@@ -3,14 +3,29 @@
     gateway_id, row_id, one typed column per schema column, _hlc (the HLC of the row's last change),
     _changed_at (its wall time) and _ingest_hlc (landing position of the row's last delta). -#}
 
+{#- A cell's canonical JSON text (landing `value_json`) as the column's SQL type, with Spark
+    built-ins only, so a plain `dbt build` needs no Python UDF. The same decoding as
+    spark_udfs/decode.py (fresh reads and destinations use those; a test holds them equal): a value
+    of the wrong type for the column reads null; a `json` column keeps the canonical text. -#}
 {% macro lakesync_decode(type, expr) -%}
-    {%- if type == 'string' -%} ls_json_string({{ expr }})
-    {%- elif type == 'number' -%} ls_json_double({{ expr }})
-    {%- elif type == 'boolean' -%} ls_json_boolean({{ expr }})
-    {%- elif type == 'json' -%} ls_json_text({{ expr }})
+    {%- if type == 'string' -%}
+        case when startswith({{ expr }}, '"') then get_json_object(concat('[', {{ expr }}, ']'), '$[0]') end
+    {%- elif type == 'number' -%}
+        case when {{ expr }} rlike '^-?[0-9]' then cast({{ expr }} as double) end
+    {%- elif type == 'boolean' -%}
+        case {{ expr }} when 'true' then true when 'false' then false end
+    {%- elif type == 'json' -%} nullif({{ expr }}, 'null')
     {%- elif type == 'null' -%} cast(null as string)
     {%- else -%} {{ exceptions.raise_compiler_error('unknown column type ' ~ type) }}
     {%- endif -%}
+{%- endmacro %}
+
+
+{#- The wall-clock part of an HLC (top 48 bits, Unix milliseconds) as a UTC timestamp; null past
+    9999-12-31 (no timestamp holds it). -#}
+{% macro lakesync_hlc_to_timestamp(expr) -%}
+    case when {{ expr }} < 16606973185228800000
+        then timestamp_millis(cast(floor({{ expr }} / 65536) as bigint)) end
 {%- endmacro %}
 
 
@@ -26,7 +41,7 @@
         {{ lakesync_decode(col['type'], 'v.`' ~ col['name'] ~ '`') }} as `{{ col['name'] }}`,
         {%- endfor %}
         case when r.is_live then r.write_hlc end as _hlc,
-        case when r.is_live then ls_hlc_to_timestamp(r.write_hlc) end as _changed_at,
+        case when r.is_live then {{ lakesync_hlc_to_timestamp('r.write_hlc') }} end as _changed_at,
         r.last_ingest_hlc as _ingest_hlc
     from {{ rows }} r
     left join (

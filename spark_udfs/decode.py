@@ -1,4 +1,7 @@
-"""Pure decoders the dbt models need, one per schema column type (SPEC §10), plus HLC → time.
+"""Pure cell decoders, one per schema column type (SPEC §10), plus HLC → time: what fresh reads
+(``lakehouse/fresh.py``) and destinations use; the dbt models do the same with Spark built-ins
+(``lakesync_decode`` in ``macros/current_state.sql``, held equal by a test), so plain dbt needs no
+Python UDF.
 
 Landing cells carry each value as its own JSON text (``value_json``), so a decoder sees exactly what
 the client sent. A value of the wrong type for the column decodes to null rather than failing the
