@@ -123,8 +123,12 @@ class Destination(abc.ABC):
         """Every row of the table (deleted ones too under soft delete), by ``row_id``."""
 
     @abc.abstractmethod
-    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
-        """Rows synced after ``since``, oldest first (soft-deleted ones with ``deleted_at``)."""
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Rows synced after ``since``, oldest first (soft-deleted ones with ``deleted_at``);
+        with ``limit``, only those up to and including the ``synced_at`` of the ``limit``-th
+        (a page never ends inside one instant, so it may hold more than ``limit`` rows)."""
 
     @abc.abstractmethod
     def evict(self, layout: TableLayout, before: datetime) -> int:

@@ -154,8 +154,13 @@ class BigQueryDestination(Destination):
         rows = self._run(st.select_rows(layout, "bigquery"), {}, f"reading {layout.table!r}")
         return [normalise_row(layout, r) for r in rows]
 
-    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
-        rows = self._run(st.select_changes(layout, "bigquery"), {"since": since},
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"since": since}
+        if limit is not None:
+            params["limit"] = limit
+        rows = self._run(st.select_changes(layout, "bigquery", limit is not None), params,
                          f"reading changes of {layout.table!r}")
         return [normalise_row(layout, r) for r in rows]
 
@@ -195,6 +200,8 @@ def _param_type(value: Any) -> str:
         return "BOOL"
     if isinstance(value, float):
         return "FLOAT64"
+    if isinstance(value, int):
+        return "INT64"
     if isinstance(value, Decimal):
         return "BIGNUMERIC"
     if isinstance(value, datetime):

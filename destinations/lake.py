@@ -174,10 +174,17 @@ class LakeDestination(Destination):
     def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
         return sorted(self._rows(layout, f"reading {layout.table!r}"), key=lambda r: r["row_id"])
 
-    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         rows = self._rows(layout, f"reading changes of {layout.table!r}")
-        changed = [r for r in rows if r["synced_at"] > since]
-        return sorted(changed, key=lambda r: (r["synced_at"], r["row_id"]))
+        changed = sorted(
+            (r for r in rows if r["synced_at"] > since), key=lambda r: (r["synced_at"], r["row_id"])
+        )
+        if limit is not None and len(changed) > limit:
+            cut = changed[limit - 1]["synced_at"]
+            changed = [r for r in changed if r["synced_at"] <= cut]
+        return changed
 
     def evict(self, layout: TableLayout, before: datetime) -> int:
         import pyarrow as pa

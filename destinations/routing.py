@@ -78,8 +78,10 @@ class CompositeDestination(Destination):
     def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
         return self.route(layout.table).read_rows(layout)
 
-    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
-        return self.route(layout.table).read_changes(layout, since)
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return self.route(layout.table).read_changes(layout, since, limit)
 
     def evict(self, layout: TableLayout, before: datetime) -> int:
         return self.route(layout.table).evict(layout, before)
@@ -139,8 +141,10 @@ class FanOutDestination(Destination):
     def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
         return self.primary.read_rows(layout)
 
-    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
-        return self.primary.read_changes(layout, since)
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return self.primary.read_changes(layout, since, limit)
 
     def evict(self, layout: TableLayout, before: datetime) -> int:
         """Tiering applies to the primary (secondaries are copies, kept whole)."""
@@ -181,7 +185,9 @@ class UnreachableDestination(Destination):
     def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
         self._fail()
 
-    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         self._fail()
 
     def evict(self, layout: TableLayout, before: datetime) -> int:

@@ -180,10 +180,15 @@ class SqlDestination(Destination):
         rows = self._query(st.select_rows(layout, self.dialect), {}, f"reading {layout.table!r}")
         return [normalise_row(layout, r) for r in rows]
 
-    def read_changes(self, layout: TableLayout, since: datetime) -> list[dict[str, Any]]:
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         since_param = since if self.dialect == "postgres" else _naive_utc(since)
+        params: dict[str, Any] = {"since": since_param}
+        if limit is not None:
+            params["limit"] = limit
         rows = self._query(
-            st.select_changes(layout, self.dialect), {"since": since_param},
+            st.select_changes(layout, self.dialect, limit is not None), params,
             f"reading changes of {layout.table!r}",
         )
         return [normalise_row(layout, r) for r in rows]

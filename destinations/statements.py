@@ -444,16 +444,34 @@ def select_rows(layout: TableLayout, dialect: Dialect) -> str:
     return _sql(query, dialect)
 
 
-def select_changes(layout: TableLayout, dialect: Dialect) -> str:
+def select_changes(layout: TableLayout, dialect: Dialect, limited: bool = False) -> str:
     """Rows synced after parameter ``since`` (a timestamp), oldest first: what changed in the
-    destination since a watermark (soft-deleted rows included, with ``deleted_at`` set)."""
+    destination since a watermark (soft-deleted rows included, with ``deleted_at`` set).
+
+    ``limited``: only the rows up to and including the instant (``synced_at``) of the
+    ``limit``-th such row (parameter ``limit``), so a page of changes never ends inside one
+    instant (rows of one change set share it)."""
     names = ["row_id", *layout.column_names, "props", "synced_at"]
     if layout.delete == "soft":
         names.append("deleted_at")
+    after = exp.GT(this=_col("synced_at"), expression=_param("since"))
+    where: list[exp.Expression] = [after]
+    if limited:
+        first = (
+            exp.select(_col("synced_at"))
+            .from_(_table(layout))
+            .where(after.copy())
+            .order_by(_col("synced_at"))
+            .limit(_param("limit"))
+        )
+        cut = exp.select(exp.Max(this=_col("synced_at", "f"))).from_(
+            exp.Subquery(this=first, alias=exp.TableAlias(this=_ident("f")))
+        )
+        where.append(exp.LTE(this=_col("synced_at"), expression=exp.Subquery(this=cut)))
     query = (
         exp.select(*(_col(n) for n in names))
         .from_(_table(layout))
-        .where(exp.GT(this=_col("synced_at"), expression=_param("since")))
+        .where(*where)
         .order_by(_col("synced_at"), _col("row_id"))
     )
     return _sql(query, dialect)

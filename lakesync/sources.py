@@ -100,9 +100,13 @@ def page_source(
     limit: int,
     rules: SyncRules | None,
     claims: Mapping[str, Any],
+    more: bool = False,
 ) -> SourcePage:
-    """The page after cursor ``since`` of ``rows`` (any order) for a client with ``claims``
-    under ``rules`` (already the effective rules: None sees everything); see the module doc."""
+    """The page after cursor ``since`` for a client with ``claims`` under ``rules`` (already
+    the effective rules: None sees everything); see the module doc.
+
+    ``rows`` (any order) are every row synced after ``since`` up to some instant; ``more`` says
+    rows after that instant may exist (the source was read a page at a time)."""
     after = sorted((r for r in rows if r.synced_us > since),
                    key=lambda r: (r.synced_us, r.table, r.row_id))
     shown = [r for r in after if visible(rules, claims, r.table, r.cells)]
@@ -110,10 +114,10 @@ def page_source(
     if page:
         last = page[-1].synced_us
         page += [r for r in shown[limit:] if r.synced_us == last]
-    through = page[-1].synced_us if page else since
-    has_more = any(r.synced_us > through for r in shown)
-    if not has_more and after:
-        through = max(through, after[-1].synced_us)  # skip past rows the client cannot see
+    if page and shown[-1].synced_us > page[-1].synced_us:
+        through, has_more = page[-1].synced_us, True
+    else:  # every visible row read is in the page: pass the hidden ones read too
+        through, has_more = (after[-1].synced_us if after else since), more
     client = source_client_id(name)
     deltas = [
         RowDelta.create("DELETE", r.table, r.row_id, client, {}, _hlc_of(r.synced_us))

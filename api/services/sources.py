@@ -2,9 +2,10 @@
 them with :func:`lakesync.sources.page_source` (cursor semantics there).
 
 The source is opened for the request and closed after it, in a worker thread (the adapters'
-drivers block). Its tables are the ones the destination ships (``tables``, else every registered
-table of the gateway) that the client's rules let it read; their columns come from the
-gateway's registered schemas.
+drivers block). Each table is read a page at a time (``read_changes`` with the limit), so a
+request costs its page, not the table. Its tables are the ones the destination ships
+(``tables``, else every registered table of the gateway) that the client's rules let it read;
+their columns come from the gateway's registered schemas.
 """
 
 from __future__ import annotations
@@ -44,10 +45,14 @@ def _source(service: SyncService, gateway_id: str, name: str) -> DestinationSpec
 
 
 def _read(
-    spec: DestinationSpec, schemas: list[TableSchema], since: int, data_dir: Path
-) -> list[SourceRow]:
+    spec: DestinationSpec, schemas: list[TableSchema], since: int, limit: int, data_dir: Path
+) -> tuple[list[SourceRow], bool]:
+    """The rows of every table synced after ``since``, through the earliest instant at which a
+    table's read of ``limit + 1`` rows ended (beyond it that table was not read), and whether
+    rows beyond that instant may exist."""
     moment = _EPOCH + timedelta(microseconds=since)
-    out: list[SourceRow] = []
+    read: list[list[SourceRow]] = []
+    cut: int | None = None
     lake = None
     if spec.kind == "lake":  # the gateway's own lake
         from lakehouse.settings import LakeSettings
@@ -57,8 +62,15 @@ def _read(
         for schema in schemas:
             columns = [(c.name, c.type) for c in schema.columns]
             layout = dest.layout(schema.table, columns, schema.external_id_column)
-            out += [source_row(schema.table, r, columns) for r in dest.read_changes(layout, moment)]
-    return out
+            # One row past the page: a table that has no more says so by returning <= limit.
+            rows = [source_row(schema.table, r, columns)
+                    for r in dest.read_changes(layout, moment, limit + 1)]
+            if len(rows) > limit:  # this table may have more after its last instant read
+                cut = min(rows[-1].synced_us, cut if cut is not None else rows[-1].synced_us)
+            read.append(rows)
+    if cut is None:
+        return [r for rows in read for r in rows], False
+    return [r for rows in read for r in rows if r.synced_us <= cut], True
 
 
 async def pull_source(
@@ -80,7 +92,7 @@ async def pull_source(
         if spec.ships(s.table) and (readable is None or s.table in readable)
     ]
     service.metrics.count(gateway_id, "pulls")
-    rows = await anyio.to_thread.run_sync(
-        _read, spec, schemas, since, service.settings.data_dir
+    rows, more = await anyio.to_thread.run_sync(
+        _read, spec, schemas, since, limit, service.settings.data_dir
     )
-    return page_source(name, rows, since, limit, rules, claims)
+    return page_source(name, rows, since, limit, rules, claims, more)

@@ -140,3 +140,22 @@ def test_evict_removes_rows_last_synced_before_a_moment(destination: Destination
     assert [r["row_id"] for r in destination.read_rows(layout)] == ["new"]
     assert destination.watermark("todos") == 4  # tiering leaves shipping where it was
     assert destination.evict(layout, cutoff) == 0
+
+
+def test_read_changes_with_a_limit_ends_at_an_instant(destination: Destination) -> None:
+    layout = destination.layout("todos", COLUMNS)
+    destination.ensure_table(layout)
+    for ids in (["a", "b"], ["c"], ["d", "e"]):  # three change sets: three synced_at instants
+        destination.apply_changes(layout, [typed_change(layout, i, {"title": i}) for i in ids])
+    epoch = datetime(2000, 1, 1, tzinfo=UTC)
+
+    def read(since: datetime, limit: int | None) -> list[str]:
+        return [r["row_id"] for r in destination.read_changes(layout, since, limit)]
+
+    assert read(epoch, 1) == ["a", "b"]  # the first instant whole
+    assert read(epoch, 3) == ["a", "b", "c"]
+    assert read(epoch, 4) == read(epoch, 50) == read(epoch, None) == ["a", "b", "c", "d", "e"]
+    first = destination.read_changes(layout, epoch, 1)[-1]["synced_at"]
+    assert read(first, 1) == ["c"]
+    last = destination.read_changes(layout, epoch)[-1]["synced_at"]
+    assert read(last, 1) == []

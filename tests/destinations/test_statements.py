@@ -26,6 +26,7 @@ BUILD = {
     "hard_delete": lambda d: st.apply_deletes(HARD, d),
     "watermark": st.write_watermark,
     "evict": lambda d: st.delete_older_than(SOFT, d),
+    "changes_page": lambda d: st.select_changes(SOFT, d, limited=True),
 }
 
 # fmt: off
@@ -69,6 +70,12 @@ TABLE = [
     ('evict', 'postgres', 'DELETE FROM "todos" WHERE "synced_at" < %(before)s'),
     ('evict', 'mysql', 'DELETE FROM `todos` WHERE `synced_at` < %(before)s'),
     ('evict', 'bigquery', 'DELETE FROM `todos` WHERE `synced_at` < @before'),
+    ('changes_page', 'postgres',
+     'SELECT "row_id", "title", "meta", "props", "synced_at", "deleted_at" FROM "todos" WHERE "synced_at" > %(since)s AND "synced_at" <= (SELECT MAX("f"."synced_at") FROM (SELECT "synced_at" FROM "todos" WHERE "synced_at" > %(since)s ORDER BY "synced_at" LIMIT %(limit)s) AS "f") ORDER BY "synced_at", "row_id"'),
+    ('changes_page', 'mysql',
+     'SELECT `row_id`, `title`, `meta`, `props`, `synced_at`, `deleted_at` FROM `todos` WHERE `synced_at` > %(since)s AND `synced_at` <= (SELECT MAX(`f`.`synced_at`) FROM (SELECT `synced_at` FROM `todos` WHERE `synced_at` > %(since)s ORDER BY `synced_at` LIMIT %(limit)s) AS `f`) ORDER BY `synced_at`, `row_id`'),
+    ('changes_page', 'bigquery',
+     'SELECT `row_id`, `title`, `meta`, `props`, `synced_at`, `deleted_at` FROM `todos` WHERE `synced_at` > @since AND `synced_at` <= (SELECT MAX(`f`.`synced_at`) FROM (SELECT `synced_at` FROM `todos` WHERE `synced_at` > @since ORDER BY `synced_at` LIMIT @limit) AS `f`) ORDER BY `synced_at`, `row_id`'),
 ]
 # fmt: on
 

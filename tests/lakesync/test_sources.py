@@ -54,3 +54,12 @@ def test_deltas_carry_state_the_source_id_and_the_instant_as_hlc() -> None:
     assert insert.values() == {"owner": "a", "meta": {"k": [1]}, "n": 2.5}
     assert insert.hlc == hlc.encode(1_767_323_045_678, 0)
     assert (delete.op, delete.columns) == ("DELETE", ())
+
+
+def test_rows_read_a_page_at_a_time_keep_has_more() -> None:
+    rows = [row("a", 10), row("x", 20, "bob")]
+    # the reader stopped at instant 20 and more may follow: the cursor passes what was read
+    page = page_source("s", rows, 0, 5, RULES, {"sub": "alice"}, more=True)
+    assert ids(page) == ["a"] and page.has_more and page.server_hlc == 20
+    hidden = page_source("s", [row("x", 20, "bob")], 10, 5, RULES, {"sub": "alice"}, more=True)
+    assert hidden.deltas == [] and hidden.has_more and hidden.server_hlc == 20
