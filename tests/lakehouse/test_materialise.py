@@ -142,11 +142,12 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     lake: Lake, databases: tuple[str, str]
 ) -> None:
     """Shipping into a PostgreSQL primary whose fan-out secondary (MariaDB on a closed port)
-    never answers: the primary gets every row, the run succeeds, the failures are counted.
-    Then a lifecycle run moves aged rows out of PostgreSQL (``hot_window: 30d``); the documented
-    combined read, ``lakesync query`` over the lake's ``analytics.tiered``, returns the same rows
-    as before; hot rows plus evicted rows are exactly those rows; a row changed again after its
-    eviction is shipped back into the hot tier."""
+    never answers: the primary gets every row, the run succeeds, the failures are counted; a
+    ``kind: lake`` destination in the same run gets the same rows (Spark and pyiceberg on one
+    catalog). Then a lifecycle run moves aged rows out of PostgreSQL (``hot_window: 30d``); the
+    documented combined read, ``lakesync query`` over the lake's ``analytics.tiered``, returns
+    the same rows as before; hot rows plus evicted rows are exactly those rows; a row changed
+    again after its eviction is shipped back into the hot tier."""
     from destinations.metrics import DestinationMetrics
     from lakehouse.materialise import tier
     from lakehouse.query import run_query
@@ -156,9 +157,10 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     spec = DestinationSpec("postgres", pg_url, gw, hot_window="30d", secondaries=["down"],
                            name="hot")
     down = DestinationSpec("mysql", "mysql://root@127.0.0.1:1/x", gw, name="down")
+    exports = DestinationSpec("lake", "lake://exports", gw, name="exports")
     config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
                     gateways={gw: GatewayConfig(gw, [TIERED])},
-                    destinations={"hot": spec, "down": down})
+                    destinations={"hot": spec, "down": down, "exports": exports})
     rows = [f"t{i}" for i in range(10)]
     lake.land(gw, [RowDelta.create("INSERT", "tiered", r, "c1", {"title": r}, (2000 + i) << 16)
                    for i, r in enumerate(rows)])
@@ -167,8 +169,13 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     shipped = materialise(lake.settings, config, spark=lake.spark, metrics=metrics)
     # ensure_table and apply_changes failed on the secondary; the primary has the rows
     assert [(r.destination, r.rows, r.evicted, r.secondary_failures, r.error)
-            for r in shipped] == [("hot", 10, 0, 2, None)]
+            for r in shipped] == [("hot", 10, 0, 2, None), ("exports", 10, 0, 0, None)]
     assert metrics.secondary_failures("hot", "down") == 2
+    with open_destination(exports, env={}, lake=lake.settings) as dest:
+        exported = dest.read_rows(dest.layout("tiered", [("title", "string")]))
+        assert [(r["row_id"], r["title"]) for r in exported] == [(r, r) for r in sorted(rows)]
+        assert shipped[1].position is not None
+        assert dest.watermark("tiered") == shipped[1].position
 
     sql = f"select row_id, title from analytics.tiered where gateway_id = '{gw}' order by row_id"
     before = run_query(lake.settings, sql).rows
@@ -194,7 +201,7 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     lake.land(gw, [RowDelta.create("UPDATE", "tiered", "t4", "c1", {"title": "back"}, 3000 << 16)])
     run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False)
     again = materialise(lake.settings, config, spark=lake.spark, metrics=metrics)
-    assert [(r.rows, r.evicted, r.error) for r in again] == [(1, 0, None)]
+    assert [(r.rows, r.evicted, r.error) for r in again] == [(1, 0, None), (1, 0, None)]
     assert metrics.secondary_failures("hot", "down") == 4
     with open_destination(spec, env={}) as dest:
         back = dest.read_rows(dest.layout("tiered", [("title", "string")]))
