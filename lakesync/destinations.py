@@ -20,7 +20,8 @@ Optional keys (added to that shape, never changing it):
   effort, into each ``OTHER``; a secondary's failure is logged and counted, never raised.
 - ``hot_window: 30d`` (lifecycle tiering): rows whose last change in this destination
   (``synced_at``) is older than the window leave it; the lake's ``analytics.<table>`` (the cold
-  tier) keeps them. Units ``s``, ``m``, ``h``, ``d``, ``w``; not on ``kind: lake``.
+  tier) keeps them. Units ``s``, ``m``, ``h``, ``d``, ``w``; not on ``kind: lake`` nor on a
+  secondary (a whole copy).
 
 A destination named under another's ``routes`` or ``secondaries`` is shipped through it only.
 
@@ -206,6 +207,11 @@ def _check_references(spec: DestinationSpec, specs: Mapping[str, DestinationSpec
             raise ConfigError(
                 f"destination {spec.name!r}: {key} names {target!r} of gateway "
                 f"{other.gateway!r}; both must serve gateway {spec.gateway!r}"
+            )
+        if key == "secondaries" and other.hot_window is not None:
+            raise ConfigError(
+                f"destination {spec.name!r}: secondary {target!r} has a hot_window; a "
+                "secondary is a whole copy (put hot_window on the primary)"
             )
         if other.routes or other.secondaries:
             raise ConfigError(

@@ -180,6 +180,7 @@ def test_parse_window(window: str, seconds: int) -> None:
         ("secondaries: [other_gw]", "both must serve gateway 'gw1'"),
         ("secondaries: [chained]", "has routes or secondaries of its own"),
         ("secondaries: [plain, plain]", "lists a secondary twice"),
+        ("secondaries: [windowed]", "secondary 'windowed' has a hot_window"),
         ("routes: {'a;b': plain}", "table name in routes"),
         ("hot_window: 30 days", "hot_window '30 days' is not a window"),
         ("hot_window: 0d", "is not a window"),
@@ -192,6 +193,7 @@ destinations:
   plain: {{kind: mysql, url: "mysql://h/db", gateway: gw1}}
   other_gw: {{kind: mysql, url: "mysql://h/db", gateway: gw2}}
   chained: {{kind: mysql, url: "mysql://h/db", gateway: gw1, secondaries: [plain]}}
+  windowed: {{kind: mysql, url: "mysql://h/db", gateway: gw1, hot_window: 1d}}
 """
     with pytest.raises(ConfigError) as info:
         load(tmp_path, text)
