@@ -9,26 +9,38 @@ safety overlap, a restart that re-reads its last page) never stores a delta twic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from lakesync.delta import RowDelta
 from lakesync.values import normalize_value
 
-__all__ = ["Chunk", "changes_for", "split_rows"]
+__all__ = ["Chunk", "KeySet", "changes_for", "split_rows"]
+
+
+class KeySet(Protocol):
+    """Row ids a source saw in a full pass (held where the source likes: a temporary file)."""
+
+    def missing(self, ids: Sequence[str]) -> list[str]:
+        """Those of ``ids`` not in the set, in their order."""
 
 
 @dataclass(slots=True)
 class Chunk:
     """Part of one poll of one table: ``upserts`` (row id → the row's columns as the source
     has them now), ``deletes`` (row ids gone from the source) and the source's cursor once this
-    chunk is stored (None = unchanged)."""
+    chunk is stored (None = unchanged).
+
+    ``keep_only`` ends a full pass over ``table``: every row the gateway stores for the table
+    whose id is not in it is gone from the source. The poller pages through the stored ids and
+    deletes those, so neither side holds the table's ids in memory."""
 
     table: str
     upserts: dict[str, dict[str, Any]] = field(default_factory=dict)
     deletes: list[str] = field(default_factory=list)
     cursor: dict[str, Any] | None = None
+    keep_only: KeySet | None = None
 
     def row_ids(self) -> list[str]:
         """Every row id the chunk touches."""

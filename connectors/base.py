@@ -48,6 +48,10 @@ class Sink(Protocol):
         """Store a batch through the push path (validation, dedup, landing); raises
         :class:`~lakesync.errors.BackpressureError` when the gateway asks to wait."""
 
+    async def row_ids(self, table: str, after: str | None, limit: int) -> list[str]:
+        """The ids of ``table``'s stored rows after ``after`` (None = from the first), in id
+        order, at most ``limit``."""
+
     async def load_cursor(self) -> dict[str, Any]:
         """The cursor stored with the last chunk (``{}`` if none)."""
 

@@ -5,8 +5,10 @@
   lower value are still found), in cursor order, streamed; the cursor is the greatest value
   stored. Deletions are not seen (use ``diff`` or ``postgres_cdc``).
 - **diff**: the whole table streamed in key order each poll and compared with the gateway's rows
-  (only changes are pushed); keys known before and missing now are deleted. The cursor keeps the
-  keys, so memory holds one chunk of rows plus the keys.
+  (only changes are pushed); rows the gateway stores for the table and the pass did not see are
+  deleted (the gateway table mirrors the source table). The ids seen go to a temporary file
+  (:class:`~connectors._spill.SpilledKeys`) and the gateway's ids are paged through, so memory
+  holds one chunk of rows, whatever the table's size; there is no cursor.
 
 Both stream with a server-side cursor (PostgreSQL) or an unbuffered one (MySQL), so a poll holds
 at most ``chunk_rows`` rows. Statements are composed from identifiers (``psycopg.sql`` /
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import datetime as dt
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -25,6 +28,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from connectors._changes import Chunk
+from connectors._spill import SpilledKeys
 from connectors._values import column_type, json_value, typed_value
 from connectors.base import Source
 from lakesync.connectors import DatabaseSpec
@@ -257,36 +261,43 @@ class DatabaseSource(Source):
         if not diff and "cursor" in cursor:
             since = _cursor_in(cursor["cursor"], self.spec.lookback)
         stream = self.dialect.stream(conn, self.spec, columns, since)
-        seen: set[str] = set()
+        seen = SpilledKeys() if diff else None
         state = dict(cursor)
+        try:
+            async with contextlib.aclosing(self._chunks(stream, types, state, seen)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            if seen is not None:
+                yield Chunk(self.spec.table, keep_only=seen)
+        finally:
+            if seen is not None:
+                seen.close()
+
+    async def _chunks(
+        self,
+        stream: AbstractContextManager[Iterator[dict[str, Any]]],
+        types: Mapping[str, str],
+        state: dict[str, Any],
+        seen: SpilledKeys | None,
+    ) -> AsyncGenerator[Chunk, None]:
+        """The streamed rows in chunks: cursor chunks carry the cursor, diff chunks' ids go to
+        ``seen``. The read transaction ends with the stream."""
         rows = await asyncio.to_thread(stream.__enter__)
         try:
-            while True:
-                batch = await asyncio.to_thread(_take, rows, self.spec.chunk_rows)
-                if not batch:
-                    break
+            while batch := await asyncio.to_thread(_take, rows, self.spec.chunk_rows):
                 chunk = Chunk(self.spec.table)
                 for row in batch:
-                    rid = row_id_of(row, self.spec.key)
-                    chunk.upserts[rid] = {
-                        c: typed_value(json_value(row[c]), types[c]) for c in columns
+                    chunk.upserts[row_id_of(row, self.spec.key)] = {
+                        c: typed_value(json_value(row[c]), t) for c, t in types.items()
                     }
-                seen.update(chunk.upserts)
-                if not diff:
+                if seen is None:
                     state["cursor"] = _cursor_out(batch[-1][self.spec.cursor_column])
                     chunk.cursor = dict(state)
+                else:
+                    seen.add(chunk.upserts)
                 yield chunk
         finally:
             await asyncio.to_thread(stream.__exit__, None, None, None)
-        if diff:
-            gone = [k for k in cursor.get("keys", []) if k not in seen]
-            state["keys"] = sorted(seen)
-            size = self.spec.chunk_rows
-            for i in range(0, max(len(gone), 1), size):
-                last = i + size >= len(gone)
-                yield Chunk(
-                    self.spec.table, deletes=gone[i : i + size], cursor=state if last else None
-                )
 
 
 def _take(rows: Iterator[dict[str, Any]], n: int) -> list[dict[str, Any]]:

@@ -3,16 +3,18 @@
 - **Issues** by JQL through ``/rest/api/3/search/jql`` (``nextPageToken`` pages), ordered by
   ``updated`` with a cursor on the greatest ``updated`` stored, re-read ``overlap`` seconds back
   (JQL compares dates to the minute, in the account's time zone: give the connector's account the
-  UTC zone). Each poll then lists every issue id of the JQL (ids only) and deletes the rows of
-  issues gone since (deleted, or moved out of the JQL's scope), with their comments.
+  UTC zone). Each poll then lists every issue id of the JQL (ids only, into a temporary file)
+  and deletes the stored issues not listed (deleted, or moved out of the JQL's scope), with
+  their comments.
 - **Comments** of every issue read: inline in the search result when it carries them all, else
   paged from ``/rest/api/3/issue/{id}/comment``; a comment gone from an issue is deleted.
 - **Projects** from ``/rest/api/3/project/search``: a full diff each poll, deletions included.
 
 Rows (``jira_issues``, ``jira_comments``, ``jira_projects``) are keyed by Jira's numeric ids,
 which survive an issue's move to another project (its key changes). The cursor holds the
-``updated`` mark and the ids known (issue → comment ids, project ids), which is what the
-deletion diffs compare against.
+``updated`` mark and, for issues with comments, their comment ids (what a comment's deletion
+is found against); the full diffs of issues and projects compare the ids listed this poll
+(spilled to a temporary file) with the gateway's stored ids, a page at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import httpx
 from connectors._changes import split_rows
 from connectors._cursor import later, parse_time
 from connectors._http import check, request
+from connectors._spill import SpilledKeys
 from connectors.actions import ActionDescriptor, ActionHandler, http_failure
 from connectors.base import Chunk, Source
 from lakesync.connectors import JiraSpec
@@ -181,8 +184,7 @@ class JiraSource(Source):
         """Projects, then changed issues (and their comments), then deleted issues."""
         state = {
             "updated": cursor.get("updated"),
-            "issues": dict(cursor.get("issues", {})),
-            "projects": list(cursor.get("projects", [])),
+            "issues": {k: v for k, v in cursor.get("issues", {}).items() if v},
         }
         if self.spec.projects:
             async for chunk in self._projects(state):
@@ -193,24 +195,21 @@ class JiraSource(Source):
             yield chunk
 
     async def _projects(self, state: dict[str, Any]) -> AsyncIterator[Chunk]:
-        seen: set[str] = set()
-        start = 0
-        while True:
-            page = await self._get(
-                "/rest/api/3/project/search", startAt=start, maxResults=self.spec.page_size
-            )
-            values = page.get("values", [])
-            rows = dict(flatten_project(p) for p in values)
-            seen.update(rows)
-            for part in split_rows(rows, self.spec.chunk_rows):
-                yield Chunk("jira_projects", part)
-            start += len(values)
-            if page.get("isLast", True) or not values:
-                break
-        gone = [p for p in state["projects"] if p not in seen]
-        state["projects"] = sorted(seen)
-        for ids in _split_ids(gone, self.spec.chunk_rows) or [[]]:
-            yield Chunk("jira_projects", deletes=ids, cursor=_copy(state))
+        with SpilledKeys() as seen:
+            start = 0
+            while True:
+                page = await self._get(
+                    "/rest/api/3/project/search", startAt=start, maxResults=self.spec.page_size
+                )
+                values = page.get("values", [])
+                rows = dict(flatten_project(p) for p in values)
+                seen.add(rows)
+                for part in split_rows(rows, self.spec.chunk_rows):
+                    yield Chunk("jira_projects", part)
+                start += len(values)
+                if page.get("isLast", True) or not values:
+                    break
+            yield Chunk("jira_projects", keep_only=seen, cursor=_copy(state))
 
     async def _search(self, jql: str, fields: str) -> AsyncIterator[list[dict[str, Any]]]:
         token: str | None = None
@@ -233,8 +232,6 @@ class JiraSource(Source):
                     async for chunk in self._comments(part, state):
                         yield chunk
                 rows = dict(flatten_issue(i) for i in part)
-                for issue_id in rows:
-                    state["issues"].setdefault(issue_id, [])
                 for row in rows.values():
                     state["updated"] = later(state["updated"], row["updated"])
                 yield Chunk("jira_issues", rows, cursor=_copy(state))
@@ -248,8 +245,9 @@ class JiraSource(Source):
         for issue in issues:
             comments = [c async for c in self._issue_comments(issue)]
             now = dict(flatten_comment(issue, c) for c in comments)
-            known = state["issues"].get(str(issue["id"]), [])
-            state["issues"][str(issue["id"])] = sorted(now)
+            known = state["issues"].pop(str(issue["id"]), [])
+            if now:
+                state["issues"][str(issue["id"])] = sorted(now)
             changes: list[tuple[str, dict[str, Any] | None]] = list(now.items())
             changes += [(c, None) for c in known if c not in now]
             for comment_id, row in changes:
@@ -284,24 +282,22 @@ class JiraSource(Source):
                 return
 
     async def _deleted_issues(self, state: dict[str, Any]) -> AsyncIterator[Chunk]:
-        seen: set[str] = set()
-        async for issues in self._search(jql_for(self.spec.jql, None, 0), "id"):
-            seen.update(str(i["id"]) for i in issues)
-        gone = [i for i in state["issues"] if i not in seen]
-        for part in _split_ids(gone, self.spec.chunk_rows):
-            comments = [c for issue_id in part for c in state["issues"][issue_id]]
-            for issue_id in part:
-                del state["issues"][issue_id]
+        """Issues gone from the JQL: their comments (known from the cursor), then every stored
+        issue not listed now (the poller pages through the stored ids)."""
+        with SpilledKeys() as seen:
+            async for issues in self._search(jql_for(self.spec.jql, None, 0), "id"):
+                seen.add(str(i["id"]) for i in issues)
+            gone = seen.missing(list(state["issues"]))
+            comments = [c for issue_id in gone for c in state["issues"].pop(issue_id)]
             for ids in _split_ids(comments, self.spec.chunk_rows):
                 yield Chunk("jira_comments", deletes=ids)
-            yield Chunk("jira_issues", deletes=part, cursor=_copy(state))
+            yield Chunk("jira_issues", keep_only=seen, cursor=_copy(state))
 
 
 def _copy(state: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "updated": state["updated"],
         "issues": {k: list(v) for k, v in state["issues"].items()},
-        "projects": list(state["projects"]),
     }
 
 

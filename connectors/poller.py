@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from connectors._changes import Chunk, changes_for
+from connectors._changes import Chunk, KeySet, changes_for
 from connectors.base import Sink, Source
 from lakesync.errors import BackpressureError, RateLimitedError
 
@@ -56,6 +56,7 @@ class Poller:
         interval: float,
         backpressure_wait: float = 1.0,
         lead: Callable[[], Awaitable[bool]] | None = None,
+        chunk_rows: int = 500,
     ) -> None:
         self.name = name
         self.source = source
@@ -64,6 +65,7 @@ class Poller:
         self.interval = interval
         self.backpressure_wait = backpressure_wait
         self.lead = lead
+        self.chunk_rows = chunk_rows
         self.status = ConnectorStatus()
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -95,6 +97,26 @@ class Poller:
 
     async def _store(self, chunk: Chunk) -> int:
         self.status.rows_read += len(chunk.upserts)
+        pushed = await self._push(chunk)
+        if chunk.keep_only is not None:
+            pushed += await self._delete_unseen(chunk.table, chunk.keep_only)
+        if chunk.cursor is not None:
+            await self.sink.save_cursor(chunk.cursor)
+        return pushed
+
+    async def _delete_unseen(self, table: str, seen: KeySet) -> int:
+        """Delete the stored rows of ``table`` not in ``seen``, a page of ids at a time."""
+        pushed = 0
+        after: str | None = None
+        while page := await self.sink.row_ids(table, after, self.chunk_rows):
+            gone = seen.missing(page)
+            if gone:
+                pushed += await self._push(Chunk(table, deletes=gone))
+            after = page[-1]
+        return pushed
+
+    async def _push(self, chunk: Chunk) -> int:
+        """Push what ``chunk`` changes (waiting out backpressure); how many deltas."""
         pushed = 0
         ids = chunk.row_ids()
         while ids:
@@ -114,8 +136,6 @@ class Poller:
             pushed = len(deltas)
             break
         self.status.deltas_pushed += pushed
-        if chunk.cursor is not None:
-            await self.sink.save_cursor(chunk.cursor)
         return pushed
 
     # -- lifecycle ------------------------------------------------------------------------------

@@ -78,6 +78,12 @@ class GatewaySink:
         """Through the gateway's push path."""
         await self.service.push_from_connector(self.gateway_id, self.client_id, deltas)
 
+    async def row_ids(self, table: str, after: str | None, limit: int) -> list[str]:
+        """A page of ``table``'s stored row ids (see :meth:`HotLog.row_ids`)."""
+        return await anyio.to_thread.run_sync(
+            self.service.store.row_ids, self.gateway_id, table, after, limit
+        )
+
     async def load_cursor(self) -> dict[str, Any]:
         """The cursor stored with the last chunk."""
         docs = await anyio.to_thread.run_sync(
@@ -149,6 +155,7 @@ class ConnectorService:
             connector_client_id(name),
             spec.interval,
             lead=self._lead,
+            chunk_rows=spec.chunk_rows,
         )
 
     async def _run(

@@ -470,6 +470,17 @@ class SqlHotLog(HotLog, Generic[C]):
             rows = self._rows(conn, gateway_id, list(found))
             return Page([], rows, self._head(conn), False)
 
+    def row_ids(self, gateway_id: str, table: str, after: str | None, limit: int) -> list[str]:
+        """See :meth:`HotLog.row_ids`."""
+        query = "SELECT row_id FROM row_state WHERE gw = ? AND tbl = ?"
+        params: list[Any] = [gateway_id, table]
+        if after is not None:
+            query += " AND row_id > ?"
+            params.append(after)
+        with self._connection() as conn:
+            raw = self._fetch(conn, query + " ORDER BY row_id LIMIT ?", (*params, limit))
+        return [str(r) for (r,) in raw]
+
     def rows_written_by(self, gateway_id: str, client_id: str) -> list[RowKey]:
         """See :meth:`HotLog.rows_written_by`."""
         with self._connection() as conn:

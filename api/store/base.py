@@ -198,6 +198,11 @@ class HotLog(abc.ABC):
         rules change and kept up to date by every append."""
 
     @abc.abstractmethod
+    def row_ids(self, gateway_id: str, table: str, after: str | None, limit: int) -> list[str]:
+        """The ids of ``table``'s stored rows (live or deleted) after ``after`` (None = from the
+        first), in id order, at most ``limit``: a whole table paged through in bounded memory."""
+
+    @abc.abstractmethod
     def rows_written_by(self, gateway_id: str, client_id: str) -> list[RowKey]:
         """Every row a client has pushed a delta of (a client pulling from 0 may hold them)."""
 

@@ -216,6 +216,17 @@ def test_rows_written_by_a_client(store: HotLog) -> None:
     assert store.rows_written_by("gw1", "carol") == []
 
 
+def test_row_ids_page_through_a_table_in_id_order(store: HotLog) -> None:
+    store.append("gw1", [d("INSERT", f"r{i}", 20 + i) for i in (3, 1, 4, 5, 9, 2)])
+    store.append("gw1", [d("DELETE", "r4", 30)])
+    store.append("gw2", [d("INSERT", "r0", 31)])
+    first = store.row_ids("gw1", "todos", None, 4)
+    assert first == ["r1", "r2", "r3", "r4"]  # deleted rows are stored rows too
+    assert store.row_ids("gw1", "todos", first[-1], 4) == ["r5", "r9"]
+    assert store.row_ids("gw1", "todos", "r9", 4) == []
+    assert store.row_ids("gw1", "notes", None, 4) == []
+
+
 def test_view_history_keeps_every_rules_and_claims_version(store: HotLog) -> None:
     rules = [
         parse_rules({"version": 1, "buckets": [{"name": n, "tables": ["todos"], "filters": []}]})
