@@ -30,7 +30,8 @@ from lakesync.wire import decode_delta, encode_delta
 @dataclass(slots=True)
 class _Touched:
     """A row changed inside one transaction: its acknowledged state, the visible row before and
-    after, the cells to write back and whether its stored cells are dropped first (evicted)."""
+    after, the cells to write back, whether its stored cells are dropped first (evicted) and
+    whether the replica stored any (a fresh replica's evictions have nothing to drop)."""
 
     state: RowState
     before: dict[str, Any] | None
@@ -38,6 +39,7 @@ class _Touched:
     dirty: set[str]
     reset: bool = False
     base: int | None = None
+    stored: bool = True
 
 
 def _with_pending(state: RowState, pending: Sequence[RowDelta]) -> RowState:
@@ -137,7 +139,7 @@ class RowStore(SchemaStore):
                     None if t.base is None else _hlc_in(t.base),
                 )
             )
-            if t.reset:
+            if t.reset and t.stored:
                 resets.append((table, row_id))
             for col in t.dirty:
                 cell = t.state.cells.get(col)
@@ -291,8 +293,9 @@ class RowStore(SchemaStore):
                         before = _with_pending(states[key], pending.get(key, ())).visible()
                     else:
                         before = None  # a row this replica never held (no write, no pending)
+                    state = states[key]
                     t = touched[key] = _Touched(
-                        states[key], before, None, set(), False, bases.get(key)
+                        state, before, None, set(), False, bases.get(key), bool(state.cells)
                     )
                 if is_view_eviction(delta):
                     if t.base is not None and delta.hlc <= t.base:
