@@ -90,6 +90,8 @@ def initial_sync(url: str, path: Path, n: int) -> float:
         token=token("alice"),
         schemas=[TODOS],
         pull_limit=10_000,
+        # Under rules a pull from 0 is one unpaged reply of the client's whole view.
+        timeout=600,
     ) as c:
         started = time.perf_counter()
         c.sync()
