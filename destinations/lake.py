@@ -148,15 +148,22 @@ class LakeDestination(Destination):
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
     ) -> None:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         what = f"applying changes to {layout.table!r}"
         with self._failing(what):
             _check_json(layout, changes, f"{self._where()}: {what} failed")
+            latest = latest_per_row(changes)
             table = self._table(layout)
-            rows = {r["row_id"]: r for r in table.scan().to_arrow().to_pylist()}
-            _apply(layout, rows, latest_per_row(changes), datetime.now(UTC))
-            schema = table.schema().as_arrow()
-            data = pa.Table.from_pylist(list(rows.values()), schema=schema)
+            current = table.scan().to_arrow()
+            # Only the changed rows go through Python; the others stay Arrow columns.
+            changed = pc.is_in(current["row_id"], value_set=pa.array([c.row_id for c in latest]))
+            rows = {r["row_id"]: r for r in current.filter(changed).to_pylist()}
+            _apply(layout, rows, latest, datetime.now(UTC))
+            data = pa.concat_tables([
+                current.filter(pc.invert(changed)),
+                pa.Table.from_pylist(list(rows.values()), schema=current.schema),
+            ])
             with table.transaction() as tx:
                 if table.current_snapshot() is None:
                     tx.append(data)  # nothing to replace (overwrite would warn of that)
@@ -188,14 +195,17 @@ class LakeDestination(Destination):
 
     def evict(self, layout: TableLayout, before: datetime) -> int:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         with self._failing(f"evicting old rows of {layout.table!r}"):
             table = self._table(layout)
-            rows = table.scan().to_arrow().to_pylist()
-            kept = [r for r in rows if r["synced_at"] is None or r["synced_at"] >= before]
-            if len(kept) < len(rows):
-                table.overwrite(pa.Table.from_pylist(kept, schema=table.schema().as_arrow()))
-        return len(rows) - len(kept)
+            current = table.scan().to_arrow()
+            moment = pa.scalar(before, type=current.schema.field("synced_at").type)
+            old = pc.fill_null(pc.less(current["synced_at"], moment), False)
+            kept = current.filter(pc.invert(old))
+            if kept.num_rows < current.num_rows:
+                table.overwrite(kept)
+        return int(current.num_rows - kept.num_rows)
 
     def watermark(self, table: str) -> int | None:
         with self._failing("reading the watermark"):
