@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta
+from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta, delta_id
 from lakesync.proto import lakesync_pb2 as pb
 from lakesync.rules import visible
 from lakesync.views import Reader, RowKey, RowRecord, row_state_deltas
@@ -66,6 +66,13 @@ _real_decoder = msgspec.msgpack.Decoder(list[tuple[_Skip, _Skip, _Skip, _Skip, _
 def _fields(deltas: Sequence[RowDelta]) -> bytes:
     """Deltas as encoded ``SyncResponse.deltas`` fields (a frame is their concatenation)."""
     return pb.SyncResponse(deltas=[delta_to_proto(d) for d in deltas]).SerializeToString()
+
+
+def _eviction(table: str, row_id: str, base: int) -> bytes:
+    """A view eviction at ``base`` as an encoded ``SyncResponse.deltas`` field: built directly,
+    as its table and row id were checked when the row was ingested (one per row served)."""
+    did = delta_id(VIEW_EVICTION_CLIENT, base, table, row_id, ())
+    return _fields([RowDelta("DELETE", table, row_id, VIEW_EVICTION_CLIENT, (), base, did)])
 
 
 def _stored(key: RowKey, rec: RowRecord) -> _Row:
@@ -121,9 +128,7 @@ def serve_chunk(body: bytes, reader: Reader, raw: bool, position: int) -> bytes 
             shown = visible(reader.rules, reader.claims, table, values)
             if not shown and (table, row_id) not in reader.written:
                 continue
-            base = max(last_ingest, reader.stamp)
-            eviction = RowDelta.create("DELETE", table, row_id, VIEW_EVICTION_CLIENT, {}, base)
-            parts.append(_fields([eviction]))
+            parts.append(_eviction(table, row_id, max(last_ingest, reader.stamp)))
             if shown or not live:
                 parts.append(real)
     if not any(parts):
