@@ -4,9 +4,12 @@
 landing table's single writer) every ``flush_interval`` seconds and on
 ``POST /v1/admin/flush/{gw}`` (each flush first publishes the registered table schemas to
 ``lakesync.table_schemas`` for the pipeline), and, if ``pipeline_interval`` is set, a
-``lakesync pipeline run`` subprocess on that schedule (Spark stays out of the gateway process).
+``lakesync pipeline run`` on that schedule, and every ``compaction_interval`` seconds (default
+daily) a ``lakesync compact``, both in one warm worker subprocess (Spark stays out of the
+gateway process).
 Several gateway processes may share one PostgreSQL hot log: the store elects one of them to run
-the scheduled flushes and one to run the pipeline (:meth:`~api.store.HotLog.lead`), and every flush
+the scheduled flushes and one to run the pipeline and the compaction
+(:meth:`~api.store.HotLog.lead`), and every flush
 (scheduled or admin) runs under the store's ``landing`` mutex, so landing stays exactly once.
 Without the ``pipeline`` extra the gateway still serves; the flush route then reports that nothing
 was flushed.
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 
     from lakehouse.landing import LandingFlusher
     from lakehouse.settings import LakeSettings
+    from lakehouse.worker import PipelineWorker
 
 __all__ = ["HotLogMaintenance", "Lead", "SchemaPublisher", "lake_jobs"]
 
@@ -186,49 +190,89 @@ class SchemaPublisher:
         return changed
 
 
-def _pipeline_loop(
+def _lake_worker_loop(
     settings: GatewaySettings, config: Config | None, stop: threading.Event, lead: Lead
 ) -> None:
-    """Run the pipeline every ``pipeline_interval`` seconds (after the previous run ended) until
-    ``stop``, while ``lead()`` says this process is the scheduler (the others check every few
-    seconds whether to take over). Runs go to one warm worker process
-    (:class:`~lakehouse.worker.PipelineWorker`: Spark stays out of the gateway process, and its
-    session and dbt stay loaded between runs); a run still going at shutdown is terminated (its
-    Iceberg commits are atomic, so the next run picks up where the last commit left off). Output
-    goes to ``<data dir>/pipeline.log``; a failed run is logged with its error and the log's tail,
-    and a worker that died is started again for the next run."""
-    from lakehouse.worker import PipelineWorker, WorkerDiedError
+    """Run the pipeline every ``pipeline_interval`` seconds and the compaction every
+    ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
+    while ``lead()`` says this process is the scheduler (the others check every few seconds
+    whether to take over), so two gateway processes never run or compact together. Both go to
+    one warm worker process, one at a time (:class:`~lakehouse.worker.PipelineWorker`: Spark
+    stays out of the gateway process, and its session and dbt stay loaded between runs); a run
+    still going at shutdown is terminated (its Iceberg commits are atomic, so the next run picks
+    up where the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run
+    is logged with its error and the log's tail, and a worker that died is started again for the
+    next run."""
+    from lakehouse.worker import PipelineWorker
 
     env = dict(os.environ)
     if config is not None and config.source is not None:
         env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
     worker = PipelineWorker(settings.data_dir, settings.data_dir / "pipeline.log", env)
+    intervals = {
+        job: interval
+        for job, interval in (
+            ("pipeline", settings.pipeline_interval),
+            ("compaction", settings.compaction_interval),
+        )
+        if interval > 0
+    }
+    due: dict[str, float] = {}
     try:
-        while not stop.wait(settings.pipeline_interval if lead() else _LEAD_POLL_S):
+        while True:
             if not lead():
-                worker.close()  # another process runs the pipeline: free the JVM's memory
-                continue
-            log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
-            try:
-                reply = worker.run(stop)
-            except WorkerDiedError as exc:
-                error = str(exc)
-            else:
-                if reply is None:
+                due = {}
+                worker.close()  # another process runs the lake jobs: free the JVM's memory
+                if stop.wait(_LEAD_POLL_S):
                     return
-                if reply.ok:
-                    _log.info(
-                        "scheduled pipeline run done: %d deltas merged in %.1f s (log: %s)",
-                        reply.rows_merged, reply.elapsed_s, worker.log_path,
-                    )
-                    continue
-                error = reply.error
-            with worker.log_path.open("rb") as log:
-                log.seek(max(log_size, worker.log_path.stat().st_size - 4000))
-                tail = log.read().decode(errors="replace")
-            _log.error("scheduled pipeline run failed: %s\n%s", error, tail)
+                continue
+            if not due:  # just took the lead: each job waits its interval first
+                due = {job: time.monotonic() + interval for job, interval in intervals.items()}
+            job = min(due, key=due.__getitem__)
+            if stop.wait(max(0.0, due[job] - time.monotonic())):
+                return
+            if not lead():
+                continue
+            if not _lake_job(worker, job, stop):
+                return
+            due[job] = time.monotonic() + intervals[job]
     finally:
         worker.close()
+
+
+def _lake_job(worker: PipelineWorker, job: str, stop: threading.Event) -> bool:
+    """Run one scheduled ``job`` (pipeline or compaction) on ``worker`` and log its outcome;
+    False when ``stop`` was set meanwhile."""
+    from lakehouse.worker import WorkerDiedError
+
+    log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
+    try:
+        reply = worker.compact(stop) if job == "compaction" else worker.run(stop)
+    except WorkerDiedError as exc:
+        error = str(exc)
+    else:
+        if reply is None:
+            return False
+        if reply.ok and job == "compaction":
+            _log.info(
+                "scheduled compaction done in %.1f s: %s (log: %s)", reply.elapsed_s,
+                ", ".join(f"{t.table} {t.files_before} → {t.files_after} files"
+                          for t in reply.compacted),
+                worker.log_path,
+            )
+            return True
+        if reply.ok:
+            _log.info(
+                "scheduled pipeline run done: %d deltas merged in %.1f s (log: %s)",
+                reply.rows_merged, reply.elapsed_s, worker.log_path,
+            )
+            return True
+        error = reply.error
+    with worker.log_path.open("rb") as log:
+        log.seek(max(log_size, worker.log_path.stat().st_size - 4000))
+        tail = log.read().decode(errors="replace")
+    _log.error("scheduled %s failed: %s\n%s", "run" if job == "pipeline" else job, error, tail)
+    return True
 
 
 @contextmanager
@@ -263,11 +307,12 @@ def lake_jobs(
                     daemon=True,
                 )
             )
-        if settings.pipeline_interval > 0:
+        if settings.pipeline_interval > 0 or settings.compaction_interval > 0:
+            lead = Lead(store, "pipeline", "scheduled pipeline and compaction")
             threads.append(
                 threading.Thread(
-                    target=_pipeline_loop,
-                    args=(settings, config, stop, Lead(store, "pipeline", "scheduled pipeline")),
+                    target=_lake_worker_loop,
+                    args=(settings, config, stop, lead),
                     name="pipeline",
                     daemon=True,
                 )

@@ -47,6 +47,7 @@ class GatewaySettings:
     ws_rate_limit: float = _SERVER.ws_rate_limit
     flush_interval: float = _SERVER.flush_interval
     pipeline_interval: float = _SERVER.pipeline_interval
+    compaction_interval: float = _SERVER.compaction_interval
     docs: bool = _SERVER.docs
     metrics_gateway_labels: bool = _SERVER.metrics_gateway_labels
 
@@ -78,6 +79,7 @@ class GatewaySettings:
             ws_rate_limit=server.ws_rate_limit,
             flush_interval=server.flush_interval,
             pipeline_interval=server.pipeline_interval,
+            compaction_interval=server.compaction_interval,
             docs=server.docs,
             metrics_gateway_labels=server.metrics_gateway_labels,
         )

@@ -10,6 +10,7 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from api.cli import up
+from cli.compact import compact_command
 from cli.connectors import connectors_command
 from cli.lake import DataDirOption, pipeline_app, query_command
 from cli.materialise import materialise_command, migrate_command
@@ -138,6 +139,7 @@ app.add_typer(pipeline_app, name="pipeline")
 app.command("query")(query_command)
 app.command("materialise")(materialise_command)
 app.command("migrate")(migrate_command)
+app.command("compact")(compact_command)
 app.command("connectors")(connectors_command)
 
 

@@ -123,9 +123,12 @@ def dbt_invoke(
     from dbt.cli.main import dbtRunner
 
     prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
+    errors: list[str] = []  # e.g. a run-operation's failure, which names no node
 
     def callback(event: Any) -> None:
         name = event.info.name
+        if event.info.level == "error":
+            errors.append(event.info.msg)
         if on_progress is None or name not in ("NodeStart", "NodeFinished"):
             return
         node = event.data.node_info
@@ -144,9 +147,10 @@ def dbt_invoke(
     if not result.success:
         failed = []
         for r in getattr(result.result, "results", None) or []:
-            if str(r.status) in ("error", "fail", "runtime error"):
-                failed.append(f"{r.node.name}: {r.message}")
-        detail = "; ".join(failed) or str(result.exception)
+            node = getattr(r, "node", None)  # None for a run-operation: see ``errors``
+            if node is not None and str(r.status) in ("error", "fail", "runtime error"):
+                failed.append(f"{node.name}: {r.message}")
+        detail = "; ".join(failed) or " ".join(errors) or str(result.exception)
         raise PipelineError(f"dbt {args[0]} failed: {detail}")
     return result
 

@@ -16,6 +16,10 @@ values are derived here:
 - ``jars_dir``: where the bootstrap writes built jars
   (default ``<sys.prefix>/share/lakesync/jars``).
 - ``dbt_project_dir``: the dbt project (default: the repository root).
+- ``snapshot_retention`` (seconds, default 7 days), ``snapshot_retain_last`` (default 1),
+  ``orphan_file_age`` (seconds, default 3 days): Iceberg maintenance (``macros/maintenance.sql``,
+  ``lakesync compact``): snapshots younger than the retention stay, so time travel to them
+  answers.
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ class LakeSettings:
     jars_dir: Path = field(default_factory=default_jars_dir)
     dbt_project_dir: Path = field(default_factory=default_dbt_project_dir)
     shuffle_partitions: int = 4
+    snapshot_retention_s: float = LakeConfig().snapshot_retention
+    snapshot_retain_last: int = LakeConfig().snapshot_retain_last
+    orphan_file_age_s: float = LakeConfig().orphan_file_age
 
     @classmethod
     def from_env(
@@ -114,6 +121,9 @@ class LakeSettings:
             dbt_project_dir=(
                 Path(lake.dbt_project_dir) if lake.dbt_project_dir else default_dbt_project_dir()
             ),
+            snapshot_retention_s=lake.snapshot_retention,
+            snapshot_retain_last=lake.snapshot_retain_last,
+            orphan_file_age_s=lake.orphan_file_age,
         )
 
     def with_changes(self, **changes: object) -> LakeSettings:
@@ -176,6 +186,10 @@ class LakeSettings:
             "LAKESYNC_CATALOG_URI": self.catalog_uri,
             "LAKESYNC_WAREHOUSE": self.warehouse,
             "PYSPARK_PYTHON": sys.executable,
+            # Iceberg maintenance (macros/maintenance.sql), in whole seconds.
+            "LAKESYNC_SNAPSHOT_RETENTION": str(int(self.snapshot_retention_s)),
+            "LAKESYNC_SNAPSHOT_RETAIN_LAST": str(self.snapshot_retain_last),
+            "LAKESYNC_ORPHAN_FILE_AGE": str(int(self.orphan_file_age_s)),
         }
         if self.catalog_user:
             env["LAKESYNC_CATALOG_USER"] = self.catalog_user

@@ -7,6 +7,10 @@ run itself is what ``lakesync pipeline run`` does: :func:`lakehouse.runner.run_p
 when the configuration declares ``destinations:``, :func:`lakehouse.materialise.materialise`
 (a run whose shipping partly failed is reported as failed, naming each failed table).
 
+The same worker also runs ``lakesync compact`` (:func:`lakehouse.compaction.compact`) on its warm
+session when asked (``RunRequest(kind="compact")``, :meth:`PipelineWorker.compact`): the gateway
+schedules it every ``compaction_interval`` seconds, between pipeline runs.
+
 Protocol, one JSON object per line: the parent writes :class:`RunRequest` to the worker's stdin,
 the worker answers :class:`RunReply` on its stdout. Everything else the worker, dbt, Spark or the
 JVM print goes to its stderr (the gateway points it at ``<data dir>/pipeline.log``): file
@@ -31,9 +35,11 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 import msgspec
+
+from lakehouse.compaction import TableCompaction
 
 __all__ = ["PipelineWorker", "RunReply", "RunRequest", "WorkerDiedError", "main"]
 
@@ -44,10 +50,11 @@ LOG_ROTATE_BYTES = 16 << 20
 
 
 class RunRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """Ask the worker for one pipeline run."""
+    """Ask the worker for one pipeline run, or (``kind="compact"``) one ``lakesync compact``."""
 
     full_refresh: bool = False
     tests: bool = True
+    kind: Literal["pipeline", "compact"] = "pipeline"
 
 
 class RunReply(msgspec.Struct):
@@ -61,6 +68,8 @@ class RunReply(msgspec.Struct):
     position: int | None = None
     rows_shipped: int = 0
     """Rows applied to the declared destinations after the dbt run (``destinations:``)."""
+    compacted: list[TableCompaction] = []
+    """A compaction's per-table figures (:func:`lakehouse.compaction.compact`)."""
 
 
 class WorkerDiedError(RuntimeError):
@@ -73,11 +82,6 @@ _encoder = msgspec.json.Encoder()
 
 
 def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
-    from lakehouse.materialise import materialise
-    from lakehouse.runner import run_pipeline
-    from lakehouse.settings import LakeSettings
-    from lakesync.config import load_config
-
     for line in requests:
         if not line.strip():
             continue
@@ -86,41 +90,71 @@ def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
         except msgspec.DecodeError as exc:
             reply = RunReply(ok=False, error=f"bad request: {exc}")
         else:
-            _log.info("pipeline run started")
-            try:
-                config = load_config(None)
-                settings = LakeSettings.from_config(config, data_dir)
-                result = run_pipeline(
-                    settings=settings,
-                    full_refresh=request.full_refresh,
-                    tests=request.tests,
-                    on_progress=lambda node, status: _log.info("%-8s %s", status, node),
-                )
-                # Then ship to the declared destinations, as `lakesync pipeline run` does.
-                shipped = materialise(settings, config) if config.destinations else []
-            except Exception as exc:  # one failed run is reported; the worker serves the next
-                _log.exception("pipeline run failed")
-                reply = RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
-            else:
-                _log.info(
-                    "pipeline run done: %d deltas merged in %.1f s", result.rows_merged,
-                    result.elapsed_s,
-                )
-                for s in shipped:
-                    _log.info("shipped %s/%s: %d rows, %s", s.destination, s.table, s.rows,
-                              f"failed: {s.error}" if s.error else "ok")
-                failed = [f"{s.destination}/{s.table}: {s.error}" for s in shipped if s.error]
-                reply = RunReply(
-                    ok=not failed,
-                    error="; ".join(f"shipping {f}" for f in failed),
-                    rows_merged=result.rows_merged,
-                    tables_updated=result.tables_updated,
-                    elapsed_s=result.elapsed_s,
-                    position=result.position,
-                    rows_shipped=sum(s.rows for s in shipped),
-                )
+            reply = _compact(data_dir) if request.kind == "compact" else _run(data_dir, request)
         replies.write(_encoder.encode(reply).decode() + "\n")
         replies.flush()
+
+
+def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
+    """One pipeline run, then shipping to the declared destinations."""
+    from lakehouse.materialise import materialise
+    from lakehouse.runner import run_pipeline
+    from lakehouse.settings import LakeSettings
+    from lakesync.config import load_config
+
+    _log.info("pipeline run started")
+    try:
+        config = load_config(None)
+        settings = LakeSettings.from_config(config, data_dir)
+        result = run_pipeline(
+            settings=settings,
+            full_refresh=request.full_refresh,
+            tests=request.tests,
+            on_progress=lambda node, status: _log.info("%-8s %s", status, node),
+        )
+        # Then ship to the declared destinations, as `lakesync pipeline run` does.
+        shipped = materialise(settings, config) if config.destinations else []
+    except Exception as exc:  # one failed run is reported; the worker serves the next
+        _log.exception("pipeline run failed")
+        return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+    _log.info(
+        "pipeline run done: %d deltas merged in %.1f s", result.rows_merged, result.elapsed_s
+    )
+    for s in shipped:
+        _log.info("shipped %s/%s: %d rows, %s", s.destination, s.table, s.rows,
+                  f"failed: {s.error}" if s.error else "ok")
+    failed = [f"{s.destination}/{s.table}: {s.error}" for s in shipped if s.error]
+    return RunReply(
+        ok=not failed,
+        error="; ".join(f"shipping {f}" for f in failed),
+        rows_merged=result.rows_merged,
+        tables_updated=result.tables_updated,
+        elapsed_s=result.elapsed_s,
+        position=result.position,
+        rows_shipped=sum(s.rows for s in shipped),
+    )
+
+
+def _compact(data_dir: Path | None) -> RunReply:
+    """One ``lakesync compact`` on this worker's Spark session."""
+    from lakehouse.compaction import compact
+    from lakehouse.settings import LakeSettings
+    from lakesync.config import load_config
+
+    _log.info("compaction started")
+    try:
+        result = compact(
+            LakeSettings.from_config(load_config(None), data_dir),
+            lambda t: _log.info(
+                "compacted %s: %d → %d data files, %d → %d bytes", t.table, t.files_before,
+                t.files_after, t.bytes_before, t.bytes_after,
+            ),
+        )
+    except Exception as exc:  # reported; the worker serves the next request
+        _log.exception("compaction failed")
+        return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+    _log.info("compaction done in %.1f s", result.elapsed_s)
+    return RunReply(ok=True, elapsed_s=result.elapsed_s, compacted=result.tables)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,11 +223,18 @@ class PipelineWorker:
 
         Raises :class:`WorkerDiedError` if the worker exits during the run.
         """
+        return self._ask(RunRequest(full_refresh=full_refresh), stop)
+
+    def compact(self, stop: threading.Event | None = None) -> RunReply | None:
+        """One compaction (``lakesync compact``), like :meth:`run`; figures in ``compacted``."""
+        return self._ask(RunRequest(kind="compact"), stop)
+
+    def _ask(self, request: RunRequest, stop: threading.Event | None) -> RunReply | None:
         proc = self._proc if self._proc is not None and self._proc.poll() is None else None
         proc = proc or self._start()
         assert proc.stdin is not None
         try:
-            proc.stdin.write(_encoder.encode(RunRequest(full_refresh=full_refresh)).decode() + "\n")
+            proc.stdin.write(_encoder.encode(request).decode() + "\n")
             proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # it died: the reply pump reports EOF below

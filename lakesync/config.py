@@ -82,6 +82,8 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     hot_log_retention: NonNegative = 7 * 86_400.0
     """Seconds a delta stays in the hot log once it is in the landing table and a checkpoint:
     clients offline longer re-sync from the checkpoint (``CURSOR_EXPIRED``)."""
+    compaction_interval: NonNegative = 86_400.0
+    """Seconds between scheduled ``lakesync compact`` runs (Iceberg maintenance, 0 = off)."""
     docs: bool = True
     """Serve the OpenAPI docs (``/docs``: Swagger UI, its assets from a CDN; the JSON schema at
     ``/docs/openapi.json``); false = no ``/docs`` routes."""
@@ -108,6 +110,14 @@ class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     spark_executor_memory: str | None = None
     jars_dir: str | None = None
     dbt_project_dir: str | None = None
+    snapshot_retention: NonNegative = 7 * 86_400.0
+    """Seconds an Iceberg snapshot is kept (time travel answers within it), as long as the hot
+    log keeps a delta by default (``server.hot_log_retention``)."""
+    snapshot_retain_last: Annotated[int, msgspec.Meta(ge=1)] = 1
+    """Snapshots of each table kept whatever their age."""
+    orphan_file_age: NonNegative = 3 * 86_400.0
+    """Seconds before a file no snapshot references is removed (a writer may be about to
+    commit a younger one)."""
 
 
 class GatewayConfig(msgspec.Struct, frozen=True):

@@ -108,7 +108,7 @@ def test_processes_on_one_postgres_store_elect_one_flusher_and_land_once(tmp_pat
         assert set(landed) == set(acked)
 
         logs = [s.log_path.read_text() for s in servers]
-        for job in ("scheduled landing flush", "scheduled pipeline"):
+        for job in ("scheduled landing flush", "scheduled pipeline and compaction"):
             leaders = [i for i, log in enumerate(logs) if f"{job}: {LEADS}" in log]
             assert len(leaders) == 1, f"{job}: {len(leaders)} leaders"
         leader = next(i for i, log in enumerate(logs) if f"scheduled landing flush: {LEADS}" in log)

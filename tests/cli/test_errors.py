@@ -69,6 +69,14 @@ def test_query_where_there_is_no_lake_says_how_to_make_one(tmp_path: Path) -> No
     assert not data_dir.exists()  # looking for a lake does not leave an empty one behind
 
 
+def test_compact_where_there_is_no_lake(tmp_path: Path) -> None:
+    proc = _lakesync("compact")
+    data_dir = tmp_path / ".lakesync"
+    _one_error_line(proc.stderr, 1, proc.returncode, f"no lake in {data_dir}")
+    assert proc.stdout == ""
+    assert not data_dir.exists()
+
+
 def test_query_with_a_data_dir_that_does_not_exist(tmp_path: Path) -> None:
     missing = tmp_path / "no" / "such" / "dir"
     out = _invoke("query", "--data-dir", str(missing), "select 1")
@@ -85,6 +93,12 @@ def test_query_in_a_data_dir_whose_catalog_file_is_empty(tmp_path: Path) -> None
 def test_pipeline_as_of_where_there_is_no_lake(tmp_path: Path) -> None:
     out = _invoke("pipeline", "as-of", "todos", "5", "--data-dir", str(tmp_path))
     _one_error_line(out.stderr, 1, out.exit_code, f"no lake in {tmp_path}")
+
+
+def test_pipeline_generate_where_there_is_no_lake(tmp_path: Path) -> None:
+    out = _invoke("pipeline", "generate", "--data-dir", str(tmp_path / "d"))
+    _one_error_line(out.stderr, 1, out.exit_code, f"no lake in {tmp_path / 'd'}")
+    assert not (tmp_path / "d").exists()
 
 
 @pytest.fixture

@@ -1,0 +1,177 @@
+"""Iceberg maintenance through dbt on Spark (``lakesync compact``, ``macros/maintenance.sql``).
+
+Real parts: the gateway's SQLite hot log and landing flusher, Spark + dbt in this process, the
+Iceberg procedures. The module's lake gets many small landing batches and one pipeline run; the
+tests then run in order: compact (files drop, results and time travel unchanged), expire with a
+zero retention, compact while the flusher appends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from lakehouse.catalog import LANDING_IDENTIFIER, landing_state, open_catalog
+from lakehouse.compaction import compact
+from lakehouse.registry import publish_schemas
+from lakehouse.runner import run_pipeline
+from lakesync.delta import RowDelta
+from lakesync.schema import parse_schema
+
+from .conftest import Lake
+
+pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
+
+GW = "gw_compact"
+TODOS = parse_schema(
+    {
+        "table": "todos",
+        "columns": [{"name": "title", "type": "string"}, {"name": "n", "type": "number"}],
+    }
+)
+BATCHES = 12
+PER_BATCH = 5
+LANDING_ROWS = "select delta_id, row_id, hlc from lakesync.landing order by delta_id"
+TODOS_ROWS = "select * from analytics.todos order by gateway_id, row_id"
+
+
+def _batch(b: int, size: int = PER_BATCH, prefix: str = "r") -> list[RowDelta]:
+    # Every other batch updates the previous batch's rows, so the models merge, not only insert.
+    return [
+        RowDelta.create(
+            "INSERT",
+            "todos",
+            f"{prefix}{(b - b % 2) * size + i}",
+            "c1",
+            {"title": f"t{b}-{i}", "n": b},
+            1_000 + b * size + i,
+        )
+        for i in range(size)
+    ]
+
+
+@pytest.fixture(scope="module")
+def landed(lake: Lake) -> dict[str, Any]:
+    """Many small landing batches (one commit each), then one pipeline run; the landing snapshot
+    of the third batch and the row count it saw."""
+    publish_schemas(open_catalog(lake.settings), [(GW, TODOS)])
+    early: tuple[int, int] | None = None
+    for b in range(BATCHES):
+        lake.land(GW, _batch(b))
+        if b == 2:
+            snap = open_catalog(lake.settings).load_table(LANDING_IDENTIFIER).current_snapshot()
+            assert snap is not None
+            early = (snap.snapshot_id, len(lake.rows(LANDING_ROWS)))
+    run_pipeline(settings=lake.settings, tests=False)
+    assert early is not None
+    return {"early_snapshot": early[0], "early_rows": early[1]}
+
+
+def _files(lake: Lake, table: str) -> int:
+    """Live data files, from Iceberg's ``.files`` metadata table (content 0 = data)."""
+    row = lake.spark.sql(f"select count(*) as n from {table}.files where content = 0").first()
+    assert row is not None
+    return int(row["n"])
+
+
+def test_compact_cli_drops_files_and_keeps_results_and_time_travel(
+    lake: Lake, landed: dict[str, Any]
+) -> None:
+    landing_before, todos_before = lake.rows(LANDING_ROWS), lake.rows(TODOS_ROWS)
+    files_before = _files(lake, LANDING_IDENTIFIER)
+    assert files_before >= BATCHES
+
+    result = CliRunner().invoke(app, ["compact", "--data-dir", str(lake.settings.data_dir)])
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    landing_line = next(line for line in lines if line.startswith(f"{LANDING_IDENTIFIER}: "))
+    assert landing_line.startswith(f"{LANDING_IDENTIFIER}: {files_before} → 1 data files")
+    assert any(line.startswith("analytics.todos: ") for line in lines)
+    assert any(line.startswith("lakesync.int_rows_merged: ") for line in lines)
+    assert "tables maintained" in lines[-1]
+    assert "WARN" not in result.output and "INFO" not in result.output  # no Spark log noise
+
+    assert _files(lake, LANDING_IDENTIFIER) == 1
+    assert lake.rows(LANDING_ROWS) == landing_before
+    assert lake.rows(TODOS_ROWS) == todos_before
+    # Time travel within the retention (7 days by default) still answers, from the old files.
+    early = lake.rows(f"select * from lakesync.landing version as of {landed['early_snapshot']}")
+    assert len(early) == landed["early_rows"]
+
+
+def test_snapshots_older_than_the_retention_are_expired_and_landing_goes_on(
+    lake: Lake, landed: dict[str, Any]
+) -> None:
+    catalog = open_catalog(lake.settings)
+    position = landing_state(catalog.load_table(LANDING_IDENTIFIER))
+    rows_before = lake.rows(TODOS_ROWS)
+
+    result = compact(lake.settings.with_changes(snapshot_retention_s=0))
+
+    by_table = {t.table: t for t in result.tables}
+    assert by_table["analytics.todos"].snapshots_after == 1
+    landing = by_table[LANDING_IDENTIFIER]
+    assert landing.snapshots_after < landing.snapshots_before
+    table = catalog.load_table(LANDING_IDENTIFIER)
+    assert table.snapshot_by_id(landed["early_snapshot"]) is None
+    with pytest.raises(Exception, match="snapshot"):
+        lake.rows(f"select * from lakesync.landing version as of {landed['early_snapshot']}")
+    # The snapshot recording the flushed position survives: the flusher resumes from it and
+    # lands only the new batch, and the pipeline still merges on top of the models.
+    assert landing_state(table) == position
+    count = len(lake.rows(LANDING_ROWS))
+    lake.land(GW, _batch(0, prefix="late"))
+    assert len(lake.rows(LANDING_ROWS)) == count + PER_BATCH
+    run_pipeline(settings=lake.settings, tests=False)
+    assert len(lake.rows(TODOS_ROWS)) == len(rows_before) + PER_BATCH
+
+
+def test_compaction_loses_no_batch_landed_while_it_runs(lake: Lake, landed: dict[str, Any]) -> None:
+    before = len(lake.rows(LANDING_ROWS))
+    for b in range(6):  # small files again, so the rewrite has work to race with
+        lake.land(GW, _batch(b, prefix="pre"))
+    stop = threading.Event()
+    batches: list[int] = []
+    landed_while: list[int] = []
+
+    def append() -> None:
+        while not stop.is_set():
+            b = len(batches)
+            batches.append(b)
+            try:
+                lake.land(GW, _batch(b, size=3, prefix="during"))
+            except Exception:  # lost a commit race: the batch waits in the hot log, as it would
+                continue  # for the gateway's flusher, and the next flush lands it
+            landed_while.append(b)
+
+    started_ms = int(time.time() * 1000)
+    thread = threading.Thread(target=append)
+    thread.start()
+    try:
+        result = compact(lake.settings)
+    finally:
+        stop.set()
+        thread.join()
+    lake.land(GW, [])  # flush whatever a lost race left in the hot log
+
+    assert landed_while, "no batch landed while compacting"
+    assert result.tables[0].table == LANDING_IDENTIFIER
+    # The rewrite committed (replacing small files) while batches landed around it.
+    table = open_catalog(lake.settings).load_table(LANDING_IDENTIFIER)
+    rewrites = [
+        snap
+        for snap in table.snapshots()
+        if snap.timestamp_ms >= started_ms
+        and snap.summary is not None
+        and int(snap.summary.additional_properties.get("deleted-data-files", "0")) > 0
+    ]
+    assert rewrites
+    rows = lake.rows(LANDING_ROWS)
+    assert len(rows) == before + 6 * PER_BATCH + 3 * len(batches)
+    assert len({r["delta_id"] for r in rows}) == len(rows)
