@@ -40,6 +40,7 @@ __all__ = [
     "LANDING_TABLE",
     "LakeSettings",
     "default_jars_dir",
+    "profile_spark_conf",
 ]
 
 CATALOG_NAME = "lake"
@@ -51,7 +52,6 @@ SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 MARIADB_JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
 ICEBERG_RUNTIME_JAR_NAME = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 JACKSON_JAR_NAME = "iceberg-shaded-jackson-2.15.2.jar"
 
 
@@ -178,7 +178,8 @@ class LakeSettings:
         )
 
     def dbt_env(self) -> dict[str, str]:
-        """Environment ``profiles.yml`` reads (it only uses ``env_var()``), for this target."""
+        """Environment ``profiles.yml`` reads (it only uses ``env_var()``), for this target: the
+        profile's defaults apply to what is left out."""
         env = {
             "LAKESYNC_DATA_DIR": str(self.data_dir),
             "LAKESYNC_SPARK_MASTER": self.spark_master,
@@ -195,6 +196,13 @@ class LakeSettings:
             env["LAKESYNC_CATALOG_USER"] = self.catalog_user
         if self.catalog_password:
             env["LAKESYNC_CATALOG_PASSWORD"] = self.catalog_password
+        if self.spark_cores_max:
+            env["LAKESYNC_SPARK_CORES_MAX"] = str(self.spark_cores_max)
+        if self.spark_executor_memory:
+            env["LAKESYNC_SPARK_EXECUTOR_MEMORY"] = self.spark_executor_memory
+        env["LAKESYNC_SHUFFLE_PARTITIONS"] = str(self.shuffle_partitions)
+        # Keep Spark's own (unused) warehouse dir out of the working directory.
+        env["LAKESYNC_SPARK_WAREHOUSE_DIR"] = (self.data_dir / "spark-warehouse").as_uri()
         return env
 
     @property
@@ -213,35 +221,38 @@ class LakeSettings:
         return self.dbt_dir / "project"
 
     def spark_conf(self) -> dict[str, str]:
-        """Spark settings from STACK.md: Iceberg JDBC catalog ``lake`` as the default catalog."""
-        cat = f"spark.sql.catalog.{CATALOG_NAME}"
-        conf = {
-            "spark.master": self.spark_master,
-            "spark.jars": ",".join(str(p) for p in self.spark_jars),
-            "spark.sql.extensions": ICEBERG_EXTENSIONS,
-            "spark.sql.catalogImplementation": "in-memory",
-            cat: "org.apache.iceberg.spark.SparkCatalog",
-            f"{cat}.type": "jdbc",
-            f"{cat}.uri": self.catalog_uri,
-            f"{cat}.warehouse": self.warehouse,
-            f"{cat}.jdbc.init-catalog-tables": "false",
-            # Without this Spark keeps serving table metadata from before pyiceberg's commits.
-            f"{cat}.cache-enabled": "false",
-            "spark.sql.defaultCatalog": CATALOG_NAME,
-            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
-            "spark.ui.enabled": "false",
-            # The CLI shows its own progress; stage bars would interleave with it.
-            "spark.ui.showConsoleProgress": "false",
-            "spark.sql.session.timeZone": "UTC",
-            # Keep Spark's own (unused) warehouse dir out of the working directory.
-            "spark.sql.warehouse.dir": (self.data_dir / "spark-warehouse").as_uri(),
-        }
-        if self.catalog_user:
-            conf[f"{cat}.jdbc.user"] = self.catalog_user
-        if self.catalog_password:
-            conf[f"{cat}.jdbc.password"] = self.catalog_password
-        if self.spark_cores_max:
-            conf["spark.cores.max"] = str(self.spark_cores_max)
-        if self.spark_executor_memory:
-            conf["spark.executor.memory"] = self.spark_executor_memory
-        return conf
+        """Spark settings (STACK.md: Iceberg JDBC catalog ``lake`` as the default catalog).
+
+        One source: the ``server_side_parameters`` of the shipped ``profiles.yml``, which a
+        plain ``dbt build`` reads too, rendered here with :meth:`dbt_env`; a value that renders
+        empty (credentials not set) is left out.
+        """
+        return profile_spark_conf(self.dbt_project_dir / "profiles.yml", self.dbt_env())
+
+
+def profile_spark_conf(profile: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """The Spark settings of ``profile`` (a dbt ``profiles.yml``: its target's
+    ``server_side_parameters``), each value rendered as dbt renders it, ``env_var()`` reading
+    ``env``; values that render empty are left out."""
+    import jinja2
+    import yaml
+
+    try:
+        doc = yaml.safe_load(profile.read_text(encoding="utf-8"))
+        target = doc["lakesync"]["outputs"][doc["lakesync"]["target"]]
+        params = dict(target["server_side_parameters"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"cannot read the Spark settings (lakesync target's server_side_parameters) from "
+            f"{profile}: {exc!r}; restore the shipped profiles.yml"
+        ) from None
+
+    def env_var(name: str, default: str | None = None) -> str:
+        value = env.get(name, default)
+        if value is None:
+            raise ConfigError(f"{profile} reads {name}, which is not set")
+        return value
+
+    jinja = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+    conf = {str(k): jinja.from_string(str(v)).render(env_var=env_var) for k, v in params.items()}
+    return {k: v for k, v in conf.items() if v}

@@ -43,6 +43,39 @@ def test_cluster_and_postgres_catalog_come_from_the_environment(tmp_path: Path) 
     assert s.warehouse_path == Path("/shared/wh")
 
 
+def test_spark_settings_come_from_the_shipped_profile_only(tmp_path: Path) -> None:
+    profile = tmp_path / "profiles.yml"
+    profile.write_text(
+        "lakesync:\n  target: t\n  outputs:\n    t:\n      server_side_parameters:\n"
+        "        spark.master: \"{{ env_var('LAKESYNC_SPARK_MASTER', 'local[1]') }}\"\n"
+        "        spark.x: \"{{ env_var('UNSET_X', '') }}\"\n"
+        "        spark.y: literal\n",
+        encoding="utf-8",
+    )
+    s = LakeSettings.from_env(tmp_path, env={"LAKESYNC_SPARK_MASTER": "spark://m:7077"})
+    s = s.with_changes(dbt_project_dir=tmp_path)
+    # What the profile says, rendered with dbt_env(); an empty value is left out.
+    assert s.spark_conf() == {"spark.master": "spark://m:7077", "spark.y": "literal"}
+
+
+def test_the_shipped_profile_renders_every_setting_the_lake_needs(tmp_path: Path) -> None:
+    s = LakeSettings.from_env(tmp_path, env={"LAKESYNC_SPARK_EXECUTOR_MEMORY": "3g"})
+    conf = s.spark_conf()
+    assert conf["spark.sql.extensions"].endswith("IcebergSparkSessionExtensions")
+    assert conf["spark.sql.catalog.lake.uri"] == s.catalog_uri
+    assert conf["spark.sql.catalog.lake.warehouse"] == s.warehouse
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.executor.memory"] == "3g"
+    assert conf["spark.cores.max"] == "2147483647"  # Spark's own default: no cap
+    assert conf["spark.sql.warehouse.dir"] == (tmp_path / "spark-warehouse").as_uri()
+    assert "spark.sql.catalog.lake.jdbc.user" not in conf  # empty: left out
+    bad = tmp_path / "p"
+    bad.mkdir()
+    (bad / "profiles.yml").write_text("lakesync: {}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"restore the shipped profiles\.yml"):
+        s.with_changes(dbt_project_dir=bad).spark_conf()
+
+
 LAKE_YAML = """\
 data_dir: {data}
 lake:
