@@ -55,17 +55,6 @@ class SchemaStore(ReplicaFile):
         """Every local table's schema."""
         return dict(self._schemas)
 
-    def schema_versions(self) -> dict[str, int]:
-        """Each local table's schema version (1 on creation, +1 per added column)."""
-        with self._lock:
-            rows = self.conn.execute("SELECT tbl, version FROM _ls_schemas").fetchall()
-        return {str(t): int(v) for t, v in rows}
-
-    def declare(self, schema: TableSchema) -> None:
-        """Create a table, or add the new columns of an additively evolved schema."""
-        with self._tx() as c:
-            self._declare(c, schema)
-
     def _declare(self, c: sqlite3.Connection, schema: TableSchema) -> None:
         if schema.table.startswith(_PREFIX):
             raise SchemaError(f"table names starting with {_PREFIX!r} are reserved by the client")

@@ -19,6 +19,7 @@ from client.errors import (
     ValidationError,
 )
 from lakesync.tokens import mint_token
+from tests.client.test_client_apply import versions
 from tests.wire_json import verified
 
 TODOS: dict[str, Any] = {
@@ -144,12 +145,12 @@ def test_schema_evolution_is_additive(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     with local(path) as c:
         c.insert("todos", "r1", {"title": "a"})
-        assert c._store.schema_versions() == {"todos": 1}
+        assert versions(c._store) == {"todos": 1}
     wider = {**TODOS, "columns": [*TODOS["columns"], {"name": "prio", "type": "number"}]}
     with LakeSyncClient(str(path), client_id="c1", schemas=[wider]) as c:
         c.update("todos", "r1", {"prio": 2})
         assert c.query("select title, prio from todos") == [{"title": "a", "prio": 2}]
-        assert c._store.schema_versions() == {"todos": 2}
+        assert versions(c._store) == {"todos": 2}
     retyped = {"table": "todos", "columns": [{"name": "title", "type": "number"}]}
     with pytest.raises(SchemaError, match="cannot change type"):
         LakeSyncClient(str(path), client_id="c1", schemas=[retyped])
