@@ -68,7 +68,6 @@ class Poller:
         self.chunk_rows = chunk_rows
         self.status = ConnectorStatus()
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
 
     async def poll_once(self) -> int:
         """One full poll; returns how many deltas it pushed. Raises what the source raised."""
@@ -144,10 +143,6 @@ class Poller:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def wake(self) -> None:
-        """Start the next poll now instead of after the interval."""
-        self._wake.set()
-
     async def stop(self) -> None:
         """Cancel the loop (a half-stored chunk is re-read on the next start) and close the
         source."""
@@ -168,6 +163,4 @@ class Poller:
                     self.status.state = "standby (another gateway process polls)"
             except Exception as exc:  # kept in the status; the next poll retries
                 _log.warning("connector %s: poll failed: %s", self.name, type(exc).__name__)
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+            await asyncio.sleep(self.interval)
