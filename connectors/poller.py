@@ -15,7 +15,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from connectors._changes import Chunk, KeySet, changes_for
 from connectors.base import Sink, Source
@@ -26,8 +27,7 @@ __all__ = ["ConnectorStatus", "Poller"]
 _log = logging.getLogger("lakesync.connectors")
 
 
-@dataclass(slots=True)
-class ConnectorStatus:
+class ConnectorStatus(msgspec.Struct):
     """Counters and the last outcome of one connector (what the status route shows)."""
 
     state: str = "idle"

@@ -12,7 +12,6 @@ a poller starts and appear in no route or log.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -234,7 +233,7 @@ class ConnectorService:
         if poller is None:
             raise NotFoundError(f"connector {name!r} does not run on gateway {gw!r}")
         cursor = await poller.sink.load_cursor()
-        return {"name": name, **dataclasses.asdict(poller.status), "cursor": cursor}
+        return {"name": name, **msgspec.structs.asdict(poller.status), "cursor": cursor}
 
 
 _METRICS = (
