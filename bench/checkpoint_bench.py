@@ -7,7 +7,8 @@ publishes the store's rows as a checkpoint (as the gateway's lake job does after
 :func:`lakehouse.checkpoints.write_checkpoint`, on the same store) and a second fresh client
 syncs through it. Printed: rows/s of both (wall time of ``sync()``, replica writes included),
 and the checkpoint stream alone (download and decode, no replica): rows/s and MiB/s. With
-``--rules`` the gateway has the rule ``owner = jwt:sub`` and every row is the client's.
+``--rules`` the gateway has the rule ``owner = jwt:sub`` and also holds N/10 rows of another
+owner: the client must end with exactly its N rows (filtered at serve time).
 
 Run from the repository root: ``.venv/bin/python -m bench.checkpoint_bench [--rows N] [--rules]``.
 """
@@ -55,28 +56,29 @@ RULES = {
 }
 
 
-def fill(url: str, n: int) -> None:
-    """Push ``n`` rows of ``alice`` in batches of 2,000 (under the 1 MiB body limit)."""
-    headers = auth(token("alice")) | {"Content-Type": "application/json"}
+def fill(url: str, n: int, owner: str = "alice", first: int = 0) -> None:
+    """Push ``n`` rows of ``owner`` (ids from ``first``) as ``owner``, in batches of 2,000
+    (under the 1 MiB body limit)."""
+    headers = auth(token(owner)) | {"Content-Type": "application/json"}
     hlc = now_hlc()
     with httpx.Client(base_url=url, headers=headers, timeout=120) as c:
-        for start in range(0, n, 2_000):
+        for start in range(first, first + n, 2_000):
             deltas = [
                 as_json(
                     RowDelta.create(
                         "INSERT",
                         "todos",
                         f"row-{i:07}",
-                        "alice",
-                        {"owner": "alice", "title": f"task {i}", "done": i % 2 == 0},
+                        owner,
+                        {"owner": owner, "title": f"task {i}", "done": i % 2 == 0},
                         hlc + i,
                     )
                 )
-                for i in range(start, min(n, start + 2_000))
+                for i in range(start, min(first + n, start + 2_000))
             ]
             r = c.post(
                 "/v1/sync/gw1/push",
-                content=msgspec.json.encode({"clientId": "alice", "deltas": deltas}),
+                content=msgspec.json.encode({"clientId": owner, "deltas": deltas}),
             )
             assert r.status_code == 200, r.text
 
@@ -136,6 +138,9 @@ def main() -> None:
                     f"{gw.url}/v1/admin/sync-rules/gw1", json=RULES, headers=admin
                 ).is_success
             fill(gw.url, n)
+            if args.rules:
+                # Rows alice must not receive: her replica holds exactly her n rows.
+                fill(gw.url, n // 10, "bob", first=n)
             pull_s = initial_sync(gw.url, Path(tmp) / "pull.db", n)
 
             store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
@@ -150,7 +155,7 @@ def main() -> None:
         if store is not None:
             store.close()
         drop_pg_schema(schema)
-    mode = "rules owner = jwt:sub" if args.rules else "no rules"
+    mode = f"rules owner = jwt:sub, +{n // 10:,} rows of bob" if args.rules else "no rules"
     print(f"initial sync of {n:,} rows ({mode}; PostgreSQL store; replica on disk)")
     print(f"  plain pull from 0      {pull_s:7.2f} s  {n / pull_s:10,.0f} rows/s")
     print(f"  through the checkpoint {checkpoint_s:7.2f} s  {n / checkpoint_s:10,.0f} rows/s")
