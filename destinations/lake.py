@@ -157,7 +157,8 @@ class LakeDestination(Destination):
             table = self._table(layout)
             current = table.scan().to_arrow()
             # Only the changed rows go through Python; the others stay Arrow columns.
-            changed = pc.is_in(current["row_id"], value_set=pa.array([c.row_id for c in latest]))
+            ids = pa.array([c.row_id for c in latest], type=current.schema.field("row_id").type)
+            changed = pc.is_in(current["row_id"], value_set=ids)
             rows = {r["row_id"]: r for r in current.filter(changed).to_pylist()}
             _apply(layout, rows, latest, datetime.now(UTC))
             data = pa.concat_tables([
@@ -165,7 +166,7 @@ class LakeDestination(Destination):
                 pa.Table.from_pylist(list(rows.values()), schema=current.schema),
             ])
             with table.transaction() as tx:
-                if table.current_snapshot() is None:
+                if current.num_rows == 0:
                     tx.append(data)  # nothing to replace (overwrite would warn of that)
                 else:
                     tx.overwrite(data)

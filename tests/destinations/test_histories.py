@@ -81,7 +81,7 @@ def live(dest: Destination) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["postgres", "mysql"])
+@pytest.mark.parametrize("kind", ["postgres", "mysql", "lake"])
 @pytest.mark.parametrize("delete_mode", ["soft", "hard"])
 def test_random_histories_materialise_to_merge_state(kind: str, delete_mode: str) -> None:
     dest, name = open_fresh(kind, delete_mode)  # type: ignore[arg-type]
