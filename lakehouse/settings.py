@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
@@ -125,10 +125,6 @@ class LakeSettings:
             snapshot_retain_last=lake.snapshot_retain_last,
             orphan_file_age_s=lake.orphan_file_age,
         )
-
-    def with_changes(self, **changes: object) -> LakeSettings:
-        """Copy with some fields replaced (e.g. another master URL for a cluster run)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
 
     @property
     def is_sqlite(self) -> bool:

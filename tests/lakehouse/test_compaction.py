@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -112,7 +113,7 @@ def test_snapshots_older_than_the_retention_are_expired_and_landing_goes_on(
     position = landing_state(catalog.load_table(LANDING_IDENTIFIER))
     rows_before = lake.rows(TODOS_ROWS)
 
-    result = compact(lake.settings.with_changes(snapshot_retention_s=0))
+    result = compact(replace(lake.settings, snapshot_retention_s=0))
 
     by_table = {t.table: t for t in result.tables}
     assert by_table["analytics.todos"].snapshots_after == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def test_spark_settings_come_from_the_shipped_profile_only(tmp_path: Path) -> No
         encoding="utf-8",
     )
     s = LakeSettings.from_env(tmp_path, env={"LAKESYNC_SPARK_MASTER": "spark://m:7077"})
-    s = s.with_changes(dbt_project_dir=tmp_path)
+    s = replace(s, dbt_project_dir=tmp_path)
     # What the profile says, rendered with dbt_env(); an empty value is left out.
     assert s.spark_conf() == {"spark.master": "spark://m:7077", "spark.y": "literal"}
 
@@ -73,7 +74,7 @@ def test_the_shipped_profile_renders_every_setting_the_lake_needs(tmp_path: Path
     bad.mkdir()
     (bad / "profiles.yml").write_text("lakesync: {}\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"restore the shipped profiles\.yml"):
-        s.with_changes(dbt_project_dir=bad).spark_conf()
+        replace(s, dbt_project_dir=bad).spark_conf()
 
 
 LAKE_YAML = """\
