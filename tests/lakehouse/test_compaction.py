@@ -20,7 +20,7 @@ from cli.main import app
 from lakehouse.catalog import LANDING_IDENTIFIER, landing_state, open_catalog
 from lakehouse.compaction import compact
 from lakehouse.registry import publish_schemas
-from lakehouse.runner import run_pipeline
+from lakehouse.runner import dbt_invoke, run_pipeline
 from lakesync.delta import RowDelta
 from lakesync.schema import parse_schema
 
@@ -176,3 +176,19 @@ def test_compaction_loses_no_batch_landed_while_it_runs(lake: Lake, landed: dict
     rows = lake.rows(LANDING_ROWS)
     assert len(rows) == before + 6 * PER_BATCH + 3 * len(batches)
     assert len({r["delta_id"] for r in rows}) == len(rows)
+
+
+def test_dbt_run_operation_maintains_every_table(lake: Lake, landed: dict[str, Any]) -> None:
+    """``dbt run-operation lakesync_maintenance`` by hand: every table, the position kept."""
+    for b in range(4):
+        lake.land(GW, _batch(b, prefix="by-hand"))
+    catalog = open_catalog(lake.settings)
+    position = landing_state(catalog.load_table(LANDING_IDENTIFIER))
+    rows = lake.rows(LANDING_ROWS)
+    assert _files(lake, LANDING_IDENTIFIER) > 1
+
+    dbt_invoke(lake.settings, ["run-operation", "lakesync_maintenance"])
+
+    assert _files(lake, LANDING_IDENTIFIER) == 1
+    assert lake.rows(LANDING_ROWS) == rows
+    assert landing_state(catalog.load_table(LANDING_IDENTIFIER)) == position
