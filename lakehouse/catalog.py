@@ -23,12 +23,15 @@ __all__ = [
     "HELD_PROPERTY",
     "LANDED_LATE_PROPERTY",
     "LANDING_IDENTIFIER",
+    "LATE_SEQUENCE_PROPERTY",
     "POSITION_PROPERTY",
     "ensure_landing_table",
     "flushed_position",
     "landing_schema",
     "landing_state",
+    "late_landing_sequence",
     "open_catalog",
+    "remember_late_landings",
     "require_lake",
 ]
 
@@ -41,6 +44,9 @@ HELD_PROPERTY = "lakesync.held-back"
 # On a commit of a held-back gateway's entries that land after later ones: the lowest ingest HLC
 # among them. Incremental models may have passed it: the pipeline then rebuilds them in full.
 LANDED_LATE_PROPERTY = "lakesync.landed-late"
+# Landing table property: the greatest sequence number of a commit that landed rows late, kept by
+# compaction before it may expire that commit's snapshot (the pipeline then still rebuilds).
+LATE_SEQUENCE_PROPERTY = "lakesync.landed-late-sequence"
 
 
 class _QuietV0Layout(logging.Filter):
@@ -185,3 +191,34 @@ def landing_state(table: Table) -> tuple[int | None, dict[str, int]]:
 def flushed_position(table: Table) -> int | None:
     """The hot-log position the table is complete through (None when nothing was flushed)."""
     return landing_state(table)[0]
+
+
+def late_landing_sequence(table: Table) -> int:
+    """The greatest sequence number of a landing commit that landed rows late (-1: none), from the
+    snapshots the table still holds and from :data:`LATE_SEQUENCE_PROPERTY` (snapshots expire)."""
+    late = [
+        int(snap.sequence_number or 0)
+        for snap in table.snapshots()
+        if snap.summary is not None and LANDED_LATE_PROPERTY in snap.summary.additional_properties
+    ]
+    return max([*late, int(table.properties.get(LATE_SEQUENCE_PROPERTY, "-1"))])
+
+
+def remember_late_landings(catalog: Catalog, attempts: int = 5) -> None:
+    """Record the landing table's newest late commit in :data:`LATE_SEQUENCE_PROPERTY` before
+    maintenance may expire its snapshot, so a pipeline that has not run since still rebuilds.
+    A concurrent flush is retried against the table as it then is."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(attempts):
+        table = catalog.load_table(LANDING_IDENTIFIER)
+        newest = late_landing_sequence(table)
+        if newest <= int(table.properties.get(LATE_SEQUENCE_PROPERTY, "-1")):
+            return
+        try:
+            with table.transaction() as tx:
+                tx.set_properties({LATE_SEQUENCE_PROPERTY: str(newest)})
+            return
+        except CommitFailedException:
+            if attempt == attempts - 1:
+                raise

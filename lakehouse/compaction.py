@@ -10,7 +10,8 @@ for it every ``compaction_interval`` seconds (:mod:`lakehouse.worker`).
 
 Safe while the flusher appends to the landing table: every procedure commits optimistically
 (Iceberg retries on a concurrent commit, and a rewrite never drops files it did not read), and
-the landing snapshot recording the flushed position is never expired (see the macro).
+the landing snapshot recording the flushed position is never expired (see the macro), and a
+late landing's mark outlives its snapshot (:func:`lakehouse.catalog.remember_late_landings`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog, require_lake
+from lakehouse.catalog import (
+    LANDING_IDENTIFIER,
+    open_catalog,
+    remember_late_landings,
+    require_lake,
+)
 from lakehouse.runner import PipelineError, dbt_invoke
 from lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakehouse.spark import spark_session
@@ -116,6 +122,9 @@ def compact(
     bootstrap(settings)
     spark_session(settings)  # dbt-spark's getOrCreate() then reuses it, with its log settings
     catalog = open_catalog(settings)
+    # Expiry may drop the snapshot of a late landing the pipeline has not merged yet: keep its
+    # mark on the table, so the next run still rebuilds the models.
+    remember_late_landings(catalog)
     done: list[TableCompaction] = []
     for name in maintained_tables(settings):
         before = catalog.load_table(name)

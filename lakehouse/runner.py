@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import LANDED_LATE_PROPERTY, landing_state, open_catalog, require_lake
+from lakehouse.catalog import landing_state, late_landing_sequence, open_catalog, require_lake
 from lakehouse.models import (
     GeneratedModels,
     model_name,
@@ -199,13 +199,7 @@ def _landing_sequence(settings: LakeSettings) -> tuple[int, bool, str | None]:
     if not catalog.table_exists(merged):
         return seq, False, covered
     consumed = int(catalog.load_table(merged).properties.get(CONSUMED_PROPERTY, "-1"))
-    late = any(
-        snap.summary is not None
-        and LANDED_LATE_PROPERTY in snap.summary.additional_properties
-        and int(snap.sequence_number or 0) > consumed
-        for snap in landing.snapshots()
-    )
-    return seq, late, covered
+    return seq, late_landing_sequence(landing) > consumed, covered
 
 
 def _mark_consumed(settings: LakeSettings, seq: int, covered: str | None) -> None:

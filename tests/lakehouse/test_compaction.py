@@ -11,20 +11,28 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from lakehouse.catalog import LANDING_IDENTIFIER, landing_state, open_catalog
+from lakehouse.catalog import (
+    LANDED_LATE_PROPERTY,
+    LANDING_IDENTIFIER,
+    landing_state,
+    open_catalog,
+)
 from lakehouse.compaction import compact
+from lakehouse.landing import LandingFlusher
 from lakehouse.registry import publish_schemas
 from lakehouse.runner import dbt_invoke, run_pipeline
 from lakesync.delta import RowDelta
 from lakesync.schema import parse_schema
 
-from .conftest import Lake
+from .conftest import Lake, append_in_order
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
@@ -192,3 +200,44 @@ def test_dbt_run_operation_maintains_every_table(lake: Lake, landed: dict[str, A
     assert _files(lake, LANDING_IDENTIFIER) == 1
     assert lake.rows(LANDING_ROWS) == rows
     assert landing_state(catalog.load_table(LANDING_IDENTIFIER)) == position
+
+
+def test_a_late_landing_expired_by_compaction_still_reaches_the_models(
+    lake: Lake, landed: dict[str, Any]
+) -> None:
+    """A held-back gateway's rows land late (behind the models' watermark); compaction with a zero
+    retention then expires that commit's snapshot before the pipeline runs: the next run must still
+    rebuild and merge them (the late mark outlives the snapshot)."""
+    catalog = open_catalog(lake.settings)
+    table_dir = urlparse(catalog.load_table(LANDING_IDENTIFIER).location()).path
+    blocker = Path(table_dir) / "data" / "gateway_id=gw_late"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a directory: gw_late's rows cannot be written")
+    late = [
+        RowDelta.create("INSERT", "todos", f"late{i}", "c1", {"title": "late"}, 50 + i)
+        for i in range(3)
+    ]
+    on_time = [
+        RowDelta.create("INSERT", "todos", f"on{i}", "c1", {"title": "on time"}, 90_000 + i)
+        for i in range(3)
+    ]
+    append_in_order(lake.log, [("gw_late", d) for d in late])
+    append_in_order(lake.log, [(GW, d) for d in on_time])
+    publish_schemas(catalog, [(GW, TODOS), ("gw_late", TODOS)])
+    assert LandingFlusher(open_catalog(lake.settings), lake.log).flush().held == ("gw_late",)
+    run_pipeline(settings=lake.settings, tests=False)
+    blocker.unlink()
+    assert LandingFlusher(open_catalog(lake.settings), lake.log).flush().held == ()
+    # A later flush records the position anew, so expiry may drop the late commit's snapshot.
+    lake.land(GW, [RowDelta.create("INSERT", "todos", "after", "c1", {"title": "x"}, 95_000)])
+
+    compact(replace(lake.settings, snapshot_retention_s=0))
+
+    landing = open_catalog(lake.settings).load_table(LANDING_IDENTIFIER)
+    assert not any(  # the late commit's own snapshot is gone
+        s.summary is not None and LANDED_LATE_PROPERTY in s.summary.additional_properties
+        for s in landing.snapshots()
+    )
+    run_pipeline(settings=lake.settings, tests=False)
+    rows = lake.rows("select row_id from analytics.todos where gateway_id = 'gw_late'")
+    assert sorted(r["row_id"] for r in rows) == ["late0", "late1", "late2"]
