@@ -133,7 +133,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fresh", type=int, default=5)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="lakesync-warm-") as tmp:
+    # The gateway may still be writing its log as it stops: cleanup is best effort.
+    with tempfile.TemporaryDirectory(prefix="lakesync-warm-", ignore_cleanup_errors=True) as tmp:
         if args.rounds:
             cold_vs_warm(Path(tmp), args.deltas, args.rounds)
         if args.fresh:
