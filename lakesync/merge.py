@@ -91,7 +91,7 @@ def encode_row_state(state: RowState) -> bytes:
     return _state_encoder.encode(state)
 
 
-def decode_row_state(raw: bytes | str) -> RowState:
+def decode_row_state(raw: bytes | str | memoryview) -> RowState:
     """Read a state written by :func:`encode_row_state` (or by earlier versions, with HLCs as
     decimal strings)."""
     return _state_decoder.decode(raw)

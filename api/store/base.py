@@ -22,7 +22,9 @@ import msgspec
 
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
-from lakesync.merge import RowState, decode_row_state, encode_row_state
+from lakesync.merge import RowState
+from lakesync.merge import decode_row_state as decode_state  # stored form: the core's msgspec JSON
+from lakesync.merge import encode_row_state as encode_state
 from lakesync.rules import SyncRules, parse_rules, rules_to_wire
 from lakesync.views import RowKey, RowRecord
 
@@ -123,17 +125,6 @@ def encode_delta(delta: RowDelta) -> bytes:
 def decode_delta(raw: bytes | str | memoryview) -> RowDelta:
     """Read a delta written by :func:`encode_delta`."""
     return _delta_decoder.decode(bytes(raw) if isinstance(raw, memoryview) else raw)
-
-
-def encode_state(state: RowState) -> bytes:
-    """The stored form of a merged row state."""
-    return encode_row_state(state)
-
-
-def decode_state(raw: bytes | str | memoryview) -> RowState:
-    """Read a row state written by :func:`encode_state`."""
-    data = bytes(raw) if isinstance(raw, memoryview) else raw
-    return decode_row_state(data)
 
 
 def encode_rules(rules: SyncRules | None) -> bytes | None:
