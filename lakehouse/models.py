@@ -82,12 +82,8 @@ def render_properties(tables: TableColumns) -> str:
             "description": f"Current state of synced table {table}: one row per live row.",
             "data_tests": [
                 {"lakesync_unique_combination": {"arguments": {"columns": KEY}}},
+                {"lakesync_not_null": {"arguments": {"columns": [*KEY, "_hlc"]}}},
                 {"lakesync_live_rows_match": {"arguments": {"table_name": table}}},
-            ],
-            "columns": [
-                {"name": "gateway_id", "data_tests": ["not_null"]},
-                {"name": "row_id", "data_tests": ["not_null"]},
-                {"name": "_hlc", "data_tests": ["not_null"]},
             ],
         }
         for table in sorted(tables)
