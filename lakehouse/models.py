@@ -92,6 +92,8 @@ def render_properties(tables: TableColumns) -> str:
 
 
 LINKED = ("dbt_project.yml", "models", "macros")
+GENERATED = "generated"
+"""The per-data-dir project's directory of generated models (git-ignored in the repository)."""
 
 
 def prepare_project(source: Path, run_dir: Path) -> Path:
@@ -105,7 +107,7 @@ def prepare_project(source: Path, run_dir: Path) -> Path:
         if link.is_symlink() or link.is_file():
             link.unlink()
         link.symlink_to(target, target_is_directory=target.is_dir())
-    generated = run_dir / "generated"
+    generated = run_dir / GENERATED
     generated.mkdir(exist_ok=True)
     return generated
 

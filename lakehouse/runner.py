@@ -1,12 +1,18 @@
 """Run the dbt project on Spark in this process: landing → cells/rows → ``analytics.<table>``.
 
-The runner builds the Spark session (so dbt-spark's ``getOrCreate()`` reuses it), registers the
-Python UDFs on it, writes the generated per-table models from the registered schemas, then calls
-``dbtRunner().invoke(["build", ...])`` (models, data tests and unit tests).
+The runner builds the Spark session (so dbt-spark's ``getOrCreate()`` reuses it), writes the
+generated per-table models from the registered schemas, then calls
+``dbtRunner().invoke(["build", ...])`` (models and data tests).
+
+dbt parses the project once per process and project state: the parsed manifest is kept (keyed by
+the per-data-dir project and a digest of every project file and of the profile's environment)
+and handed to the next invocation, so a warm process (``lakehouse.worker``) pays dbt's parse only
+when a model, macro or setting changed (a new table or column rewrites a generated model).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -20,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 from lakehouse.bootstrap import bootstrap
 from lakehouse.catalog import landing_state, late_landing_sequence, open_catalog, require_lake
 from lakehouse.models import (
+    GENERATED,
+    LINKED,
     GeneratedModels,
     model_name,
     prepare_project,
@@ -94,7 +102,7 @@ def generate_models(settings: LakeSettings, directory: Path | None = None) -> Ge
     from the project builds the marts too (``lakesync pipeline generate``)."""
     require_lake(settings)
     tables = table_columns(registered_table_schemas(settings))
-    return write_models(directory or settings.dbt_project_dir / "generated", tables)
+    return write_models(directory or settings.dbt_project_dir / GENERATED, tables)
 
 
 @contextmanager
@@ -113,12 +121,33 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = old
 
 
+_manifests: dict[Path, tuple[str, Any]] = {}
+"""This process's parsed dbt manifest per dbt project directory, as parsed (never handed to dbt
+itself), with the digest (:func:`_project_digest`) of the project state it was parsed from."""
+
+
+def _project_digest(settings: LakeSettings, env: dict[str, str]) -> str:
+    """A digest of what dbt's parse reads: the project's files (linked and generated), the
+    profile, and the environment the profile renders with."""
+    run_dir = settings.dbt_run_project_dir
+    digest = hashlib.sha256(json.dumps(sorted(env.items())).encode())
+    roots = [run_dir / name for name in (*LINKED, GENERATED)]
+    files = [settings.dbt_project_dir / "profiles.yml"]
+    for root in roots:
+        files += [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    for path in files:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def dbt_invoke(
     settings: LakeSettings, args: Sequence[str], on_progress: ProgressCallback | None = None
 ) -> Any:
     """Invoke dbt in-process on the project with this data dir's target and log paths.
 
-    Returns dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt fails.
+    The project is parsed only when it changed since this process last parsed it (see the
+    module docstring). Returns dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt
+    fails.
     """
     from dbt.cli.main import dbtRunner
 
@@ -134,16 +163,29 @@ def dbt_invoke(
         node = event.data.node_info
         on_progress(node.node_name, "started" if name == "NodeStart" else node.node_status)
 
-    full_args = [
-        *args,
+    common = [
         "--project-dir", str(settings.dbt_run_project_dir),
         "--profiles-dir", str(settings.dbt_project_dir),
         "--target-path", str(settings.dbt_dir / "target"),
         "--log-path", str(settings.dbt_dir / "logs"),
         "--quiet",
     ]
-    with _environment({**settings.dbt_env(), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}):
-        result = dbtRunner(callbacks=[callback]).invoke(full_args)
+    env = {**settings.dbt_env(), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    with _environment(env):
+        digest = _project_digest(settings, env)
+        kept = _manifests.get(settings.dbt_run_project_dir)
+        manifest: Any = kept[1] if kept is not None and kept[0] == digest else None
+        if manifest is None:
+            parsed = dbtRunner(callbacks=[callback]).invoke(["parse", *common])
+            if not parsed.success:
+                detail = " ".join(errors) or str(parsed.exception)
+                raise PipelineError(f"dbt parse failed: {detail}")
+            manifest = parsed.result
+            _manifests[settings.dbt_run_project_dir] = (digest, manifest)
+        # dbt compiles into the manifest it is given (an ephemeral model's CTE, once injected,
+        # is not injected again): every invocation gets its own copy of the parsed one.
+        fresh = manifest.deepcopy()
+        result = dbtRunner(manifest=fresh, callbacks=[callback]).invoke([*args, *common])
     if not result.success:
         failed = []
         for r in getattr(result.result, "results", None) or []:
