@@ -393,9 +393,13 @@ class SqlHotLog(HotLog, Generic[C]):
     def _index_rules(self, conn: C, gw: str) -> SyncRules | None:
         """The rules the index of ``gw`` follows (None: the gateway has none, nothing indexed)."""
         raw = self._fetch(conn, "SELECT rules FROM gateway_rules WHERE gw = ?", (gw,))
-        if not raw or raw[0][0] is None:
+        return self._rules(raw[0][0]) if raw else None
+
+    def _rules(self, raw: bytes | str | memoryview | None) -> SyncRules | None:
+        """A stored rules document, parsed once per distinct body (every push reads them)."""
+        if raw is None:
             return None
-        body = bytes(raw[0][0]) if isinstance(raw[0][0], memoryview) else raw[0][0]
+        body = bytes(raw) if isinstance(raw, memoryview) else raw
         if body not in self._rules_memo:
             if len(self._rules_memo) > 256:
                 self._rules_memo.clear()
@@ -688,7 +692,7 @@ class SqlHotLog(HotLog, Generic[C]):
             raw = self._fetch(
                 conn, "SELECT rules, stamp FROM gateway_rules WHERE gw = ?", (gateway_id,)
             )
-        return RulesRecord(decode_rules(raw[0][0]), int(raw[0][1])) if raw else RulesRecord(None, 0)
+        return RulesRecord(self._rules(raw[0][0]), int(raw[0][1])) if raw else RulesRecord(None, 0)
 
     def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
         """See :meth:`HotLog.set_rules`."""
