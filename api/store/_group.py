@@ -68,10 +68,6 @@ class GroupCommit(Generic[C]):
         self._queue.put((op, fut))
         return fut.result()
 
-    def pending(self) -> int:
-        """Operations waiting for the writer."""
-        return self._queue.qsize()
-
     def close(self) -> None:
         """Finish the queued operations and stop the writer."""
         if self._closed:

@@ -342,7 +342,7 @@ def test_group_commit_shares_transactions(tmp_path: Path, kind: str) -> None:
     others = [threading.Thread(target=push, args=(w,)) for w in range(1, 9)]
     for t in others:
         t.start()
-    while store._writes.pending() < 8:  # the eight wait behind the stalled group
+    while store._writes._queue.qsize() < 8:  # the eight wait behind the stalled group
         time.sleep(0.01)
     committed = store._writes.groups_committed
     go.set()
