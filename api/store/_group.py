@@ -34,7 +34,9 @@ class GroupCommit(Generic[C]):
     """The writer thread of a store (see module docstring).
 
     ``connection`` lends the writer a connection for one group (it must not be in a
-    transaction), ``begin`` is the statement opening the group's transaction, ``rollback``
+    transaction), ``begin`` opens the group's transaction and takes the store's write lock (so
+    every row lock of the group is taken under it: groups of several processes sharing a
+    store cannot deadlock), ``rollback``
     ends a failed one (whatever state the connection is left in), ``committed`` runs after
     each durable commit and ``closed`` is the error a write after :meth:`close` raises.
     """
@@ -43,7 +45,7 @@ class GroupCommit(Generic[C]):
         self,
         name: str,
         connection: Callable[[], AbstractContextManager[C]],
-        begin: str,
+        begin: Callable[[C], object],
         rollback: Callable[[C], None],
         committed: Callable[[], None] = lambda: None,
         closed: Callable[[], Exception] = lambda: RuntimeError("hot log is closed"),
@@ -115,7 +117,7 @@ class GroupCommit(Generic[C]):
                 fut.set_exception(error)
 
     def _transaction(self, conn: Any, group: list[_Item], results: list[_Result]) -> None:
-        conn.execute(self._begin)
+        self._begin(conn)
         for op, fut in group:
             conn.execute("SAVEPOINT op")
             try:

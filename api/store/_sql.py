@@ -14,7 +14,14 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from api.store._batch import copy_states, history_of, merge_into, next_ingest, touched_keys
+from api.store._batch import (
+    copy_states,
+    fresh_deltas,
+    history_of,
+    merge_into,
+    next_ingest,
+    touched_keys,
+)
 from api.store.base import (
     AppendResult,
     CheckpointInfo,
@@ -185,10 +192,6 @@ class SqlHotLog(HotLog, Generic[C]):
     def _execute_many(self, conn: C, query: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run a ``?``-style statement once per parameter row."""
 
-    @abc.abstractmethod
-    def _unstored(self, conn: C, gw: str, deltas: Sequence[RowDelta]) -> list[RowDelta]:
-        """The deltas of a batch whose deltaId the gateway has not stored (each once, first
-        occurrence kept), with :meth:`_lock` held when there are any."""
 
     @abc.abstractmethod
     def _rows(self, conn: C, gw: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
@@ -278,7 +281,9 @@ class SqlHotLog(HotLog, Generic[C]):
         return self._write(lambda conn: self._append(conn, gateway_id, batch))
 
     def _append(self, conn: C, gw: str, deltas: list[RowDelta]) -> AppendResult:
-        new = self._unstored(conn, gw, deltas)
+        # Every write transaction holds the writers' lock from its start (GroupCommit's begin),
+        # so what the log holds now is what this append must skip.
+        new = fresh_deltas(deltas, self._known_ids(conn, gw, deltas))
         last = self._last(conn)
         if not new:
             return AppendResult([], len(deltas), last)

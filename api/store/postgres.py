@@ -23,7 +23,6 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolClosed
 
-from api.store._batch import fresh_deltas
 from api.store._group import GroupCommit
 from api.store._sql import (
     ADDED_COLUMNS,
@@ -33,7 +32,6 @@ from api.store._sql import (
     schema_ddl,
 )
 from api.store.base import LogNotice, RowKey, RowRecord, decode_state
-from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 
 __all__ = ["PostgresHotLog"]
@@ -92,12 +90,12 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
         # role -> (the session holding the role's advisory lock or trying to, whether it holds it)
         self._leads: dict[str, tuple[psycopg.Connection[Any], bool]] = {}
         self._leads_lock = threading.Lock()
-        # Group commit: the appends of this process share a transaction, its advisory lock and
-        # its commit (they are serialised by the lock anyway).
+        # Group commit: the writes of this process share a transaction, its advisory lock and
+        # its commit (appends are serialised by the lock anyway).
         self._writes: GroupCommit[psycopg.Connection[Any]] = GroupCommit(
             f"hotlog-writer-{schema}",
             self._pool.connection,
-            "BEGIN",
+            self._begin,
             _rollback,
             closed=lambda: PoolClosed("the hot log is closed"),  # 503, as a pool closed is
         )
@@ -123,6 +121,10 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
 
     def _write(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
         return self._writes.write(op)
+
+    def _begin(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("BEGIN")
+        self._lock(conn)
 
     def _lock(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"lakesync:{self._schema}",))
@@ -164,16 +166,6 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
                 [r[3] for r in rows],
             ),
         )
-
-    def _unstored(
-        self, conn: psycopg.Connection[Any], gw: str, deltas: Sequence[RowDelta]
-    ) -> list[RowDelta]:
-        new = fresh_deltas(deltas, self._known_ids(conn, gw, deltas))
-        if new:
-            self._lock(conn)
-            # Re-check under the lock: a concurrent process may have stored some meanwhile.
-            new = fresh_deltas(new, self._known_ids(conn, gw, new))
-        return new
 
     def _rows(
         self, conn: psycopg.Connection[Any], gw: str, keys: Sequence[RowKey]

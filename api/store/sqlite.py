@@ -21,11 +21,9 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
-from api.store._batch import fresh_deltas
 from api.store._group import GroupCommit
 from api.store._sql import ADDED_COLUMNS, AFTER_COLUMNS_DDL, SqlHotLog, schema_ddl
 from api.store.base import RowKey, RowRecord, decode_state
-from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 
 __all__ = ["SqliteHotLog"]
@@ -85,7 +83,7 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
         self._writes = GroupCommit(
             "hotlog-writer",
             lambda: nullcontext(self._writer_conn),
-            "BEGIN IMMEDIATE",
+            lambda conn: conn.execute("BEGIN IMMEDIATE"),
             _rollback,
             self._wal_written.set,
         )
@@ -148,11 +146,6 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
         self, conn: sqlite3.Connection, query: str, rows: Sequence[Sequence[Any]]
     ) -> None:
         conn.executemany(query, rows)
-
-    def _unstored(
-        self, conn: sqlite3.Connection, gw: str, deltas: Sequence[RowDelta]
-    ) -> list[RowDelta]:
-        return fresh_deltas(deltas, self._known_ids(conn, gw, deltas))
 
     def _rows(
         self, conn: sqlite3.Connection, gw: str, keys: Sequence[RowKey]
