@@ -181,7 +181,8 @@ class LandingFlusher:
         return self._state()[0]
 
     def flush(self, max_batches: int | None = None) -> FlushResult:
-        """Commit everything the hot log holds past the landing position (or ``max_batches``).
+        """Commit everything the hot log holds past the landing position (or ``max_batches``);
+        entries appended while the flush runs may wait for the next one.
 
         Thread-safe; answers once the batches are committed (what the admin flush route needs).
         """
@@ -209,6 +210,11 @@ class LandingFlusher:
                 pos = entries[-1][0]
                 rows += landed
                 commits += 1
+                if len(entries) < self._batch_size:
+                    # The tail of the log as this flush found it: what pushes append meanwhile
+                    # waits for the next flush, rather than a flush that never ends chasing
+                    # the tail with ever smaller commits (each commit costs more than its rows).
+                    break
             return FlushResult(rows, commits, pos, tuple(sorted(held)))
 
     def _land(self, entries: Sequence[LogEntry], pos: int | None, held: dict[str, int]) -> int:

@@ -17,7 +17,15 @@ from api.metrics import GatewayMetrics
 from api.services.hub import Connection, Hub
 from api.services.limits import RateLimiter
 from api.settings import GatewaySettings
-from api.store.base import HotLog, LogNotice, Page, RowKey, RowRecord, RulesRecord
+from api.store.base import (
+    AppendResult,
+    HotLog,
+    LogNotice,
+    Page,
+    RowKey,
+    RowRecord,
+    RulesRecord,
+)
 from lakesync.delta import RowDelta, is_reserved_client
 from lakesync.errors import (
     BackpressureError,
@@ -158,25 +166,7 @@ class SyncService:
             raise BackpressureError("the gateway is shutting down; retry on another instance")
         if not deltas:
             return PushResult(await _run(self.store.head), 0, [])
-        schemas = await self.schemas(gateway_id)
-        for d in deltas:
-            schema = schemas.get(d.table)
-            if schema is not None:
-                check_delta(schema, d)
-        # Drift check and clock merge: ingest stamps then exceed every client HLC in the batch.
-        self.clock.recv(max(d.hlc for d in deltas))
-        rules = await _run(self.store.get_rules, gateway_id)
-        applied = effective_rules(rules.rules, claims)
-        if applied is not None:
-            keys = list(dict.fromkeys((d.table, d.row_id) for d in deltas))
-            current = await _run(self.store.read_rows, gateway_id, keys)
-            check_write(deltas, current, applied, claims)
-        limit = self.settings.backpressure_bytes
-        if limit > 0 and await _run(self.store.unflushed_bytes) > limit:
-            raise BackpressureError(
-                "the hot log is over its un-flushed size limit; retry after the next flush"
-            )
-        result = await _run(self.store.append, gateway_id, list(deltas))
+        rules, result = await _run(self._check_and_append, gateway_id, claims, deltas)
         self.metrics.count(gateway_id, "pushes")
         self.metrics.count(gateway_id, "deltas", len(result.stored))
         if not result.stored or self.hub.count_for(gateway_id) == 0:
@@ -198,6 +188,30 @@ class SyncService:
             history,
         )
         return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
+
+    def _check_and_append(
+        self, gateway_id: str, claims: Mapping[str, Any], deltas: Sequence[RowDelta]
+    ) -> tuple[RulesRecord, AppendResult]:
+        """Check a batch against the schemas, the clock, the rules and the backpressure limit,
+        then append it: the store calls of a push in one worker-thread call, not one each."""
+        schemas = self._schemas(gateway_id)
+        for d in deltas:
+            schema = schemas.get(d.table)
+            if schema is not None:
+                check_delta(schema, d)
+        # Drift check and clock merge: ingest stamps then exceed every client HLC in the batch.
+        self.clock.recv(max(d.hlc for d in deltas))
+        rules = self.store.get_rules(gateway_id)
+        applied = effective_rules(rules.rules, claims)
+        if applied is not None:
+            keys = list(dict.fromkeys((d.table, d.row_id) for d in deltas))
+            check_write(deltas, self.store.read_rows(gateway_id, keys), applied, claims)
+        limit = self.settings.backpressure_bytes
+        if limit > 0 and self.store.unflushed_bytes() > limit:
+            raise BackpressureError(
+                "the hot log is over its un-flushed size limit; retry after the next flush"
+            )
+        return rules, self.store.append(gateway_id, list(deltas))
 
     # -- pull -----------------------------------------------------------------------------------
     async def pull(
@@ -312,7 +326,10 @@ class SyncService:
     # -- admin ----------------------------------------------------------------------------------
     async def schemas(self, gateway_id: str) -> dict[str, TableSchema]:
         """The registered table schemas of a gateway."""
-        docs = await _run(self.store.list_docs, gateway_id, "schema")
+        return await _run(self._schemas, gateway_id)
+
+    def _schemas(self, gateway_id: str) -> dict[str, TableSchema]:
+        docs = self.store.list_docs(gateway_id, "schema")
         return {name: parse_schema(body) for name, body in docs.items()}
 
     async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:

@@ -14,7 +14,14 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from api.store._batch import copy_states, history_of, merge_into, next_ingest, touched_keys
+from api.store._batch import (
+    copy_states,
+    fresh_deltas,
+    history_of,
+    merge_into,
+    next_ingest,
+    touched_keys,
+)
 from api.store.base import (
     AppendResult,
     CheckpointInfo,
@@ -185,10 +192,6 @@ class SqlHotLog(HotLog, Generic[C]):
     def _execute_many(self, conn: C, query: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run a ``?``-style statement once per parameter row."""
 
-    @abc.abstractmethod
-    def _unstored(self, conn: C, gw: str, deltas: Sequence[RowDelta]) -> list[RowDelta]:
-        """The deltas of a batch whose deltaId the gateway has not stored (each once, first
-        occurrence kept), with :meth:`_lock` held when there are any."""
 
     @abc.abstractmethod
     def _rows(self, conn: C, gw: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
@@ -278,7 +281,9 @@ class SqlHotLog(HotLog, Generic[C]):
         return self._write(lambda conn: self._append(conn, gateway_id, batch))
 
     def _append(self, conn: C, gw: str, deltas: list[RowDelta]) -> AppendResult:
-        new = self._unstored(conn, gw, deltas)
+        # Every write transaction holds the writers' lock from its start (GroupCommit's begin),
+        # so what the log holds now is what this append must skip.
+        new = fresh_deltas(deltas, self._known_ids(conn, gw, deltas))
         last = self._last(conn)
         if not new:
             return AppendResult([], len(deltas), last)
@@ -393,9 +398,13 @@ class SqlHotLog(HotLog, Generic[C]):
     def _index_rules(self, conn: C, gw: str) -> SyncRules | None:
         """The rules the index of ``gw`` follows (None: the gateway has none, nothing indexed)."""
         raw = self._fetch(conn, "SELECT rules FROM gateway_rules WHERE gw = ?", (gw,))
-        if not raw or raw[0][0] is None:
+        return self._rules(raw[0][0]) if raw else None
+
+    def _rules(self, raw: bytes | str | memoryview | None) -> SyncRules | None:
+        """A stored rules document, parsed once per distinct body (every push reads them)."""
+        if raw is None:
             return None
-        body = bytes(raw[0][0]) if isinstance(raw[0][0], memoryview) else raw[0][0]
+        body = bytes(raw) if isinstance(raw, memoryview) else raw
         if body not in self._rules_memo:
             if len(self._rules_memo) > 256:
                 self._rules_memo.clear()
@@ -688,7 +697,7 @@ class SqlHotLog(HotLog, Generic[C]):
             raw = self._fetch(
                 conn, "SELECT rules, stamp FROM gateway_rules WHERE gw = ?", (gateway_id,)
             )
-        return RulesRecord(decode_rules(raw[0][0]), int(raw[0][1])) if raw else RulesRecord(None, 0)
+        return RulesRecord(self._rules(raw[0][0]), int(raw[0][1])) if raw else RulesRecord(None, 0)
 
     def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
         """See :meth:`HotLog.set_rules`."""

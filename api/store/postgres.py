@@ -3,6 +3,8 @@
 Appends are serialised per store with a transaction-scoped advisory lock; the ingest HLCs are
 assigned inside the lock from ``max(HLC.now(), last stored + 1)``, and the lock is released only
 after the commit is visible, so ingest order equals commit order and readers never see a gap.
+Within a process the writes go through one writer thread that commits whatever is queued in one
+transaction (group commit, :mod:`api.store._group`): one lock and one commit for many pushes.
 Each append sends a ``NOTIFY`` (delivered on commit) that the other processes turn into
 WebSocket broadcasts.
 """
@@ -18,9 +20,10 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool
+from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool, PoolClosed
 
-from api.store._batch import fresh_deltas
+from api.store._group import GroupCommit
 from api.store._sql import (
     ADDED_COLUMNS,
     AFTER_COLUMNS_DDL,
@@ -29,7 +32,6 @@ from api.store._sql import (
     schema_ddl,
 )
 from api.store.base import LogNotice, RowKey, RowRecord, decode_state
-from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 
 __all__ = ["PostgresHotLog"]
@@ -88,6 +90,15 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
         # role -> (the session holding the role's advisory lock or trying to, whether it holds it)
         self._leads: dict[str, tuple[psycopg.Connection[Any], bool]] = {}
         self._leads_lock = threading.Lock()
+        # Group commit: the writes of this process share a transaction, its advisory lock and
+        # its commit (appends are serialised by the lock anyway).
+        self._writes: GroupCommit[psycopg.Connection[Any]] = GroupCommit(
+            f"hotlog-writer-{schema}",
+            self._pool.connection,
+            self._begin,
+            _rollback,
+            closed=lambda: PoolClosed("the hot log is closed"),  # 503, as a pool closed is
+        )
         self._write(self.fill_added_columns)
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
@@ -109,8 +120,11 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
         return self._pool.connection()
 
     def _write(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
-        with self._pool.connection() as conn, conn.transaction():
-            return op(conn)
+        return self._writes.write(op)
+
+    def _begin(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("BEGIN")
+        self._lock(conn)
 
     def _lock(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"lakesync:{self._schema}",))
@@ -152,16 +166,6 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
                 [r[3] for r in rows],
             ),
         )
-
-    def _unstored(
-        self, conn: psycopg.Connection[Any], gw: str, deltas: Sequence[RowDelta]
-    ) -> list[RowDelta]:
-        new = fresh_deltas(deltas, self._known_ids(conn, gw, deltas))
-        if new:
-            self._lock(conn)
-            # Re-check under the lock: a concurrent process may have stored some meanwhile.
-            new = fresh_deltas(new, self._known_ids(conn, gw, new))
-        return new
 
     def _rows(
         self, conn: psycopg.Connection[Any], gw: str, keys: Sequence[RowKey]
@@ -264,7 +268,14 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
             for conn, _ in self._leads.values():
                 conn.close()
             self._leads.clear()
+        self._writes.close()
         self._pool.close()
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    # A connection that broke is discarded by the pool; nothing to roll back on it.
+    if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+        conn.execute("ROLLBACK")
 
 
 def _pg(query: str) -> str:

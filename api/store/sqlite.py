@@ -1,31 +1,29 @@
 """The embedded hot log: one SQLite file in WAL mode with ``synchronous=FULL``.
 
 Every write goes through a single writer thread that drains a queue of pending operations into
-one transaction (group commit): concurrent pushes share one fsync, each push is isolated by a
-savepoint so a failing batch rolls back alone, and a caller is answered only after the commit is
-durable. Readers use their own per-thread connections and WAL snapshots, so they never block the
-writer; because one writer assigns ingest HLCs in commit order, readers never see gaps. A
-checkpointer thread copies the WAL into the database file after commits (at most every
-:data:`_CHECKPOINT_INTERVAL` seconds), so no commit waits for a checkpoint; a commit is durable
-once its WAL frames are synced, whatever the checkpointer has done.
+one transaction (group commit, :mod:`api.store._group`): concurrent pushes share one fsync, each
+push is isolated by a savepoint so a failing batch rolls back alone, and a caller is answered
+only after the commit is durable. Readers use their own per-thread connections and WAL
+snapshots, so they never block the writer; because one writer assigns ingest HLCs in commit
+order, readers never see gaps. A checkpointer thread copies the WAL into the database file after
+commits (at most every :data:`_CHECKPOINT_INTERVAL` seconds), so no commit waits for a
+checkpoint; a commit is durable once its WAL frames are synced, whatever the checkpointer has
+done.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
-import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
-from api.store._batch import fresh_deltas
+from api.store._group import GroupCommit
 from api.store._sql import ADDED_COLUMNS, AFTER_COLUMNS_DDL, SqlHotLog, schema_ddl
 from api.store.base import RowKey, RowRecord, decode_state
-from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 
 __all__ = ["SqliteHotLog"]
@@ -35,13 +33,15 @@ T = TypeVar("T")
 # INTEGER PRIMARY KEY makes the ingest HLC the rowid; WITHOUT ROWID clusters rows by their key.
 _SCHEMA = schema_ddl(integer="INTEGER", blob="BLOB", keyed=" WITHOUT ROWID")
 
-_Op = Callable[[sqlite3.Connection], Any]
-_STOP = object()
-_MAX_GROUP = 256
 _CHECKPOINT_INTERVAL = 0.2
 """Seconds between WAL checkpoints while writes go on: bounds the WAL's growth."""
 
 _log = logging.getLogger(__name__)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -79,11 +79,14 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
-        self.groups_committed = 0
-        self._thread = threading.Thread(target=self._run_writer, name="hotlog-writer", daemon=True)
-        self._thread.start()
+        self._writes = GroupCommit(
+            "hotlog-writer",
+            lambda: nullcontext(self._writer_conn),
+            lambda conn: conn.execute("BEGIN IMMEDIATE"),
+            _rollback,
+            self._wal_written.set,
+        )
         self._checkpointer = threading.Thread(
             target=self._run_checkpointer, name="hotlog-checkpoint", daemon=True
         )
@@ -91,61 +94,7 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
 
     # -- writer ---------------------------------------------------------------------------------
     def _write(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        if self._closed:
-            raise RuntimeError("hot log is closed")
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._queue.put((op, fut))
-        return fut.result()
-
-    def _run_writer(self) -> None:
-        conn = self._writer_conn
-        while True:
-            first = self._queue.get()
-            if first is _STOP:
-                return
-            group = [first]
-            while len(group) < _MAX_GROUP:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    self._queue.put(_STOP)
-                    break
-                group.append(item)
-            self._commit_group(conn, group)
-
-    def _commit_group(
-        self, conn: sqlite3.Connection, group: list[tuple[_Op, concurrent.futures.Future[Any]]]
-    ) -> None:
-        results: list[tuple[concurrent.futures.Future[Any], Any, BaseException | None]] = []
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for op, fut in group:
-                conn.execute("SAVEPOINT op")
-                try:
-                    value = op(conn)
-                except Exception as exc:  # the batch fails alone; the group goes on
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    results.append((fut, None, exc))
-                else:
-                    conn.execute("RELEASE op")
-                    results.append((fut, value, None))
-            conn.execute("COMMIT")
-            self.groups_committed += 1
-            self._wal_written.set()
-        except Exception as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            for _, fut in group:
-                fut.set_exception(exc)
-            return
-        for fut, value, error in results:
-            if error is None:
-                fut.set_result(value)
-            else:
-                fut.set_exception(error)
+        return self._writes.write(op)
 
     def _run_checkpointer(self) -> None:
         conn = _connect(self._path)
@@ -198,11 +147,6 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
     ) -> None:
         conn.executemany(query, rows)
 
-    def _unstored(
-        self, conn: sqlite3.Connection, gw: str, deltas: Sequence[RowDelta]
-    ) -> list[RowDelta]:
-        return fresh_deltas(deltas, self._known_ids(conn, gw, deltas))
-
     def _rows(
         self, conn: sqlite3.Connection, gw: str, keys: Sequence[RowKey]
     ) -> dict[RowKey, RowRecord]:
@@ -226,8 +170,7 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
         if self._closed:
             return
         self._closed = True
-        self._queue.put(_STOP)
-        self._thread.join()
+        self._writes.close()
         self._stopped.set()
         self._wal_written.set()
         self._checkpointer.join()

@@ -9,10 +9,12 @@ from litestar.testing import TestClient
 
 from api.app import create_app
 from api.store.postgres import PostgresHotLog
+from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
-from tests.api.helpers import auth, make_settings, token
+from tests.api.helpers import auth, make_settings, now_hlc, token
 from tests.conftest import PG_DSN, require_postgres
+from tests.wire_json import as_json
 
 
 @pytest.mark.postgres
@@ -24,6 +26,10 @@ def test_store_outage_is_503_not_500(tmp_path: Path) -> None:
         with TestClient(create_app(make_settings(tmp_path), store=store)) as client:
             store.close()  # the pool is gone: every store call fails
             r = client.get("/v1/sync/gw1/pull", headers=auth(token("alice")))
+            assert r.status_code == 503 and r.json()["code"] == "BACKPRESSURE_ERROR"
+            delta = RowDelta.create("INSERT", "todos", "r1", "alice", {"n": 1}, now_hlc())
+            body = {"clientId": "alice", "deltas": [as_json(delta)]}
+            r = client.post("/v1/sync/gw1/push", json=body, headers=auth(token("alice")))
             assert r.status_code == 503 and r.json()["code"] == "BACKPRESSURE_ERROR"
             assert client.get("/ready").status_code == 503
     finally:

@@ -109,6 +109,39 @@ def test_flush_writes_every_field_and_records_position(settings: LakeSettings, s
     assert len(_landed(settings)) == 11
 
 
+class _BusySource:
+    """The hot log while pushes go on: every read is followed by a new entry (five at most)."""
+
+    def __init__(self, log: HotLog) -> None:
+        self.log = log
+        self.pushed: list[int] = []
+
+    def read_log(
+        self, after: int, limit: int, gateway_id: str | None = None
+    ) -> list[tuple[int, str, RowDelta]]:
+        entries = self.log.read_log(after, limit, gateway_id)
+        if len(self.pushed) < 5:
+            n = len(self.pushed)
+            update = RowDelta.create("UPDATE", "todos", "busy", "c3", {"n": n}, 7000 + n)
+            self.pushed += append_in_order(self.log, [("gw1", update)])
+        return entries
+
+
+def test_a_flush_under_steady_pushes_lands_the_tail_it_found_and_ends(
+    settings: LakeSettings, store: HotLog
+) -> None:
+    """Entries appended while a flush commits wait for the next flush: the flush ends after the
+    partial batch it read instead of chasing the tail one small commit at a time."""
+    pos = append_in_order(store, _deltas(6))
+    source = _BusySource(store)
+    flusher = LandingFlusher(open_catalog(settings), source, batch_size=4)
+    result = flusher.flush()
+    assert (result.rows, result.commits, result.position) == (7, 2, source.pushed[0])
+    assert pos[5] < source.pushed[0]
+    result = flusher.flush()  # lands the entry pushed during the last read, not the next one
+    assert (result.rows, result.commits, result.position) == (1, 1, source.pushed[1])
+    assert len(_landed(settings)) == 8
+
 def _flush_in_child(settings: LakeSettings, log: Path, marks: Path, crash_at: str | None) -> int:
     """Flush the SQLite hot log at ``log`` in a child process, appending to ``marks`` each
     position it marks flushed."""

@@ -6,6 +6,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from api.store.base import HotLog
 from api.store.postgres import PostgresHotLog
 from api.store.sqlite import SqliteHotLog
@@ -13,6 +15,8 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, wall_clock_ms
 from lakesync.merge import merge_state
 from lakesync.rules import lookups, parse_rules
+from tests.api.conftest import drop_pg_schema, fresh_pg_schema
+from tests.conftest import PG_DSN, require_postgres
 
 RULES = parse_rules(
     {
@@ -309,9 +313,10 @@ def test_readers_never_see_gaps_under_concurrent_appends(store: HotLog) -> None:
     assert seen == [i for i, _, _ in store.read_log(0, 10_000)]
 
 
-def test_sqlite_group_commit_shares_transactions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_group_commit_shares_transactions(tmp_path: Path, kind: str) -> None:
     """Appends that arrive while a group is being committed are committed together afterwards,
-    in one transaction (one fsync), however fast the machine is."""
+    in one transaction (one commit, one fsync), however fast the machine is."""
     stalled, go = threading.Event(), threading.Event()
 
     def physical() -> int:  # the writer reads the clock inside the first group's transaction
@@ -320,7 +325,13 @@ def test_sqlite_group_commit_shares_transactions(tmp_path: Path) -> None:
             go.wait()
         return wall_clock_ms()
 
-    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC(physical))
+    schema = fresh_pg_schema()
+    store: SqliteHotLog | PostgresHotLog
+    if kind == "sqlite":
+        store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC(physical))
+    else:
+        require_postgres()
+        store = PostgresHotLog(PG_DSN, HLC(physical), schema=schema, pool_size=4)
 
     def push(worker: int) -> None:
         store.append("gw1", [d("INSERT", f"w{worker}", 1, client=f"c{worker}", x=worker)])
@@ -331,13 +342,17 @@ def test_sqlite_group_commit_shares_transactions(tmp_path: Path) -> None:
     others = [threading.Thread(target=push, args=(w,)) for w in range(1, 9)]
     for t in others:
         t.start()
-    while store._queue.qsize() < 8:  # the eight wait behind the stalled group
+    while store._writes._queue.qsize() < 8:  # the eight wait behind the stalled group
         time.sleep(0.01)
+    committed = store._writes.groups_committed
     go.set()
     for t in [first, *others]:
         t.join()
     try:
         assert len(store.read_log(0, 1000)) == 9
-        assert store.groups_committed == 2  # the first append alone, then the eight together
+        # The first append alone, then the eight together.
+        assert store._writes.groups_committed == committed + 2
     finally:
         store.close()
+        if kind == "postgres":
+            drop_pg_schema(schema)
