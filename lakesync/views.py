@@ -47,6 +47,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import msgspec
+
 from lakesync.canonical import canonical_json
 from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta
 from lakesync.errors import ForbiddenError
@@ -79,9 +81,10 @@ RowKey = tuple[str, str]
 """``(table, row_id)``."""
 
 
-@dataclass(frozen=True, slots=True)
-class RowRecord:
-    """A row's merged state and the ingest HLC of the last delta that touched it."""
+class RowRecord(msgspec.Struct, frozen=True, gc=False):
+    """A row's merged state and the ingest HLC of the last delta that touched it (untracked by
+    the cyclic GC, as :class:`~lakesync.merge.RowState` is: a gateway holds a whole view of
+    them while it serves a first sync)."""
 
     state: RowState
     last_ingest: int
