@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from client._columns import (
     to_sql_value,
@@ -25,10 +26,10 @@ from lakesync.schema import (
 from lakesync.wire import decode_delta, encode_delta
 
 
-@dataclass(slots=True)
-class _Touched:
+class _Touched(msgspec.Struct, gc=False):
     """A row changed inside one transaction: its acknowledged state, the visible row before and
-    after, and the base of the last view eviction applied to it."""
+    after, and the base of the last view eviction applied to it (untracked by the cyclic GC: a
+    page makes thousands, and collections over them cost a bulk apply more than the merge)."""
 
     state: RowState
     before: dict[str, Any] | None
