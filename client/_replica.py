@@ -8,10 +8,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from client._columns import (
-    register_converters,
-)
+from client._columns import decode_json, register_converters
 from client.errors import ClientClosedError
+from lakesync.merge import Cell, RowState, encode_row_state
 from lakesync.wire import decode_delta
 
 _PREFIX = "_ls_"
@@ -20,18 +19,17 @@ _I64_MAX = (1 << 63) - 1
 # Row ids per IN (...) lookup; SQLite allows 32766 parameters, small chunks plan well.
 _IN_CHUNK = 500
 
-_DDL = """
+_ROWS_DDL = """CREATE TABLE IF NOT EXISTS _ls_rows (
+    tbl TEXT NOT NULL, row_id TEXT NOT NULL, state BLOB NOT NULL, view_base INTEGER,
+    PRIMARY KEY (tbl, row_id)) WITHOUT ROWID"""
+# ``_ls_rows`` once kept a row's clocks in columns and each cell in a row of ``_ls_cells``
+# (five SQLite rows per synced row); :meth:`ReplicaFile._migrate` folds such a replica into
+# this layout when it is opened.
+_DDL = (
+    """
 CREATE TABLE IF NOT EXISTS _ls_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS _ls_schemas (
     tbl TEXT PRIMARY KEY, version INTEGER NOT NULL, spec TEXT NOT NULL, updated_at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS _ls_rows (
-    tbl TEXT NOT NULL, row_id TEXT NOT NULL,
-    write_hlc INTEGER, write_client TEXT, tomb_hlc INTEGER, tomb_client TEXT, view_base INTEGER,
-    PRIMARY KEY (tbl, row_id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS _ls_cells (
-    tbl TEXT NOT NULL, row_id TEXT NOT NULL, col TEXT NOT NULL,
-    value TEXT NOT NULL, hlc INTEGER NOT NULL, client_id TEXT NOT NULL,
-    PRIMARY KEY (tbl, row_id, col)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS _ls_outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, delta_id TEXT NOT NULL UNIQUE,
     body BLOB NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT,
@@ -41,6 +39,9 @@ CREATE TABLE IF NOT EXISTS _ls_dead_letters (
     code TEXT NOT NULL, error TEXT NOT NULL, failed_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS _ls_cursors (gateway_id TEXT PRIMARY KEY, server_hlc INTEGER NOT NULL);
 """
+    + _ROWS_DDL
+    + ";"
+)
 
 
 def _hlc_in(ts: int) -> int:
@@ -77,13 +78,13 @@ class ReplicaFile:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=10000")
         conn.executescript(_DDL)
-        self._migrate_outbox(conn)
+        self._migrate(conn)
 
     @staticmethod
-    def _migrate_outbox(conn: sqlite3.Connection) -> None:
-        """Bring a replica from before pending writes were kept apart to this layout."""
-        if "view_base" not in {row[1] for row in conn.execute("PRAGMA table_info(_ls_rows)")}:
-            conn.execute("ALTER TABLE _ls_rows ADD COLUMN view_base INTEGER")
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Bring a replica written by an earlier layout to this one (each step is idempotent)."""
+        if "state" not in {row[1] for row in conn.execute("PRAGMA table_info(_ls_rows)")}:
+            ReplicaFile._fold_cells(conn)
         cols = {row[1] for row in conn.execute("PRAGMA table_info(_ls_outbox)")}
         if "tbl" not in cols:
             conn.execute("ALTER TABLE _ls_outbox ADD COLUMN tbl TEXT")
@@ -96,6 +97,40 @@ class ReplicaFile:
                     (d.table, d.row_id, seq),
                 )
         conn.execute("CREATE INDEX IF NOT EXISTS _ls_outbox_row ON _ls_outbox (tbl, row_id)")
+
+    @staticmethod
+    def _fold_cells(conn: sqlite3.Connection) -> None:
+        """Rewrite the per-column layout of ``_ls_rows`` (clock columns, cells in ``_ls_cells``)
+        as one encoded :class:`RowState` per row, in one transaction."""
+        cols = {row[1] for row in conn.execute("PRAGMA table_info(_ls_rows)")}
+        base = "view_base" if "view_base" in cols else "NULL"
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            states: dict[tuple[str, str], tuple[RowState, int | None]] = {}
+            for t, r, wh, wc, th, tc, vb in conn.execute(
+                "SELECT tbl, row_id, write_hlc, write_client, tomb_hlc, tomb_client,"
+                f" {base} FROM _ls_rows"
+            ):
+                write = None if wh is None else (_hlc_out(wh), wc)
+                tomb = None if th is None else (_hlc_out(th), tc)
+                states[(t, r)] = (RowState({}, write, tomb), vb)
+            for t, r, col, value, h, cid in conn.execute(
+                "SELECT tbl, row_id, col, value, hlc, client_id FROM _ls_cells"
+            ):
+                found = states.get((t, r))
+                if found is not None:
+                    found[0].cells[col] = Cell(decode_json(value), _hlc_out(h), cid)
+            conn.execute("DROP TABLE _ls_rows")
+            conn.execute("DROP TABLE _ls_cells")
+            conn.execute(_ROWS_DDL)
+            conn.executemany(
+                "INSERT INTO _ls_rows (tbl, row_id, state, view_base) VALUES (?, ?, ?, ?)",
+                [(t, r, encode_row_state(st), vb) for (t, r), (st, vb) in states.items()],
+            )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     # -- plumbing -------------------------------------------------------------------------
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
+import msgspec
+
 from client._columns import (
-    decode_json,
-    encode_json,
     to_sql_value,
 )
 from client._replica import _IN_CHUNK, _hlc_in, _hlc_out, _q
@@ -20,26 +19,22 @@ from client.errors import RowExistsError, RowNotFoundError, ValidationError
 from lakesync.delta import Op, RowDelta, extract_delta, is_view_eviction, validate_row_id
 from lakesync.errors import ClockDriftError
 from lakesync.hlc import HLC
-from lakesync.merge import Cell, Clock, RowState, apply_delta, join_delta
+from lakesync.merge import RowState, apply_delta, decode_row_state, encode_row_state, join_delta
 from lakesync.schema import (
     check_delta,
 )
 from lakesync.wire import decode_delta, encode_delta
 
 
-@dataclass(slots=True)
-class _Touched:
+class _Touched(msgspec.Struct, gc=False):
     """A row changed inside one transaction: its acknowledged state, the visible row before and
-    after, the cells to write back, whether its stored cells are dropped first (evicted) and
-    whether the replica stored any (a fresh replica's evictions have nothing to drop)."""
+    after, and the base of the last view eviction applied to it (untracked by the cyclic GC: a
+    page makes thousands, and collections over them cost a bulk apply more than the merge)."""
 
     state: RowState
     before: dict[str, Any] | None
     after: dict[str, Any] | None
-    dirty: set[str]
-    reset: bool = False
     base: int | None = None
-    stored: bool = True
 
 
 def _with_pending(state: RowState, pending: Sequence[RowDelta]) -> RowState:
@@ -73,26 +68,14 @@ class RowStore(SchemaStore):
             for i in range(0, len(ids), _IN_CHUNK):
                 chunk = ids[i : i + _IN_CHUNK]
                 marks = ",".join("?" * len(chunk))
-                found = 0
-                for rid, wh, wc, th, tc, vb in c.execute(
-                    "SELECT row_id, write_hlc, write_client, tomb_hlc, tomb_client, view_base"
+                for rid, state, vb in c.execute(
+                    "SELECT row_id, state, view_base"
                     f" FROM _ls_rows WHERE tbl = ? AND row_id IN ({marks})",
                     (table, *chunk),
                 ):
-                    write: Clock | None = None if wh is None else (_hlc_out(wh), wc)
-                    tomb: Clock | None = None if th is None else (_hlc_out(th), tc)
-                    states[(table, rid)] = RowState({}, write, tomb)
+                    states[(table, rid)] = decode_row_state(state)
                     if bases is not None and vb is not None:
                         bases[(table, rid)] = _hlc_out(vb)
-                    found += 1
-                if not found:  # a fresh replica skips the cell lookup entirely
-                    continue
-                for rid, col, value, h, cid in c.execute(
-                    "SELECT row_id, col, value, hlc, client_id FROM _ls_cells "
-                    f"WHERE tbl = ? AND row_id IN ({marks})",
-                    (table, *chunk),
-                ):
-                    states[(table, rid)].cells[col] = Cell(decode_json(value), _hlc_out(h), cid)
             for rid in ids:
                 states.setdefault((table, rid), RowState())
         return states
@@ -122,41 +105,19 @@ class RowStore(SchemaStore):
     def _save_state(
         self, c: sqlite3.Connection, touched: Mapping[tuple[str, str], _Touched]
     ) -> None:
-        """Write back acknowledged states: clocks and won cells (all of them for a reset row)."""
-        metas = []
-        cells = []
-        resets = []
-        for (table, row_id), t in touched.items():
-            w, tomb = t.state.write, t.state.tombstone
-            metas.append(
+        """Write back acknowledged states, one encoded :class:`RowState` per row."""
+        c.executemany(
+            "INSERT OR REPLACE INTO _ls_rows (tbl, row_id, state, view_base) VALUES (?, ?, ?, ?)",
+            [
                 (
                     table,
                     row_id,
-                    None if w is None else _hlc_in(w[0]),
-                    None if w is None else w[1],
-                    None if tomb is None else _hlc_in(tomb[0]),
-                    None if tomb is None else tomb[1],
+                    encode_row_state(t.state),
                     None if t.base is None else _hlc_in(t.base),
                 )
-            )
-            if t.reset and t.stored:
-                resets.append((table, row_id))
-            for col in t.dirty:
-                cell = t.state.cells.get(col)
-                if cell is not None:
-                    cells.append(
-                        (
-                            table,
-                            row_id,
-                            col,
-                            encode_json(cell.value),
-                            _hlc_in(cell.hlc),
-                            cell.client_id,
-                        )
-                    )
-        c.executemany("INSERT OR REPLACE INTO _ls_rows VALUES (?,?,?,?,?,?,?)", metas)
-        c.executemany("DELETE FROM _ls_cells WHERE tbl = ? AND row_id = ?", resets)
-        c.executemany("INSERT OR REPLACE INTO _ls_cells VALUES (?,?,?,?,?,?)", cells)
+                for (table, row_id), t in touched.items()
+            ],
+        )
 
     def _show(self, c: sqlite3.Connection, touched: Mapping[tuple[str, str], _Touched]) -> None:
         """Write the visible rows of ``touched`` to the user tables."""
@@ -243,7 +204,7 @@ class RowStore(SchemaStore):
             check_delta(schema, delta)
             # The acknowledged state stays as it is: the write is pending until the gateway acks.
             change = apply_delta(RowState(dict(state.cells), state.write, state.tombstone), delta)
-            self._show(c, {(table, row_id): _Touched(state, before, change.after, set())})
+            self._show(c, {(table, row_id): _Touched(state, before, change.after)})
             c.execute(
                 "INSERT INTO _ls_outbox (delta_id, body, tbl, row_id) VALUES (?, ?, ?, ?)",
                 (delta.delta_id, encode_delta(delta), table, row_id),
@@ -294,22 +255,16 @@ class RowStore(SchemaStore):
                     else:
                         before = None  # a row this replica never held (no write, no pending)
                     state = states[key]
-                    t = touched[key] = _Touched(
-                        state, before, None, set(), False, bases.get(key), bool(state.cells)
-                    )
+                    t = touched[key] = _Touched(state, before, None, bases.get(key))
                 if is_view_eviction(delta):
                     if t.base is not None and delta.hlc <= t.base:
                         stale.add(key)  # overtaken by a newer snapshot of the row
                         continue
-                    t.state, t.reset, t.base = RowState(), True, delta.hlc
-                    t.dirty.clear()
+                    t.state, t.base = RowState(), delta.hlc
                     continue
                 join_delta(t.state, delta)
-                t.dirty.update(cv.column for cv in delta.columns)
             for key, t in touched.items():
                 t.after = _with_pending(t.state, pending.get(key, ())).visible()
-                if t.reset:
-                    t.dirty = set(t.state.cells)
             self._save_state(c, touched)
             self._show(c, touched)
             changes = [
@@ -354,7 +309,6 @@ class RowStore(SchemaStore):
             ]
             befores = {k: self._merged(c, *k).visible() for k in stale}
             c.executemany("DELETE FROM _ls_rows WHERE tbl = ? AND row_id = ?", stale)
-            c.executemany("DELETE FROM _ls_cells WHERE tbl = ? AND row_id = ?", stale)
             c.execute("DELETE FROM temp._ls_resync")
             changes = self._reshow(c, befores, "remote")
         return changes + self.apply_remote([], "remote", clock, (gateway_id, server_hlc))
@@ -393,7 +347,7 @@ class RowStore(SchemaStore):
         if not befores:
             return []
         touched = {
-            key: _Touched(RowState(), before, self._merged(c, *key).visible(), set())
+            key: _Touched(RowState(), before, self._merged(c, *key).visible())
             for key, before in befores.items()
         }
         self._show(c, touched)

@@ -4,10 +4,12 @@ Layout (all bookkeeping tables start with ``_ls_``, which user tables may not):
 
 - one table per synced table: ``row_id TEXT PRIMARY KEY`` plus one column per schema column,
   holding the *visible* merged row (what ``query()`` reads);
-- ``_ls_rows``: per row the greatest write clock and the tombstone (greatest DELETE clock) of
-  the row's *remote* state (what the gateway sent), and the base of the last view eviction
-  applied to it;
-- ``_ls_cells``: per cell of that state the winning value (JSON) and its ``(hlc, client_id)``;
+- ``_ls_rows``: per row its *remote* state (what the gateway sent) as one encoded
+  :class:`~lakesync.merge.RowState` (each cell's winning value and ``(hlc, client_id)``, the
+  greatest write clock and the tombstone), and the base of the last view eviction applied to
+  it; one SQLite row per synced row, so a bulk load writes two rows per row (this and the user
+  table's). Replicas of the earlier per-cell layout (``_ls_cells``) are folded into it when
+  opened;
 - ``_ls_outbox``: local deltas the gateway has not acknowledged, or acknowledged (``acked``, the
   push reply's server HLC) but not yet sent back by a pull, in write order, with their row;
 - ``_ls_dead_letters``: deltas the gateway refused for good;

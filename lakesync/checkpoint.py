@@ -26,7 +26,7 @@ pull gives. The position is also the ``X-Checkpoint-Hlc`` header and each frame'
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -41,7 +41,6 @@ __all__ = [
     "CONTENT_TYPE",
     "DEFAULT_CHUNK_BYTES",
     "chunk_rows",
-    "hidden_keys",
     "serve_chunk",
 ]
 
@@ -102,34 +101,38 @@ def chunk_rows(
         yield _encoder.encode(part), len(part)
 
 
-def hidden_keys(body: bytes, reader: Reader) -> list[RowKey]:
-    """The rows of a chunk the reader does not see (it may hold those it wrote)."""
-    return [
-        (t, r)
-        for t, r, _, values, _, _ in _decoder.decode(body)
-        if not visible(reader.rules, reader.claims, t, values)
-    ]
-
-
-def serve_chunk(body: bytes, reader: Reader, raw: bool, position: int) -> bytes | None:
+def serve_chunk(
+    body: bytes,
+    reader: Reader,
+    raw: bool,
+    position: int,
+    written_among: Callable[[list[RowKey]], Collection[RowKey]] | None = None,
+) -> bytes | None:
     """The frame a client receives for one stored chunk (None when it receives nothing of it):
     ``raw`` (the gateway never had sync rules) sends every row's real state; otherwise each row
-    is what :func:`lakesync.views.resync_view` gives a fresh ``reader`` (``reader.written``
-    must hold the chunk's hidden rows the client wrote): a row it sees as a snapshot (an
-    eviction at ``max(last ingest, reader.stamp)``, then its real state), a row it wrote and
-    cannot see as its eviction (and its tombstone if deleted), any other row not at all."""
+    is what :func:`lakesync.views.resync_view` gives a fresh ``reader``: a row it sees as a
+    snapshot (an eviction at ``max(last ingest, reader.stamp)``, then its real state), a row it
+    wrote and cannot see as its eviction (and its tombstone if deleted), any other row not at
+    all. The rows it wrote are ``reader.written`` plus, when given, what ``written_among``
+    answers for the chunk's rows it cannot see (one look-up per chunk, the chunk decoded once)."""
     if raw:
         parts = [real for *_, real in _real_decoder.decode(body)]
     else:
         if reader.since != 0:
             raise ValueError("a checkpoint is read from 0")
+        rows = _decoder.decode(body)
+        shown = [visible(reader.rules, reader.claims, t, values) for t, _, _, values, _, _ in rows]
+        written: Collection[RowKey] = reader.written
+        if written_among is not None:
+            hidden = [(row[0], row[1]) for row, s in zip(rows, shown, strict=True) if not s]
+            if hidden:
+                written = set(written_among(hidden)) | reader.written
         parts = []
-        for table, row_id, last_ingest, values, live, real in _decoder.decode(body):
-            shown = visible(reader.rules, reader.claims, table, values)
-            if not shown and (table, row_id) not in reader.written:
+        for (table, row_id, last_ingest, _, live, real), seen in zip(rows, shown, strict=True):
+            if not seen and (table, row_id) not in written:
                 continue
             parts.append(_eviction(table, row_id, max(last_ingest, reader.stamp)))
-            if shown or not live:
+            if seen or not live:
                 parts.append(real)
     if not any(parts):
         return None

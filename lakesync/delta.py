@@ -73,7 +73,7 @@ def validate_gateway_id(gateway_id: object) -> str:
     return validate_identifier(gateway_id, "gateway id", ValidationError)
 
 
-class ColumnValue(msgspec.Struct, frozen=True):
+class ColumnValue(msgspec.Struct, frozen=True, gc=False):
     """One column of a delta: its name and new JSON value (on the wire, a missing value is null)."""
 
     column: str
@@ -124,7 +124,7 @@ def _identity_id(
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class RowDelta(msgspec.Struct, frozen=True):
+class RowDelta(msgspec.Struct, frozen=True, gc=False):
     """A change to one row by one client at one HLC; DELETE carries no columns."""
 
     op: Op

@@ -42,7 +42,7 @@ Clock = tuple[int, str]
 """An LWW order key: ``(hlc, client_id)``; compare as tuples."""
 
 
-class Cell(msgspec.Struct, array_like=True):
+class Cell(msgspec.Struct, array_like=True, gc=False):
     """The winning write of one cell: its value and the clock that wrote it (stored as
     ``[value, hlc, client_id]``)."""
 
@@ -60,7 +60,7 @@ def _beats(clock: Clock, other: Clock | None) -> bool:
     return other is None or clock > other
 
 
-class RowState(msgspec.Struct):
+class RowState(msgspec.Struct, gc=False):
     """Everything the merge keeps about one row; stores keep it as msgspec JSON
     (:func:`encode_row_state`), its fields named ``c``, ``w`` and ``t``."""
 

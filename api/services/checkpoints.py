@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
 
 from api.services.sync import SyncService
-from lakesync.checkpoint import hidden_keys, serve_chunk
+from lakesync.checkpoint import serve_chunk
 from lakesync.errors import CursorExpiredError, NotFoundError
-from lakesync.views import Reader, ViewHistory, claims_hash, effective_rules
+from lakesync.views import Reader, RowKey, ViewHistory, claims_hash, effective_rules
 
 __all__ = ["CheckpointStream", "check_cursor", "open_checkpoint"]
 
@@ -72,14 +72,11 @@ async def open_checkpoint(
             raise CheckpointGoneError(
                 f"checkpoint {info.position} of {gateway_id!r} was replaced while streaming"
             )
-        chunk_reader = reader
-        if not raw:
-            # A fresh reader may hold the hidden rows it wrote: look up this chunk's only.
-            hidden = hidden_keys(body, reader)
-            if hidden:
-                written = store.rows_written_among(gateway_id, client_id, hidden)
-                chunk_reader = replace(reader, written=frozenset(written))
-        return serve_chunk(body, chunk_reader, raw, info.position)
+        # A fresh reader may hold the hidden rows it wrote: look up this chunk's only.
+        return serve_chunk(body, reader, raw, info.position, written_among)
+
+    def written_among(keys: list[RowKey]) -> set[RowKey]:
+        return store.rows_written_among(gateway_id, client_id, keys)
 
     async def frames() -> AsyncIterator[bytes]:
         # The next chunk is read and encoded while this one is sent: at most two in memory.

@@ -15,7 +15,7 @@ from client._store import LocalStore
 from client.errors import SchemaError
 from lakesync.delta import VIEW_EVICTION_CLIENT, Op, RowDelta
 from lakesync.hlc import HLC, encode
-from lakesync.merge import merge_state
+from lakesync.merge import RowState, decode_row_state, merge_state
 from lakesync.schema import parse_schema
 
 SCHEMA = parse_schema(
@@ -284,7 +284,7 @@ def test_kill_9_during_page_apply_keeps_replica_and_cursor_consistent(tmp_path: 
     assert s.cursor("gw") == 10
     assert sorted(rows(s)) == sorted(f"r{i}" for i in range(10))
     assert s.row_state("t", "r10").write is None
-    assert s.query("select count(*) as n from _ls_cells")[0]["n"] == 10
+    assert s.query("select count(*) as n from _ls_rows")[0]["n"] == 10
 
 
 def test_remote_names_that_collide_locally_never_block_a_page(tmp_path: Path) -> None:
@@ -366,10 +366,80 @@ def test_a_stale_snapshot_is_skipped_and_an_eviction_forgets_the_row() -> None:
     s.write("UPDATE", "t", "r", {"b": 7}, clock, "me")
     s.apply_remote([evict("r", 30)], "remote", clock)
     assert rows(s) == {"r": {"b": 7}}
-    assert s.query("select count(*) as n from _ls_cells")[0]["n"] == 0
+    assert [decode_row_state(r["state"]) for r in s.query("select state from _ls_rows")] == [
+        RowState()
+    ]
     # Refused for good: the row shows what the gateway sent, i.e. nothing.
     (entry,) = s.outbox(10, 1 << 20)
     changes = s.dead_letter(entry, "FORBIDDEN", "not visible")
     assert rows(s) == {} and [c.after for c in changes] == [None]
     # Requeued: shown again.
     assert s.requeue_dead_letters()[0] == 1 and rows(s) == {"r": {"b": 7}}
+
+
+# The replica layout before row states were kept as one encoded RowState per row: clocks in
+# columns of _ls_rows, one row of _ls_cells per cell (and no view_base before that).
+OLD_LAYOUT = """
+CREATE TABLE _ls_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE _ls_rows (
+    tbl TEXT NOT NULL, row_id TEXT NOT NULL,
+    write_hlc INTEGER, write_client TEXT, tomb_hlc INTEGER, tomb_client TEXT,
+    PRIMARY KEY (tbl, row_id)) WITHOUT ROWID;
+CREATE TABLE _ls_cells (
+    tbl TEXT NOT NULL, row_id TEXT NOT NULL, col TEXT NOT NULL,
+    value TEXT NOT NULL, hlc INTEGER NOT NULL, client_id TEXT NOT NULL,
+    PRIMARY KEY (tbl, row_id, col)) WITHOUT ROWID;
+CREATE TABLE _ls_outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, delta_id TEXT NOT NULL UNIQUE,
+    body BLOB NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT);
+"""
+
+
+def test_a_replica_in_the_per_cell_layout_opens_with_its_states_and_pending_writes(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from lakesync.wire import encode_delta
+
+    path = str(tmp_path / "old.db")
+    big = (1 << 64) - 5  # an HLC above the signed range, stored negative by the old layout
+    pending = d("UPDATE", "r1", "me", 50, b=9)
+    with sqlite3.connect(path) as old:
+        old.executescript(OLD_LAYOUT)
+        old.executemany(
+            "INSERT INTO _ls_rows VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                ("t", "r1", BASE + 30, "x", BASE + 10, "y"),
+                ("t", "r2", big - (1 << 64), "z", None, None),
+                ("t", "gone", None, None, BASE + 40, "y"),
+            ],
+        )
+        old.executemany(
+            "INSERT INTO _ls_cells VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                ("t", "r1", "a", '"kept"', BASE + 30, "x"),
+                ("t", "r1", "b", "1", BASE + 5, "x"),  # older than the tombstone: reads null
+                ("t", "r2", "c", "true", big - (1 << 64), "z"),
+            ],
+        )
+        old.execute(
+            "INSERT INTO _ls_outbox (delta_id, body) VALUES (?, ?)",
+            (pending.delta_id, encode_delta(pending)),
+        )
+    old.close()
+    s = store(path)
+    assert s.row_state("t", "r2").write == (big, "z")
+    assert s.row_state("t", "gone").live is False
+    # The acknowledged state with the pending write merged on top, as before the upgrade.
+    assert s.get("t", "r1") == {"a": "kept", "b": 9}
+    assert s.get("t", "r2") == {"c": True}
+    clock = HLC()
+    s.apply_remote([d("UPDATE", "r1", "x", 60, a="newer")], "remote", clock)
+    assert s.get("t", "r1") == {"a": "newer", "b": 9}
+    assert [e.delta for e in s.outbox(10, 1 << 20)] == [pending]
+    s.close()
+    # Opening it again finds the new layout: nothing to fold twice.
+    again = store(path)
+    assert again.get("t", "r1") == {"a": "newer", "b": 9}
+    assert again.query("select name from sqlite_master where name = '_ls_cells'") == []

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakesync.checkpoint import chunk_rows, hidden_keys, serve_chunk
+from lakesync.checkpoint import chunk_rows, serve_chunk
 from lakesync.delta import RowDelta, is_view_eviction
 from lakesync.merge import RowState, apply_delta, merge_state
 from lakesync.rules import parse_rules, visible
@@ -70,9 +70,16 @@ def _served(
     """What the client decodes from the frames of a checkpoint stored in ``budget`` chunks (the
     reader's written rows looked up per chunk, as the gateway does)."""
     out: list[RowDelta] = []
+    looked_up: list[list[RowKey]] = []
+
+    def written_among(keys: list[RowKey]) -> set[RowKey]:
+        looked_up.append(keys)
+        return {k for k in keys if k in reader.written}
+
     for body, _ in chunk_rows(sorted(rows.items()), budget):
-        written = frozenset(k for k in hidden_keys(body, reader) if k in reader.written)
-        frame = serve_chunk(body, replace(reader, written=written), raw, 7)
+        looked_up.clear()
+        frame = serve_chunk(body, replace(reader, written=frozenset()), raw, 7, written_among)
+        assert len(looked_up) <= 1  # one look-up per chunk, of rows the reader cannot see
         if frame is None:
             continue
         assert int.from_bytes(frame[:4], "big") == len(frame) - 4
