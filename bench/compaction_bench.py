@@ -35,11 +35,14 @@ ROWS = 10_000
 
 
 def land(settings: LakeSettings, deltas: int, batches: int) -> None:
-    """Push ``deltas`` deltas into a hot log and land them in ``batches`` flushes."""
+    """Push ``deltas`` deltas into a hot log and land them in ``batches`` flushes, printing the
+    mean flush time of every tenth of the batches (a commit's cost must not grow with history)."""
     log = SqliteHotLog(settings.data_dir / "hotlog.sqlite3", HLC())
     flusher = LandingFlusher(open_catalog(settings), log)
     per_batch = max(1, deltas // batches)
     start_ms = int(time.time() * 1000) - deltas
+    tenth = max(1, batches // 10)
+    flushing = 0.0
     for b in range(batches):
         first = b * per_batch
         batch = [
@@ -55,7 +58,13 @@ def land(settings: LakeSettings, deltas: int, batches: int) -> None:
         ]
         for chunk in range(0, len(batch), 2_000):  # pushes of the gateway's size
             log.append("gw1", batch[chunk : chunk + 2_000])
+        started = time.monotonic()
         flusher.flush()
+        flushing += time.monotonic() - started
+        if (b + 1) % tenth == 0:
+            mean_ms = flushing / tenth * 1000
+            print(f"  batches {b + 2 - tenth:,}-{b + 1:,}: {mean_ms:.0f} ms per flush", flush=True)
+            flushing = 0.0
     log.close()
 
 
