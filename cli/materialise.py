@@ -81,12 +81,14 @@ def materialise_command(
         bool,
         typer.Option(
             "--lifecycle-only",
-            help="Only tier: remove rows older than each destination's hot_window (no Spark).",
+            help="Only tier: remove rows whose last change is older than each destination's "
+            "hot_window (no Spark).",
         ),
     ] = False,
 ) -> None:
     """Ship each destination's changes since its watermark (no dbt run: see pipeline run), then
-    move rows older than a destination's hot_window out of it (the lake keeps them)."""
+    move rows whose last change is older than a destination's hot_window out of it (the lake
+    keeps them)."""
     cfg = load_config(config)
     ship(LakeSettings.from_config(cfg, data_dir), cfg, lifecycle_only)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,8 +21,12 @@ from lakesync.destinations import DestinationSpec
 from lakesync.errors import LakeSyncError
 from spark_udfs.decode import json_to_boolean, json_to_double, json_to_json_text, json_to_string
 
-__all__ = ["Change", "Destination", "DestinationError", "latest_per_row", "normalise_row",
-           "typed_change"]
+__all__ = ["EVICT_CHUNK", "Change", "Destination", "DestinationError", "eviction_batches",
+           "latest_per_row", "normalise_row", "typed_change"]
+
+EVICT_CHUNK = 1_000
+"""Row ids per eviction statement (bound parameters ``r0`` …, see
+:func:`destinations.statements.delete_rows`)."""
 
 
 class DestinationError(LakeSyncError):
@@ -66,6 +70,13 @@ def typed_change(layout: TableLayout, row_id: str, cells: Mapping[str, Any] | No
         for name, kind in layout.columns
     }
     return Change(row_id, values)
+
+
+def eviction_batches(row_ids: Sequence[str]) -> Iterator[dict[str, str]]:
+    """The parameters (``r0`` …) of each eviction statement for ``row_ids``, at most
+    :data:`EVICT_CHUNK` ids each."""
+    for start in range(0, len(row_ids), EVICT_CHUNK):
+        yield {f"r{i}": row_id for i, row_id in enumerate(row_ids[start : start + EVICT_CHUNK])}
 
 
 def latest_per_row(changes: Sequence[Change]) -> list[Change]:
@@ -131,9 +142,10 @@ class Destination(abc.ABC):
         (a page never ends inside one instant, so it may hold more than ``limit`` rows)."""
 
     @abc.abstractmethod
-    def evict(self, layout: TableLayout, before: datetime) -> int:
-        """Remove the rows last synced before ``before`` (lifecycle tiering: the lake keeps
-        them); returns how many left."""
+    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+        """Remove the rows of ``row_ids`` the table holds (lifecycle tiering: the lake keeps
+        them; it picks the rows whose last change is older than the hot window); returns how
+        many left."""
 
     @abc.abstractmethod
     def watermark(self, table: str) -> int | None:

@@ -21,6 +21,7 @@ from destinations.base import (
     Change,
     Destination,
     DestinationError,
+    eviction_batches,
     latest_per_row,
     normalise_row,
 )
@@ -164,10 +165,13 @@ class BigQueryDestination(Destination):
                          f"reading changes of {layout.table!r}")
         return [normalise_row(layout, r) for r in rows]
 
-    def evict(self, layout: TableLayout, before: datetime) -> int:
-        job = self._job(st.delete_older_than(layout, "bigquery"), {"before": before},
-                        f"evicting old rows of {layout.table!r}")
-        return int(job.num_dml_affected_rows or 0)
+    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+        evicted = 0
+        for params in eviction_batches(row_ids):
+            job = self._job(st.delete_rows(layout, "bigquery", len(params)), params,
+                            f"evicting old rows of {layout.table!r}")
+            evicted += int(job.num_dml_affected_rows or 0)
+        return evicted
 
     def watermark(self, table: str) -> int | None:
         if not self._bookkept:

@@ -194,15 +194,16 @@ class LakeDestination(Destination):
             changed = [r for r in changed if r["synced_at"] <= cut]
         return changed
 
-    def evict(self, layout: TableLayout, before: datetime) -> int:
+    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        if not row_ids:
+            return 0
         with self._failing(f"evicting old rows of {layout.table!r}"):
             table = self._table(layout)
             current = table.scan().to_arrow()
-            moment = pa.scalar(before, type=current.schema.field("synced_at").type)
-            old = pc.fill_null(pc.less(current["synced_at"], moment), False)
+            old = pc.is_in(current["row_id"], value_set=pa.array(row_ids, pa.string()))
             kept = current.filter(pc.invert(old))
             if kept.num_rows < current.num_rows:
                 table.overwrite(kept)

@@ -83,8 +83,8 @@ class CompositeDestination(Destination):
     ) -> list[dict[str, Any]]:
         return self.route(layout.table).read_changes(layout, since, limit)
 
-    def evict(self, layout: TableLayout, before: datetime) -> int:
-        return self.route(layout.table).evict(layout, before)
+    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+        return self.route(layout.table).evict(layout, row_ids)
 
     def watermark(self, table: str) -> int | None:
         return self.route(table).watermark(table)
@@ -146,9 +146,9 @@ class FanOutDestination(Destination):
     ) -> list[dict[str, Any]]:
         return self.primary.read_changes(layout, since, limit)
 
-    def evict(self, layout: TableLayout, before: datetime) -> int:
+    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
         """Tiering applies to the primary (secondaries are copies, kept whole)."""
-        return self.primary.evict(layout, before)
+        return self.primary.evict(layout, row_ids)
 
     def watermark(self, table: str) -> int | None:
         return self.primary.watermark(table)
@@ -190,7 +190,7 @@ class UnreachableDestination(Destination):
     ) -> list[dict[str, Any]]:
         self._fail()
 
-    def evict(self, layout: TableLayout, before: datetime) -> int:
+    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
         self._fail()
 
     def watermark(self, table: str) -> int | None:

@@ -19,6 +19,7 @@ from destinations.base import (
     Change,
     Destination,
     DestinationError,
+    eviction_batches,
     latest_per_row,
     normalise_row,
 )
@@ -193,11 +194,13 @@ class SqlDestination(Destination):
         )
         return [normalise_row(layout, r) for r in rows]
 
-    def evict(self, layout: TableLayout, before: datetime) -> int:
-        moment = before if self.dialect == "postgres" else _naive_utc(before)
+    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+        evicted = 0
         with self._transaction(f"evicting old rows of {layout.table!r}") as cur:
-            cur.execute(st.delete_older_than(layout, self.dialect), {"before": moment})
-            return int(cur.rowcount)
+            for params in eviction_batches(row_ids):
+                cur.execute(st.delete_rows(layout, self.dialect, len(params)), params)
+                evicted += int(cur.rowcount)
+        return evicted
 
     def watermark(self, table: str) -> int | None:
         with self._transaction("reading the watermark") as cur:

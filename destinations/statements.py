@@ -43,7 +43,7 @@ __all__ = [
     "create_staging",
     "create_table",
     "create_watermarks",
-    "delete_older_than",
+    "delete_rows",
     "drop_staging",
     "insert_staging",
     "read_watermark",
@@ -477,14 +477,14 @@ def select_changes(layout: TableLayout, dialect: Dialect, limited: bool = False)
     return _sql(query, dialect)
 
 
-def delete_older_than(layout: TableLayout, dialect: Dialect) -> str:
-    """Remove the rows last synced before parameter ``before`` (a timestamp): lifecycle tiering
-    takes rows out of a hot destination once the lake (the cold tier) alone keeps them."""
-    delete = exp.Delete(
-        this=_table(layout),
-        where=exp.Where(this=exp.LT(this=_col("synced_at"), expression=_param("before"))),
-    )
-    return _sql(delete, dialect)
+def delete_rows(layout: TableLayout, dialect: Dialect, count: int) -> str:
+    """Remove the rows whose ``row_id`` is one of parameters ``r0`` … ``r{count-1}``: lifecycle
+    tiering takes rows out of a hot destination once the lake (the cold tier) alone keeps them
+    (it picks them by their last change, :mod:`lakehouse.lifecycle`)."""
+    if count < 1:
+        raise ValueError("delete_rows needs at least one row id")
+    ids = exp.In(this=_col("row_id"), expressions=[_param(f"r{i}") for i in range(count)])
+    return _sql(exp.Delete(this=_table(layout), where=exp.Where(this=ids)), dialect)
 
 
 def create_dataset(project: str, dataset: str) -> str:

@@ -223,7 +223,7 @@ class LandingFlusher:
         (``held`` is updated). Returns the rows landed."""
         through = entries[-1][0]
         ready = [e for e in entries if e[1] not in held]
-        tx = self._table.transaction()
+        tx = self._transaction()
         try:
             # Rows and position land in one snapshot: the commit is the only point of no return.
             tx.append(
@@ -231,7 +231,7 @@ class LandingFlusher:
                 snapshot_properties=_properties(through, held),
             )
         except Exception:
-            tx = self._table.transaction()
+            tx = self._transaction()
             ready = self._isolate(tx, ready, -1 if pos is None else pos, held)
             tx.append(
                 landing_rows([], self._clock()), snapshot_properties=_properties(through, held)
@@ -274,7 +274,7 @@ class LandingFlusher:
             del after[gw]
         else:
             after[gw] = backlog[-1][0]
-        tx = self._table.transaction()
+        tx = self._transaction()
         try:
             late = backlog[0][0] if backlog else None
             tx.append(
@@ -301,6 +301,12 @@ class LandingFlusher:
                 backlog[-1][0],
             )
         return len(backlog)
+
+    def _transaction(self) -> Transaction:
+        # Not the table's own: one whose commit cost does not grow with the table's history.
+        from lakehouse._transaction import StagedTransaction
+
+        return StagedTransaction(self._table)
 
     def _finish(self, tx: Transaction, through: int) -> None:
         _crash_point("before_commit")

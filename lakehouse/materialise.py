@@ -18,9 +18,10 @@ counted in :class:`~destinations.metrics.DestinationMetrics` and in the result's
 secondaries are shipped only through it.
 
 Lifecycle tiering: after a table shipped, a destination with a ``hot_window`` loses the rows
-last synced (``synced_at``) longer ago than the window; the lake's ``analytics.<table>`` keeps
-every row, so ``lakesync query`` over it still answers for hot and cold rows alike. A row that
-changes again is shipped again (its whole state) and is hot once more. :func:`tier` runs the
+whose last change (their greatest cell or tombstone clock in the lake, :mod:`lakehouse.lifecycle`)
+is older than the window, however recently they were shipped; the lake's ``analytics.<table>``
+keeps every row, so ``lakesync query`` over it still answers for hot and cold rows alike. A row
+that changes again is shipped again (its whole state) and is hot once more. :func:`tier` runs the
 tiering alone (``lakesync materialise --lifecycle-only``).
 """
 
@@ -40,6 +41,7 @@ from destinations.routing import FanOutDestination, open_declared
 from destinations.sql import SqlDestination
 from destinations.statements import TableLayout, select_change_set, staging_name
 from lakehouse.catalog import open_catalog, require_lake
+from lakehouse.lifecycle import aged_rows
 from lakehouse.models import table_columns
 from lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakehouse.spark import spark_session
@@ -108,7 +110,7 @@ def materialise(
         if failed:
             result = replace(result, secondary_failures=failed)
         if result.error is None:
-            result = _evict(result, target, schema, columns, now)
+            result = _evict(settings, result, target, schema, columns, now)
         report(result)
     return results
 
@@ -121,9 +123,9 @@ def tier(
     on_result: Callable[[ShipResult], None] | None = None,
 ) -> list[ShipResult]:
     """Lifecycle tiering alone (no Spark): in every destination with a ``hot_window``, remove
-    the rows last synced before ``now`` minus the window; the lake's ``analytics.<table>`` (the
-    cold tier) keeps them. One result per (destination, table), with ``evicted`` set.
-    :func:`materialise` does the same after shipping each table."""
+    the rows whose last change in the lake is before ``now`` minus the window; the lake's
+    ``analytics.<table>`` (the cold tier) keeps them. One result per (destination, table),
+    with ``evicted`` set. :func:`materialise` does the same after shipping each table."""
     results, report = _collector(on_result)
     moment = now or datetime.now(UTC)
     tiered = {n for n, s in config.destinations.items() if s.hot_window is not None}
@@ -139,7 +141,7 @@ def tier(
         except LakeSyncError as exc:
             report(replace(result, error=exc.message))
             continue
-        report(_evict(result, target, schema, columns, moment))
+        report(_evict(settings, result, target, schema, columns, moment))
     return results
 
 
@@ -189,19 +191,23 @@ def _declared_tables(
 
 
 def _evict(
+    settings: LakeSettings,
     result: ShipResult,
     target: Destination,
     schema: TableSchema,
     columns: Sequence[tuple[str, str]],
     now: datetime,
 ) -> ShipResult:
-    """``result`` with the rows ``target``'s hot window retires evicted (none without one)."""
+    """``result`` with the rows ``target``'s hot window retires evicted (none without one): the
+    rows whose last change in the lake is older than the window."""
     window = target.spec.hot_window_seconds
     if window is None:
         return result
     layout = target.layout(schema.table, columns, schema.external_id_column)
+    aged = aged_rows(open_catalog(settings), target.spec.gateway, schema.table,
+                     now - timedelta(seconds=window))
     try:
-        evicted = target.evict(layout, now - timedelta(seconds=window))
+        evicted = target.evict(layout, aged) if aged else 0
     except LakeSyncError as exc:
         return replace(result, error=f"lifecycle tiering: {exc.message}")
     return replace(result, evicted=evicted)

@@ -18,10 +18,11 @@ Optional keys (added to that shape, never changing it):
   list them).
 - ``secondaries: [OTHER, …]`` (fan-out): every change set written here is then copied, best
   effort, into each ``OTHER``; a secondary's failure is logged and counted, never raised.
-- ``hot_window: 30d`` (lifecycle tiering): rows whose last change in this destination
-  (``synced_at``) is older than the window leave it; the lake's ``analytics.<table>`` (the cold
-  tier) keeps them. Units ``s``, ``m``, ``h``, ``d``, ``w``; not on ``kind: lake`` nor on a
-  secondary (a whole copy).
+- ``hot_window: 30d`` (lifecycle tiering): rows whose last change (the greatest cell or
+  tombstone clock of their merged state in the lake, not when this destination received them)
+  is older than the window leave it; the lake's ``analytics.<table>`` (the cold tier) keeps
+  them. Units ``s``, ``m``, ``h``, ``d``, ``w``; not on ``kind: lake`` nor on a secondary (a
+  whole copy).
 
 A destination named under another's ``routes`` or ``secondaries`` is shipped through it only.
 

@@ -7,7 +7,8 @@
   - `dbt run-operation lakesync_maintain_table --args '{table: analytics.todos}'`: one table
     (what `lakesync compact` runs, table by table).
   - As a post-hook: `+post-hook: "{{ lakesync_maintain_table(this) }}"` (it runs its statements
-    while rendering and leaves no SQL behind).
+    while rendering and leaves no SQL behind): `dbt run` builds the model, then maintains its
+    table (tests/lakehouse/test_compaction.py).
 
   Retention comes from the environment LakeSettings.dbt_env() sets, in seconds:
   LAKESYNC_SNAPSHOT_RETENTION (snapshots younger stay, so time travel to them answers),

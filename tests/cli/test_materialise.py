@@ -112,24 +112,35 @@ destinations:
 
 
 def test_lifecycle_only_moves_aged_rows_out_of_postgres(tmp_path: Path, lake: Path) -> None:
-    """``lakesync materialise --lifecycle-only``: rows last synced more than ``hot_window`` ago
-    leave the PostgreSQL destination, younger rows stay; no Spark, the watermark untouched."""
+    """``lakesync materialise --lifecycle-only``: rows whose last change in the lake is older than
+    ``hot_window`` leave the PostgreSQL destination although they were just shipped; rows
+    changed within the window stay, even one shipped long ago; no Spark (the lake's merged row
+    clocks are read with pyiceberg), the watermark untouched."""
+    from datetime import UTC, datetime, timedelta
+
     import psycopg
 
     from destinations.base import typed_change
+    from lakesync.hlc import encode
     from tests.destinations.conftest import _drop, open_fresh
+    from tests.lakehouse.merged_rows import write_rows_merged
 
+    def clock(days_ago: int) -> int:
+        moment = datetime.now(UTC) - timedelta(days=days_ago)
+        return encode(int(moment.timestamp() * 1000), 0)
+
+    write_rows_merged(LakeSettings.from_env(lake, env={}), [
+        ("gw1", "todos", f"r{i}", clock(40 if i % 2 == 0 else 1), None) for i in range(6)
+    ])
     dest, schema = open_fresh("postgres")
     try:
         layout = dest.layout("todos", [("title", "string")])
         dest.ensure_table(layout)
         changes = [typed_change(layout, f"r{i}", {"title": f"t{i}"}) for i in range(6)]
         dest.apply_changes(layout, changes, position=42)
-        with psycopg.connect(dest.spec.url, autocommit=True) as conn:  # three rows age 40 days
-            conn.execute(
-                "update todos set synced_at = synced_at - interval '40 days' "
-                "where row_id in ('r0', 'r2', 'r4')"
-            )
+        with psycopg.connect(dest.spec.url, autocommit=True) as conn:  # shipped long ago
+            conn.execute("update todos set synced_at = synced_at - interval '40 days' "
+                         "where row_id = 'r1'")
         config = write_config(tmp_path, lake, f"""\
 gateways:
   gw1:

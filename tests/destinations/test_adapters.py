@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from destinations.base import Change, Destination, DestinationError, typed_change
+from destinations.base import EVICT_CHUNK, Change, Destination, DestinationError, typed_change
 
 COLUMNS = [("title", "string"), ("done", "boolean"), ("score", "number"), ("meta", "json")]
 
@@ -126,20 +126,31 @@ def test_a_failed_change_set_leaves_rows_and_watermark_alone(destination: Destin
         assert destination.watermark("todos") == 1
 
 
-def test_evict_removes_rows_last_synced_before_a_moment(destination: Destination) -> None:
+def test_evict_removes_the_given_rows(destination: Destination) -> None:
+    """Tiering names the rows to retire (by their last change in the lake): exactly those the
+    table holds leave, however recently they were synced; the watermark stays."""
     layout = destination.layout("todos", COLUMNS)
     destination.ensure_table(layout)
     destination.apply_changes(layout, [typed_change(layout, "old", {"title": "x"}),
                                        typed_change(layout, "gone", {"title": "z"})])
     destination.apply_changes(layout, [typed_change(layout, "gone", None)])
     destination.apply_changes(layout, [typed_change(layout, "new", {"title": "y"})], position=4)
-    cutoff = {r["row_id"]: r["synced_at"] for r in destination.read_rows(layout)}["new"]
-    assert destination.evict(layout, datetime(2000, 1, 1, tzinfo=UTC)) == 0
+    assert destination.evict(layout, []) == 0
+    assert destination.evict(layout, ["never-shipped"]) == 0
     expected = 2 if destination.spec.delete == "soft" else 1  # hard: "gone" already left
-    assert destination.evict(layout, cutoff) == expected
+    assert destination.evict(layout, ["gone", "old", "never-shipped"]) == expected
     assert [r["row_id"] for r in destination.read_rows(layout)] == ["new"]
     assert destination.watermark("todos") == 4  # tiering leaves shipping where it was
-    assert destination.evict(layout, cutoff) == 0
+    assert destination.evict(layout, ["gone", "old"]) == 0
+
+
+def test_evict_takes_more_rows_than_one_statement_binds(destination: Destination) -> None:
+    layout = destination.layout("todos", COLUMNS)
+    destination.ensure_table(layout)
+    ids = [f"r{i:04}" for i in range(EVICT_CHUNK + 5)]
+    destination.apply_changes(layout, [typed_change(layout, r, {"title": r}) for r in ids])
+    assert destination.evict(layout, ids[1:]) == len(ids) - 1
+    assert [r["row_id"] for r in destination.read_rows(layout)] == ids[:1]
 
 
 def test_read_changes_with_a_limit_ends_at_an_instant(destination: Destination) -> None:

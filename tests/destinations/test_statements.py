@@ -25,7 +25,7 @@ BUILD = {
     "soft_delete": lambda d: st.apply_deletes(SOFT, d),
     "hard_delete": lambda d: st.apply_deletes(HARD, d),
     "watermark": st.write_watermark,
-    "evict": lambda d: st.delete_older_than(SOFT, d),
+    "evict": lambda d: st.delete_rows(SOFT, d, 2),
     "changes_page": lambda d: st.select_changes(SOFT, d, limited=True),
 }
 
@@ -67,9 +67,9 @@ TABLE = [
      'DELETE FROM `todos` WHERE `row_id` IN (SELECT `s`.`row_id` FROM `lakesync_stage_todos` AS `s` WHERE `s`.`_deleted`)'),
     ('watermark', 'bigquery',
      'MERGE INTO `lakesync_watermarks` AS `t` USING (SELECT @gateway_id AS `gateway_id`, @table_name AS `table_name`, @position AS `position`, @now AS `updated_at`) AS `s` ON `t`.`gateway_id` = `s`.`gateway_id` AND `t`.`table_name` = `s`.`table_name` WHEN MATCHED THEN UPDATE SET `position` = `s`.`position`, `updated_at` = `s`.`updated_at` WHEN NOT MATCHED THEN INSERT (`gateway_id`, `table_name`, `position`, `updated_at`) VALUES (`s`.`gateway_id`, `s`.`table_name`, `s`.`position`, `s`.`updated_at`)'),
-    ('evict', 'postgres', 'DELETE FROM "todos" WHERE "synced_at" < %(before)s'),
-    ('evict', 'mysql', 'DELETE FROM `todos` WHERE `synced_at` < %(before)s'),
-    ('evict', 'bigquery', 'DELETE FROM `todos` WHERE `synced_at` < @before'),
+    ('evict', 'postgres', 'DELETE FROM "todos" WHERE "row_id" IN (%(r0)s, %(r1)s)'),
+    ('evict', 'mysql', 'DELETE FROM `todos` WHERE `row_id` IN (%(r0)s, %(r1)s)'),
+    ('evict', 'bigquery', 'DELETE FROM `todos` WHERE `row_id` IN (@r0, @r1)'),
     ('changes_page', 'postgres',
      'SELECT "row_id", "title", "meta", "props", "synced_at", "deleted_at" FROM "todos" WHERE "synced_at" > %(since)s AND "synced_at" <= (SELECT MAX("f"."synced_at") FROM (SELECT "synced_at" FROM "todos" WHERE "synced_at" > %(since)s ORDER BY "synced_at" LIMIT %(limit)s) AS "f") ORDER BY "synced_at", "row_id"'),
     ('changes_page', 'mysql',

@@ -27,6 +27,7 @@ from lakehouse.catalog import (
 )
 from lakehouse.compaction import compact
 from lakehouse.landing import LandingFlusher
+from lakehouse.models import prepare_project
 from lakehouse.registry import publish_schemas
 from lakehouse.runner import dbt_invoke, run_pipeline
 from lakesync.delta import RowDelta
@@ -200,6 +201,38 @@ def test_dbt_run_operation_maintains_every_table(lake: Lake, landed: dict[str, A
     assert _files(lake, LANDING_IDENTIFIER) == 1
     assert lake.rows(LANDING_ROWS) == rows
     assert landing_state(catalog.load_table(LANDING_IDENTIFIER)) == position
+
+
+HOOKED_MODEL = """\
+{{ config(materialized='incremental', incremental_strategy='append', schema='analytics',
+          post_hook="{{ lakesync_maintain_table(this) }}") }}
+select cast(100 as bigint) as id, 'from dbt' as title
+"""
+
+
+def test_a_model_with_the_maintenance_post_hook_is_maintained_by_dbt_run(
+    lake: Lake, landed: dict[str, Any]
+) -> None:
+    """``macros/maintenance.sql`` as a post-hook, as its header documents: ``dbt run`` builds the
+    model (one more small file) and the hook then compacts the table's small files into one; the
+    rows are kept. (Without the hook the table ends with five files.)"""
+    probe = "analytics.hook_probe"
+    lake.spark.sql(f"create table {probe} (id bigint, title string) using iceberg")
+    for i in range(4):  # one commit, one small data file each
+        lake.spark.sql(f"insert into {probe} values ({i}, 'before')")
+    assert _files(lake, probe) == 4
+    generated = prepare_project(lake.settings.dbt_project_dir, lake.settings.dbt_run_project_dir)
+    model = generated / "hook_probe.sql"
+    model.write_text(HOOKED_MODEL, encoding="utf-8")
+    try:
+        dbt_invoke(lake.settings, ["run", "--select", "hook_probe"])
+        assert _files(lake, probe) == 1
+        rows = lake.rows(f"select id, title from {probe} order by id")
+        assert [(r["id"], r["title"]) for r in rows] == [
+            *((i, "before") for i in range(4)), (100, "from dbt")]
+    finally:
+        model.unlink()
+        lake.spark.sql(f"drop table {probe} purge")
 
 
 def test_a_late_landing_expired_by_compaction_still_reaches_the_models(

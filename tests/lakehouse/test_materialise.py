@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +25,7 @@ from lakehouse.runner import run_pipeline
 from lakesync.config import Config, GatewayConfig
 from lakesync.delta import RowDelta
 from lakesync.destinations import DestinationSpec
+from lakesync.hlc import encode
 from lakesync.merge import merge_state
 from lakesync.schema import parse_schema
 from tests.conftest import PG_DSN, require_postgres
@@ -144,10 +146,12 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     """Shipping into a PostgreSQL primary whose fan-out secondary (MariaDB on a closed port)
     never answers: the primary gets every row, the run succeeds, the failures are counted; a
     ``kind: lake`` destination in the same run gets the same rows (Spark and pyiceberg on one
-    catalog). Then a lifecycle run moves aged rows out of PostgreSQL (``hot_window: 30d``); the
-    documented combined read, ``lakesync query`` over the lake's ``analytics.tiered``, returns
-    the same rows as before; hot rows plus evicted rows are exactly those rows; a row changed
-    again after its eviction is shipped back into the hot tier."""
+    catalog). Lifecycle tiering (``hot_window: 30d``) goes by each row's last change in the lake:
+    a row last changed 40 days ago leaves PostgreSQL in the very run that first ships it; later
+    a lifecycle run moves the rows that aged since (a row shipped long ago but changed recently
+    stays); the documented combined read, ``lakesync query`` over the lake's
+    ``analytics.tiered``, returns the same rows as before; hot rows plus evicted rows are exactly
+    those rows; a row changed again after its eviction is shipped back into the hot tier."""
     from destinations.metrics import DestinationMetrics
     from lakehouse.materialise import tier
     from lakehouse.query import run_query
@@ -161,31 +165,41 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
                     gateways={gw: GatewayConfig(gw, [TIERED])},
                     destinations={"hot": spec, "down": down, "exports": exports})
+    now = datetime.now(UTC)
+
+    def clock(days_ago: int, counter: int) -> int:
+        return encode(int((now - timedelta(days=days_ago)).timestamp() * 1000), counter)
+
     rows = [f"t{i}" for i in range(10)]
-    lake.land(gw, [RowDelta.create("INSERT", "tiered", r, "c1", {"title": r}, (2000 + i) << 16)
-                   for i, r in enumerate(rows)])
+    aged = ["t1", "t4", "t5", "t8"]  # last changed 10 days ago: hot now, cold 20 days from now
+    lake.land(gw, [
+        *(RowDelta.create("INSERT", "tiered", r, "c1", {"title": r},
+                          clock(10 if r in aged else 0, i)) for i, r in enumerate(rows)),
+        RowDelta.create("INSERT", "tiered", "ancient", "c1", {"title": "ancient"}, clock(40, 0)),
+    ])
     run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False)
     metrics = DestinationMetrics()
     shipped = materialise(lake.settings, config, spark=lake.spark, metrics=metrics)
-    # ensure_table and apply_changes failed on the secondary; the primary has the rows
+    # ensure_table and apply_changes failed on the secondary; the primary has the rows, then
+    # loses the one whose last change is older than the window
     assert [(r.destination, r.rows, r.evicted, r.secondary_failures, r.error)
-            for r in shipped] == [("hot", 10, 0, 2, None), ("exports", 10, 0, 0, None)]
+            for r in shipped] == [("hot", 11, 1, 2, None), ("exports", 11, 0, 0, None)]
     assert metrics.secondary_failures("hot", "down") == 2
     with open_destination(exports, env={}, lake=lake.settings) as dest:
         exported = dest.read_rows(dest.layout("tiered", [("title", "string")]))
-        assert [(r["row_id"], r["title"]) for r in exported] == [(r, r) for r in sorted(rows)]
+        assert [(r["row_id"], r["title"]) for r in exported] == [
+            (r, r) for r in sorted([*rows, "ancient"])]
         assert shipped[1].position is not None
         assert dest.watermark("tiered") == shipped[1].position
 
     sql = f"select row_id, title from analytics.tiered where gateway_id = '{gw}' order by row_id"
     before = run_query(lake.settings, sql).rows
-    assert [r[0] for r in before] == rows
-    aged = ["t1", "t4", "t5", "t8"]
-    with psycopg.connect(pg_url, autocommit=True) as conn:  # these rows last changed 31 days ago
+    assert [r[0] for r in before] == sorted([*rows, "ancient"])
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # shipped long ago, changed today
         conn.execute("update tiered set synced_at = synced_at - interval '31 days' "
-                     "where row_id = any(%s)", [aged])
+                     "where row_id = 't0'")
 
-    tiered = tier(lake.settings, config)
+    tiered = tier(lake.settings, config, now=now + timedelta(days=25))
     assert [(r.destination, r.table, r.evicted, r.error) for r in tiered] == [
         ("hot", "tiered", 4, None)
     ]
@@ -195,10 +209,12 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     assert sorted(hot) == sorted(set(rows) - set(aged))  # aged rows left PostgreSQL
     after = run_query(lake.settings, sql).rows
     assert after == before  # the combined read still sees every row
-    assert sorted([*hot.items(), *((r, r) for r in aged)]) == sorted(after)
+    cold = [*aged, "ancient"]
+    assert sorted([*hot.items(), *((r, r) for r in cold)]) == sorted(after)
 
     # An evicted row written again is hot again (shipping carries its whole state).
-    lake.land(gw, [RowDelta.create("UPDATE", "tiered", "t4", "c1", {"title": "back"}, 3000 << 16)])
+    lake.land(gw, [RowDelta.create("UPDATE", "tiered", "t4", "c1", {"title": "back"},
+                                   clock(0, 100))])
     run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False)
     again = materialise(lake.settings, config, spark=lake.spark, metrics=metrics)
     assert [(r.rows, r.evicted, r.error) for r in again] == [(1, 0, None), (1, 0, None)]

@@ -1,0 +1,56 @@
+"""Which rows lifecycle tiering retires: those whose last change is older than the hot window.
+
+A row's last change is the greatest of its write and DELETE clocks in the lake's merged row
+state (``int_rows_merged``: every cell's and the tombstone's clock), taken at its HLC wall time:
+when the row last changed, not when a destination last received it. A row shipped today whose
+last change is a year old (a first shipment of old data) is therefore cold at once, and a row
+changed within the window stays hot however long ago it was shipped. Read with pyiceberg, so
+``lakesync materialise --lifecycle-only`` needs no Spark.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from lakehouse.settings import LANDING_NAMESPACE
+from lakesync.hlc import encode
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+__all__ = ["aged_rows", "cutoff_hlc"]
+
+ROWS_MERGED = f"{LANDING_NAMESPACE}.int_rows_merged"
+
+
+def cutoff_hlc(before: datetime) -> int:
+    """The smallest HLC whose wall time is not before ``before``: a clock below it is older."""
+    return encode(int(before.timestamp() * 1000), 0)
+
+
+def aged_rows(catalog: Catalog, gateway_id: str, table: str, before: datetime) -> list[str]:
+    """The ids of ``gateway_id``'s rows of ``table`` whose last change (the greatest write or
+    DELETE clock of the merged row state) is before ``before``, sorted; none before the pipeline
+    first merged anything."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not catalog.table_exists(ROWS_MERGED):
+        return []
+    rows = (
+        catalog.load_table(ROWS_MERGED)
+        .scan(
+            # Both are validated identifiers (letters, digits, underscores): nothing to escape.
+            row_filter=f"gateway_id = '{gateway_id}' and table_name = '{table}'",
+            selected_fields=("row_id", "write_hlc", "delete_hlc"),
+        )
+        .to_arrow()
+    )
+    if rows.num_rows == 0:
+        return []
+    last = pc.max_element_wise(rows["write_hlc"], rows["delete_hlc"], skip_nulls=True)
+    cutoff = pa.scalar(Decimal(cutoff_hlc(before)), type=rows.schema.field("write_hlc").type)
+    aged = rows.filter(pc.fill_null(pc.less(last, cutoff), False))
+    return sorted(str(r) for r in aged["row_id"].to_pylist())
