@@ -52,6 +52,7 @@ __all__ = [
     "select_rows",
     "staged_summary",
     "staging_name",
+    "truncate_staging",
     "upsert_from_staging",
     "write_watermark",
 ]
@@ -297,10 +298,18 @@ def create_staging(layout: TableLayout, dialect: Dialect) -> str:
     ]
     defs.append(_coldef(DELETED, _type(dialect, "boolean")))
     defs.append(_coldef(POSITION, _type(dialect, "position")))
-    if dialect != "bigquery":
+    if dialect == "mysql":
         # The deletes look rows up by row_id: without a key MariaDB rescans it per target row.
+        # PostgreSQL hashes the staged ids instead, so its staging table keeps no index to
+        # maintain while loading (a row staged twice still fails the upsert, which may not
+        # update a row twice).
         defs.append(exp.PrimaryKey(expressions=[_ident("row_id")]))
-    return _sql(_create(staging, defs), dialect)
+    create = _create(staging, defs)
+    if dialect == "postgres":
+        # Staging is refilled every run: PostgreSQL need not write its rows to the WAL (a
+        # crash empties an unlogged table, which the next run refills anyway).
+        create.set("properties", exp.Properties(expressions=[exp.UnloggedProperty()]))
+    return _sql(create, dialect)
 
 
 def insert_staging(layout: TableLayout, dialect: Dialect) -> str:
@@ -329,6 +338,12 @@ def clear_staging(layout: TableLayout, dialect: Dialect) -> str:
     if dialect == "bigquery":  # BigQuery refuses a DELETE without WHERE
         delete.set("where", exp.Where(this=exp.true()))
     return _sql(delete, dialect)
+
+
+def truncate_staging(layout: TableLayout, dialect: Dialect) -> str:
+    """``TRUNCATE TABLE`` of the staging table: empties it in constant time, unlike a DELETE of
+    every row, but MySQL commits the open transaction first, so run it in one of its own."""
+    return _sql(exp.TruncateTable(expressions=[_table(layout.staging())]), dialect)
 
 
 def _staged_value(layout: TableLayout, name: str, kind: str, dialect: Dialect) -> exp.Expression:
@@ -509,42 +524,50 @@ def select_change_set(
 ) -> str:
     """Spark SQL: a table's change set since a watermark, from the lake's models.
 
-    Every row of ``rows`` (``int_rows_merged``: per row its liveness and landing position) of
-    gateway ``:gateway_id`` and table ``:table_name`` whose position passed ``:since``, with its
-    typed columns from the current-state table ``current.table``; a row that stopped being live
-    has ``_deleted`` true. ``_position`` is the row's landing position (ingest HLC).
+    The live rows of gateway ``:gateway_id`` in the current-state table ``current.table`` whose
+    landing position (``_ingest_hlc``) passed ``:since``, with their typed columns, and the rows
+    of ``rows`` (``int_rows_merged``: per row its liveness and landing position) of that gateway
+    and table ``:table_name`` that stopped being live since, with ``_deleted`` true and null
+    columns. ``_position`` is the row's landing position (ingest HLC). Both tables are one dbt
+    build's, so a row is in exactly one branch; the two scans need no join (each reads only its
+    files past the position) and run as parallel tasks.
     """
     layout = TableLayout(table, list(columns), "hard", None, ())
     for part in (*rows, *current):
         validate_identifier(part, "lake namespace or table")
-    r = exp.Table(this=_ident(rows[-1]), db=_ident(rows[0]) if len(rows) > 1 else None,
-                  alias=exp.TableAlias(this=_ident("r")))
     a = exp.Table(this=_ident(layout.table), db=_ident(current[0]),
                   alias=exp.TableAlias(this=_ident("a")))
-    live = _col("is_live", "r")
-    query = (
+    r = exp.Table(this=_ident(rows[-1]), db=_ident(rows[0]) if len(rows) > 1 else None,
+                  alias=exp.TableAlias(this=_ident("r")))
+    live = (
+        exp.select(
+            _col("row_id", "a"),
+            *(_col(n, "a") for n in layout.column_names),
+            exp.alias_(exp.false(), DELETED, quoted=True),
+            exp.alias_(_col("_ingest_hlc", "a"), POSITION, quoted=True),
+        )
+        .from_(a)
+        .where(exp.and_(
+            exp.EQ(this=_col("gateway_id", "a"), expression=_param("gateway_id")),
+            exp.GT(this=_col("_ingest_hlc", "a"), expression=_param("since")),
+        ))
+    )
+    gone = (
         exp.select(
             _col("row_id", "r"),
-            *(_col(n, "a") for n in layout.column_names),
-            exp.alias_(exp.Not(this=live), DELETED, quoted=True),
-            exp.alias_(_col("last_ingest_hlc", "r"), "_position", quoted=True),
+            *(exp.Cast(this=exp.Null(), to=_type("spark", k)) for _, k in layout.columns),
+            exp.true(),
+            _col("last_ingest_hlc", "r"),
         )
         .from_(r)
-        .join(a, on=exp.and_(
-            exp.EQ(this=_col("gateway_id", "a"), expression=_col("gateway_id", "r")),
-            exp.EQ(this=_col("row_id", "a"), expression=_col("row_id", "r")),
-        ), join_type="left")
         .where(exp.and_(
             exp.EQ(this=_col("gateway_id", "r"), expression=_param("gateway_id")),
             exp.EQ(this=_col("table_name", "r"), expression=_param("table_name")),
             exp.GT(this=_col("last_ingest_hlc", "r"), expression=_param("since")),
-            # Live rows come with their current state (both tables are one dbt build's).
-            exp.or_(exp.Not(this=live), exp.Not(this=exp.Is(
-                this=_col("row_id", "a"), expression=exp.Null()
-            ))),
+            exp.Not(this=_col("is_live", "r")),
         ))
     )
-    return _sql(query, "spark")
+    return _sql(exp.union(live, gone, distinct=False), "spark")
 
 
 def _watermarks(qualifier: Sequence[str]) -> TableLayout:
