@@ -14,13 +14,18 @@ rounds show a long-running ``lakesync up``, which ships after every pipeline run
 Measured on the shared 2-core machine (2026-11-25, 100,000 rows, rounds 2-3 unless said):
 
 - one lake, the previous code (join of ``int_rows_merged`` with ``analytics.<table>``, logged
-  and keyed PostgreSQL staging, a DELETE of every staged row inside the apply) and this one run
-  alternately at load average 14-15: PostgreSQL 19,100-28,400 -> 29,600-41,800 rows/s, MariaDB
+  and keyed PostgreSQL staging, ``ON CONFLICT`` upsert, a DELETE of every staged row inside the
+  apply) and the new one (no join, unlogged index-free staging, then a TRUNCATE) run alternately
+  at load average 14-15: PostgreSQL 19,100-28,400 -> 29,600-41,800 rows/s, MariaDB
   17,800-22,300 -> 19,200-22,600 rows/s; an empty change set (both queries alternating in one
   process at load 8-10, median of 4) 1.07-1.08 s -> 0.56-0.65 s;
-- this code, whole bench at load 8.6-9.6: PostgreSQL 25,500 (round 1), 30,500, 37,800 rows/s;
-  MariaDB 32,400, 27,600, 33,400 rows/s. The previous code at load 0.3-4 (round 1): PostgreSQL
-  27,400, MariaDB 25,100.
+- the same with the PostgreSQL upsert as an UPDATE of the rows there plus an INSERT of the
+  others (100,000 new rows: 0.82-1.01 s -> 0.30-0.58 s in PostgreSQL; 100,000 updated rows:
+  1.05-1.59 s -> 0.89-1.33 s), at load 20: PostgreSQL 20,000 / 25,900 -> 19,200 / 40,600 rows/s
+  (rounds 2 / 3; apply 0.96-1.30 s -> 0.64-0.88 s), MariaDB 15,200-17,900 -> 18,900-19,400;
+- the new code, whole bench at load 8.6-9.6 (before the UPDATE plus INSERT): PostgreSQL 25,500
+  (round 1), 30,500, 37,800 rows/s; MariaDB 32,400, 27,600, 33,400 rows/s. The previous code
+  at load 0.3-4 (round 1): PostgreSQL 27,400, MariaDB 25,100.
 
 The work is small next to the waiting: shipping 100,000 rows into PostgreSQL costs about 0.5 s of
 Spark JVM CPU and 0.5-0.6 s of PostgreSQL CPU (2.4-3.3 s of wall time at load 8-17), so 50,000

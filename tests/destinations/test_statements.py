@@ -39,7 +39,7 @@ TABLE = [
     ('add_column', 'postgres',
      'ALTER TABLE "todos" ADD COLUMN "meta" JSONB'),
     ('upsert', 'postgres',
-     'INSERT INTO "todos" ("row_id", "title", "meta", "synced_at", "deleted_at") SELECT "s"."row_id", "s"."title", CAST("s"."meta" AS JSONB), %(now)s, NULL FROM "lakesync_stage_todos" AS "s" WHERE NOT "s"."_deleted" ON CONFLICT("row_id") DO UPDATE SET "title" = "excluded"."title", "meta" = "excluded"."meta", "synced_at" = "excluded"."synced_at", "deleted_at" = "excluded"."deleted_at"'),
+     'WITH "updated" AS (UPDATE "todos" AS "t" SET "title" = "s"."title", "meta" = CAST("s"."meta" AS JSONB), "synced_at" = %(now)s, "deleted_at" = NULL FROM "lakesync_stage_todos" AS "s" WHERE "t"."row_id" = "s"."row_id" AND NOT "s"."_deleted") INSERT INTO "todos" ("row_id", "title", "meta", "synced_at", "deleted_at") SELECT "s"."row_id", "s"."title", CAST("s"."meta" AS JSONB), %(now)s, NULL FROM "lakesync_stage_todos" AS "s" WHERE NOT "s"."_deleted" AND NOT EXISTS(SELECT 1 FROM "todos" AS "t" WHERE "t"."row_id" = "s"."row_id")'),
     ('soft_delete', 'postgres',
      'UPDATE "todos" SET "deleted_at" = %(now)s, "synced_at" = %(now)s WHERE "row_id" IN (SELECT "s"."row_id" FROM "lakesync_stage_todos" AS "s" WHERE "s"."_deleted") AND "deleted_at" IS NULL'),
     ('hard_delete', 'postgres',
@@ -119,6 +119,12 @@ def test_upserts_are_built_per_dialect_and_never_write_props(dialect: str) -> No
         assert isinstance(tree, sqlglot.exp.Merge)
         updates = [u for u in tree.find_all(sqlglot.exp.Update)]
         assigned = {eq.this.name for u in updates for eq in u.expressions}
+    elif dialect == "postgres":  # an UPDATE of the rows there, an INSERT of the others
+        assert isinstance(tree, sqlglot.exp.Insert) and not tree.args.get("conflict")
+        [update] = list(tree.find_all(sqlglot.exp.Update))
+        assigned = {eq.this.name for eq in update.expressions}
+        inserted = {c.name for c in tree.this.expressions}
+        assert inserted - {"row_id"} == assigned
     else:
         conflict = tree.args["conflict"]
         assert bool(conflict.args.get("duplicate")) is (dialect == "mysql")
