@@ -2,7 +2,8 @@
 
 Both drivers take ``%(name)s`` parameters, so the statements of :mod:`destinations.statements`
 run as built. A change set is applied in one transaction: the staging table is filled, one
-set-based upsert and one delete run from it, and the watermark moves, all or nothing.
+set-based upsert and one delete run from it, and the watermark moves, all or nothing; the
+staging table is truncated afterwards.
 """
 
 from __future__ import annotations
@@ -132,13 +133,18 @@ class SqlDestination(Destination):
 
     def prepare_staging(self, layout: TableLayout) -> None:
         """Empty the staging table before an outside loader (Spark's JDBC writer) fills it."""
-        with self._transaction(f"clearing the staging table of {layout.table!r}") as cur:
-            cur.execute(st.clear_staging(layout, self.dialect))
+        self._empty_staging(layout)
+
+    def _empty_staging(self, layout: TableLayout) -> None:
+        # A TRUNCATE of its own: constant time (a DELETE writes every row away) and outside the
+        # apply transaction, which MySQL's implicit commit would split.
+        with self._transaction(f"emptying the staging table of {layout.table!r}") as cur:
+            cur.execute(st.truncate_staging(layout, self.dialect))
 
     def apply_staged(self, layout: TableLayout) -> tuple[int, int | None]:
         """Apply what a bulk loader put in the staging table, advance the watermark to the
-        greatest staged ``_position``, empty the staging table: one transaction. Returns the
-        number of rows applied and that position (nothing staged: ``(0, None)``)."""
+        greatest staged ``_position``: one transaction; then empty the staging table. Returns
+        the number of rows applied and that position (nothing staged: ``(0, None)``)."""
         with self._transaction(f"applying changes to {layout.table!r}") as cur:
             cur.execute(st.staged_summary(layout, self.dialect))
             row = cur.fetchone()
@@ -147,6 +153,7 @@ class SqlDestination(Destination):
                 return 0, None
             position = None if row[1] is None else int(row[1])
             self._apply_staged(cur, layout, position)
+        self._empty_staging(layout)
         return count, position
 
     def _apply_staged(self, cur: Any, layout: TableLayout, position: int | None) -> None:
@@ -158,7 +165,6 @@ class SqlDestination(Destination):
                 "gateway_id": self.spec.gateway, "table_name": layout.table,
                 "position": position, **now,
             })
-        cur.execute(st.clear_staging(layout, self.dialect))
 
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
@@ -170,6 +176,7 @@ class SqlDestination(Destination):
             if params:
                 cur.executemany(insert, params)
             self._apply_staged(cur, layout, position)
+        self._empty_staging(layout)
 
     def _query(self, sql: str, params: dict[str, Any], what: str) -> list[dict[str, Any]]:
         with self._transaction(what) as cur:

@@ -1,7 +1,9 @@
 """Every statement a destination runs, built as a sqlglot AST per dialect (pure, no I/O).
 
-Never by transpiling text: an upsert is PostgreSQL ``INSERT … ON CONFLICT DO UPDATE``, MySQL
-``INSERT … ON DUPLICATE KEY UPDATE`` and BigQuery ``MERGE``, each built for its dialect.
+Never by transpiling text: a staged upsert is on PostgreSQL ``WITH … UPDATE … FROM`` the staged
+rows there plus ``INSERT … SELECT … WHERE NOT EXISTS`` the others (the watermark:
+``INSERT … ON CONFLICT DO UPDATE``), MySQL ``INSERT … ON DUPLICATE KEY UPDATE`` and BigQuery
+``MERGE``, each built for its dialect.
 Identifiers are validated (SPEC §3 rule) before they reach a statement and always quoted, so a
 hostile name is refused and a keyword (``order``) is just a name; values are always bound
 parameters (``%(name)s`` for psycopg and PyMySQL, ``@name`` for BigQuery), never spliced.
@@ -52,6 +54,7 @@ __all__ = [
     "select_rows",
     "staged_summary",
     "staging_name",
+    "truncate_staging",
     "upsert_from_staging",
     "write_watermark",
 ]
@@ -297,10 +300,18 @@ def create_staging(layout: TableLayout, dialect: Dialect) -> str:
     ]
     defs.append(_coldef(DELETED, _type(dialect, "boolean")))
     defs.append(_coldef(POSITION, _type(dialect, "position")))
-    if dialect != "bigquery":
+    if dialect == "mysql":
         # The deletes look rows up by row_id: without a key MariaDB rescans it per target row.
+        # PostgreSQL hashes the staged ids instead, so its staging table keeps no index to
+        # maintain while loading (a change set holds each row once; a row staged twice by a
+        # retried load carries the same state twice).
         defs.append(exp.PrimaryKey(expressions=[_ident("row_id")]))
-    return _sql(_create(staging, defs), dialect)
+    create = _create(staging, defs)
+    if dialect == "postgres":
+        # Staging is refilled every run: PostgreSQL need not write its rows to the WAL (a
+        # crash empties an unlogged table, which the next run refills anyway).
+        create.set("properties", exp.Properties(expressions=[exp.UnloggedProperty()]))
+    return _sql(create, dialect)
 
 
 def insert_staging(layout: TableLayout, dialect: Dialect) -> str:
@@ -331,6 +342,12 @@ def clear_staging(layout: TableLayout, dialect: Dialect) -> str:
     return _sql(delete, dialect)
 
 
+def truncate_staging(layout: TableLayout, dialect: Dialect) -> str:
+    """``TRUNCATE TABLE`` of the staging table: empties it in constant time, unlike a DELETE of
+    every row, but MySQL commits the open transaction first, so run it in one of its own."""
+    return _sql(exp.TruncateTable(expressions=[_table(layout.staging())]), dialect)
+
+
 def _staged_value(layout: TableLayout, name: str, kind: str, dialect: Dialect) -> exp.Expression:
     col = _col(name, "s")
     if kind != "json":
@@ -354,28 +371,39 @@ def upsert_from_staging(layout: TableLayout, dialect: Dialect) -> str:
     if layout.delete == "soft":
         names.append("deleted_at")
         values.append(exp.Null())
-    select = (
-        exp.select(*values)
-        .from_(_table(layout.staging(), alias="s"))
-        .where(exp.Not(this=_col(DELETED, "s")))
-    )
+    live = exp.Not(this=_col(DELETED, "s"))
+    select = exp.select(*values).from_(_table(layout.staging(), alias="s")).where(live)
     updated = [n for n in names if n != "row_id"]
-    if dialect == "postgres":
-        sets = [exp.EQ(this=_col(n), expression=_col(n, "excluded")) for n in updated]
-        conflict = exp.OnConflict(
-            conflict_keys=[_ident("row_id")], action=exp.var("DO UPDATE"), expressions=sets
-        )
-    else:
-        sets = [
-            exp.EQ(this=_col(n), expression=exp.Anonymous(this="VALUES", expressions=[_col(n)]))
-            for n in updated
-        ]
-        conflict = exp.OnConflict(duplicate=True, action=exp.var("UPDATE"), expressions=sets)
     insert = exp.Insert(
         this=exp.Schema(this=_table(layout), expressions=[_ident(n) for n in names]),
         expression=select,
-        conflict=conflict,
     )
+    if dialect == "postgres":
+        # An UPDATE of the rows there and an INSERT of the others (both read the snapshot before
+        # the statement): half the work of ON CONFLICT's speculative insertion per new row.
+        key = exp.EQ(this=_col("row_id", "t"), expression=_col("row_id", "s"))
+        update = exp.Update(
+            this=_table(layout, alias="t"),
+            expressions=[
+                exp.EQ(this=_col(n), expression=v)
+                for n, v in zip(names, values, strict=True) if n != "row_id"
+            ],
+            from_=exp.From(this=_table(layout.staging(), alias="s")),
+            where=exp.Where(this=exp.and_(key, live.copy())),
+        )
+        there = exp.select(exp.Literal.number(1)).from_(_table(layout, alias="t")).where(key.copy())
+        select.where(exp.Not(this=exp.Exists(this=there)), copy=False)
+        insert.set("with_", exp.With(expressions=[
+            exp.CTE(this=update, alias=exp.TableAlias(this=_ident("updated")))
+        ]))
+        return _sql(insert, dialect)
+    sets = [
+        exp.EQ(this=_col(n), expression=exp.Anonymous(this="VALUES", expressions=[_col(n)]))
+        for n in updated
+    ]
+    insert.set("conflict", exp.OnConflict(
+        duplicate=True, action=exp.var("UPDATE"), expressions=sets
+    ))
     return _sql(insert, dialect)
 
 
@@ -509,42 +537,50 @@ def select_change_set(
 ) -> str:
     """Spark SQL: a table's change set since a watermark, from the lake's models.
 
-    Every row of ``rows`` (``int_rows_merged``: per row its liveness and landing position) of
-    gateway ``:gateway_id`` and table ``:table_name`` whose position passed ``:since``, with its
-    typed columns from the current-state table ``current.table``; a row that stopped being live
-    has ``_deleted`` true. ``_position`` is the row's landing position (ingest HLC).
+    The live rows of gateway ``:gateway_id`` in the current-state table ``current.table`` whose
+    landing position (``_ingest_hlc``) passed ``:since``, with their typed columns, and the rows
+    of ``rows`` (``int_rows_merged``: per row its liveness and landing position) of that gateway
+    and table ``:table_name`` that stopped being live since, with ``_deleted`` true and null
+    columns. ``_position`` is the row's landing position (ingest HLC). Both tables are one dbt
+    build's, so a row is in exactly one branch; the two scans need no join (each reads only its
+    files past the position) and run as parallel tasks.
     """
     layout = TableLayout(table, list(columns), "hard", None, ())
     for part in (*rows, *current):
         validate_identifier(part, "lake namespace or table")
-    r = exp.Table(this=_ident(rows[-1]), db=_ident(rows[0]) if len(rows) > 1 else None,
-                  alias=exp.TableAlias(this=_ident("r")))
     a = exp.Table(this=_ident(layout.table), db=_ident(current[0]),
                   alias=exp.TableAlias(this=_ident("a")))
-    live = _col("is_live", "r")
-    query = (
+    r = exp.Table(this=_ident(rows[-1]), db=_ident(rows[0]) if len(rows) > 1 else None,
+                  alias=exp.TableAlias(this=_ident("r")))
+    live = (
+        exp.select(
+            _col("row_id", "a"),
+            *(_col(n, "a") for n in layout.column_names),
+            exp.alias_(exp.false(), DELETED, quoted=True),
+            exp.alias_(_col("_ingest_hlc", "a"), POSITION, quoted=True),
+        )
+        .from_(a)
+        .where(exp.and_(
+            exp.EQ(this=_col("gateway_id", "a"), expression=_param("gateway_id")),
+            exp.GT(this=_col("_ingest_hlc", "a"), expression=_param("since")),
+        ))
+    )
+    gone = (
         exp.select(
             _col("row_id", "r"),
-            *(_col(n, "a") for n in layout.column_names),
-            exp.alias_(exp.Not(this=live), DELETED, quoted=True),
-            exp.alias_(_col("last_ingest_hlc", "r"), "_position", quoted=True),
+            *(exp.Cast(this=exp.Null(), to=_type("spark", k)) for _, k in layout.columns),
+            exp.true(),
+            _col("last_ingest_hlc", "r"),
         )
         .from_(r)
-        .join(a, on=exp.and_(
-            exp.EQ(this=_col("gateway_id", "a"), expression=_col("gateway_id", "r")),
-            exp.EQ(this=_col("row_id", "a"), expression=_col("row_id", "r")),
-        ), join_type="left")
         .where(exp.and_(
             exp.EQ(this=_col("gateway_id", "r"), expression=_param("gateway_id")),
             exp.EQ(this=_col("table_name", "r"), expression=_param("table_name")),
             exp.GT(this=_col("last_ingest_hlc", "r"), expression=_param("since")),
-            # Live rows come with their current state (both tables are one dbt build's).
-            exp.or_(exp.Not(this=live), exp.Not(this=exp.Is(
-                this=_col("row_id", "a"), expression=exp.Null()
-            ))),
+            exp.Not(this=_col("is_live", "r")),
         ))
     )
-    return _sql(query, "spark")
+    return _sql(exp.union(live, gone, distinct=False), "spark")
 
 
 def _watermarks(qualifier: Sequence[str]) -> TableLayout:

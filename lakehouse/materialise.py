@@ -1,7 +1,8 @@
 """Ship the lake's change sets to the declared destinations (``lakesync materialise``).
 
 Per destination and table: read the destination's watermark, select the change set since it
-from the dbt models (``int_rows_merged`` joined to ``analytics.<table>``, see
+from the dbt models (the live rows of ``analytics.<table>`` and the rows gone from
+``int_rows_merged`` past it, two scans and no join, see
 :func:`destinations.statements.select_change_set`), have Spark's executors write it in parallel
 over JDBC into the destination's staging table, then one set-based upsert and delete apply it
 and the watermark moves, in one destination transaction. A destination without a JDBC loader

@@ -27,6 +27,9 @@ BUILD = {
     "watermark": st.write_watermark,
     "evict": lambda d: st.delete_rows(SOFT, d, 2),
     "changes_page": lambda d: st.select_changes(SOFT, d, limited=True),
+    "create_staging": lambda d: st.create_staging(SOFT, d),
+    "truncate_staging": lambda d: st.truncate_staging(SOFT, d),
+    "change_set": lambda d: st.select_change_set("todos", SOFT.columns),
 }
 
 # fmt: off
@@ -36,7 +39,7 @@ TABLE = [
     ('add_column', 'postgres',
      'ALTER TABLE "todos" ADD COLUMN "meta" JSONB'),
     ('upsert', 'postgres',
-     'INSERT INTO "todos" ("row_id", "title", "meta", "synced_at", "deleted_at") SELECT "s"."row_id", "s"."title", CAST("s"."meta" AS JSONB), %(now)s, NULL FROM "lakesync_stage_todos" AS "s" WHERE NOT "s"."_deleted" ON CONFLICT("row_id") DO UPDATE SET "title" = "excluded"."title", "meta" = "excluded"."meta", "synced_at" = "excluded"."synced_at", "deleted_at" = "excluded"."deleted_at"'),
+     'WITH "updated" AS (UPDATE "todos" AS "t" SET "title" = "s"."title", "meta" = CAST("s"."meta" AS JSONB), "synced_at" = %(now)s, "deleted_at" = NULL FROM "lakesync_stage_todos" AS "s" WHERE "t"."row_id" = "s"."row_id" AND NOT "s"."_deleted") INSERT INTO "todos" ("row_id", "title", "meta", "synced_at", "deleted_at") SELECT "s"."row_id", "s"."title", CAST("s"."meta" AS JSONB), %(now)s, NULL FROM "lakesync_stage_todos" AS "s" WHERE NOT "s"."_deleted" AND NOT EXISTS(SELECT 1 FROM "todos" AS "t" WHERE "t"."row_id" = "s"."row_id")'),
     ('soft_delete', 'postgres',
      'UPDATE "todos" SET "deleted_at" = %(now)s, "synced_at" = %(now)s WHERE "row_id" IN (SELECT "s"."row_id" FROM "lakesync_stage_todos" AS "s" WHERE "s"."_deleted") AND "deleted_at" IS NULL'),
     ('hard_delete', 'postgres',
@@ -76,6 +79,19 @@ TABLE = [
      'SELECT `row_id`, `title`, `meta`, `props`, `synced_at`, `deleted_at` FROM `todos` WHERE `synced_at` > %(since)s AND `synced_at` <= (SELECT MAX(`f`.`synced_at`) FROM (SELECT `synced_at` FROM `todos` WHERE `synced_at` > %(since)s ORDER BY `synced_at` LIMIT %(limit)s) AS `f`) ORDER BY `synced_at`, `row_id`'),
     ('changes_page', 'bigquery',
      'SELECT `row_id`, `title`, `meta`, `props`, `synced_at`, `deleted_at` FROM `todos` WHERE `synced_at` > @since AND `synced_at` <= (SELECT MAX(`f`.`synced_at`) FROM (SELECT `synced_at` FROM `todos` WHERE `synced_at` > @since ORDER BY `synced_at` LIMIT @limit) AS `f`) ORDER BY `synced_at`, `row_id`'),
+    # Staging: unlogged and index-free on PostgreSQL; keyed on MySQL (its deletes look ids up).
+    ('create_staging', 'postgres',
+     'CREATE UNLOGGED TABLE IF NOT EXISTS "lakesync_stage_todos" ("row_id" TEXT NOT NULL, "title" TEXT, "meta" TEXT, "_deleted" BOOLEAN, "_position" DECIMAL(20, 0))'),
+    ('create_staging', 'mysql',
+     'CREATE TABLE IF NOT EXISTS `lakesync_stage_todos` (`row_id` VARCHAR(768) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, `title` LONGTEXT, `meta` LONGTEXT, `_deleted` TINYINT(1), `_position` DECIMAL(20, 0), PRIMARY KEY (`row_id`))'),
+    ('create_staging', 'bigquery',
+     'CREATE TABLE IF NOT EXISTS `lakesync_stage_todos` (`row_id` STRING NOT NULL, `title` STRING, `meta` STRING, `_deleted` BOOL, `_position` BIGNUMERIC)'),
+    ('truncate_staging', 'postgres', 'TRUNCATE TABLE "lakesync_stage_todos"'),
+    ('truncate_staging', 'mysql', 'TRUNCATE TABLE `lakesync_stage_todos`'),
+    # The change set on Spark: live rows from the current-state table, rows gone from the row
+    # clocks, each branch filtered on its landing position, no join.
+    ('change_set', 'spark',
+     'SELECT `a`.`row_id`, `a`.`title`, `a`.`meta`, FALSE AS `_deleted`, `a`.`_ingest_hlc` AS `_position` FROM `analytics`.`todos` AS `a` WHERE `a`.`gateway_id` = :gateway_id AND `a`.`_ingest_hlc` > :since UNION ALL SELECT `r`.`row_id`, CAST(NULL AS STRING), CAST(NULL AS STRING), TRUE, `r`.`last_ingest_hlc` FROM `lakesync`.`int_rows_merged` AS `r` WHERE `r`.`gateway_id` = :gateway_id AND `r`.`table_name` = :table_name AND `r`.`last_ingest_hlc` > :since AND NOT `r`.`is_live`'),
 ]
 # fmt: on
 
@@ -103,6 +119,12 @@ def test_upserts_are_built_per_dialect_and_never_write_props(dialect: str) -> No
         assert isinstance(tree, sqlglot.exp.Merge)
         updates = [u for u in tree.find_all(sqlglot.exp.Update)]
         assigned = {eq.this.name for u in updates for eq in u.expressions}
+    elif dialect == "postgres":  # an UPDATE of the rows there, an INSERT of the others
+        assert isinstance(tree, sqlglot.exp.Insert) and not tree.args.get("conflict")
+        [update] = list(tree.find_all(sqlglot.exp.Update))
+        assigned = {eq.this.name for eq in update.expressions}
+        inserted = {c.name for c in tree.this.expressions}
+        assert inserted - {"row_id"} == assigned
     else:
         conflict = tree.args["conflict"]
         assert bool(conflict.args.get("duplicate")) is (dialect == "mysql")
@@ -116,7 +138,8 @@ def test_every_statement_parses_back(dialect: str) -> None:
     for sql in [
         st.create_table(layout, dialect), *st.add_columns(layout, [], dialect),
         st.create_staging(layout, dialect), st.insert_staging(layout, dialect),
-        st.clear_staging(layout, dialect), st.upsert_from_staging(layout, dialect),
+        st.clear_staging(layout, dialect), st.truncate_staging(layout, dialect),
+        st.upsert_from_staging(layout, dialect),
         st.apply_deletes(layout, dialect), st.select_rows(layout, dialect),
         st.select_changes(layout, dialect), st.create_watermarks(dialect),
         st.read_watermark(dialect), st.write_watermark(dialect),
