@@ -18,7 +18,6 @@ Measured on the shared 2-core machine (2026-11-25, 100,000 rows, rounds 2-3 unle
   38,500-42,900 -> 40,400-47,200 rows/s (round 1: 32,300 -> 36,400); an empty change set
   0.40-0.49 s now. So the targets hold once the JVM has compiled the query, on a machine shared
   by a few busy processes; under heavier sharing the figures below apply;
-
 - one lake, the previous code (join of ``int_rows_merged`` with ``analytics.<table>``, logged
   and keyed PostgreSQL staging, ``ON CONFLICT`` upsert, a DELETE of every staged row inside the
   apply) and the new one (no join, unlogged index-free staging, then a TRUNCATE) run alternately
