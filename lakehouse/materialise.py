@@ -11,11 +11,11 @@ which converges (each row carries its whole state). One failing destination or t
 reported and never stops the others.
 
 A destination with ``routes`` ships each routed table into the destination its route names; one
-with ``secondaries`` ships through a fan-out (the primary's change set is collected on the driver
-and applied to the primary, then best effort to each secondary; a secondary's failure is logged,
-counted in :class:`~destinations.metrics.DestinationMetrics` and in the result's
-``secondary_failures``, and fails nothing). Destinations named by another's routes or
-secondaries are shipped only through it.
+with ``secondaries`` ships to its primary first, then to each secondary from the secondary's own
+watermark (kept in the secondary, like any destination's), so a secondary that missed change sets
+(down, table dropped) is caught up by the next run; a secondary's failure is logged, counted in
+:class:`~destinations.metrics.DestinationMetrics` and in the result's ``secondary_failures``, and
+fails nothing. Destinations named by another's routes or secondaries are shipped only through it.
 
 Lifecycle tiering: after a table shipped, a destination with a ``hot_window`` loses the rows
 last synced (``synced_at``) longer ago than the window; the lake's ``analytics.<table>`` keeps
@@ -26,6 +26,7 @@ tiering alone (``lakesync materialise --lifecycle-only``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ShipResult", "materialise", "tier"]
 
+_log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class ShipResult:
@@ -70,7 +73,8 @@ class ShipResult:
     """Seconds per step: ``prepare`` (table, watermark), ``select+load`` (the change set computed
     on Spark and written to staging), ``apply`` (upsert, delete, watermark)."""
     secondary_failures: int = 0
-    """Failed best-effort writes to fan-out secondaries while shipping this table."""
+    """Fan-out secondaries this table failed to ship to (best effort: the next run retries them
+    from their own watermark)."""
     evicted: int = 0
     """Rows lifecycle tiering took out of the destination (its ``hot_window``)."""
 
@@ -101,16 +105,39 @@ def materialise(
     now = datetime.now(UTC)
     for spec, dest, schema, columns in _declared_tables(settings, config, metrics, report):
         session = spark or spark_session(settings)
-        failed = _secondary_failures(dest)
-        target = dest.for_table(schema.table)
+        fan_out = dest if isinstance(dest, FanOutDestination) else None
+        target = (dest if fan_out is None else fan_out.primary).for_table(schema.table)
         result = _ship_table(session, spec, target, schema, columns)
-        failed = _secondary_failures(dest) - failed
-        if failed:
+        if fan_out is not None:
+            failed = _ship_secondaries(session, fan_out, schema, columns, metrics)
             result = replace(result, secondary_failures=failed)
         if result.error is None:
             result = _evict(result, target, schema, columns, now)
         report(result)
     return results
+
+
+def _ship_secondaries(
+    spark: SparkSession,
+    fan_out: FanOutDestination,
+    schema: TableSchema,
+    columns: Sequence[tuple[str, str]],
+    metrics: DestinationMetrics | None,
+) -> int:
+    """Ship ``schema``'s table to each fan-out secondary from that secondary's own watermark
+    (so one that missed runs is caught up by the next), best effort: a failure is logged and
+    counted, never raised. Returns how many secondaries failed."""
+    failed = 0
+    for name, secondary in fan_out.secondaries.items():
+        result = _ship_table(spark, secondary.spec, secondary, schema, columns)
+        if result.error is None:
+            continue
+        failed += 1
+        if metrics is not None:
+            metrics.secondary_failed(fan_out.spec.name, name)
+        _log.warning("secondary destination %s: shipping %s failed (%s); the primary has it, "
+                     "the next run catches it up", name, schema.table, result.error)
+    return failed
 
 
 def tier(
@@ -205,10 +232,6 @@ def _evict(
     except LakeSyncError as exc:
         return replace(result, error=f"lifecycle tiering: {exc.message}")
     return replace(result, evicted=evicted)
-
-
-def _secondary_failures(dest: Destination) -> int:
-    return sum(dest.failures.values()) if isinstance(dest, FanOutDestination) else 0
 
 
 def _ship_table(
