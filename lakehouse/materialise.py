@@ -4,11 +4,13 @@ Per destination and table: read the destination's watermark, select the change s
 from the dbt models (``int_rows_merged`` joined to ``analytics.<table>``, see
 :func:`destinations.statements.select_change_set`), have Spark's executors write it in parallel
 over JDBC into the destination's staging table, then one set-based upsert and delete apply it
-and the watermark moves, in one destination transaction. A destination without a JDBC loader
-here (BigQuery) gets the change set through its client instead. A run killed at any point
-leaves the watermark where the last commit put it; the next run ships the same rows again,
-which converges (each row carries its whole state). One failing destination or table is
-reported and never stops the others.
+and the watermark moves, in one destination transaction. For BigQuery the executors write the
+change set as newline-delimited JSON files, bulk-loaded into its staging table by one load job,
+then one ``MERGE`` and a delete apply it and the watermark moves (no transaction there; a re-run
+converges). Other destinations (the lake) get the change set through the driver. A run killed
+at any point leaves the watermark where the last commit put it; the next run ships the same
+rows again, which converges (each row carries its whole state). One failing destination or
+table is reported and never stops the others.
 
 A destination with ``routes`` ships each routed table into the destination its route names; one
 with ``secondaries`` ships to its primary first, then to each secondary from the secondary's own
@@ -27,14 +29,18 @@ tiering alone (``lakesync materialise --lifecycle-only``).
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from destinations.base import Change, Destination
+from destinations.bigquery import BigQueryDestination
 from destinations.factory import open_destination
 from destinations.metrics import DestinationMetrics
 from destinations.routing import FanOutDestination, open_declared
@@ -269,6 +275,10 @@ def _ship_table(
             _load_staging(dest, layout, frame)
             step("select+load")
             count, position = dest.apply_staged(layout)
+        elif isinstance(dest, BigQueryDestination):
+            _bulk_load_bigquery(dest, layout, frame)
+            step("select+load")
+            count, position = dest.apply_staged(layout)
         else:
             changes, top = _collect(layout, frame)
             step("select+load")
@@ -300,6 +310,21 @@ def _load_staging(dest: SqlDestination, layout: TableLayout, rows: DataFrame) ->
         mode="append",
         properties={**dest.jdbc.properties, "batchsize": "10000"},
     )
+
+
+def _bulk_load_bigquery(dest: BigQueryDestination, layout: TableLayout, rows: DataFrame) -> None:
+    """Executors write the change set as newline-delimited JSON part files in parallel (into a
+    local temporary directory: local Spark, or a cluster whose workers share this machine's
+    disk); the driver sends them to the staging table as one load job."""
+    with tempfile.TemporaryDirectory(prefix="lakesync-bigquery-") as tmp:
+        parts = Path(tmp) / "change_set"
+        rows.write.json(parts.as_uri())
+        with (Path(tmp) / "change_set.ndjson").open("w+b") as combined:
+            for part in sorted(parts.glob("part-*")):
+                with part.open("rb") as src:
+                    shutil.copyfileobj(src, combined)
+            combined.seek(0)
+            dest.load_staging(layout, combined)
 
 
 def _collect(layout: TableLayout, rows: DataFrame) -> tuple[list[Change], int | None]:

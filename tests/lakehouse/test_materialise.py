@@ -1,4 +1,5 @@
-"""Acceptance: the pipeline's change sets shipped from Spark into PostgreSQL and MariaDB equal
+"""Acceptance: the pipeline's change sets shipped from Spark into PostgreSQL, MariaDB and the
+BigQuery emulator (a bulk load job) equal
 ``merge_state`` (typed; soft and hard delete; ``props`` untouched) over several pipeline runs of
 a random history (shuffled, duplicated, late, deletes, revivals); a second run ships nothing;
 a failing destination is reported and does not block the others."""
@@ -27,7 +28,12 @@ from lakesync.destinations import DestinationSpec
 from lakesync.merge import merge_state
 from lakesync.schema import parse_schema
 from tests.conftest import PG_DSN, require_postgres
-from tests.destinations.conftest import MYSQL_DSN, require_mysql
+from tests.destinations.conftest import (
+    BIGQUERY_ENDPOINT,
+    MYSQL_DSN,
+    require_bigquery,
+    require_mysql,
+)
 
 from .conftest import Lake
 
@@ -104,13 +110,16 @@ def expected(deltas: list[RowDelta]) -> dict[str, dict[str, Any]]:
     }
 
 
-def test_change_sets_ship_to_postgres_and_mariadb(
+def test_change_sets_ship_to_postgres_mariadb_and_bigquery(
     lake: Lake, databases: tuple[str, str], tmp_path: Path
 ) -> None:
     pg_url, my_url = databases
+    require_bigquery()
+    bq_url = f"bigquery://test-project/t_{uuid.uuid4().hex[:12]}?endpoint={BIGQUERY_ENDPOINT}"
     specs = {
         "pg": DestinationSpec("postgres", pg_url, GW, ["shipped"], "soft", name="pg"),
         "maria": DestinationSpec("mysql", my_url, GW, None, "hard", name="maria"),
+        "bq": DestinationSpec("bigquery", bq_url, GW, None, "soft", name="bq"),
         "down": DestinationSpec("mysql", "mysql://root@127.0.0.1:1/x", GW, name="down"),
     }
     config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
@@ -124,15 +133,19 @@ def test_change_sets_ship_to_postgres_and_mariadb(
         run_pipeline(settings=lake.settings, schemas=[SCHEMA], tests=False)
         results = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
         assert results["down"].error and "cannot connect" in results["down"].error
-        assert results["pg"].error is None and results["maria"].error is None, results
+        assert all(results[n].error is None for n in ("pg", "maria", "bq")), results
         assert results["pg"].rows > 0 and results["pg"].position is not None
+        assert results["bq"].rows == results["pg"].rows
+        assert results["bq"].position == results["pg"].position
         want = expected(landed)
         assert live_rows(specs["pg"]) == want, f"run {run}"
         assert live_rows(specs["maria"]) == want, f"run {run}"
+        assert live_rows(specs["bq"]) == want, f"run {run}"
 
     again = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
-    assert again["pg"].rows == 0 and again["maria"].rows == 0  # nothing new: nothing shipped
+    assert again["pg"].rows == again["maria"].rows == again["bq"].rows == 0  # nothing new
     assert live_rows(specs["maria"]) == expected(landed)
+    assert live_rows(specs["bq"]) == expected(landed)
 
 
 TIERED = parse_schema({"table": "tiered", "columns": [{"name": "title", "type": "string"}]})
