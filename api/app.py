@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 from litestar import Litestar
@@ -33,6 +34,9 @@ from api.settings import GatewaySettings
 from api.store import HotLog, LogNotice, open_store
 from lakesync.hlc import HLC
 
+if TYPE_CHECKING:
+    from destinations.metrics import DestinationMetrics
+
 __all__ = ["create_app"]
 
 Flusher = Callable[[str], Awaitable[None]]
@@ -42,10 +46,14 @@ def create_app(
     settings: GatewaySettings,
     store: HotLog | None = None,
     flusher: Flusher | None = None,
+    shipping: DestinationMetrics | None = None,
 ) -> Litestar:
     """Build the gateway app. Without ``store`` it opens (and closes) the one the settings
-    name; ``flusher(gw)``, if given, serves ``POST /v1/admin/flush/{gw}``."""
+    name; ``flusher(gw)``, if given, serves ``POST /v1/admin/flush/{gw}``; ``shipping`` (the
+    scheduled pipeline's destination counters) is shown on ``/metrics``."""
     metrics_ = GatewayMetrics(by_gateway=settings.metrics_gateway_labels)
+    if shipping is not None:
+        metrics_.registry.register(shipping)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

@@ -39,6 +39,7 @@ def up(
     from api.logs import configure_logging
     from api.settings import GatewaySettings
     from api.store import open_store
+    from destinations.metrics import DestinationMetrics
     from lakesync.config import load_config
     from lakesync.hlc import HLC
 
@@ -53,8 +54,10 @@ def up(
             stack.enter_context(hold_data_dir(settings.data_dir))
         store = open_store(settings.store_url, settings.data_dir, HLC(), settings.pg_schema)
         stack.enter_context(contextlib.closing(store))
-        flusher = stack.enter_context(lake_jobs(settings, store, cfg))
-        _serve(create_app(settings, store=store, flusher=flusher), settings, cfg, host, port)
+        shipping = DestinationMetrics()  # the scheduled runs' counts, on /metrics
+        flusher = stack.enter_context(lake_jobs(settings, store, cfg, shipping))
+        app = create_app(settings, store=store, flusher=flusher, shipping=shipping)
+        _serve(app, settings, cfg, host, port)
 
 
 def _serve(

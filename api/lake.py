@@ -43,6 +43,7 @@ from lakesync.schema import parse_schema
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
+    from destinations.metrics import DestinationMetrics
     from lakehouse.landing import LandingFlusher
     from lakehouse.settings import LakeSettings
     from lakehouse.worker import PipelineWorker
@@ -191,7 +192,11 @@ class SchemaPublisher:
 
 
 def _lake_worker_loop(
-    settings: GatewaySettings, config: Config | None, stop: threading.Event, lead: Lead
+    settings: GatewaySettings,
+    config: Config | None,
+    stop: threading.Event,
+    lead: Lead,
+    shipping: DestinationMetrics | None = None,
 ) -> None:
     """Run the pipeline every ``pipeline_interval`` seconds and the compaction every
     ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
@@ -202,7 +207,8 @@ def _lake_worker_loop(
     still going at shutdown is terminated (its Iceberg commits are atomic, so the next run picks
     up where the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run
     is logged with its error and the log's tail, and a worker that died is started again for the
-    next run."""
+    next run. A run's failed writes to fan-out secondaries are added to ``shipping`` (the
+    gateway's ``/metrics``)."""
     from lakehouse.worker import PipelineWorker
 
     env = dict(os.environ)
@@ -233,16 +239,22 @@ def _lake_worker_loop(
                 return
             if not lead():
                 continue
-            if not _lake_job(worker, job, stop):
+            if not _lake_job(worker, job, stop, shipping):
                 return
             due[job] = time.monotonic() + intervals[job]
     finally:
         worker.close()
 
 
-def _lake_job(worker: PipelineWorker, job: str, stop: threading.Event) -> bool:
-    """Run one scheduled ``job`` (pipeline or compaction) on ``worker`` and log its outcome;
-    False when ``stop`` was set meanwhile."""
+def _lake_job(
+    worker: PipelineWorker,
+    job: str,
+    stop: threading.Event,
+    shipping: DestinationMetrics | None = None,
+) -> bool:
+    """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome and
+    count its failed writes to fan-out secondaries in ``shipping``; False when ``stop`` was set
+    meanwhile."""
     from lakehouse.worker import WorkerDiedError
 
     log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
@@ -253,6 +265,9 @@ def _lake_job(worker: PipelineWorker, job: str, stop: threading.Event) -> bool:
     else:
         if reply is None:
             return False
+        if shipping is not None:
+            for failed in reply.secondary_failures:
+                shipping.secondary_failed(failed.destination, failed.secondary, failed.count)
         if reply.ok and job == "compaction":
             _log.info(
                 "scheduled compaction done in %.1f s: %s (log: %s)", reply.elapsed_s,
@@ -277,12 +292,16 @@ def _lake_job(worker: PipelineWorker, job: str, stop: threading.Event) -> bool:
 
 @contextmanager
 def lake_jobs(
-    settings: GatewaySettings, store: HotLog, config: Config | None = None
+    settings: GatewaySettings,
+    store: HotLog,
+    config: Config | None = None,
+    shipping: DestinationMetrics | None = None,
 ) -> Iterator[Flusher | None]:
     """Run the lake's background jobs while the block runs; yield the admin flush callable.
 
     ``config`` is the gateway's resolved configuration (its ``lake:`` section and file reach the
-    flusher and the scheduled pipeline); without it they read the environment's."""
+    flusher and the scheduled pipeline); without it they read the environment's. Scheduled
+    runs' failed writes to fan-out secondaries are counted in ``shipping``."""
     jobs = _landing_flusher(settings, store, config)
     stop = threading.Event()
     threads: list[threading.Thread] = []
@@ -312,7 +331,7 @@ def lake_jobs(
             threads.append(
                 threading.Thread(
                     target=_lake_worker_loop,
-                    args=(settings, config, stop, lead),
+                    args=(settings, config, stop, lead, shipping),
                     name="pipeline",
                     daemon=True,
                 )

@@ -1,19 +1,23 @@
 """BigQuery through the official ``google-cloud-bigquery`` client.
 
 URL: ``bigquery://PROJECT/DATASET``, optionally ``?endpoint=http://host:port`` for an emulator
-(``local-bigquery``; anonymous credentials then). A change set is loaded into the staging table
-with a load job, then one ``MERGE`` and one delete apply it and the watermark row is merged.
-BigQuery has no multi-statement transaction here, so the watermark moves after the rows: a crash
-in between re-applies the same change set next time, which changes nothing (rows carry their
-whole state).
+(``local-bigquery``; anonymous credentials then). A change set is bulk-loaded into the staging
+table with one load job (newline-delimited JSON: Spark's executors write it in parallel when
+shipping, see :meth:`BigQueryDestination.load_staging`; :meth:`~BigQueryDestination.apply_changes`
+serialises a driver-side change set the same way), then one ``MERGE`` and one delete apply it
+and the watermark row is merged. BigQuery has no multi-statement transaction here, so the
+watermark moves after the rows: a crash in between re-applies the same change set next time,
+which changes nothing (rows carry their whole state).
 """
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
 
 from destinations import statements as st
@@ -25,7 +29,7 @@ from destinations.base import (
     latest_per_row,
     normalise_row,
 )
-from destinations.statements import TableLayout
+from destinations.statements import DELETED, TableLayout
 from lakesync.destinations import DestinationSpec
 from lakesync.errors import ConfigError
 
@@ -87,9 +91,7 @@ class BigQueryDestination(Destination):
         from google.cloud import bigquery
 
         config = bigquery.QueryJobConfig(query_parameters=[
-            bigquery.ScalarQueryParameter(
-                name, _param_type(value), None if isinstance(value, _TypedNull) else value
-            )
+            bigquery.ScalarQueryParameter(name, _param_type(value), value)
             for name, value in params.items()
         ])
         try:
@@ -130,17 +132,57 @@ class BigQueryDestination(Destination):
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
     ) -> None:
-        what = f"applying changes to {layout.table!r}"
-        self._run(st.clear_staging(layout, "bigquery"), {}, what)
-        insert = st.insert_staging(layout, "bigquery")
-        # One bound INSERT per row: the emulator has no load jobs (fine for small sets).
+        rows = io.BytesIO()
         for change in latest_per_row(changes):
-            params: dict[str, Any] = {"c0": change.row_id, "deleted": change.deleted}
-            for i, (name, kind) in enumerate(layout.columns, start=1):
-                params[f"c{i}"] = _TypedNull(kind) if change.values.get(name) is None else (
-                    change.values[name]
-                )
-            self._run(insert, params, what)
+            staged = {"row_id": change.row_id, **change.values, DELETED: change.deleted}
+            rows.write(json.dumps(staged, ensure_ascii=False).encode() + b"\n")
+        rows.seek(0)
+        self.load_staging(layout, rows)
+        self._apply_staged(layout, position)
+
+    def load_staging(self, layout: TableLayout, rows: IO[bytes]) -> None:
+        """Empty the staging table, then bulk-load ``rows`` into it with one load job:
+        newline-delimited JSON, one object per changed row (``row_id``, the layout's columns
+        with ``json`` ones as canonical text, ``_deleted``, ``_position``; a missing key is
+        null), as Spark's JSON writer produces."""
+        from google.api_core.exceptions import GoogleAPIError
+        from google.cloud import bigquery
+
+        what = f"loading the change set of {layout.table!r}"
+        self._run(st.clear_staging(layout, "bigquery"), {}, what)
+        if not rows.read(1):
+            return
+        rows.seek(0)
+        staging = bigquery.TableReference(
+            bigquery.DatasetReference(self._project, self._dataset), layout.staging().table
+        )
+        config = bigquery.LoadJobConfig(
+            source_format=bigquery.SourceFormat.NEWLINE_DELIMITED_JSON,
+            write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
+        )
+        try:
+            self._client.load_table_from_file(rows, staging, job_config=config).result()
+        except GoogleAPIError as exc:
+            raise DestinationError(
+                f"destination {self.spec.name!r} (BigQuery {self._project}.{self._dataset}): "
+                f"{what} failed: {exc}"
+            ) from None
+
+    def apply_staged(self, layout: TableLayout) -> tuple[int, int | None]:
+        """Apply what :meth:`load_staging` loaded, advance the watermark to the greatest staged
+        ``_position``, empty the staging table. Returns the number of rows applied and that
+        position (nothing staged: ``(0, None)``)."""
+        rows = self._run(st.staged_summary(layout, "bigquery"), {},
+                         f"applying changes to {layout.table!r}")
+        count, top = rows[0].values() if rows else (0, None)
+        if not count:
+            return 0, None
+        position = None if top is None else int(top)
+        self._apply_staged(layout, position)
+        return int(count), position
+
+    def _apply_staged(self, layout: TableLayout, position: int | None) -> None:
+        what = f"applying changes to {layout.table!r}"
         now = {"now": datetime.now(UTC)}
         self._run(st.upsert_from_staging(layout, "bigquery"), now, what)
         self._run(st.apply_deletes(layout, "bigquery"), now, what)
@@ -186,20 +228,7 @@ class BigQueryDestination(Destination):
         self._client.close()
 
 
-class _TypedNull:
-    """A NULL parameter of a column's type (BigQuery parameters are typed)."""
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-
-
-_KIND_TYPES = {"string": "STRING", "number": "FLOAT64", "boolean": "BOOL", "json": "STRING",
-               "null": "STRING"}
-
-
 def _param_type(value: Any) -> str:
-    if isinstance(value, _TypedNull):
-        return _KIND_TYPES[value.kind]
     if isinstance(value, bool):
         return "BOOL"
     if isinstance(value, float):

@@ -5,18 +5,20 @@ from the dbt models (the live rows of ``analytics.<table>`` and the rows gone fr
 ``int_rows_merged`` past it, two scans and no join, see
 :func:`destinations.statements.select_change_set`), have Spark's executors write it in parallel
 over JDBC into the destination's staging table, then one set-based upsert and delete apply it
-and the watermark moves, in one destination transaction. A destination without a JDBC loader
-here (BigQuery) gets the change set through its client instead. A run killed at any point
-leaves the watermark where the last commit put it; the next run ships the same rows again,
-which converges (each row carries its whole state). One failing destination or table is
-reported and never stops the others.
+and the watermark moves, in one destination transaction. For BigQuery the executors write the
+change set as newline-delimited JSON files, bulk-loaded into its staging table by one load job,
+then one ``MERGE`` and a delete apply it and the watermark moves (no transaction there; a re-run
+converges). Other destinations (the lake) get the change set through the driver. A run killed
+at any point leaves the watermark where the last commit put it; the next run ships the same
+rows again, which converges (each row carries its whole state). One failing destination or
+table is reported and never stops the others.
 
 A destination with ``routes`` ships each routed table into the destination its route names; one
-with ``secondaries`` ships through a fan-out (the primary's change set is collected on the driver
-and applied to the primary, then best effort to each secondary; a secondary's failure is logged,
-counted in :class:`~destinations.metrics.DestinationMetrics` and in the result's
-``secondary_failures``, and fails nothing). Destinations named by another's routes or
-secondaries are shipped only through it.
+with ``secondaries`` ships to its primary first, then to each secondary from the secondary's own
+watermark (kept in the secondary, like any destination's), so a secondary that missed change sets
+(down, table dropped) is caught up by the next run; a secondary's failure is logged, counted in
+:class:`~destinations.metrics.DestinationMetrics` and in the result's ``secondary_failures``, and
+fails nothing. Destinations named by another's routes or secondaries are shipped only through it.
 
 Lifecycle tiering: after a table shipped, a destination with a ``hot_window`` loses the rows
 whose last change (their greatest cell or tombstone clock in the lake, :mod:`lakehouse.lifecycle`)
@@ -28,14 +30,19 @@ tiering alone (``lakesync materialise --lifecycle-only``).
 
 from __future__ import annotations
 
+import logging
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from destinations.base import Change, Destination
+from destinations.bigquery import BigQueryDestination
 from destinations.factory import open_destination
 from destinations.metrics import DestinationMetrics
 from destinations.routing import FanOutDestination, open_declared
@@ -56,6 +63,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ShipResult", "materialise", "tier"]
 
+_log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class ShipResult:
@@ -73,7 +82,8 @@ class ShipResult:
     """Seconds per step: ``prepare`` (table, watermark), ``select+load`` (the change set computed
     on Spark and written to staging), ``apply`` (upsert, delete, watermark)."""
     secondary_failures: int = 0
-    """Failed best-effort writes to fan-out secondaries while shipping this table."""
+    """Fan-out secondaries this table failed to ship to (best effort: the next run retries them
+    from their own watermark)."""
     evicted: int = 0
     """Rows lifecycle tiering took out of the destination (its ``hot_window``)."""
 
@@ -104,16 +114,39 @@ def materialise(
     now = datetime.now(UTC)
     for spec, dest, schema, columns in _declared_tables(settings, config, metrics, report):
         session = spark or spark_session(settings)
-        failed = _secondary_failures(dest)
-        target = dest.for_table(schema.table)
+        fan_out = dest if isinstance(dest, FanOutDestination) else None
+        target = (dest if fan_out is None else fan_out.primary).for_table(schema.table)
         result = _ship_table(session, spec, target, schema, columns)
-        failed = _secondary_failures(dest) - failed
-        if failed:
+        if fan_out is not None:
+            failed = _ship_secondaries(session, fan_out, schema, columns, metrics)
             result = replace(result, secondary_failures=failed)
         if result.error is None:
             result = _evict(settings, result, target, schema, columns, now)
         report(result)
     return results
+
+
+def _ship_secondaries(
+    spark: SparkSession,
+    fan_out: FanOutDestination,
+    schema: TableSchema,
+    columns: Sequence[tuple[str, str]],
+    metrics: DestinationMetrics | None,
+) -> int:
+    """Ship ``schema``'s table to each fan-out secondary from that secondary's own watermark
+    (so one that missed runs is caught up by the next), best effort: a failure is logged and
+    counted, never raised. Returns how many secondaries failed."""
+    failed = 0
+    for name, secondary in fan_out.secondaries.items():
+        result = _ship_table(spark, secondary.spec, secondary, schema, columns)
+        if result.error is None:
+            continue
+        failed += 1
+        if metrics is not None:
+            metrics.secondary_failed(fan_out.spec.name, name)
+        _log.warning("secondary destination %s: shipping %s failed (%s); the primary has it, "
+                     "the next run catches it up", name, schema.table, result.error)
+    return failed
 
 
 def tier(
@@ -214,10 +247,6 @@ def _evict(
     return replace(result, evicted=evicted)
 
 
-def _secondary_failures(dest: Destination) -> int:
-    return sum(dest.failures.values()) if isinstance(dest, FanOutDestination) else 0
-
-
 def _ship_table(
     spark: SparkSession,
     spec: DestinationSpec,
@@ -253,6 +282,10 @@ def _ship_table(
             _load_staging(dest, layout, frame)
             step("select+load")
             count, position = dest.apply_staged(layout)
+        elif isinstance(dest, BigQueryDestination):
+            _bulk_load_bigquery(dest, layout, frame)
+            step("select+load")
+            count, position = dest.apply_staged(layout)
         else:
             changes, top = _collect(layout, frame)
             step("select+load")
@@ -284,6 +317,21 @@ def _load_staging(dest: SqlDestination, layout: TableLayout, rows: DataFrame) ->
         mode="append",
         properties={**dest.jdbc.properties, "batchsize": "10000"},
     )
+
+
+def _bulk_load_bigquery(dest: BigQueryDestination, layout: TableLayout, rows: DataFrame) -> None:
+    """Executors write the change set as newline-delimited JSON part files in parallel (into a
+    local temporary directory: local Spark, or a cluster whose workers share this machine's
+    disk); the driver sends them to the staging table as one load job."""
+    with tempfile.TemporaryDirectory(prefix="lakesync-bigquery-") as tmp:
+        parts = Path(tmp) / "change_set"
+        rows.write.json(parts.as_uri())
+        with (Path(tmp) / "change_set.ndjson").open("w+b") as combined:
+            for part in sorted(parts.glob("part-*")):
+                with part.open("rb") as src:
+                    shutil.copyfileobj(src, combined)
+            combined.seek(0)
+            dest.load_staging(layout, combined)
 
 
 def _collect(layout: TableLayout, rows: DataFrame) -> tuple[list[Change], int | None]:

@@ -41,7 +41,9 @@ import msgspec
 
 from lakehouse.compaction import TableCompaction
 
-__all__ = ["PipelineWorker", "RunReply", "RunRequest", "WorkerDiedError", "main"]
+__all__ = [
+    "PipelineWorker", "RunReply", "RunRequest", "SecondaryFailures", "WorkerDiedError", "main"
+]
 
 _log = logging.getLogger(__name__)
 
@@ -57,6 +59,15 @@ class RunRequest(msgspec.Struct, forbid_unknown_fields=True):
     kind: Literal["pipeline", "compact"] = "pipeline"
 
 
+class SecondaryFailures(msgspec.Struct):
+    """A run's failed writes to one fan-out secondary (``lakesync_destination_secondary_failures``
+    in the gateway's ``/metrics``)."""
+
+    destination: str
+    secondary: str
+    count: int
+
+
 class RunReply(msgspec.Struct):
     """One run's outcome: the :class:`~lakehouse.runner.PipelineResult` fields, or the error."""
 
@@ -70,6 +81,8 @@ class RunReply(msgspec.Struct):
     """Rows applied to the declared destinations after the dbt run (``destinations:``)."""
     compacted: list[TableCompaction] = []
     """A compaction's per-table figures (:func:`lakehouse.compaction.compact`)."""
+    secondary_failures: list[SecondaryFailures] = []
+    """Failed writes to fan-out secondaries while shipping (the gateway counts them)."""
 
 
 class WorkerDiedError(RuntimeError):
@@ -97,6 +110,7 @@ def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
 
 def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
     """One pipeline run, then shipping to the declared destinations."""
+    from destinations.metrics import DestinationMetrics
     from lakehouse.materialise import materialise
     from lakehouse.runner import run_pipeline
     from lakehouse.settings import LakeSettings
@@ -113,7 +127,8 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
             on_progress=lambda node, status: _log.info("%-8s %s", status, node),
         )
         # Then ship to the declared destinations, as `lakesync pipeline run` does.
-        shipped = materialise(settings, config) if config.destinations else []
+        metrics = DestinationMetrics()
+        shipped = materialise(settings, config, metrics=metrics) if config.destinations else []
     except Exception as exc:  # one failed run is reported; the worker serves the next
         _log.exception("pipeline run failed")
         return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -132,6 +147,10 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
         elapsed_s=result.elapsed_s,
         position=result.position,
         rows_shipped=sum(s.rows for s in shipped),
+        secondary_failures=[
+            SecondaryFailures(d, s, n)
+            for (d, s), n in metrics.secondary_failure_counts().items()
+        ],
     )
 
 

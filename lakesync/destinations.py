@@ -16,8 +16,9 @@ Optional keys (added to that shape, never changing it):
 - ``routes: {TABLE: OTHER}`` (composite): ship ``TABLE`` to the declared destination ``OTHER``
   instead of this one; the routed tables are shipped by this destination (``tables`` need not
   list them).
-- ``secondaries: [OTHER, …]`` (fan-out): every change set written here is then copied, best
-  effort, into each ``OTHER``; a secondary's failure is logged and counted, never raised.
+- ``secondaries: [OTHER, …]`` (fan-out): every table shipped here is then shipped, best
+  effort, into each ``OTHER`` from that secondary's own watermark (so a missed run is caught
+  up); a secondary's failure is logged and counted, never raised.
 - ``hot_window: 30d`` (lifecycle tiering): rows whose last change (the greatest cell or
   tombstone clock of their merged state in the lake, not when this destination received them)
   is older than the window leave it; the lake's ``analytics.<table>`` (the cold tier) keeps

@@ -58,6 +58,13 @@ def require_mysql() -> None:
         _unavailable(f"MariaDB not reachable at {MYSQL_DSN}: {exc}")
 
 
+def require_bigquery() -> None:
+    """Return when the BigQuery emulator answers; else skip (fail under CI)."""
+    if not BIGQUERY_ENDPOINT or not _answers(BIGQUERY_ENDPOINT):
+        _unavailable(f"no BigQuery emulator at {BIGQUERY_ENDPOINT or '(unset)'}: "
+                     "set LAKESYNC_TEST_BIGQUERY_ENDPOINT (scripts/services.sh starts it)")
+
+
 def _fresh_postgres() -> tuple[str, str]:
     schema = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
@@ -108,9 +115,7 @@ def open_fresh(
                                name=f"d{next(_names)}")
         return open_destination(spec, env={}, lake=lake), name
     else:
-        if not BIGQUERY_ENDPOINT or not _answers(BIGQUERY_ENDPOINT):
-            _unavailable(f"no BigQuery emulator at {BIGQUERY_ENDPOINT or '(unset)'}: "
-                         "set LAKESYNC_TEST_BIGQUERY_ENDPOINT (scripts/services.sh starts it)")
+        require_bigquery()
         name = f"t_{uuid.uuid4().hex[:12]}"
         url = f"bigquery://test-project/{name}?endpoint={BIGQUERY_ENDPOINT}"
     spec = DestinationSpec(kind, url, gateway, delete=delete, name=f"d{next(_names)}")  # type: ignore[arg-type]

@@ -95,3 +95,57 @@ def test_admin_registered_schema_reaches_the_scheduled_pipeline(tmp_path: Path) 
         # Graceful stop within ServerProcess's 30 s, a scheduled run in flight or not (uvicorn
         # re-raises the SIGTERM it handled, hence -15).
         assert gw.stop() in (0, -15)
+
+
+def test_scheduled_runs_count_secondary_failures_on_the_gateways_metrics(tmp_path: Path) -> None:
+    """The scheduled pipeline ships in the worker process; its failed writes to a fan-out
+    secondary (MariaDB on a closed port) reach the gateway's own ``/metrics``."""
+    import uuid
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    from tests.conftest import PG_DSN, require_postgres
+
+    require_postgres()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'create database "{name}"')
+    url = urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}"))
+    config = tmp_path / "lakesync.yaml"
+    config.write_text(
+        "destinations:\n"
+        f"  app:\n    kind: postgres\n    url: {url}\n    gateway: gw1\n"
+        "    secondaries: [down]\n"
+        "  down:\n    kind: mysql\n    url: mysql://root@127.0.0.1:1/x\n    gateway: gw1\n"
+    )
+    data = tmp_path / "data"
+    env = {"LAKESYNC_FLUSH_INTERVAL": "1", "LAKESYNC_PIPELINE_INTERVAL": "2"}
+    line = 'lakesync_destination_secondary_failures_total{destination="app",secondary="down"}'
+    try:
+        with ServerProcess(data, env=env, config=config) as gw, \
+                httpx.Client(base_url=gw.url, timeout=30) as http:
+            r = http.post("/v1/admin/schema/gw1", json=NOTES_V1,
+                          headers=auth(token("ops", role="admin")))
+            assert r.status_code == 200, r.text
+            assert line not in http.get("/metrics").text
+            notes = [delta("INSERT", "n1", "alice", table="notes", body="hello")]
+            r = http.post("/v1/sync/gw1/push", headers=auth(token("alice")),
+                          json={"clientId": "alice", "deltas": [as_json(d) for d in notes]})
+            assert r.status_code == 200, r.text
+
+            def counted() -> float:
+                for text in http.get("/metrics").text.splitlines():
+                    if text.startswith(line):
+                        return float(text.split()[-1])
+                return 0.0
+
+            assert _eventually(counted, "the secondary failure on /metrics",
+                               data / "pipeline.log") >= 1
+            with psycopg.connect(url) as conn:  # the primary got the row all the same
+                rows = conn.execute("select row_id, body from notes").fetchall()
+            assert rows == [("n1", "hello")]
+            assert gw.stop() in (0, -15)
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'drop database "{name}" with (force)')
