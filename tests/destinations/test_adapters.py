@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from destinations.base import EVICT_CHUNK, Change, Destination, DestinationError, typed_change
+from destinations import base
+from destinations.base import Change, Destination, DestinationError, typed_change
 
 COLUMNS = [("title", "string"), ("done", "boolean"), ("score", "number"), ("meta", "json")]
 
@@ -144,10 +145,13 @@ def test_evict_removes_the_given_rows(destination: Destination) -> None:
     assert destination.evict(layout, ["gone", "old"]) == 0
 
 
-def test_evict_takes_more_rows_than_one_statement_binds(destination: Destination) -> None:
+def test_evict_takes_more_rows_than_one_statement_binds(
+    destination: Destination, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(base, "EVICT_CHUNK", 2)  # three statements for five rows
     layout = destination.layout("todos", COLUMNS)
     destination.ensure_table(layout)
-    ids = [f"r{i:04}" for i in range(EVICT_CHUNK + 5)]
+    ids = [f"r{i}" for i in range(base.EVICT_CHUNK + 3)]
     destination.apply_changes(layout, [typed_change(layout, r, {"title": r}) for r in ids])
     assert destination.evict(layout, ids[1:]) == len(ids) - 1
     assert [r["row_id"] for r in destination.read_rows(layout)] == ids[:1]
