@@ -17,6 +17,8 @@ dbt tests share one worker (one JVM at a time, one dbt project dir).
 from __future__ import annotations
 
 import os
+import uuid
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -40,6 +42,23 @@ def require_postgres() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI is set: a missing server fails the test)", pytrace=False)
     pytest.skip(reason)
+
+
+def fresh_pg_database() -> str:
+    """The URL of a new, empty database on the test PostgreSQL server (after
+    :func:`require_postgres`)."""
+    require_postgres()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'create database "{name}"')
+    return urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}"))
+
+
+def drop_pg_database(url: str) -> None:
+    """Drop the database :func:`fresh_pg_database` made for ``url``."""
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'drop database "{name}" with (force)')
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

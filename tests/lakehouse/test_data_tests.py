@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,20 +21,12 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import encode
 from lakesync.schema import parse_schema
 
-from .conftest import Lake, make_lake
+from .conftest import Lake
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
 SCHEMA = parse_schema({"table": "items", "columns": [{"name": "title", "type": "string"}]})
 GW = "g1"
-
-
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
-    lk = make_lake(tmp_path_factory.mktemp("lake"))
-    yield lk
-    lk.spark.stop()
-    lk.log.close()
 
 
 def _insert(row: str, wall: int) -> RowDelta:

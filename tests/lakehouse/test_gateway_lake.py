@@ -100,18 +100,11 @@ def test_admin_registered_schema_reaches_the_scheduled_pipeline(tmp_path: Path) 
 def test_scheduled_runs_count_secondary_failures_on_the_gateways_metrics(tmp_path: Path) -> None:
     """The scheduled pipeline ships in the worker process; its failed writes to a fan-out
     secondary (MariaDB on a closed port) reach the gateway's own ``/metrics``."""
-    import uuid
-    from urllib.parse import urlsplit, urlunsplit
-
     import psycopg
 
-    from tests.conftest import PG_DSN, require_postgres
+    from tests.conftest import drop_pg_database, fresh_pg_database
 
-    require_postgres()
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f'create database "{name}"')
-    url = urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}"))
+    url = fresh_pg_database()
     config = tmp_path / "lakesync.yaml"
     config.write_text(
         "destinations:\n"
@@ -147,5 +140,4 @@ def test_scheduled_runs_count_secondary_failures_on_the_gateways_metrics(tmp_pat
             assert rows == [("n1", "hello")]
             assert gw.stop() in (0, -15)
     finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'drop database "{name}" with (force)')
+        drop_pg_database(url)

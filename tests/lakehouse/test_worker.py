@@ -127,18 +127,11 @@ def test_stop_during_a_run_terminates_the_worker(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_scheduled_run_ships_to_the_declared_destinations(tmp_path: Path) -> None:
     """The worker does what `lakesync pipeline run --config` does: dbt, then shipping."""
-    import uuid
-    from urllib.parse import urlsplit, urlunsplit
-
     import psycopg
 
-    from tests.conftest import PG_DSN, require_postgres
+    from tests.conftest import drop_pg_database, fresh_pg_database
 
-    require_postgres()
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f'create database "{name}"')
-    url = urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}"))
+    url = fresh_pg_database()
     config = tmp_path / "lakesync.yaml"
     config.write_text(
         "destinations:\n  pg:\n    kind: postgres\n    url: ${LAKESYNC_TEST_DEST_URL}\n"
@@ -165,5 +158,4 @@ def test_a_scheduled_run_ships_to_the_declared_destinations(tmp_path: Path) -> N
     finally:
         worker.close()
         store.close()
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'drop database "{name}" with (force)')
+        drop_pg_database(url)
