@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import atexit
 import contextvars
 import json
 import logging
-import logging.handlers
-import queue
 import re
 import time
 import uuid
@@ -121,29 +118,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-class _Rendered(logging.Formatter):
-    """A record :class:`~logging.handlers.QueueHandler` rendered already: its message, as is."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        """The rendered line."""
-        return record.getMessage()
-
-
 def configure_logging(level: str = "INFO", secrets: Iterable[str] = ()) -> None:
     """Send every log line of the process (gateway and uvicorn) to stderr as JSON, through one
-    :class:`RedactingFilter` (with the process's known ``secrets``) so no credential is logged.
-
-    A line is rendered where it is logged (with its request id) and written by a background
-    thread: the event loop never waits on the log file, which can take a millisecond per line
-    while the hot log's commits sync the same disk (an access line per request)."""
-    handler = logging.handlers.QueueHandler(queue.SimpleQueue())
+    :class:`RedactingFilter` (with the process's known ``secrets``) so no credential is logged."""
+    handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     handler.addFilter(RedactingFilter(secrets))
-    writer = logging.StreamHandler()
-    writer.setFormatter(_Rendered())
-    listener = logging.handlers.QueueListener(handler.queue, writer)
-    listener.start()
-    atexit.register(listener.stop)  # writes what is queued before the process exits
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
