@@ -246,21 +246,8 @@ class SyncService:
         if since < stamp and since != 0:
             pending = self.resyncs.get(gateway_id, client_id, since, stamp)
             if pending is not None:  # the next page of a paged first sync (api.services.resyncs)
-                applied = effective_rules(rules.rules, claims)
+                reader = await self._reader(gateway_id, claims, rules.rules, stamp, 0)
                 rows = await _run(self.store.read_rows, gateway_id, list(pending.keys[:limit]))
-                # Of the rows it wrote, only those it cannot see now matter: look up the page's.
-                hidden = [
-                    k
-                    for k, r in rows.items()
-                    if not visible(applied, claims, k[0], r.state.visible())
-                ]
-                written = (
-                    await _run(self.store.rows_written_among, gateway_id, client_id, hidden)
-                    if hidden
-                    else set()
-                )
-                fixed = ViewHistory.fixed(applied, claims)
-                reader = Reader(client_id, claims, applied, stamp, 0, fixed, frozenset(written))
                 return await self._resync_page(gateway_id, reader, pending, rows, limit)
         reader = await self._reader(gateway_id, claims, rules.rules, stamp, since)
         if since < stamp:
