@@ -68,7 +68,6 @@ __all__ = [
     "hidden_changed",
     "may_hold",
     "page_view",
-    "resync_page",
     "resync_view",
     "row_snapshot",
     "row_state_deltas",
@@ -100,7 +99,9 @@ def effective_rules(rules: SyncRules | None, claims: Mapping[str, Any]) -> SyncR
     return None if claims.get("role") == "admin" else rules
 
 
-def sees(rules: SyncRules | None, claims: Mapping[str, Any], table: str, state: RowState) -> bool:
+def sees(
+    rules: SyncRules | None, claims: Mapping[str, Any], table: str, state: RowState
+) -> bool:
     """Whether a client with ``claims`` sees a row in ``state`` under ``rules`` (admins see all)."""
     return visible(effective_rules(rules, claims), claims, table, state.visible())
 
@@ -321,28 +322,6 @@ def resync_view(
     """Snapshots of every row of a gateway the client sees or may hold: the resync after a
     rules or claims change, and the first sync of a fresh client (exactly its view)."""
     return _snapshots(rows, rows, reader, cache, history or {})
-
-
-def resync_page(
-    keys: Sequence[RowKey],
-    rows: Mapping[RowKey, RowRecord],
-    reader: Reader,
-    limit: int,
-    cache: SnapshotCache | None = None,
-) -> tuple[list[RowDelta], int]:
-    """One page of a fresh reader's first sync: the snapshots of the first rows of ``keys``
-    (what :func:`resync_view` gives them, in that order) up to ``limit`` deltas (a row's
-    snapshot is never split; a first row larger than ``limit`` makes a page alone). Returns the
-    deltas and how many keys the page consumed (a key missing from ``rows`` is consumed)."""
-    if reader.since != 0:
-        raise ValueError("a paged first sync is read from 0")
-    out: list[RowDelta] = []
-    for i, key in enumerate(keys):
-        part = _snapshots((key,), rows, reader, cache, {})
-        if out and len(out) + len(part) > limit:
-            return out, i
-        out.extend(part)
-    return out, len(keys)
 
 
 def check_write(

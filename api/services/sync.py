@@ -16,7 +16,6 @@ import anyio.to_thread
 from api.metrics import GatewayMetrics
 from api.services.hub import Connection, Hub
 from api.services.limits import RateLimiter
-from api.services.resyncs import PendingResync, ResyncPages
 from api.settings import GatewaySettings
 from api.store.base import (
     AppendResult,
@@ -35,7 +34,7 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
-from lakesync.rules import SyncRules, lookups, visible
+from lakesync.rules import SyncRules, lookups
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
 from lakesync.views import (
     Reader,
@@ -47,7 +46,6 @@ from lakesync.views import (
     effective_rules,
     hidden_changed,
     page_view,
-    resync_page,
     resync_view,
 )
 
@@ -95,7 +93,6 @@ class SyncService:
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst)
         self.draining = False
         self._snapshot_caches: dict[str, SnapshotCache] = {}
-        self.resyncs = ResyncPages()
 
     def snapshots(self, gateway_id: str) -> SnapshotCache:
         """The row-snapshot memo of one gateway."""
@@ -242,27 +239,10 @@ class SyncService:
             self.store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
         )
         stamp = max(rules.stamp, view)
-        cache = self.snapshots(gateway_id)
-        if since < stamp and since != 0:
-            pending = self.resyncs.get(gateway_id, client_id, since, stamp)
-            if pending is not None:  # the next page of a paged first sync (api.services.resyncs)
-                reader = await self._reader(gateway_id, claims, rules.rules, stamp, 0)
-                rows = await _run(self.store.read_rows, gateway_id, list(pending.keys[:limit]))
-                return await self._resync_page(gateway_id, reader, pending, rows, limit)
         reader = await self._reader(gateway_id, claims, rules.rules, stamp, since)
+        cache = self.snapshots(gateway_id)
         if since < stamp:
             snap = await self._resync_rows(gateway_id, reader)
-            if since == 0:
-                sent = [
-                    k
-                    for k, rec in snap.rows.items()
-                    if k in reader.written
-                    or visible(reader.rules, reader.claims, k[0], rec.state.visible())
-                ]
-                first = PendingResync(
-                    sent, stamp, max(snap.head, stamp), self.resyncs.first_cursor()
-                )
-                return await self._resync_page(gateway_id, reader, first, snap.rows, limit)
             history = await self._history(gateway_id, snap.rows, reader, snap.head)
             deltas = resync_view(snap.rows, reader, cache, history)
             return PullResult(deltas, max(snap.head, stamp, since), False)
@@ -273,26 +253,6 @@ class SyncService:
             page,
             since,
         )
-
-    async def _resync_page(
-        self,
-        gateway_id: str,
-        reader: Reader,
-        pending: PendingResync,
-        rows: Mapping[RowKey, RowRecord],
-        limit: int,
-    ) -> PullResult:
-        """A page of a fresh reader's first sync from ``pending`` (``rows`` holds the state of
-        at least its first ``limit`` rows); the rest is remembered under the next cursor. The
-        last page answers the first one's position with ``hasMore`` if the log has grown since:
-        the client then pulls what changed meanwhile (rows sent that left its view, too)."""
-        cache = self.snapshots(gateway_id)
-        deltas, used = resync_page(pending.keys[:limit], rows, reader, limit, cache)
-        if used == len(pending.keys):
-            grown = await _run(self.store.head) > pending.final
-            return PullResult(deltas, pending.final, grown)
-        rest = PendingResync(pending.keys[used:], pending.stamp, pending.final, pending.cursor + 1)
-        return PullResult(deltas, self.resyncs.put(gateway_id, reader.client_id, rest), True)
 
     async def _resync_rows(self, gateway_id: str, reader: Reader) -> Page:
         """The rows a resync must look at: for a fresh client under rules with an equality

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.services.resyncs import ResyncPages
 from lakesync.rules import parse_rules, visible
 from tests.api.helpers import Gateway, PlainReplica, Replica, auth, delta, token
 
@@ -186,102 +185,8 @@ def test_a_client_without_cell_clocks_follows_rows_in_and_out_of_its_view(
     check({})
     gateway.push(admin, "root", [delta("INSERT", "t1", "root", owner="alice", title="new")])
     check({("todos", "t1"): {"owner": "alice", "title": "new"}})  # revived: older cells null
-    set_rules(
-        gateway,
-        {
-            "version": 1,
-            "buckets": [
-                {
-                    "name": "none",
-                    "tables": [],
-                    "filters": [{"column": "owner", "op": "eq", "value": "nobody"}],
-                }
-            ],
-        },
-    )
+    set_rules(gateway, {"version": 1, "buckets": [{"name": "none", "tables": [], "filters": [
+        {"column": "owner", "op": "eq", "value": "nobody"}]}]})
     check({})
     set_rules(gateway, OWNER_RULES)
     check({("todos", "t1"): {"owner": "alice", "title": "new"}})
-
-
-def _first_sync_pages(
-    gateway: Gateway, tok: str, client_id: str, limit: int, forget_after: int | None = None
-) -> list[dict[str, Any]]:
-    """A fresh client's pull from 0 page by page, as a SPEC client follows it (serverHlc and
-    hasMore only); ``forget_after`` pages, the gateway loses its continuation records."""
-    pages: list[dict[str, Any]] = []
-    cursor = 0
-    while True:
-        r = gateway.pull_page(tok, client_id, cursor, limit)
-        assert r.status_code == 200, r.text
-        pages.append(r.json())
-        cursor = int(pages[-1]["serverHlc"])
-        if not pages[-1]["hasMore"]:
-            return pages
-        if forget_after is not None and len(pages) == forget_after:
-            gateway.http.app.state.service.resyncs = ResyncPages()
-        assert len(pages) < 1000, "the first sync never finished"
-
-
-def _fill_alice_and_bob(gateway: Gateway) -> None:
-    set_rules(gateway, OWNER_RULES)
-    mine = [delta("INSERT", f"a{i}", "alice", owner="alice", title=f"{i}") for i in range(7)]
-    # A row alice wrote and gave away: her first sync evicts it, and nothing else of bob's.
-    mine.append(delta("INSERT", "given", "alice", owner="bob", title="yours"))
-    assert gateway.push(ALICE, "alice", mine).status_code == 200
-    theirs = [delta("INSERT", f"b{i}", "bob", owner="bob", title=f"{i}") for i in range(5)]
-    assert gateway.push(BOB, "bob", theirs).status_code == 200
-
-
-def test_a_fresh_pull_under_rules_is_paged_by_limit(gateway: Gateway) -> None:
-    _fill_alice_and_bob(gateway)
-    (whole,) = _first_sync_pages(gateway, ALICE, "alice", 10_000)
-    pages = _first_sync_pages(gateway, ALICE, "alice", 3)
-    # Each of her rows is an eviction and an INSERT, the given row an eviction alone: seven
-    # pages of at most 3 deltas (a row's snapshot is never split across pages).
-    assert len(pages) == 7
-    assert all(len(p["deltas"]) <= 3 for p in pages)
-    assert [p["hasMore"] for p in pages] == [True] * 6 + [False]
-    cursors = [int(p["serverHlc"]) for p in pages]
-    assert cursors == sorted(set(cursors))
-    # The pages hold exactly the unpaged reply, and end at the same position.
-    paged = [d for p in pages for d in p["deltas"]]
-    assert sorted(d["deltaId"] for d in paged) == sorted(d["deltaId"] for d in whole["deltas"])
-    assert cursors[-1] == int(whole["serverHlc"])
-    assert not any(d["rowId"].startswith("b") for d in paged)
-    rep = Replica()
-    rep.apply(paged)
-    assert set(rep.rows()) == {("todos", f"a{i}") for i in range(7)}
-
-
-def test_rows_changed_between_pages_of_a_first_sync_converge(gateway: Gateway) -> None:
-    _fill_alice_and_bob(gateway)
-    rep = Replica()
-    r = gateway.pull_page(ALICE, "alice", 0, 4).json()
-    assert r["hasMore"]
-    rep.apply(r["deltas"])
-    rep.cursor = int(r["serverHlc"])
-    sent = {d["rowId"] for d in r["deltas"]}
-    # Meanwhile: a row she holds leaves her view, one not sent yet too, bob gives her a row.
-    held, unsent = sorted(sent - {"given"})[0], "a6"
-    assert unsent not in sent
-    gateway.push(ALICE, "alice", [delta("UPDATE", held, "alice", owner="bob")])
-    gateway.push(ALICE, "alice", [delta("UPDATE", unsent, "alice", owner="bob")])
-    gateway.push(BOB, "bob", [delta("UPDATE", "b0", "bob", owner="alice")])
-    gateway.sync(ALICE, "alice", rep, limit=4)
-    assert set(rep.rows()) == {
-        ("todos", f"a{i}") for i in range(7) if f"a{i}" not in (held, unsent)
-    } | {("todos", "b0")}
-
-
-def test_a_continuation_the_gateway_forgot_is_one_full_resync(gateway: Gateway) -> None:
-    _fill_alice_and_bob(gateway)
-    pages = _first_sync_pages(gateway, ALICE, "alice", 3, forget_after=2)
-    # Two pages, then the rest (the whole view again) in one reply: same rows in the end.
-    assert len(pages) == 3
-    rep = Replica()
-    for p in pages:
-        rep.apply(p["deltas"])
-    assert set(rep.rows()) == {("todos", f"a{i}") for i in range(7)}
-    paged = {d["rowId"] for p in pages for d in p["deltas"]}
-    assert not any(r.startswith("b") for r in paged)

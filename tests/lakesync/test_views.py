@@ -19,7 +19,6 @@ from lakesync.views import (
     effective_rules,
     may_hold,
     page_view,
-    resync_page,
     resync_view,
     row_snapshot,
 )
@@ -278,28 +277,3 @@ def test_admin_sees_everything_and_claims_hash_tracks_claims() -> None:
     assert effective_rules(RULES, ALICE) is RULES
     assert claims_hash(ALICE) == claims_hash(dict(reversed(list(ALICE.items()))))
     assert claims_hash(ALICE) != claims_hash(ALICE | {"team": "red"})
-
-
-def test_resync_page_gives_the_resync_view_in_pages_never_splitting_a_row() -> None:
-    rows = {
-        ("todos", "a"): record(d("INSERT", "a", 10, owner="alice", title="x")),
-        # Two clocks: an eviction, an INSERT and an UPDATE (3 deltas).
-        ("todos", "b"): record(
-            d("INSERT", "b", 11, owner="alice"), d("UPDATE", "b", 12, client="z", title="y")
-        ),
-        ("todos", "c"): record(d("INSERT", "c", 13, owner="bob")),  # not hers: nothing
-        ("todos", "d"): record(d("INSERT", "d", 14, owner="alice")),
-    }
-    keys = list(rows)
-    whole = resync_view(rows, reader())
-    first, used = resync_page(keys, rows, reader(), 4)
-    assert (len(first), used) == (2, 1)  # b's 3 deltas would overflow the page
-    second, used2 = resync_page(keys[used:], rows, reader(), 4)
-    assert (len(second), used2) == (3, 2)  # b alone, then c gives nothing, d would overflow
-    third, used3 = resync_page(keys[used + used2 :], rows, reader(), 4)
-    assert used + used2 + used3 == len(keys)
-    assert [*first, *second, *third] == whole
-    # A row larger than the limit makes a page alone; a key without a row is consumed.
-    assert resync_page([("todos", "gone"), ("todos", "b")], rows, reader(), 1)[1] == 2
-    with pytest.raises(ValueError):
-        resync_page(keys, rows, reader(since=5), 4)
