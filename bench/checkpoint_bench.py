@@ -5,8 +5,9 @@ table. A fresh :class:`client.LakeSyncClient` (SQLite replica on disk) first syn
 gateway has no checkpoint (a plain pull from ``since=0``, pages of 10,000); then the benchmark
 publishes the store's rows as a checkpoint (as the gateway's lake job does after a pipeline run,
 :func:`lakehouse.checkpoints.write_checkpoint`, on the same store) and a second fresh client
-syncs through it. Printed: rows/s of both (wall time of ``sync()``, replica writes included),
-and the checkpoint stream alone (download and decode, no replica): rows/s and MiB/s. With
+syncs through it. Printed: rows/s of both (wall time of ``sync()``, replica writes included;
+and the CPU seconds the client and the gateway process spent, the figure to compare on a shared
+machine), and the checkpoint stream alone (download and decode, no replica): rows/s and MiB/s. With
 ``--rules`` the gateway has the rule ``owner = jwt:sub`` and also holds N/10 rows of another
 owner: the client must end with exactly its N rows (filtered at serve time).
 
@@ -16,6 +17,7 @@ Run from the repository root: ``.venv/bin/python -m bench.checkpoint_bench [--ro
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -83,23 +85,32 @@ def fill(url: str, n: int, owner: str = "alice", first: int = 0) -> None:
             assert r.status_code == 200, r.text
 
 
-def initial_sync(url: str, path: Path, n: int) -> float:
-    """A fresh client's first ``sync()``: seconds; checks it holds the ``n`` rows."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has spent so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def initial_sync(gw: ServerProcess, path: Path, n: int) -> tuple[float, float, float]:
+    """A fresh client's first ``sync()``: (seconds, client CPU s, gateway CPU s); checks it
+    holds the ``n`` rows."""
+    assert gw.proc is not None
     with LakeSyncClient(
         str(path),
-        url=url,
+        url=gw.url,
         gateway_id="gw1",
         token=token("alice"),
         schemas=[TODOS],
         pull_limit=10_000,
-        # Under rules a pull from 0 is one unpaged reply of the client's whole view.
         timeout=600,
     ) as c:
-        started = time.perf_counter()
+        gateway_cpu = cpu_seconds(gw.proc.pid)
+        started, cpu = time.perf_counter(), time.process_time()
         c.sync()
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+        gateway_cpu = cpu_seconds(gw.proc.pid) - gateway_cpu
         assert c.query("select count(*) as n from todos") == [{"n": n}]
-    return elapsed
+    return elapsed, cpu, gateway_cpu
 
 
 def stream_only(url: str) -> tuple[float, int, int]:
@@ -141,7 +152,7 @@ def main() -> None:
             if args.rules:
                 # Rows alice must not receive: her replica holds exactly her n rows.
                 fill(gw.url, n // 10, "bob", first=n)
-            pull_s = initial_sync(gw.url, Path(tmp) / "pull.db", n)
+            pull = initial_sync(gw, Path(tmp) / "pull.db", n)
 
             store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
             page = store.read_all_rows("gw1")
@@ -149,7 +160,7 @@ def main() -> None:
             built = write_checkpoint(store, "gw1", page.head, sorted(page.rows.items()))
             build_s = time.perf_counter() - started
             assert built is not None
-            checkpoint_s = initial_sync(gw.url, Path(tmp) / "checkpoint.db", n)
+            checkpoint = initial_sync(gw, Path(tmp) / "checkpoint.db", n)
             stream_s, deltas, size = stream_only(gw.url)
     finally:
         if store is not None:
@@ -157,8 +168,15 @@ def main() -> None:
         drop_pg_schema(schema)
     mode = f"rules owner = jwt:sub, +{n // 10:,} rows of bob" if args.rules else "no rules"
     print(f"initial sync of {n:,} rows ({mode}; PostgreSQL store; replica on disk)")
-    print(f"  plain pull from 0      {pull_s:7.2f} s  {n / pull_s:10,.0f} rows/s")
-    print(f"  through the checkpoint {checkpoint_s:7.2f} s  {n / checkpoint_s:10,.0f} rows/s")
+    for label, (wall, cpu, gateway_cpu) in (
+        ("plain pull from 0     ", pull),
+        ("through the checkpoint", checkpoint),
+    ):
+        print(
+            f"  {label} {wall:7.2f} s  {n / wall:10,.0f} rows/s  (CPU: client {cpu:.2f} s,"
+            f" gateway {gateway_cpu:.2f} s; {n / cpu:,.0f} rows per client CPU-second)"
+        )
+    print(f"  load average {os.getloadavg()[0]:.1f}")
     print(
         f"  checkpoint stream only {stream_s:7.2f} s  {n / stream_s:10,.0f} rows/s"
         f"  {size / stream_s / 2**20:6.1f} MiB/s  ({deltas:,} deltas, {size / 2**20:.1f} MiB,"

@@ -10,6 +10,7 @@ dir, seeds it with ``--rows`` rows over HTTP, then times a fresh client's ``sync
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import statistics
 import tempfile
@@ -126,11 +127,14 @@ def bench_e2e(rows: int, url: str, secret: str, tmp: Path, transport: str) -> No
         transport=transport,  # type: ignore[arg-type]
         pull_limit=5000,
     ) as c:
-        t0 = time.perf_counter()
+        t0, cpu = time.perf_counter(), time.process_time()
         c.sync()
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu
         got = c.query(f"select count(*) as n from {table}")[0]["n"]
-    print(f"initial sync over {transport:9s} ({got} rows): {got / dt:10.0f} rows/s ({dt:.2f} s)")
+    print(
+        f"initial sync over {transport:9s} ({got} rows): {got / dt:10.0f} rows/s ({dt:.2f} s;"
+        f" client CPU {cpu:.2f} s, load {os.getloadavg()[0]:.1f})"
+    )
 
 
 def main() -> None:
