@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakehouse.settings import LANDING_NAMESPACE
 from lakesync.hlc import encode
@@ -36,14 +36,17 @@ def aged_rows(catalog: Catalog, gateway_id: str, table: str, before: datetime) -
     first merged anything."""
     import pyarrow as pa
     import pyarrow.compute as pc
+    from pyiceberg.expressions import And, EqualTo
+
+    # EqualTo's own __init__ takes (term, literal); mypy sees pydantic's field signature instead.
+    equal: Any = EqualTo
 
     if not catalog.table_exists(ROWS_MERGED):
         return []
     rows = (
         catalog.load_table(ROWS_MERGED)
         .scan(
-            # Both are validated identifiers (letters, digits, underscores): nothing to escape.
-            row_filter=f"gateway_id = '{gateway_id}' and table_name = '{table}'",
+            row_filter=And(equal("gateway_id", gateway_id), equal("table_name", table)),
             selected_fields=("row_id", "write_hlc", "delete_hlc"),
         )
         .to_arrow()
