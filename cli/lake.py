@@ -78,6 +78,7 @@ def run_command(
         settings = LakeSettings.from_config(cfg, data_dir)
         result = run_pipeline(
             settings=settings,
+            config=cfg,
             full_refresh=full_refresh,
             tests=not no_tests,
             on_progress=on_progress,
@@ -121,14 +122,17 @@ def generate_command(
             "--into", help="Model directory (default: generated/ of the dbt project, git-ignored)."
         ),
     ] = None,
+    config: ConfigOption = None,
 ) -> None:
-    """Write the current-state model of every registered table into the dbt project, so a
-    plain `dbt build` from the repo root builds the analytics tables too."""
+    """Write the current-state model of every registered table, and the change-set model of
+    every declared destination and table, into the dbt project, so a plain `dbt build` from the
+    repo root builds the analytics tables and the change sets too."""
     from lakehouse.runner import generate_models
 
-    result = generate_models(LakeSettings.from_env(data_dir), into)
+    cfg = load_config(config)
+    result = generate_models(LakeSettings.from_config(cfg, data_dir), into, cfg)
     names = ", ".join(result.models) or "none (no table is registered yet)"
-    typer.echo(f"{len(result.models)} current-state models: {names}")
+    typer.echo(f"{len(result.models)} models: {names}")
 
 
 def _parse_as_of(value: str) -> datetime:

@@ -40,6 +40,7 @@ __all__ = [
     "TableLayout",
     "add_columns",
     "apply_deletes",
+    "change_set_query",
     "clear_staging",
     "create_dataset",
     "create_staging",
@@ -543,26 +544,58 @@ def select_change_set(
     and table ``:table_name`` that stopped being live since, with ``_deleted`` true and null
     columns. ``_position`` is the row's landing position (ingest HLC). Both tables are one dbt
     build's, so a row is in exactly one branch; the two scans need no join (each reads only its
-    files past the position) and run as parallel tasks.
+    files past the position) and run as parallel tasks. The generated change-set dbt models
+    (:func:`lakehouse.models.render_change_set_model`) are the same query
+    (:func:`change_set_query`) with ``ref()`` calls and the destination's watermark in place of the
+    parameters.
     """
-    layout = TableLayout(table, list(columns), "hard", None, ())
     for part in (*rows, *current):
         validate_identifier(part, "lake namespace or table")
-    a = exp.Table(this=_ident(layout.table), db=_ident(current[0]),
-                  alias=exp.TableAlias(this=_ident("a")))
-    r = exp.Table(this=_ident(rows[-1]), db=_ident(rows[0]) if len(rows) > 1 else None,
-                  alias=exp.TableAlias(this=_ident("r")))
+    named = [*current, table]
+    query = change_set_query(
+        table,
+        columns,
+        rows=exp.Table(this=_ident(rows[-1]), db=_ident(rows[0]) if len(rows) > 1 else None),
+        current=exp.Table(this=_ident(named[-1]), db=_ident(named[-2])),
+        gateway_id=_param("gateway_id"),
+        table_name=_param("table_name"),
+        since=_param("since"),
+    )
+    return _sql(query, "spark")
+
+
+def change_set_query(
+    table: str,
+    columns: Sequence[tuple[str, str]],
+    *,
+    rows: exp.Table,
+    current: exp.Table,
+    gateway_id: exp.Expression,
+    table_name: exp.Expression,
+    since: exp.Expression,
+    deleted: str = DELETED,
+) -> exp.Expression:
+    """The change-set query's AST (Spark): ``row_id``, the typed columns, ``deleted`` (the row
+    stopped being live) and ``_position``, from the current-state table ``current`` and the
+    merged rows ``rows``, for the gateway, table name and watermark expressions given (bound
+    parameters, or a dbt model's literals and Jinja). See :func:`select_change_set`."""
+    layout = TableLayout(table, list(columns), "hard", None, ())
+    validate_identifier(deleted, "change-set column")
+    a = current.copy()
+    a.set("alias", exp.TableAlias(this=_ident("a")))
+    r = rows.copy()
+    r.set("alias", exp.TableAlias(this=_ident("r")))
     live = (
         exp.select(
             _col("row_id", "a"),
             *(_col(n, "a") for n in layout.column_names),
-            exp.alias_(exp.false(), DELETED, quoted=True),
+            exp.alias_(exp.false(), deleted, quoted=True),
             exp.alias_(_col("_ingest_hlc", "a"), POSITION, quoted=True),
         )
         .from_(a)
         .where(exp.and_(
-            exp.EQ(this=_col("gateway_id", "a"), expression=_param("gateway_id")),
-            exp.GT(this=_col("_ingest_hlc", "a"), expression=_param("since")),
+            exp.EQ(this=_col("gateway_id", "a"), expression=gateway_id.copy()),
+            exp.GT(this=_col("_ingest_hlc", "a"), expression=since.copy()),
         ))
     )
     gone = (
@@ -574,13 +607,13 @@ def select_change_set(
         )
         .from_(r)
         .where(exp.and_(
-            exp.EQ(this=_col("gateway_id", "r"), expression=_param("gateway_id")),
-            exp.EQ(this=_col("table_name", "r"), expression=_param("table_name")),
-            exp.GT(this=_col("last_ingest_hlc", "r"), expression=_param("since")),
+            exp.EQ(this=_col("gateway_id", "r"), expression=gateway_id.copy()),
+            exp.EQ(this=_col("table_name", "r"), expression=table_name.copy()),
+            exp.GT(this=_col("last_ingest_hlc", "r"), expression=since.copy()),
             exp.Not(this=_col("is_live", "r")),
         ))
     )
-    return _sql(exp.union(live, gone, distinct=False), "spark")
+    return exp.union(live, gone, distinct=False)
 
 
 def _watermarks(qualifier: Sequence[str]) -> TableLayout:

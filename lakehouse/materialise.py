@@ -1,13 +1,17 @@
 """Ship the lake's change sets to the declared destinations (``lakesync materialise``).
 
-Per destination and table: read the destination's watermark, select the change set since it
-from the dbt models (the live rows of ``analytics.<table>`` and the rows gone from
-``int_rows_merged`` past it, two scans and no join, see
-:func:`destinations.statements.select_change_set`), have Spark's executors write it in parallel
-over JDBC into the destination's staging table, then one set-based upsert and delete apply it
-and the watermark moves, in one destination transaction. For BigQuery the executors write the
-change set as newline-delimited JSON files, bulk-loaded into its staging table by one load job,
-then one ``MERGE`` and a delete apply it and the watermark moves (no transaction there; a re-run
+Per destination and table, the change set is a dbt model
+(``lakesync_changes.changes__<destination>__<table>``, :mod:`lakehouse.change_sets`): the live
+rows of ``analytics.<table>`` and the rows gone from ``int_rows_merged`` past the destination's
+watermark, two scans and no join (:func:`destinations.statements.change_set_query`).
+``lakesync pipeline run`` builds them in its own ``dbt build`` from the watermarks read just
+before; here, the change sets not built from their destination's current watermark are first
+rebuilt in one dbt invocation. Then per table: read the watermark, check the change set was built
+from it, have Spark's executors write the change set in parallel over JDBC into the
+destination's staging table, then one set-based upsert and delete apply it and the watermark
+moves, in one destination transaction. For BigQuery the executors write the change set as
+newline-delimited JSON files, bulk-loaded into its staging table by one load job, then one
+``MERGE`` and a delete apply it and the watermark moves (no transaction there; a re-run
 converges). Other destinations (the lake) get the change set through the driver. A run killed
 at any point leaves the watermark where the last commit put it; the next run ships the same
 rows again, which converges (each row carries its whole state). One failing destination or
@@ -37,21 +41,36 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from destinations.base import Change, Destination
+from destinations.base import Change, Destination, DestinationError
 from destinations.bigquery import BigQueryDestination
 from destinations.factory import open_destination
 from destinations.metrics import DestinationMetrics
 from destinations.routing import FanOutDestination, open_declared
 from destinations.sql import SqlDestination
-from destinations.statements import TableLayout, select_change_set, staging_name
+from destinations.statements import DELETED, TableLayout, staging_name
 from lakehouse.catalog import open_catalog, require_lake
+from lakehouse.change_sets import (
+    NONE,
+    build_vars,
+    built_since,
+    planned_change_sets,
+    read_watermarks,
+    schemas_by_gateway,
+    stale_change_sets,
+)
 from lakehouse.lifecycle import aged_rows
-from lakehouse.models import table_columns
-from lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
+from lakehouse.models import (
+    DELETED_COLUMN,
+    ChangeSetModel,
+    prepare_project,
+    table_columns,
+    write_change_set_models,
+    write_models,
+)
+from lakehouse.settings import CHANGES_NAMESPACE, LakeSettings
 from lakehouse.spark import spark_session
 from lakesync.config import Config
 from lakesync.destinations import DestinationSpec, shipped_on_their_own
@@ -88,18 +107,6 @@ class ShipResult:
     """Rows lifecycle tiering took out of the destination (its ``hot_window``)."""
 
 
-def _schemas_by_gateway(settings: LakeSettings, config: Config) -> dict[str, list[TableSchema]]:
-    from lakehouse.registry import registered_schemas
-
-    out: dict[str, dict[str, TableSchema]] = {}
-    for gw, schema in registered_schemas(open_catalog(settings)):
-        out.setdefault(gw, {})[schema.table] = schema
-    for gw, gateway in config.gateways.items():
-        for schema in gateway.schemas:
-            out.setdefault(gw, {}).setdefault(schema.table, schema)
-    return {gw: list(tables.values()) for gw, tables in out.items()}
-
-
 def materialise(
     settings: LakeSettings,
     config: Config,
@@ -112,13 +119,15 @@ def materialise(
     one result per (destination, table)."""
     results, report = _collector(on_result)
     now = datetime.now(UTC)
+    unbuilt = _build_stale_change_sets(settings, config)
     for spec, dest, schema, columns in _declared_tables(settings, config, metrics, report):
         session = spark or spark_session(settings)
         fan_out = dest if isinstance(dest, FanOutDestination) else None
         target = (dest if fan_out is None else fan_out.primary).for_table(schema.table)
-        result = _ship_table(session, spec, target, schema, columns)
+        result = _ship_table(session, settings, spec, target, schema, columns, unbuilt)
         if fan_out is not None:
-            failed = _ship_secondaries(session, fan_out, schema, columns, metrics)
+            failed = _ship_secondaries(session, settings, fan_out, schema, columns, metrics,
+                                       unbuilt)
             result = replace(result, secondary_failures=failed)
         if result.error is None:
             result = _evict(settings, result, target, schema, columns, now)
@@ -126,19 +135,50 @@ def materialise(
     return results
 
 
+def _build_stale_change_sets(settings: LakeSettings, config: Config) -> str | None:
+    """Rebuild, in one dbt invocation, the change sets not built from their destination's
+    current watermark (none after a ``lakesync pipeline run`` that nothing shipped since).
+    Returns dbt's error if that build failed (the shipments it concerns report it)."""
+    from lakehouse.runner import PipelineError, dbt_invoke, registered_table_schemas
+
+    require_lake(settings)
+    tables = table_columns(registered_table_schemas(settings, config))
+    models = planned_change_sets(settings, config, tables)
+    marks = read_watermarks(settings, config.destinations, models)
+    stale = stale_change_sets(settings, marks, models)
+    if not stale:
+        return None
+    # The same files `lakesync pipeline run` writes (unchanged files are not rewritten).
+    generated = prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
+    write_models(generated, tables)
+    write_change_set_models(generated, models)
+    spark_session(settings)  # dbt-spark's getOrCreate() then reuses it
+    args = ["build", "--exclude-resource-type", "unit_test", *build_vars(marks, models),
+            "--select", *(f"{m.name}+" for m in stale)]
+    try:
+        dbt_invoke(settings, args)
+    except PipelineError as exc:
+        _log.warning("rebuilding change sets failed: %s", exc.message)
+        return exc.message
+    return None
+
+
 def _ship_secondaries(
     spark: SparkSession,
+    settings: LakeSettings,
     fan_out: FanOutDestination,
     schema: TableSchema,
     columns: Sequence[tuple[str, str]],
     metrics: DestinationMetrics | None,
+    unbuilt: str | None,
 ) -> int:
     """Ship ``schema``'s table to each fan-out secondary from that secondary's own watermark
     (so one that missed runs is caught up by the next), best effort: a failure is logged and
     counted, never raised. Returns how many secondaries failed."""
     failed = 0
     for name, secondary in fan_out.secondaries.items():
-        result = _ship_table(spark, secondary.spec, secondary, schema, columns)
+        result = _ship_table(spark, settings, secondary.spec, secondary, schema, columns,
+                             unbuilt)
         if result.error is None:
             continue
         failed += 1
@@ -203,7 +243,7 @@ def _declared_tables(
     """Each declared destination (with its routes and secondaries) and each table it ships, with
     the table's lake columns; a destination that cannot be opened is reported and skipped."""
     require_lake(settings)
-    by_gateway = _schemas_by_gateway(settings, config)
+    by_gateway = schemas_by_gateway(settings, config)
     # The lake keeps one typed table per name (the union of every gateway's columns).
     columns = table_columns(s for schemas in by_gateway.values() for s in schemas)
 
@@ -249,10 +289,12 @@ def _evict(
 
 def _ship_table(
     spark: SparkSession,
+    settings: LakeSettings,
     spec: DestinationSpec,
     dest: Destination,
     schema: TableSchema,
     columns: Sequence[tuple[str, str]],
+    unbuilt: str | None,
 ) -> ShipResult:
     started = time.monotonic()
     steps: dict[str, float] = {}
@@ -269,13 +311,8 @@ def _ship_table(
         layout = dest.layout(table, columns, schema.external_id_column)
         dest.ensure_table(layout)
         since = dest.watermark(table)
+        frame = _change_set(spark, settings, dest.spec.name, table, since, unbuilt)
         step("prepare")
-        frame = spark.sql(
-            select_change_set(table, columns, (LANDING_NAMESPACE, "int_rows_merged"),
-                              (ANALYTICS_NAMESPACE,)),
-            args={"gateway_id": spec.gateway, "table_name": table,
-                  "since": Decimal(-1 if since is None else since)},
-        )
         if isinstance(dest, SqlDestination):
             # One Spark job: the query's rows go straight to the staging table; the database
             # then counts them and finds their greatest position inside the apply transaction.
@@ -306,6 +343,31 @@ def _ship_table(
         raise
     return ShipResult(spec.name, table, count, position,
                       elapsed_s=time.monotonic() - started, steps=steps)
+
+
+def _change_set(
+    spark: SparkSession,
+    settings: LakeSettings,
+    destination: str,
+    table: str,
+    since: int | None,
+    unbuilt: str | None,
+) -> DataFrame:
+    """The change-set model of ``table`` for ``destination``, which must have been built from
+    the watermark ``since`` (the destination's), with the staging column names."""
+    model = ChangeSetModel(destination, "", table, ())
+    mark = NONE if since is None else since
+    built = built_since(settings, [model]).get(model.name)
+    if built != mark:
+        why = f" (dbt: {unbuilt})" if unbuilt else ""
+        raise DestinationError(
+            f"change set {CHANGES_NAMESPACE}.{model.name} is not built from watermark {mark} "
+            f"(built from {'nothing' if built is None else built}){why}; the next "
+            "`lakesync pipeline run` or `lakesync materialise` rebuilds it"
+        )
+    return spark.table(f"{CHANGES_NAMESPACE}.{model.name}").withColumnRenamed(
+        DELETED_COLUMN, DELETED
+    )
 
 
 def _load_staging(dest: SqlDestination, layout: TableLayout, rows: DataFrame) -> None:

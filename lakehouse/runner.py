@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.bootstrap import bootstrap
 from lakehouse.catalog import landing_state, late_landing_sequence, open_catalog, require_lake
+from lakehouse.change_sets import build_vars, planned_change_sets, read_watermarks
 from lakehouse.models import (
     GENERATED,
     LINKED,
@@ -32,10 +33,12 @@ from lakehouse.models import (
     model_name,
     prepare_project,
     table_columns,
+    write_change_set_models,
     write_models,
 )
 from lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakehouse.spark import spark_session
+from lakesync.config import Config
 from lakesync.errors import LakeSyncError
 from lakesync.schema import TableSchema
 
@@ -81,28 +84,43 @@ class PipelineResult:
     elapsed_s: float
     models: list[str] = field(default_factory=list)
     """Every generated current-state model."""
+    change_sets: list[str] = field(default_factory=list)
+    """The destination change-set models built (one per declared destination and table)."""
     position: int | None = None
     """Landing position (ingest HLC) the models are complete through."""
 
 
-def registered_table_schemas(settings: LakeSettings) -> list[TableSchema]:
+def registered_table_schemas(
+    settings: LakeSettings, config: Config | None = None
+) -> list[TableSchema]:
     """Every registered schema: the ones the gateways published to ``lakesync.table_schemas``
-    (admin routes and their ``lakesync.yaml``) plus those in this process's ``lakesync.yaml``."""
+    (admin routes and their ``lakesync.yaml``) plus those in ``config`` (default: this process's
+    ``lakesync.yaml``)."""
     from lakehouse.registry import registered_schemas
     from lakesync.config import load_config
 
-    config = load_config()
+    config = config or load_config()
     published = [s for _, s in registered_schemas(open_catalog(settings))]
     return [*published, *(s for gw in config.gateways.values() for s in gw.schemas)]
 
 
-def generate_models(settings: LakeSettings, directory: Path | None = None) -> GeneratedModels:
-    """Write the current-state model of every registered table into ``directory`` (default: the
-    dbt project's own ``generated/`` model path, which git ignores), so a plain ``dbt build``
-    from the project builds the marts too (``lakesync pipeline generate``)."""
+def generate_models(
+    settings: LakeSettings, directory: Path | None = None, config: Config | None = None
+) -> GeneratedModels:
+    """Write the current-state model of every registered table and the change-set model of
+    every destination ``config`` declares (default: this process's ``lakesync.yaml``) into
+    ``directory`` (default: the dbt project's own ``generated/`` model path, which git ignores),
+    so a plain ``dbt build`` from the project builds the marts and change sets too
+    (``lakesync pipeline generate``). ``models`` of the result lists both kinds."""
+    from lakesync.config import load_config
+
     require_lake(settings)
-    tables = table_columns(registered_table_schemas(settings))
-    return write_models(directory or settings.dbt_project_dir / GENERATED, tables)
+    config = config or load_config()
+    tables = table_columns(registered_table_schemas(settings, config))
+    into = directory or settings.dbt_project_dir / GENERATED
+    generated = write_models(into, tables)
+    changes = write_change_set_models(into, planned_change_sets(settings, config, tables))
+    return GeneratedModels([*generated.models, *changes], generated.changed)
 
 
 @contextmanager
@@ -268,22 +286,37 @@ def run_pipeline(
     *,
     settings: LakeSettings | None = None,
     schemas: Sequence[TableSchema] | None = None,
+    config: Config | None = None,
     full_refresh: bool = False,
     tests: bool = True,
     on_progress: ProgressCallback | None = None,
 ) -> PipelineResult:
-    """Build every model once: read new landing rows, merge them, refresh ``analytics.<table>``.
+    """Build every model once: read new landing rows, merge them, refresh ``analytics.<table>``,
+    and build the change set of each destination ``config`` declares (default: this process's
+    ``lakesync.yaml``) from the watermark it is at (:mod:`lakehouse.change_sets`; a destination
+    whose watermark cannot be read keeps its last change set).
 
     ``schemas`` defaults to :func:`registered_table_schemas`; a table
     whose column list changed since the last run is rebuilt in full. ``tests`` runs the data
     tests after each model (``dbt build``). Raises :class:`PipelineError` if a model or test fails.
     """
+    from lakesync.config import load_config
+
     started = time.monotonic()
     settings = settings or LakeSettings.from_env(data_dir)
+    config = config or load_config()
     bootstrap(settings)
-    tables = table_columns(registered_table_schemas(settings) if schemas is None else schemas)
+    tables = table_columns(
+        registered_table_schemas(settings, config) if schemas is None else schemas
+    )
     generated_dir = prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
     generated = write_models(generated_dir, tables)
+    change_sets = planned_change_sets(settings, config, tables)
+    write_change_set_models(generated_dir, change_sets)
+    marks = read_watermarks(settings, config.destinations, change_sets)
+    for name, error in marks.unreadable.items():
+        _log.warning("change set %s not built: its destination's watermark is unreadable (%s)",
+                     name, error)
     spark = spark_session(settings)
     before_pos = _position(spark)
     landing_seq, late, covered = _landing_sequence(settings)
@@ -300,14 +333,23 @@ def run_pipeline(
 
     # Unit tests check the SQL, not the data: CI runs them (`dbt test --select test_type:unit`).
     args = ["build", "--exclude-resource-type", "unit_test"] if tests else ["run"]
+    if change_sets:
+        args += build_vars(marks, change_sets)
+    # A model's `+` also names its change sets and data tests.
+    changed = [f"{name}+" for name in generated.changed]
+    exclude = [f"{name}+" for name in marks.unreadable]
     if full_refresh:
         args.append("--full-refresh")
-    elif generated.changed:
-        args += ["--exclude", *generated.changed]
+    else:
+        exclude += changed
+    if exclude:
+        args += ["--exclude", *exclude]
     dbt_invoke(settings, args, on_progress)
-    if generated.changed and not full_refresh:
+    if changed and not full_refresh:
         # New columns: rebuild those tables so cells that landed before the change show up.
-        rebuild = [args[0], "--full-refresh", "--select", *generated.changed]
+        rebuild = [*args[: args.index("--exclude")], "--full-refresh", "--select", *changed]
+        if marks.unreadable:
+            rebuild += ["--exclude", *(f"{name}+" for name in marks.unreadable)]
         dbt_invoke(settings, rebuild, on_progress)
 
     _mark_consumed(settings, landing_seq, covered)
@@ -323,6 +365,7 @@ def run_pipeline(
         elapsed_s=time.monotonic() - started,
         models=[model_name(t) for t in sorted(tables)],
         position=_position(spark),
+        change_sets=sorted(m.name for m in change_sets if m.name not in marks.unreadable),
     )
 
 

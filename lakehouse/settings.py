@@ -36,6 +36,7 @@ from lakesync.errors import ConfigError
 __all__ = [
     "ANALYTICS_NAMESPACE",
     "CATALOG_NAME",
+    "CHANGES_NAMESPACE",
     "LANDING_NAMESPACE",
     "LANDING_TABLE",
     "LakeSettings",
@@ -47,6 +48,8 @@ CATALOG_NAME = "lake"
 LANDING_NAMESPACE = "lakesync"
 LANDING_TABLE = "landing"
 ANALYTICS_NAMESPACE = "analytics"
+CHANGES_NAMESPACE = "lakesync_changes"
+"""The destinations' change-set models (:mod:`lakehouse.change_sets`)."""
 
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")

@@ -122,6 +122,7 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
         settings = LakeSettings.from_config(config, data_dir)
         result = run_pipeline(
             settings=settings,
+            config=config,
             full_refresh=request.full_refresh,
             tests=request.tests,
             on_progress=lambda node, status: _log.info("%-8s %s", status, node),

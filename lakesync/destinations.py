@@ -52,6 +52,7 @@ __all__ = [
     "DestinationSpec",
     "parse_destinations",
     "parse_window",
+    "receivers",
     "redact_url",
     "resolve_url",
     "shipped_on_their_own",
@@ -229,6 +230,12 @@ def shipped_on_their_own(specs: Mapping[str, DestinationSpec]) -> list[Destinati
     or ``secondaries`` (those are written through the one naming them)."""
     used = {t for s in specs.values() for t in [*s.routes.values(), *s.secondaries]}
     return [s for s in specs.values() if s.name not in used]
+
+
+def receivers(spec: DestinationSpec, table: str) -> list[str]:
+    """The destinations ``table`` lands in when ``spec`` (a destination shipped on its own)
+    ships it: its route's target, else ``spec`` itself, then each fan-out secondary."""
+    return [spec.routes.get(table, spec.name), *spec.secondaries]
 
 
 def resolve_url(

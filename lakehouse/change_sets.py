@@ -1,0 +1,173 @@
+"""Destination change sets as dbt models: which exist, which watermark each needs, and keeping
+them built for the watermark their destination is at.
+
+Every declared destination gets one change-set model per table it receives
+(:class:`lakehouse.models.ChangeSetModel`): a routed table belongs to the destination its route
+names, and each fan-out secondary has its own, since it keeps its own watermark. The models read
+the destinations' watermarks from the var ``lakesync_watermarks`` and record the one they were
+built from (table property ``lakesync.since``).
+
+``lakesync pipeline run`` builds them inside its own ``dbt build``, with the watermarks read just
+before (:func:`build_vars`), so shipping right after finds them ready. ``lakesync materialise``
+alone (or after a destination moved on) rebuilds, in one dbt invocation, the change sets whose
+recorded watermark is not their destination's (:func:`stale_change_sets`). A change set built from
+watermark ``W`` holds every row past ``W`` at the lake state it was built from; shipping it to a
+destination at ``W`` is exactly right, and rows the lake merged after the build are past the
+watermark the shipment leaves, so the next change set has them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from destinations.factory import open_destination
+from lakehouse.catalog import open_catalog
+from lakehouse.models import SINCE_PROPERTY, ChangeSetModel, TableColumns
+from lakehouse.settings import CHANGES_NAMESPACE, LakeSettings
+from lakesync.config import Config
+from lakesync.destinations import DestinationSpec, receivers, shipped_on_their_own
+from lakesync.errors import LakeSyncError
+from lakesync.schema import TableSchema
+
+__all__ = [
+    "Watermarks",
+    "build_vars",
+    "built_since",
+    "plan_change_sets",
+    "planned_change_sets",
+    "read_watermarks",
+    "schemas_by_gateway",
+    "stale_change_sets",
+]
+
+_log = logging.getLogger(__name__)
+
+NONE = -1
+"""The watermark of a destination that was never shipped to (every row is past it)."""
+
+
+def plan_change_sets(
+    destinations: Mapping[str, DestinationSpec],
+    tables_by_gateway: Mapping[str, Iterable[str]],
+    columns: TableColumns,
+) -> list[ChangeSetModel]:
+    """Every change-set model the declared ``destinations`` need (pure), in a stable order."""
+    out: dict[str, ChangeSetModel] = {}
+    for spec in shipped_on_their_own(destinations):
+        for table in tables_by_gateway.get(spec.gateway, ()):
+            if not spec.ships(table):
+                continue
+            for name in receivers(spec, table):
+                model = ChangeSetModel(name, spec.gateway, table, tuple(columns[table]))
+                out.setdefault(f"{name}\0{table}", model)
+    return sorted(out.values(), key=lambda m: (m.destination, m.table))
+
+
+def schemas_by_gateway(settings: LakeSettings, config: Config) -> dict[str, list[TableSchema]]:
+    """Each gateway's table schemas: those published to the lake's registry, then those of
+    ``config``'s gateways that the registry does not have."""
+    from lakehouse.registry import registered_schemas
+
+    out: dict[str, dict[str, TableSchema]] = {}
+    for gw, schema in registered_schemas(open_catalog(settings)):
+        out.setdefault(gw, {})[schema.table] = schema
+    for gw, gateway in config.gateways.items():
+        for schema in gateway.schemas:
+            out.setdefault(gw, {}).setdefault(schema.table, schema)
+    return {gw: list(tables.values()) for gw, tables in out.items()}
+
+
+def planned_change_sets(
+    settings: LakeSettings, config: Config, columns: TableColumns
+) -> list[ChangeSetModel]:
+    """The change-set models ``config``'s destinations need, for the tables in ``columns`` (the
+    lake's typed tables)."""
+    if not config.destinations:
+        return []
+    tables = {
+        gw: [s.table for s in schemas if s.table in columns]
+        for gw, schemas in schemas_by_gateway(settings, config).items()
+    }
+    return plan_change_sets(config.destinations, tables, columns)
+
+
+@dataclass(frozen=True, slots=True)
+class Watermarks:
+    """Each change set's destination watermark (``NONE`` if never shipped), and the change sets
+    whose destination could not be read (with why)."""
+
+    positions: dict[str, int]
+    """Model name -> watermark."""
+    unreadable: dict[str, str]
+    """Model name -> the error reading its destination's watermark."""
+
+    def as_var(self, models: Sequence[ChangeSetModel]) -> dict[str, dict[str, int]]:
+        """The ``lakesync_watermarks`` var: ``{destination: {table: position}}``."""
+        out: dict[str, dict[str, int]] = {}
+        for m in models:
+            if m.name in self.positions:
+                out.setdefault(m.destination, {})[m.table] = self.positions[m.name]
+        return out
+
+
+def read_watermarks(
+    settings: LakeSettings,
+    destinations: Mapping[str, DestinationSpec],
+    models: Sequence[ChangeSetModel],
+) -> Watermarks:
+    """Read each change set's destination watermark; a destination that cannot be opened or
+    read is reported per model, never raised."""
+    positions: dict[str, int] = {}
+    unreadable: dict[str, str] = {}
+    by_destination: dict[str, list[ChangeSetModel]] = {}
+    for m in models:
+        by_destination.setdefault(m.destination, []).append(m)
+    for name, wanted in by_destination.items():
+        try:
+            with open_destination(destinations[name], lake=settings) as dest:
+                for m in wanted:
+                    found = dest.watermark(m.table)
+                    positions[m.name] = NONE if found is None else found
+        except LakeSyncError as exc:
+            for m in wanted:
+                if m.name not in positions:
+                    unreadable[m.name] = exc.message
+    return Watermarks(positions, unreadable)
+
+
+def build_vars(marks: Watermarks, models: Sequence[ChangeSetModel]) -> list[str]:
+    """dbt arguments passing the watermarks (``--vars``)."""
+    import json
+
+    return ["--vars", json.dumps({"lakesync_watermarks": marks.as_var(models)})]
+
+
+def built_since(settings: LakeSettings, models: Sequence[ChangeSetModel]) -> dict[str, int]:
+    """The watermark each built change set records (a model not built, or whose build did not
+    finish, is absent)."""
+    catalog = open_catalog(settings)
+    out: dict[str, int] = {}
+    if (CHANGES_NAMESPACE,) not in catalog.list_namespaces():
+        return out
+    existing = {ident[-1] for ident in catalog.list_tables(CHANGES_NAMESPACE)}
+    for m in models:
+        if m.name not in existing:
+            continue
+        value = catalog.load_table(f"{CHANGES_NAMESPACE}.{m.name}").properties.get(SINCE_PROPERTY)
+        if value is not None:
+            out[m.name] = int(value)
+    return out
+
+
+def stale_change_sets(
+    settings: LakeSettings, marks: Watermarks, models: Sequence[ChangeSetModel]
+) -> list[ChangeSetModel]:
+    """The change sets not built from their destination's current watermark (unreadable
+    destinations left out: their shipment reports the error)."""
+    built = built_since(settings, models)
+    return [
+        m for m in models
+        if m.name in marks.positions and built.get(m.name) != marks.positions[m.name]
+    ]
