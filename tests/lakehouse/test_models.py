@@ -1,4 +1,5 @@
-"""Generated current-state models: rendering, schema union, change detection, project links."""
+"""Generated models: current state (rendering, schema union, change detection, project links)
+and destination change sets (which exist, their SQL, their files)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,19 @@ from pathlib import Path
 
 import pytest
 
+import sqlglot
+
+from lakehouse.change_sets import plan_change_sets
 from lakehouse.models import (
+    ChangeSetModel,
     prepare_project,
+    render_change_set_model,
     render_model,
     table_columns,
+    write_change_set_models,
     write_models,
 )
+from lakesync.destinations import parse_destinations
 from lakesync.errors import ConfigError
 from lakesync.schema import parse_schema
 
@@ -59,3 +67,65 @@ def test_prepare_project_links_the_repository_project(tmp_path: Path) -> None:
     assert generated == run_dir / "generated" and generated.is_dir()
     assert (run_dir / "dbt_project.yml").read_text() == "name: x\n"
     assert (run_dir / "models").resolve() == (source / "models").resolve()
+
+
+def _destinations(**bodies: dict[str, object]):  # type: ignore[no-untyped-def]
+    base = {"kind": "postgres", "url": "postgresql://h/db", "gateway": "gw1"}
+    return parse_destinations({n: {**base, **b} for n, b in bodies.items()}, "lakesync.yaml")
+
+
+def test_change_sets_are_planned_per_receiving_destination_and_table() -> None:
+    specs = _destinations(
+        main={"tables": ["todos"], "routes": {"notes": "archive"}, "secondaries": ["copy"]},
+        archive={"tables": []},
+        copy={"kind": "mysql", "url": "mysql://h/db", "tables": []},
+        other={"gateway": "gw2"},
+    )
+    columns = {"todos": [("title", "string")], "notes": [("body", "string")],
+               "tags": [("name", "string")]}
+    planned = plan_change_sets(specs, {"gw1": ["todos", "notes", "tags"], "gw2": ["tags"]},
+                               columns)
+    assert [(m.destination, m.gateway, m.table) for m in planned] == [
+        ("archive", "gw1", "notes"),  # a routed table belongs to its route's destination
+        ("copy", "gw1", "notes"),  # a secondary gets every table shipped through the primary
+        ("copy", "gw1", "todos"),
+        ("main", "gw1", "todos"),  # `tags` is not among main's tables
+        ("other", "gw2", "tags"),
+    ]
+    assert planned[-1].name == "changes__other__tags"
+    assert planned[-1].columns == (("name", "string"),)
+
+
+def test_a_change_set_model_is_the_change_set_query_with_refs_and_the_watermark() -> None:
+    text = render_change_set_model(ChangeSetModel(
+        "pg", "gw1", "todos", (("title", "string"), ("n", "number"))
+    ))
+    assert "lakesync_change_set_mark(\"pg\", \"todos\")" in text
+    assert "lakesync_change_set_unmark()" in text
+    assert '{{ ref("analytics__todos") }}' in text and '{{ ref("int_rows_merged") }}' in text
+    assert text.count('{{ lakesync_since("pg", "todos") }}') == 2  # both branches
+    # With the Jinja replaced the body is one valid Spark query of the typed columns.
+    body = text.split("\n", 2)[2]
+    for call, table in (('{{ ref("analytics__todos") }}', "analytics.todos"),
+                        ('{{ ref("int_rows_merged") }}', "lakesync.int_rows_merged"),
+                        ('{{ lakesync_since("pg", "todos") }}', "7")):
+        body = body.replace(call, table)
+    query = sqlglot.parse_one(body, read="spark")
+    first = query.args["this"] if isinstance(query, sqlglot.exp.Union) else query
+    assert first.named_selects == ["row_id", "title", "n", "_is_deleted", "_position"]
+    assert "'gw1'" in body and "CAST(NULL AS DOUBLE)" in body
+
+
+def test_write_change_set_models_drops_undeclared_and_refuses_a_name_clash(
+    tmp_path: Path,
+) -> None:
+    a = ChangeSetModel("pg", "gw1", "todos", (("t", "string"),))
+    b = ChangeSetModel("pg", "gw1", "notes", (("t", "string"),))
+    assert write_change_set_models(tmp_path, [a, b]) == ["changes__pg__notes", "changes__pg__todos"]
+    assert write_change_set_models(tmp_path, [a]) == ["changes__pg__todos"]
+    assert sorted(p.name for p in (tmp_path / "changes").iterdir()) == [
+        "_changes__models.yml", "changes__pg__todos.sql"
+    ]
+    clash = [ChangeSetModel("a__b", "gw1", "c", ()), ChangeSetModel("a", "gw1", "b__c", ())]
+    with pytest.raises(ConfigError, match="changes__a__b__c"):
+        write_change_set_models(tmp_path, clash)

@@ -1,6 +1,6 @@
 """Acceptance (issue 10): `dbt build` from the root of a fresh clone, as the README shows, builds
-everything (staging, intermediate and the current-state marts) and runs the dbt data and unit
-tests with plain dbt: no Python UDF, no runner.
+everything (staging, intermediate, the current-state marts and the declared destinations' change
+sets) and runs the dbt data and unit tests with plain dbt: no Python UDF, no runner.
 
 The "clone" is a copy of the files git tracks (the working tree's content, so the test checks what
 is about to be committed); its lake is the default data dir ``.lakesync`` inside it.
@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from api.store.sqlite import SqliteHotLog
 from cli.main import main as lakesync
@@ -95,12 +96,13 @@ def test_dbt_build_from_a_fresh_clone_builds_the_marts_with_plain_dbt(tmp_path: 
     finally:
         log.close()
     publish_schemas(open_catalog(settings), [("gw1", TODOS)])
-    assert (
-        lakesync(
-            ["pipeline", "generate", "--data-dir", str(data), "--into", str(clone / "generated")]
-        )
-        == 0
-    )
+    config = clone / "lakesync.yaml"
+    config.write_text(yaml.safe_dump({"destinations": {"pg": {
+        "kind": "postgres", "url": "postgresql://127.0.0.1/unused", "gateway": "gw1",
+    }}}))
+    generate = ["pipeline", "generate", "--data-dir", str(data), "--into",
+                str(clone / "generated"), "--config", str(config)]
+    assert lakesync(generate) == 0
 
     dbt = Path(sys.executable).with_name("dbt")
     run = subprocess.run(
@@ -127,3 +129,40 @@ def test_dbt_build_from_a_fresh_clone_builds_the_marts_with_plain_dbt(tmp_path: 
     by_row = {r[0]: r[1:] for r in result.rows}
     assert by_row["r1"] == ("b", 1.0, False, '{"k":[1]}')
     assert by_row["r3"] == ("é 😀", 2.5, True, None)
+
+    # The destination's change set: without the watermark var, every row (r2 deleted, typed nulls).
+    assert "changes__pg__todos" in run.stdout
+    changes = _change_set(settings)
+    assert {r[0]: r[1:5] for r in changes} == {
+        "r1": ("b", 1.0, False, False), "r2": (None, None, None, True),
+        "r3": ("é 😀", 2.5, True, False),
+    }
+    assert _built_since(settings) == "-1"
+
+    # With the watermark a destination is at (as `lakesync pipeline run` passes it): the rows
+    # past it only, and the table records it.
+    positions = sorted({r[5] for r in changes})
+    mark = positions[-2]
+    run = subprocess.run(
+        [str(dbt), "run", "--select", "tag:lakesync_change_set",
+         "--vars", f"{{lakesync_watermarks: {{pg: {{todos: {mark}}}}}}}"],
+        check=False, cwd=clone, env=env, capture_output=True, text=True, timeout=1200,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert sorted(r[0] for r in _change_set(settings)) == sorted(
+        r[0] for r in changes if r[5] > mark
+    )
+    assert _built_since(settings) == str(mark)
+
+
+def _change_set(settings: LakeSettings) -> list[tuple[object, ...]]:
+    return run_query(
+        settings,
+        "select row_id, title, n, done, _is_deleted, _position "
+        "from lakesync_changes.changes__pg__todos",
+    ).rows
+
+
+def _built_since(settings: LakeSettings) -> str | None:
+    table = open_catalog(settings).load_table("lakesync_changes.changes__pg__todos")
+    return table.properties.get("lakesync.since")
