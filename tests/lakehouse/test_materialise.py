@@ -293,3 +293,91 @@ def test_a_secondary_that_missed_a_run_is_caught_up_by_the_next(
     with open_destination(back.destinations["copy"], env={}) as copy, \
             open_destination(primary, env={}) as app:
         assert copy.watermark("caught") == app.watermark("caught") is not None
+
+
+READIED = parse_schema({"table": "readied", "columns": [{"name": "title", "type": "string"}]})
+BROKEN = parse_schema({"table": "broken", "columns": [{"name": "title", "type": "string"}]})
+
+
+def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as_built(
+    lake: Lake, databases: tuple[str, str]
+) -> None:
+    """The pipeline's dbt build builds each destination's change set from the watermark the
+    destination is at; shipping reads that table as built (no rebuild); a change set built from
+    another watermark is rebuilt before shipping, never shipped; one that cannot be rebuilt
+    fails its table only, and the next run converges."""
+    from lakehouse.catalog import open_catalog
+
+    gw = "gw_models"
+    pg_url, _ = databases
+    spec = DestinationSpec("postgres", pg_url, gw, name="app")
+    config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
+                    gateways={gw: GatewayConfig(gw, [READIED, BROKEN])},
+                    destinations={"app": spec})
+    catalog = open_catalog(lake.settings)
+
+    def change_set(table: str) -> tuple[str | None, int | None, list[tuple[Any, ...]]]:
+        """The model's recorded watermark, its snapshot and its (row_id, deleted) rows."""
+        ident = f"lakesync_changes.changes__app__{table}"
+        built = catalog.load_table(ident)
+        snap = built.current_snapshot()
+        rows = lake.spark.sql(f"select row_id, _is_deleted from {ident}").collect()
+        return (built.properties.get("lakesync.since"), snap and snap.snapshot_id,
+                sorted((r[0], r[1]) for r in rows))
+
+    def titles(table: str) -> dict[str, str]:
+        with open_destination(spec, env={}) as dest:
+            got = dest.read_rows(dest.layout(table, [("title", "string")]))
+        return {r["row_id"]: r["title"] for r in got if r.get("deleted_at") is None}
+
+    def ship() -> dict[str, Any]:
+        return {r.table: r for r in materialise(lake.settings, config, spark=lake.spark)}
+
+    def insert(table: str, row: str, title: str, at: int) -> RowDelta:
+        return RowDelta.create("INSERT", table, row, "c1", {"title": title}, at << 16)
+
+    lake.land(gw, [insert(t, f"{t[0]}{i}", f"v{i}", 5000 + i)
+                   for t in ("readied", "broken") for i in range(4)])
+    result = run_pipeline(settings=lake.settings, schemas=[READIED, BROKEN], tests=True,
+                          config=config)
+    assert result.change_sets == ["changes__app__broken", "changes__app__readied"]
+    since, snap, rows = change_set("readied")
+    assert since == "-1" and rows == [(f"r{i}", False) for i in range(4)]
+
+    shipped = ship()
+    assert (shipped["readied"].rows, shipped["readied"].error) == (4, None)
+    assert change_set("readied")[1] == snap  # shipped as the pipeline built it
+    assert titles("readied") == {f"r{i}": f"v{i}" for i in range(4)}
+    mark = shipped["readied"].position
+    assert mark is not None
+
+    # Alone, materialise finds the change set built from -1, not from the new watermark: it
+    # rebuilds it (empty now) instead of shipping it again.
+    assert ship()["readied"].rows == 0
+    assert change_set("readied")[0] == str(mark)
+
+    # New changes: the next pipeline run builds them from the watermark.
+    lake.land(gw, [
+        RowDelta.create("UPDATE", "readied", "r1", "c1", {"title": "new"}, 5100 << 16),
+        RowDelta.create("DELETE", "readied", "r2", "c1", {}, 5101 << 16),
+        insert("broken", "b9", "v9", 5102),
+    ])
+    run_pipeline(settings=lake.settings, schemas=[READIED, BROKEN], tests=True, config=config)
+    assert change_set("readied")[0::2] == (str(mark), [("r1", False), ("r2", True)])
+    assert ship()["readied"].rows == 2
+    assert titles("readied") == {"r0": "v0", "r1": "new", "r3": "v3"}
+
+    # A change set that cannot be rebuilt (its current-state table is gone) fails its table
+    # and ships nothing stale; the other table ships; the next run converges.
+    lake.land(gw, [insert("readied", "r7", "v7", 5200), insert("broken", "b8", "v8", 5201)])
+    run_pipeline(settings=lake.settings, schemas=[READIED, BROKEN], tests=False)  # no config
+    catalog.drop_table("analytics.broken")
+    before = titles("broken")
+    failed = ship()
+    assert failed["readied"].error is None and failed["readied"].rows == 1
+    assert failed["broken"].error is not None
+    assert "changes__app__broken is not built from watermark" in failed["broken"].error
+    assert titles("broken") == before
+    run_pipeline(settings=lake.settings, schemas=[READIED, BROKEN], tests=False, config=config)
+    assert ship()["broken"].error is None
+    assert titles("broken") == {**{f"b{i}": f"v{i}" for i in range(4)}, "b8": "v8", "b9": "v9"}
