@@ -39,14 +39,23 @@ def ship(settings: LakeSettings, config: Config, lifecycle_only: bool = False) -
     """Ship every declared destination (then tier those with a ``hot_window``) and print what
     happened; raise :class:`MaterialiseError` naming the failures, after shipping everything
     else. ``lifecycle_only`` runs the tiering alone (no Spark)."""
-    from lakehouse.materialise import materialise, tier
+    from lakehouse.materialise import ShipResult, materialise, tier
 
     if not config.destinations:
         Console(stderr=True).print(
             "no destinations declared: add a destinations: section to lakesync.yaml"
         )
         return
-    results = tier(settings, config) if lifecycle_only else materialise(settings, config)
+    with Console(stderr=True).status("starting Spark …") as status:
+        def shipped(r: ShipResult) -> None:
+            status.update(f"{r.destination}/{r.table} done …")
+
+        def building(node: str, state: str) -> None:
+            status.update(f"building change set {node} …" if state == "started"
+                          else f"{node}: {state} …")
+
+        results = (tier(settings, config, on_result=shipped) if lifecycle_only
+                   else materialise(settings, config, on_result=shipped, on_progress=building))
     table = Table(title="lifecycle" if lifecycle_only else "materialise")
     for heading in ("destination", "table", "rows", "evicted", "watermark", "time", "status"):
         table.add_column(heading)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from destinations.factory import open_destination
 from lakehouse.catalog import open_catalog
@@ -31,10 +32,14 @@ from lakesync.destinations import DestinationSpec, receivers, shipped_on_their_o
 from lakesync.errors import LakeSyncError
 from lakesync.schema import TableSchema
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 __all__ = [
     "Watermarks",
     "build_vars",
     "built_since",
+    "drop_undeclared",
     "plan_change_sets",
     "planned_change_sets",
     "read_watermarks",
@@ -171,3 +176,21 @@ def stale_change_sets(
         m for m in models
         if m.name in marks.positions and built.get(m.name) != marks.positions[m.name]
     ]
+
+
+def drop_undeclared(
+    settings: LakeSettings, spark: SparkSession, models: Sequence[ChangeSetModel]
+) -> list[str]:
+    """Drop (with their files) the change-set tables no declared destination needs any more
+    (a destination or table removed from the configuration). Returns their names."""
+    catalog = open_catalog(settings)
+    if (CHANGES_NAMESPACE,) not in catalog.list_namespaces():
+        return []
+    wanted = {m.name for m in models}
+    gone = sorted(i[-1] for i in catalog.list_tables(CHANGES_NAMESPACE) if i[-1] not in wanted)
+    for name in gone:
+        quoted = name.replace("`", "``")
+        spark.sql(f"drop table if exists {CHANGES_NAMESPACE}.`{quoted}` purge")
+        _log.info("dropped change set %s.%s: no declared destination needs it", CHANGES_NAMESPACE,
+                  name)
+    return gone

@@ -3,10 +3,10 @@
 :func:`compact` runs the ``lakesync_maintain_table`` macro (``macros/maintenance.sql``: Iceberg's
 ``rewrite_data_files``, ``rewrite_manifests``, ``expire_snapshots`` and ``remove_orphan_files``
 procedures) as a ``dbt run-operation`` for the landing table and every other table of the
-landing and ``analytics`` namespaces, one table at a time, on the process's Spark session (the
-one :func:`lakehouse.runner.run_pipeline` uses), and reports each table's data files and bytes
-before and after. ``lakesync compact`` calls it; ``lakesync up`` asks its warm pipeline worker
-for it every ``compaction_interval`` seconds (:mod:`lakehouse.worker`).
+landing, ``analytics`` and ``lakesync_changes`` namespaces, one table at a time, on the process's
+Spark session (the one :func:`lakehouse.runner.run_pipeline` uses), and reports each table's data
+files and bytes before and after. ``lakesync compact`` calls it; ``lakesync up`` asks its warm
+pipeline worker for it every ``compaction_interval`` seconds (:mod:`lakehouse.worker`).
 
 Safe while the flusher appends to the landing table: every procedure commits optimistically
 (Iceberg retries on a concurrent commit, and a rewrite never drops files it did not read), and
@@ -32,7 +32,12 @@ from lakehouse.catalog import (
     require_lake,
 )
 from lakehouse.runner import PipelineError, dbt_invoke
-from lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
+from lakehouse.settings import (
+    ANALYTICS_NAMESPACE,
+    CHANGES_NAMESPACE,
+    LANDING_NAMESPACE,
+    LakeSettings,
+)
 from lakehouse.spark import spark_session
 
 if TYPE_CHECKING:
@@ -67,12 +72,14 @@ CompactionProgress = Callable[[TableCompaction], None]
 
 
 def maintained_tables(settings: LakeSettings) -> list[str]:
-    """The landing table first, then every other table of the landing and ``analytics``
-    namespaces (the registry, the intermediate and the current-state models), sorted."""
+    """The landing table first, then every other table of the landing, ``analytics`` and
+    ``lakesync_changes`` namespaces (the registry, the intermediate and the current-state models,
+    the destinations' change sets: rebuilt by every run, their old snapshots expire here),
+    sorted."""
     catalog = open_catalog(settings)
     others = sorted(
         ".".join(ident)
-        for namespace in (LANDING_NAMESPACE, ANALYTICS_NAMESPACE)
+        for namespace in (LANDING_NAMESPACE, ANALYTICS_NAMESPACE, CHANGES_NAMESPACE)
         if (namespace,) in catalog.list_namespaces()
         for ident in catalog.list_tables(namespace)
     )

@@ -114,12 +114,14 @@ def materialise(
     spark: SparkSession | None = None,
     on_result: Callable[[ShipResult], None] | None = None,
     metrics: DestinationMetrics | None = None,
+    on_progress: Callable[[str, str], None] | None = None,
 ) -> list[ShipResult]:
     """Ship every declared destination's tables, then tier those with a ``hot_window``; returns
-    one result per (destination, table)."""
+    one result per (destination, table). ``on_progress`` gets the dbt nodes of a change-set
+    rebuild (as :func:`lakehouse.runner.dbt_invoke` reports them)."""
     results, report = _collector(on_result)
     now = datetime.now(UTC)
-    unbuilt = _build_stale_change_sets(settings, config)
+    unbuilt = _build_stale_change_sets(settings, config, on_progress)
     for spec, dest, schema, columns in _declared_tables(settings, config, metrics, report):
         session = spark or spark_session(settings)
         fan_out = dest if isinstance(dest, FanOutDestination) else None
@@ -135,7 +137,9 @@ def materialise(
     return results
 
 
-def _build_stale_change_sets(settings: LakeSettings, config: Config) -> str | None:
+def _build_stale_change_sets(
+    settings: LakeSettings, config: Config, on_progress: Callable[[str, str], None] | None
+) -> str | None:
     """Rebuild, in one dbt invocation, the change sets not built from their destination's
     current watermark (none after a ``lakesync pipeline run`` that nothing shipped since).
     Returns dbt's error if that build failed (the shipments it concerns report it)."""
@@ -156,7 +160,7 @@ def _build_stale_change_sets(settings: LakeSettings, config: Config) -> str | No
     args = ["build", "--exclude-resource-type", "unit_test", *build_vars(marks, models),
             "--select", *(f"{m.name}+" for m in stale)]
     try:
-        dbt_invoke(settings, args)
+        dbt_invoke(settings, args, on_progress)
     except PipelineError as exc:
         _log.warning("rebuilding change sets failed: %s", exc.message)
         return exc.message

@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from lakehouse.bootstrap import bootstrap
 from lakehouse.catalog import landing_state, late_landing_sequence, open_catalog, require_lake
-from lakehouse.change_sets import build_vars, planned_change_sets, read_watermarks
+from lakehouse.change_sets import (
+    build_vars,
+    drop_undeclared,
+    planned_change_sets,
+    read_watermarks,
+)
 from lakehouse.models import (
     GENERATED,
     LINKED,
@@ -353,6 +358,7 @@ def run_pipeline(
         dbt_invoke(settings, rebuild, on_progress)
 
     _mark_consumed(settings, landing_seq, covered)
+    drop_undeclared(settings, spark, change_sets)
     after = _snapshots(settings, list(tables))
     # A MERGE that matched nothing still commits an empty snapshot: count only real changes.
     updated = sorted(

@@ -161,3 +161,15 @@ def test_an_unreachable_route_fails_only_its_tables(pg_and_maria_urls: tuple[str
             dest.ensure_table(dest.layout("events", COLUMNS))
     with pytest.raises(DestinationError, match="cannot connect"):
         open_declared(specs["gone"], specs, open_one)  # the destination itself: an error
+
+
+@pytest.mark.parametrize("namespace", ["lakesync", "analytics", "lakesync_changes"])
+def test_a_lake_destination_cannot_ship_into_the_pipelines_namespaces(namespace: str) -> None:
+    from destinations.lake import lake_namespace
+    from lakesync.destinations import DestinationSpec
+    from lakesync.errors import ConfigError
+
+    spec = DestinationSpec("lake", f"lake://{namespace}", "gw1", name="export")
+    with pytest.raises(ConfigError, match="belongs to the pipeline"):
+        lake_namespace(spec, spec.url)
+    assert lake_namespace(spec, "lake://exports") == "exports"

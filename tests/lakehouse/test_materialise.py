@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import msgspec
 import psycopg
 import pymysql
 import pytest
@@ -381,3 +382,10 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     run_pipeline(settings=lake.settings, schemas=[READIED, BROKEN], tests=False, config=config)
     assert ship()["broken"].error is None
     assert titles("broken") == {**{f"b{i}": f"v{i}" for i in range(4)}, "b8": "v8", "b9": "v9"}
+
+    # A table no declared destination receives any more loses its change set (table and files).
+    narrowed = DestinationSpec("postgres", pg_url, gw, ["readied"], name="app")
+    run_pipeline(settings=lake.settings, schemas=[READIED, BROKEN], tests=False,
+                 config=msgspec.structs.replace(config, destinations={"app": narrowed}))
+    assert catalog.table_exists("lakesync_changes.changes__app__readied")
+    assert not catalog.table_exists("lakesync_changes.changes__app__broken")

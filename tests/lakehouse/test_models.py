@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 import sqlglot
 
 from lakehouse.change_sets import plan_change_sets
