@@ -21,25 +21,33 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from destinations.factory import open_destination
 from lakehouse.catalog import open_catalog
-from lakehouse.models import SINCE_PROPERTY, ChangeSetModel, TableColumns
-from lakehouse.settings import CHANGES_NAMESPACE, LakeSettings
+from lakehouse.models import DRAINED_PROPERTY, SINCE_PROPERTY, ChangeSetModel, TableColumns
+from lakehouse.settings import (
+    ANALYTICS_NAMESPACE,
+    CHANGES_NAMESPACE,
+    LANDING_NAMESPACE,
+    LakeSettings,
+)
 from lakesync.config import Config
 from lakesync.destinations import DestinationSpec, receivers, shipped_on_their_own
 from lakesync.errors import LakeSyncError
 from lakesync.schema import TableSchema
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "BuiltChangeSet",
     "Watermarks",
     "build_vars",
-    "built_since",
+    "built_change_sets",
     "drop_undeclared",
+    "mark_drained",
     "plan_change_sets",
     "planned_change_sets",
     "read_watermarks",
@@ -149,32 +157,101 @@ def build_vars(marks: Watermarks, models: Sequence[ChangeSetModel]) -> list[str]
     return ["--vars", json.dumps({"lakesync_watermarks": marks.as_var(models)})]
 
 
-def built_since(settings: LakeSettings, models: Sequence[ChangeSetModel]) -> dict[str, int]:
-    """The watermark each built change set records (a model not built, or whose build did not
-    finish, is absent)."""
+@dataclass(frozen=True, slots=True)
+class BuiltChangeSet:
+    """What a change-set table says of itself."""
+
+    since: int | None
+    """The watermark it was built from (None: never built, or its last build did not finish)."""
+    drained: int | None
+    """The watermark a shipment of it left its destination at: at the lake state it was built
+    from, nothing is past that watermark."""
+    current: bool
+    """It was built after the last data change of the tables it reads."""
+
+    def serves(self, mark: int) -> Literal["ship", "empty", "rebuild"]:
+        """For a destination at watermark ``mark``: ship the table as built, ship nothing (it
+        was shipped up to ``mark`` and the lake has not changed since it was built), or it must
+        be rebuilt first."""
+        if self.since == mark:
+            return "ship"
+        if self.drained == mark and self.current:
+            return "empty"
+        return "rebuild"
+
+
+UNBUILT = BuiltChangeSet(None, None, False)
+
+_CHANGE_KEYS = ("added-data-files", "deleted-data-files", "added-delete-files",
+                "removed-delete-files")
+
+
+def _last_change_ms(table: Table) -> int:
+    """When ``table``'s data last changed (its newest snapshot that added or removed files; a
+    MERGE that matched nothing commits a snapshot that changes none)."""
+    for snap in sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True):
+        props = snap.summary.additional_properties if snap.summary else {}
+        if any(int(props.get(key, "0")) > 0 for key in _CHANGE_KEYS):
+            return snap.timestamp_ms
+    return 0
+
+
+def built_change_sets(
+    settings: LakeSettings, models: Sequence[ChangeSetModel]
+) -> dict[str, BuiltChangeSet]:
+    """What each change-set table says of itself (:data:`UNBUILT` when it does not exist)."""
     catalog = open_catalog(settings)
-    out: dict[str, int] = {}
+    out = dict.fromkeys((m.name for m in models), UNBUILT)
     if (CHANGES_NAMESPACE,) not in catalog.list_namespaces():
         return out
     existing = {ident[-1] for ident in catalog.list_tables(CHANGES_NAMESPACE)}
+    changed: dict[str, int] = {}
+
+    def last_change(ident: str) -> int:
+        if ident not in changed:
+            found = catalog.table_exists(ident)
+            changed[ident] = _last_change_ms(catalog.load_table(ident)) if found else 2**63
+        return changed[ident]
+
     for m in models:
         if m.name not in existing:
             continue
-        value = catalog.load_table(f"{CHANGES_NAMESPACE}.{m.name}").properties.get(SINCE_PROPERTY)
-        if value is not None:
-            out[m.name] = int(value)
+        table = catalog.load_table(f"{CHANGES_NAMESPACE}.{m.name}")
+        props, snap = table.properties, table.current_snapshot()
+        inputs = (f"{ANALYTICS_NAMESPACE}.{m.table}", f"{LANDING_NAMESPACE}.int_rows_merged")
+        current = snap is not None and all(snap.timestamp_ms >= last_change(i) for i in inputs)
+        out[m.name] = BuiltChangeSet(
+            _int(props.get(SINCE_PROPERTY)), _int(props.get(DRAINED_PROPERTY)), current
+        )
     return out
+
+
+def _int(value: str | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def mark_drained(settings: LakeSettings, model: ChangeSetModel, position: int) -> None:
+    """Record that a shipment of ``model`` left its destination at watermark ``position`` (best
+    effort: without it the next ``lakesync materialise`` rebuilds the change set, which is
+    correct, only slower)."""
+    try:
+        table = open_catalog(settings).load_table(f"{CHANGES_NAMESPACE}.{model.name}")
+        with table.transaction() as tx:
+            tx.set_properties({DRAINED_PROPERTY: str(position)})
+    except Exception as exc:
+        _log.warning("could not mark change set %s shipped through %d (%s); the next "
+                     "materialise rebuilds it", model.name, position, exc)
 
 
 def stale_change_sets(
     settings: LakeSettings, marks: Watermarks, models: Sequence[ChangeSetModel]
 ) -> list[ChangeSetModel]:
-    """The change sets not built from their destination's current watermark (unreadable
-    destinations left out: their shipment reports the error)."""
-    built = built_since(settings, models)
+    """The change sets that must be rebuilt before their destination's current watermark can
+    be served (unreadable destinations left out: their shipment reports the error)."""
+    built = built_change_sets(settings, models)
     return [
         m for m in models
-        if m.name in marks.positions and built.get(m.name) != marks.positions[m.name]
+        if m.name in marks.positions and built[m.name].serves(marks.positions[m.name]) == "rebuild"
     ]
 
 

@@ -55,7 +55,8 @@ from lakehouse.catalog import open_catalog, require_lake
 from lakehouse.change_sets import (
     NONE,
     build_vars,
-    built_since,
+    built_change_sets,
+    mark_drained,
     planned_change_sets,
     read_watermarks,
     schemas_by_gateway,
@@ -315,9 +316,12 @@ def _ship_table(
         layout = dest.layout(table, columns, schema.external_id_column)
         dest.ensure_table(layout)
         since = dest.watermark(table)
-        frame = _change_set(spark, settings, dest.spec.name, table, since, unbuilt)
+        model = ChangeSetModel(dest.spec.name, spec.gateway, table, ())
+        frame = _change_set(spark, settings, model, since, unbuilt)
         step("prepare")
-        if isinstance(dest, SqlDestination):
+        if frame is None:  # shipped up to this watermark, and the lake has not changed since
+            count, position = 0, since
+        elif isinstance(dest, SqlDestination):
             # One Spark job: the query's rows go straight to the staging table; the database
             # then counts them and finds their greatest position inside the apply transaction.
             _load_staging(dest, layout, frame)
@@ -336,6 +340,8 @@ def _ship_table(
         step("apply")
         if count == 0:
             position = since
+        if frame is not None:
+            mark_drained(settings, model, NONE if position is None else position)
     except LakeSyncError as exc:
         return ShipResult(spec.name, table, error=exc.message,
                           elapsed_s=time.monotonic() - started)
@@ -352,22 +358,24 @@ def _ship_table(
 def _change_set(
     spark: SparkSession,
     settings: LakeSettings,
-    destination: str,
-    table: str,
+    model: ChangeSetModel,
     since: int | None,
     unbuilt: str | None,
-) -> DataFrame:
-    """The change-set model of ``table`` for ``destination``, which must have been built from
-    the watermark ``since`` (the destination's), with the staging column names."""
-    model = ChangeSetModel(destination, "", table, ())
+) -> DataFrame | None:
+    """The change-set table of ``model``, which must serve the destination's watermark
+    ``since``, with the staging column names; None when there is nothing past ``since``."""
     mark = NONE if since is None else since
-    built = built_since(settings, [model]).get(model.name)
-    if built != mark:
+    built = built_change_sets(settings, [model])[model.name]
+    serves = built.serves(mark)
+    if serves == "empty":
+        return None
+    if serves == "rebuild":
         why = f" (dbt: {unbuilt})" if unbuilt else ""
+        was = "nothing" if built.since is None else built.since
         raise DestinationError(
             f"change set {CHANGES_NAMESPACE}.{model.name} is not built from watermark {mark} "
-            f"(built from {'nothing' if built is None else built}){why}; the next "
-            "`lakesync pipeline run` or `lakesync materialise` rebuilds it"
+            f"(built from {was}){why}; the next `lakesync pipeline run` or "
+            "`lakesync materialise` rebuilds it"
         )
     return spark.table(f"{CHANGES_NAMESPACE}.{model.name}").withColumnRenamed(
         DELETED_COLUMN, DELETED

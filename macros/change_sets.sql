@@ -17,12 +17,12 @@
 {%- endmacro %}
 
 
-{#- Pre-hook: forget which watermark the table was built from before it is rebuilt, so a run
-    that dies half-way never leaves a table that claims the old watermark (shipping rebuilds a
-    change set that records none). -#}
+{#- Pre-hook: forget which watermark the table was built from, and how far it was shipped,
+    before it is rebuilt, so a run that dies half-way never leaves a table that claims either
+    (shipping rebuilds a change set that records neither). -#}
 {% macro lakesync_change_set_unmark() -%}
     {%- if load_relation(this) is not none -%}
-        alter table {{ this }} unset tblproperties if exists ('lakesync.since')
+        alter table {{ this }} unset tblproperties if exists ('lakesync.since', 'lakesync.drained')
     {%- endif -%}
 {%- endmacro %}
 

@@ -306,7 +306,8 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     """The pipeline's dbt build builds each destination's change set from the watermark the
     destination is at; shipping reads that table as built (no rebuild); a change set built from
     another watermark is rebuilt before shipping, never shipped; one that cannot be rebuilt
-    fails its table only, and the next run converges."""
+    fails its table only, and the next run converges; one shipped up to the destination's
+    watermark serves it as empty while the lake has not changed."""
     from lakehouse.catalog import open_catalog
 
     gw = "gw_models"
@@ -352,10 +353,13 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     mark = shipped["readied"].position
     assert mark is not None
 
-    # Alone, materialise finds the change set built from -1, not from the new watermark: it
-    # rebuilds it (empty now) instead of shipping it again.
-    assert ship()["readied"].rows == 0
-    assert change_set("readied")[0] == str(mark)
+    # Alone, materialise finds the change set shipped up to the destination's watermark and the
+    # lake unchanged since it was built: nothing to ship, nothing rebuilt.
+    assert catalog.load_table("lakesync_changes.changes__app__readied").properties[
+        "lakesync.drained"] == str(mark)
+    again = ship()["readied"]
+    assert (again.rows, again.position, again.error) == (0, mark, None)
+    assert change_set("readied")[:2] == ("-1", snap)
 
     # New changes: the next pipeline run builds them from the watermark.
     lake.land(gw, [
@@ -367,6 +371,21 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     assert change_set("readied")[0::2] == (str(mark), [("r1", False), ("r2", True)])
     assert ship()["readied"].rows == 2
     assert titles("readied") == {"r0": "v0", "r1": "new", "r3": "v3"}
+
+    # The lake changes while the destination cannot be reached: the pipeline keeps its change
+    # sets as they were; the next materialise sees the lake moved on and rebuilds them.
+    lake.land(gw, [insert("readied", "r5", "v5", 5150)])
+    unreachable = DestinationSpec("postgres", "postgresql://127.0.0.1:1/x", gw, name="app")
+    result = run_pipeline(
+        settings=lake.settings, schemas=[READIED, BROKEN], tests=False,
+        config=msgspec.structs.replace(config, destinations={"app": unreachable}),
+    )
+    assert result.change_sets == []
+    kept = change_set("readied")
+    assert kept[0] == str(mark) and kept[2] == [("r1", False), ("r2", True)]
+    caught_up = ship()["readied"]
+    assert (caught_up.rows, caught_up.error) == (1, None)
+    assert titles("readied") == {"r0": "v0", "r1": "new", "r3": "v3", "r5": "v5"}
 
     # A change set that cannot be rebuilt (its current-state table is gone) fails its table
     # and ships nothing stale; the other table ships; the next run converges.
