@@ -11,7 +11,8 @@ then one ``MERGE`` and a delete apply it and the watermark moves (no transaction
 converges). Other destinations (the lake) get the change set through the driver. A run killed
 at any point leaves the watermark where the last commit put it; the next run ships the same
 rows again, which converges (each row carries its whole state). One failing destination or
-table is reported and never stops the others.
+table is reported and never stops the others. For a PostgreSQL destination the query maps
+U+0000 to U+FFFD, which its ``text`` and ``jsonb`` refuse (:mod:`destinations.statements`).
 
 A destination with ``routes`` ships each routed table into the destination its route names; one
 with ``secondaries`` ships to its primary first, then to each secondary from the secondary's own
@@ -272,7 +273,8 @@ def _ship_table(
         step("prepare")
         frame = spark.sql(
             select_change_set(table, columns, (LANDING_NAMESPACE, "int_rows_merged"),
-                              (ANALYTICS_NAMESPACE,)),
+                              (ANALYTICS_NAMESPACE,),
+                              dest.dialect if isinstance(dest, SqlDestination) else None),
             args={"gateway_id": spec.gateway, "table_name": table,
                   "since": Decimal(-1 if since is None else since)},
         )
