@@ -3,7 +3,9 @@
 Both drivers take ``%(name)s`` parameters, so the statements of :mod:`destinations.statements`
 run as built. A change set is applied in one transaction: the staging table is filled, one
 set-based upsert and one delete run from it, and the watermark moves, all or nothing; the
-staging table is truncated afterwards.
+staging table is truncated afterwards. PostgreSQL gets its values through
+:func:`destinations.statements.storable_value` (U+0000 becomes U+FFFD, which its ``text`` and
+``jsonb`` refuse), so every change set it is given can land, including ``lakesync migrate``'s.
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ class SqlDestination(Destination):
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
     ) -> None:
         insert = st.insert_staging(layout, self.dialect)
-        params = [_staged_params(layout, c) for c in latest_per_row(changes)]
+        params = [_staged_params(layout, c, self.dialect) for c in latest_per_row(changes)]
         with self._transaction(f"applying changes to {layout.table!r}") as cur:
             cur.execute(st.clear_staging(layout, self.dialect))
             if params:
@@ -233,10 +235,10 @@ def _naive_utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(tzinfo=None)
 
 
-def _staged_params(layout: TableLayout, change: Change) -> dict[str, Any]:
+def _staged_params(layout: TableLayout, change: Change, dialect: st.Dialect) -> dict[str, Any]:
     params: dict[str, Any] = {"c0": change.row_id, "deleted": change.deleted}
-    for i, name in enumerate(layout.column_names, start=1):
-        params[f"c{i}"] = change.values.get(name)
+    for i, (name, kind) in enumerate(layout.columns, start=1):
+        params[f"c{i}"] = st.storable_value(kind, change.values.get(name), dialect)
     return params
 
 

@@ -16,13 +16,23 @@ Change sets are applied set-based from a *staging* table holding the change set'
 (``row_id``, the typed columns, ``_deleted``): one upsert of the live rows, one soft or hard
 delete of the deleted ones, in the caller's transaction together with the watermark upsert
 (table ``lakesync_watermarks``).
+
+Values PostgreSQL cannot hold: its ``text`` refuses the character U+0000 and its ``jsonb`` the
+``\\u0000`` escape, while MySQL/MariaDB, BigQuery and the lake keep both. For a PostgreSQL
+destination U+0000 becomes U+FFFD (the replacement character) in ``string`` columns and in every
+string (keys and values) of ``json`` columns; nothing else changes, and other destinations get
+the value as it is. One mapping, applied where the rows are produced: by
+:func:`storable_value` for the driver's change sets and inside the Spark SQL of
+:func:`select_change_set` for the bulk load (both use :data:`JSON_NUL_ESCAPE`). Without it one
+such row would fail its table's shipment on every run.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from sqlglot import exp
 from sqlglot.dialects.bigquery import BigQuery
@@ -35,6 +45,8 @@ from lakesync.destinations import DeleteMode
 
 __all__ = [
     "DIALECTS",
+    "JSON_NUL_ESCAPE",
+    "NUL_REPLACEMENT",
     "WATERMARKS",
     "Dialect",
     "TableLayout",
@@ -55,6 +67,7 @@ __all__ = [
     "select_rows",
     "staged_summary",
     "staging_name",
+    "storable_value",
     "truncate_staging",
     "upsert_from_staging",
     "write_watermark",
@@ -69,6 +82,15 @@ DELETED = "_deleted"
 POSITION = "_position"
 """Staging column: the row's lake position (landing ingest HLC)."""
 STAGING_PREFIX = "lakesync_stage_"
+
+NUL_REPLACEMENT = "\ufffd"
+"""What U+0000 becomes in a PostgreSQL destination (see the module docstring)."""
+JSON_NUL_ESCAPE = r"(?<!\\)((?:\\\\)*)\\u0000"
+"""A ``\\u0000`` escape in JSON text, as a regular expression Python's ``re`` and Java's
+``java.util.regex`` (Spark's ``regexp_replace``) read alike: the backslash that starts it is
+preceded by an even number of backslashes (group 1, kept), so the text ``\\\\u0000`` (an
+escaped backslash, then ``u0000``) is no match. JSON has backslashes only inside strings."""
+_JSON_NUL = re.compile(JSON_NUL_ESCAPE)
 
 # String columns that are keys need a bounded, case- and accent-sensitive type on MySQL:
 # InnoDB indexes at most 3072 bytes (768 utf8mb4 characters), and its default collation would
@@ -327,6 +349,39 @@ def insert_staging(layout: TableLayout, dialect: Dialect) -> str:
     return _sql(insert, dialect)
 
 
+def storable_value(kind: str, value: Any, dialect: Dialect) -> Any:
+    """``value`` of a ``kind`` column (json as JSON text) as a ``dialect`` destination can store
+    it: for PostgreSQL, U+0000 in a string, or a ``\\u0000`` escape in JSON text, becomes
+    U+FFFD; other kinds and values, and other dialects, are returned as they are."""
+    if dialect != "postgres" or not isinstance(value, str):
+        return value
+    if kind == "string":
+        return value.replace("\x00", NUL_REPLACEMENT)
+    if kind == "json":
+        return _JSON_NUL.sub(r"\g<1>" + NUL_REPLACEMENT, value)
+    return value
+
+
+def _storable_column(name: str, kind: str, dialect: Dialect | None) -> exp.Expression:
+    """Spark SQL: column ``name`` of the current-state table ``a`` as :func:`storable_value`
+    gives it for a ``dialect`` destination (named ``name``)."""
+    column = _col(name, "a")
+    if dialect != "postgres" or kind not in ("string", "json"):
+        return column
+    replacement = exp.Literal.string(NUL_REPLACEMENT)
+    if kind == "string":
+        mapped: exp.Expression = exp.Replace(
+            this=column, expression=exp.Chr(expressions=[exp.Literal.number(0)]),
+            replacement=replacement,
+        )
+    else:
+        mapped = exp.RegexpReplace(
+            this=column, expression=exp.Literal.string(JSON_NUL_ESCAPE),
+            replacement=exp.Literal.string("$1" + NUL_REPLACEMENT),
+        )
+    return exp.Alias(this=mapped, alias=_ident(name))
+
+
 def staged_summary(layout: TableLayout, dialect: Dialect) -> str:
     """How many rows the staging table holds and their greatest ``_position``."""
     query = exp.select(
@@ -535,6 +590,7 @@ def select_change_set(
     columns: Sequence[tuple[str, str]],
     rows: Sequence[str] = ("lakesync", "int_rows_merged"),
     current: Sequence[str] = ("analytics",),
+    destination: Dialect | None = None,
 ) -> str:
     """Spark SQL: a table's change set since a watermark, from the lake's models.
 
@@ -544,10 +600,11 @@ def select_change_set(
     and table ``:table_name`` that stopped being live since, with ``_deleted`` true and null
     columns. ``_position`` is the row's landing position (ingest HLC). Both tables are one dbt
     build's, so a row is in exactly one branch; the two scans need no join (each reads only its
-    files past the position) and run as parallel tasks. The generated change-set dbt models
-    (:func:`lakehouse.models.render_change_set_model`) are the same query
-    (:func:`change_set_query`) with ``ref()`` calls and the destination's watermark in place of the
-    parameters.
+    files past the position) and run as parallel tasks. With ``destination``, the values are
+    those :func:`storable_value` gives for that dialect (the executors map them). The generated
+    change-set dbt models (:func:`lakehouse.models.render_change_set_model`) are the same query
+    (:func:`change_set_query`) with ``ref()`` calls and the destination's watermark in place of
+    the parameters.
     """
     for part in (*rows, *current):
         validate_identifier(part, "lake namespace or table")
@@ -560,6 +617,7 @@ def select_change_set(
         gateway_id=_param("gateway_id"),
         table_name=_param("table_name"),
         since=_param("since"),
+        destination=destination,
     )
     return _sql(query, "spark")
 
@@ -574,11 +632,13 @@ def change_set_query(
     table_name: exp.Expression,
     since: exp.Expression,
     deleted: str = DELETED,
+    destination: Dialect | None = None,
 ) -> exp.Expression:
     """The change-set query's AST (Spark): ``row_id``, the typed columns, ``deleted`` (the row
     stopped being live) and ``_position``, from the current-state table ``current`` and the
     merged rows ``rows``, for the gateway, table name and watermark expressions given (bound
-    parameters, or a dbt model's literals and Jinja). See :func:`select_change_set`."""
+    parameters, or a dbt model's literals and Jinja), with the values a ``destination`` dialect
+    can store (:func:`storable_value`). See :func:`select_change_set`."""
     layout = TableLayout(table, list(columns), "hard", None, ())
     validate_identifier(deleted, "change-set column")
     a = current.copy()
@@ -588,7 +648,7 @@ def change_set_query(
     live = (
         exp.select(
             _col("row_id", "a"),
-            *(_col(n, "a") for n in layout.column_names),
+            *(_storable_column(n, k, destination) for n, k in layout.columns),
             exp.alias_(exp.false(), deleted, quoted=True),
             exp.alias_(_col("_ingest_hlc", "a"), POSITION, quoted=True),
         )

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from destinations.factory import open_destination
+from destinations.statements import Dialect
 from lakehouse.catalog import open_catalog
 from lakehouse.models import DRAINED_PROPERTY, SINCE_PROPERTY, ChangeSetModel, TableColumns
 from lakehouse.settings import (
@@ -57,6 +58,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+_DIALECTS: dict[str, Dialect] = {"postgres": "postgres", "mysql": "mysql", "bigquery": "bigquery"}
+"""The SQL dialect of each destination kind (the lake has none)."""
+
 NONE = -1
 """The watermark of a destination that was never shipped to (every row is past it)."""
 
@@ -73,7 +77,8 @@ def plan_change_sets(
             if not spec.ships(table):
                 continue
             for name in receivers(spec, table):
-                model = ChangeSetModel(name, spec.gateway, table, tuple(columns[table]))
+                dialect = _DIALECTS.get(destinations[name].kind)
+                model = ChangeSetModel(name, spec.gateway, table, tuple(columns[table]), dialect)
                 out.setdefault(f"{name}\0{table}", model)
     return sorted(out.values(), key=lambda m: (m.destination, m.table))
 

@@ -15,7 +15,9 @@ newline-delimited JSON files, bulk-loaded into its staging table by one load job
 converges). Other destinations (the lake) get the change set through the driver. A run killed
 at any point leaves the watermark where the last commit put it; the next run ships the same
 rows again, which converges (each row carries its whole state). One failing destination or
-table is reported and never stops the others.
+table is reported and never stops the others. For a PostgreSQL destination the change-set
+model maps U+0000 to U+FFFD, which its ``text`` and ``jsonb`` refuse
+(:mod:`destinations.statements`).
 
 A destination with ``routes`` ships each routed table into the destination its route names; one
 with ``secondaries`` ships to its primary first, then to each secondary from the secondary's own

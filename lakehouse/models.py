@@ -32,7 +32,7 @@ from pathlib import Path
 
 from sqlglot import exp
 
-from destinations.statements import change_set_query
+from destinations.statements import Dialect, change_set_query
 from lakesync.errors import ConfigError
 from lakesync.schema import TableSchema
 
@@ -185,6 +185,9 @@ class ChangeSetModel:
     gateway: str
     table: str
     columns: tuple[tuple[str, str], ...]
+    dialect: Dialect | None = None
+    """The destination's SQL dialect: its change set holds the values it can store
+    (:func:`destinations.statements.storable_value`: U+0000 for PostgreSQL)."""
 
     @property
     def name(self) -> str:
@@ -207,6 +210,7 @@ def render_change_set_model(model: ChangeSetModel) -> str:
         table_name=exp.Literal.string(model.table),
         since=_jinja_call("lakesync_since", model.destination, model.table),
         deleted=DELETED_COLUMN,
+        destination=model.dialect,
     )
     args = f"{json.dumps(model.destination)}, {json.dumps(model.table)}"
     hooks = (

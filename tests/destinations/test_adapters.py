@@ -111,6 +111,35 @@ def test_wrongly_typed_values_arrive_as_null(destination: Destination) -> None:
     assert live(destination)["w"] == {"title": None, "done": None, "score": None, "meta": None}
 
 
+@pytest.mark.parametrize("delete_mode", ["hard"])
+def test_nul_lands_as_the_replacement_character_in_postgres_only(
+    destination: Destination,
+) -> None:
+    """PostgreSQL's text and jsonb refuse U+0000: there it becomes U+FFFD (in json keys and
+    values too; an escaped backslash before ``u0000`` is text and stays), so the change set
+    lands whole and a second application changes nothing; the other destinations keep it."""
+    layout = destination.layout("todos", COLUMNS)
+    destination.ensure_table(layout)
+    changes = [
+        typed_change(layout, "nul", {"title": "a\x00b", "done": True, "score": 0.5,
+                                     "meta": {"k\x00": ["\x00", "\\u0000", "\\\x00"]}}),
+        typed_change(layout, "plain", {"title": "plain", "meta": {"k": 1}}),
+    ]
+    destination.apply_changes(layout, changes, position=3)
+    if destination.spec.kind == "postgres":
+        title, meta = "a\ufffdb", '{"k\ufffd":["\ufffd","\\\\u0000","\\\\\ufffd"]}'
+    else:
+        title, meta = "a\x00b", '{"k\\u0000":["\\u0000","\\\\u0000","\\\\\\u0000"]}'
+    want = {
+        "nul": {"title": title, "done": True, "score": 0.5, "meta": meta},
+        "plain": {"title": "plain", "done": None, "score": None, "meta": '{"k":1}'},
+    }
+    assert live(destination) == want
+    assert destination.watermark("todos") == 3
+    destination.apply_changes(layout, changes, position=3)
+    assert live(destination) == want
+
+
 @pytest.mark.parametrize("delete_mode", ["soft"])
 def test_a_failed_change_set_leaves_rows_and_watermark_alone(destination: Destination) -> None:
     layout = destination.layout("todos", COLUMNS)

@@ -1,7 +1,7 @@
 """Random histories (shuffled, duplicated, late, deletes, revivals) shipped in several change sets
-into PostgreSQL and MariaDB give exactly ``merge_state``'s live rows, typed; ``props`` untouched;
-a second application changes nothing. (The change sets here come from the Python merge; the
-lake computes the same ones with dbt.)"""
+into PostgreSQL and MariaDB give exactly ``merge_state``'s live rows, typed (in PostgreSQL with
+U+0000 as U+FFFD: ``storable_value``); ``props`` untouched; a second application changes nothing.
+(The change sets here come from the Python merge; the lake computes the same ones with dbt.)"""
 
 from __future__ import annotations
 
@@ -12,17 +12,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from destinations.base import Destination, typed_change
+from destinations.base import Destination, normalise_row, typed_change
+from destinations.sql import SqlDestination
+from destinations.statements import storable_value
 from lakesync.delta import RowDelta
 from lakesync.merge import MergedState, merge_state
 from tests.destinations.conftest import _drop, open_fresh
 
 COLUMNS = [("title", "string"), ("score", "number"), ("done", "boolean"), ("meta", "json")]
 VALUES: dict[str, hs.SearchStrategy[Any]] = {
-    "title": hs.text(max_size=8),
+    "title": hs.text(max_size=8),  # U+0000 included
     "score": hs.floats(allow_nan=False, allow_infinity=False, width=32),
     "done": hs.booleans(),
-    "meta": hs.dictionaries(hs.sampled_from("ab"), hs.integers(-5, 5), max_size=2),
+    # NUL in keys and values, and the 6-character text \u0000 (JSON writes it \\u0000: no NUL)
+    "meta": hs.dictionaries(
+        hs.sampled_from(["a", "b", "\x00"]),
+        hs.integers(-5, 5)
+        | hs.lists(hs.sampled_from(["x", "\x00", "\\u0000"]), max_size=3).map("".join),
+        max_size=2,
+    ),
 }
 
 
@@ -64,10 +72,16 @@ def ship(dest: Destination, batches: list[list[RowDelta]]) -> None:
         dest.apply_changes(layout, change_set, position=position)
 
 
-def expected(layout_dest: Destination, deltas: list[RowDelta]) -> dict[str, dict[str, Any]]:
-    layout = layout_dest.layout("todos", COLUMNS)
+def expected(dest: Destination, deltas: list[RowDelta]) -> dict[str, dict[str, Any]]:
+    """``merge_state``'s live rows as ``dest`` stores them (read back: json canonical)."""
+    layout = dest.layout("todos", COLUMNS)
+    dialect = dest.dialect if isinstance(dest, SqlDestination) else None
+    kinds = dict(COLUMNS)
     return {
-        row_id: dict(typed_change(layout, row_id, cells).values)
+        row_id: normalise_row(layout, {
+            name: value if dialect is None else storable_value(kinds[name], value, dialect)
+            for name, value in typed_change(layout, row_id, cells).values.items()
+        })
         for (_, row_id), cells in merge_state(deltas).items()
     }
 

@@ -4,6 +4,7 @@ and hostile identifiers, which never reach a statement."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -30,6 +31,10 @@ BUILD = {
     "create_staging": lambda d: st.create_staging(SOFT, d),
     "truncate_staging": lambda d: st.truncate_staging(SOFT, d),
     "change_set": lambda d: st.select_change_set("todos", SOFT.columns),
+    "change_set_postgres": lambda _: st.select_change_set(
+        "todos", [*SOFT.columns, ("n", "number")], destination="postgres"),
+    "change_set_mysql": lambda _: st.select_change_set(
+        "todos", [*SOFT.columns, ("n", "number")], destination="mysql"),
 }
 
 # fmt: off
@@ -92,6 +97,12 @@ TABLE = [
     # clocks, each branch filtered on its landing position, no join.
     ('change_set', 'spark',
      'SELECT `a`.`row_id`, `a`.`title`, `a`.`meta`, FALSE AS `_deleted`, `a`.`_ingest_hlc` AS `_position` FROM `analytics`.`todos` AS `a` WHERE `a`.`gateway_id` = :gateway_id AND `a`.`_ingest_hlc` > :since UNION ALL SELECT `r`.`row_id`, CAST(NULL AS STRING), CAST(NULL AS STRING), TRUE, `r`.`last_ingest_hlc` FROM `lakesync`.`int_rows_merged` AS `r` WHERE `r`.`gateway_id` = :gateway_id AND `r`.`table_name` = :table_name AND `r`.`last_ingest_hlc` > :since AND NOT `r`.`is_live`'),
+    # For a PostgreSQL destination the executors map U+0000 to U+FFFD (the character written
+    # raw below) in string and json columns; for the others the values are left as they are.
+    ('change_set_postgres', 'spark',
+     r"SELECT `a`.`row_id`, REPLACE(`a`.`title`, CHR(0), '�') AS `title`, REGEXP_REPLACE(`a`.`meta`, '(?<!\\\\)((?:\\\\\\\\)*)\\\\u0000', '$1�') AS `meta`, `a`.`n`, FALSE AS `_deleted`, `a`.`_ingest_hlc` AS `_position` FROM `analytics`.`todos` AS `a` WHERE `a`.`gateway_id` = :gateway_id AND `a`.`_ingest_hlc` > :since UNION ALL SELECT `r`.`row_id`, CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS DOUBLE), TRUE, `r`.`last_ingest_hlc` FROM `lakesync`.`int_rows_merged` AS `r` WHERE `r`.`gateway_id` = :gateway_id AND `r`.`table_name` = :table_name AND `r`.`last_ingest_hlc` > :since AND NOT `r`.`is_live`"),
+    ('change_set_mysql', 'spark',
+     'SELECT `a`.`row_id`, `a`.`title`, `a`.`meta`, `a`.`n`, FALSE AS `_deleted`, `a`.`_ingest_hlc` AS `_position` FROM `analytics`.`todos` AS `a` WHERE `a`.`gateway_id` = :gateway_id AND `a`.`_ingest_hlc` > :since UNION ALL SELECT `r`.`row_id`, CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS DOUBLE), TRUE, `r`.`last_ingest_hlc` FROM `lakesync`.`int_rows_merged` AS `r` WHERE `r`.`gateway_id` = :gateway_id AND `r`.`table_name` = :table_name AND `r`.`last_ingest_hlc` > :since AND NOT `r`.`is_live`'),
 ]
 # fmt: on
 
@@ -189,3 +200,66 @@ def test_values_are_parameters_never_literals() -> None:
     for dialect, marker in (("postgres", "%(now)s"), ("mysql", "%(now)s"), ("bigquery", "@now")):
         assert marker in st.upsert_from_staging(SOFT, dialect)
         assert st.read_watermark(dialect).count("%(" if dialect != "bigquery" else "@") == 2
+
+
+# A NUL escape, an escaped backslash before ``u0000`` (text, kept), and both in a row; json
+# values are JSON text as shipping gives them (canonical JSON, NUL written ``\u0000``).
+STORABLE = [
+    ("string", "a\x00b\x00", "a\ufffdb\ufffd"),
+    ("string", "no nul", "no nul"),
+    ("string", "\\u0000", "\\u0000"),
+    ("json", '{"k\\u0000":"v\\u0000"}', '{"k\ufffd":"v\ufffd"}'),
+    ("json", '["\\\\u0000"]', '["\\\\u0000"]'),
+    ("json", '["\\\\\\u0000","\\\\\\\\u0000"]', '["\\\\\ufffd","\\\\\\\\u0000"]'),
+    ("json", '"\\u0000\\u0000"', '"\ufffd\ufffd"'),
+    ("json", '{"a":[1,null,true]}', '{"a":[1,null,true]}'),
+    ("number", 1.5, 1.5),
+    ("boolean", False, False),
+    ("string", None, None),
+    ("json", None, None),
+    ("null", None, None),
+]
+
+
+@pytest.mark.parametrize(("kind", "value", "expected"), STORABLE)
+def test_postgres_gets_nul_as_the_replacement_character(
+    kind: str, value: object, expected: object
+) -> None:
+    assert st.storable_value(kind, value, "postgres") == expected
+    for other in ("mysql", "bigquery"):
+        assert st.storable_value(kind, value, other) == value
+
+
+def _without_nul(value: object) -> object:
+    """The reference: decode, replace NUL in every string (keys and values)."""
+    if isinstance(value, str):
+        return value.replace("\x00", st.NUL_REPLACEMENT)
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value
+
+
+# Strings rich in what matters: NUL, backslashes, the text "u0000", non-ASCII.
+_TRICKY = hs.lists(hs.sampled_from(["\x00", "\\", "u0000", "\\u0000", "a", "é", "\ufffd"]),
+                   max_size=5).map("".join)
+_JSON = hs.recursive(
+    hs.none() | hs.booleans() | hs.integers(-9, 9) | _TRICKY,
+    lambda inner: hs.lists(inner, max_size=3) | hs.dictionaries(_TRICKY, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(_JSON, hs.booleans())
+def test_postgres_json_is_the_value_with_nul_replaced_in_every_string(
+    value: object, ascii_only: bool
+) -> None:
+    from lakesync.canonical import canonical_json
+
+    # Canonical JSON writes non-ASCII raw; json.dumps(ensure_ascii) escapes it (U+FFFD too).
+    text = json.dumps(value, ensure_ascii=True) if ascii_only else canonical_json(value)
+    stored = st.storable_value("json", text, "postgres")
+    # Keys that meet after the mapping: the last in the text wins, as in PostgreSQL's jsonb.
+    assert json.loads(stored) == _without_nul(json.loads(text))
+    assert "\\u0000" not in stored.replace("\\\\", "")

@@ -1,8 +1,9 @@
 """Acceptance: the pipeline's change sets shipped from Spark into PostgreSQL, MariaDB and the
 BigQuery emulator (a bulk load job) equal
-``merge_state`` (typed; soft and hard delete; ``props`` untouched) over several pipeline runs of
-a random history (shuffled, duplicated, late, deletes, revivals); a second run ships nothing;
-a failing destination is reported and does not block the others."""
+``merge_state`` (typed; soft and hard delete; ``props`` untouched; in PostgreSQL U+0000 as
+U+FFFD) over several pipeline runs of a random history (shuffled, duplicated, late, deletes,
+revivals); a second run ships nothing; a failing destination is reported and does not block the
+others."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ import psycopg
 import pymysql
 import pytest
 
-from destinations.base import typed_change
+from destinations.base import normalise_row, typed_change
 from destinations.factory import mysql_params, open_destination
-from destinations.statements import TableLayout
+from destinations.statements import Dialect, TableLayout, storable_value
 from lakehouse.materialise import materialise
 from lakehouse.runner import run_pipeline
 from lakesync.config import Config, GatewayConfig
@@ -65,8 +66,9 @@ def random_history(rng: random.Random, n: int, base: int) -> list[RowDelta]:
         cells: dict[str, Any] = {}
         for name, _ in rng.sample(COLUMNS, rng.randint(1, 4)):
             cells[name] = rng.choice({
-                "title": ["a", "b", "ç", None], "n": [1, 2.5, -0.0, None],
-                "done": [True, False, None], "meta": [{"x": [1]}, [], None],
+                "title": ["a", "b", "ç", "n\x00l", None], "n": [1, 2.5, -0.0, None],
+                "done": [True, False, None],
+                "meta": [{"x": [1]}, [], {"k\x00": ["\x00", "\\u0000"]}, None],
             }[name])
         out.append(RowDelta.create("UPDATE", "shipped", row, client, cells, hlc))
     out += rng.sample(out, len(out) // 10)  # duplicates
@@ -105,10 +107,16 @@ def live_rows(spec: DestinationSpec) -> dict[str, dict[str, Any]]:
             if r.get("deleted_at") is None}
 
 
-def expected(deltas: list[RowDelta]) -> dict[str, dict[str, Any]]:
+def expected(deltas: list[RowDelta], dialect: Dialect | None = None) -> dict[str, dict[str, Any]]:
+    """``merge_state``'s live rows as a ``dialect`` destination stores them (read back: json
+    canonical)."""
     layout = TableLayout("shipped", COLUMNS)
+    kinds = dict(COLUMNS)
     return {
-        row_id: dict(typed_change(layout, row_id, cells).values)
+        row_id: normalise_row(layout, {
+            name: value if dialect is None else storable_value(kinds[name], value, dialect)
+            for name, value in typed_change(layout, row_id, cells).values.items()
+        })
         for (_, row_id), cells in merge_state(deltas).items()
     }
 
@@ -141,7 +149,7 @@ def test_change_sets_ship_to_postgres_mariadb_and_bigquery(
         assert results["bq"].rows == results["pg"].rows
         assert results["bq"].position == results["pg"].position
         want = expected(landed)
-        assert live_rows(specs["pg"]) == want, f"run {run}"
+        assert live_rows(specs["pg"]) == expected(landed, "postgres"), f"run {run}"
         assert live_rows(specs["maria"]) == want, f"run {run}"
         assert live_rows(specs["bq"]) == want, f"run {run}"
 
@@ -149,6 +157,44 @@ def test_change_sets_ship_to_postgres_mariadb_and_bigquery(
     assert again["pg"].rows == again["maria"].rows == again["bq"].rows == 0  # nothing new
     assert live_rows(specs["maria"]) == expected(landed)
     assert live_rows(specs["bq"]) == expected(landed)
+
+
+NULLED = parse_schema({"table": "nulled", "columns": [
+    {"name": "title", "type": "string"}, {"name": "meta", "type": "json"},
+]})
+
+
+def test_a_nul_ships_to_postgres_as_the_replacement_character(
+    lake: Lake, databases: tuple[str, str]
+) -> None:
+    """PostgreSQL's text and jsonb refuse U+0000: the Spark query maps it to U+FFFD (json keys
+    and values too; an escaped backslash before ``u0000`` is text and stays), so the table
+    ships with the other rows, the watermark moves, and the next run ships nothing."""
+    gw = "gw_nul"
+    pg_url, _ = databases
+    spec = DestinationSpec("postgres", pg_url, gw, name="pg")
+    config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
+                    gateways={gw: GatewayConfig(gw, [NULLED])}, destinations={"pg": spec})
+    lake.land(gw, [
+        RowDelta.create("INSERT", "nulled", "nul", "c1", {
+            "title": "a\x00b", "meta": {"k\x00": ["\x00", "\\u0000", "\\\x00"]},
+        }, 5000 << 16),
+        RowDelta.create("INSERT", "nulled", "plain", "c1", {"title": "plain", "meta": {"k": 1}},
+                        5001 << 16),
+    ])
+    run_pipeline(settings=lake.settings, schemas=[NULLED], tests=False)
+    [shipped] = materialise(lake.settings, config, spark=lake.spark)
+    assert (shipped.table, shipped.rows, shipped.error) == ("nulled", 2, None)
+    columns = [("title", "string"), ("meta", "json")]
+    with open_destination(spec, env={}) as dest:
+        rows = dest.read_rows(dest.layout("nulled", columns))
+        assert dest.watermark("nulled") == shipped.position is not None
+    assert {r["row_id"]: (r["title"], r["meta"]) for r in rows} == {
+        "nul": ("a\ufffdb", '{"k\ufffd":["\ufffd","\\\\u0000","\\\\\ufffd"]}'),
+        "plain": ("plain", '{"k":1}'),
+    }
+    [again] = materialise(lake.settings, config, spark=lake.spark)
+    assert (again.rows, again.position, again.error) == (0, shipped.position, None)
 
 
 TIERED = parse_schema({"table": "tiered", "columns": [{"name": "title", "type": "string"}]})
