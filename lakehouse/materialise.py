@@ -285,8 +285,16 @@ def _evict(
     if window is None:
         return result
     layout = target.layout(schema.table, columns, schema.external_id_column)
-    aged = aged_rows(open_catalog(settings), target.spec.gateway, schema.table,
-                     now - timedelta(seconds=window))
+    try:
+        aged = aged_rows(open_catalog(settings), target.spec.gateway, schema.table,
+                         now - timedelta(seconds=window))
+    except Exception as exc:  # pyiceberg and pyarrow errors (a missing or unreadable file)
+        _log.exception("lifecycle tiering of %s: reading the lake's row clocks failed",
+                       schema.table)
+        return replace(result, error=(
+            f"lifecycle tiering: cannot read the lake's row clocks ({type(exc).__name__}: "
+            f"{exc}); run `lakesync pipeline run` (or `--full-refresh`) to rebuild them"
+        ))
     try:
         evicted = target.evict(layout, aged) if aged else 0
     except LakeSyncError as exc:

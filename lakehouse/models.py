@@ -173,7 +173,7 @@ SINCE_PROPERTY = "lakesync.since"
 DRAINED_PROPERTY = "lakesync.drained"
 """Table property of a change-set model: the watermark a shipment of it left its destination at
 (cleared by a rebuild, like :data:`SINCE_PROPERTY`)."""
-DELETED_COLUMN = "_is_deleted"
+DELETED_COLUMN = "_lakesync_deleted"
 """A change-set model's flag column: the row stopped being live (Iceberg reserves ``_deleted``)."""
 
 

@@ -164,3 +164,43 @@ destinations:
     finally:
         dest.close()
         _drop("postgres", schema)
+
+
+def test_an_unreadable_lake_fails_tiering_of_that_table_only(tmp_path: Path, lake: Path) -> None:
+    """The lake's row clocks cannot be read (a data file of ``int_rows_merged`` is gone): the
+    table's tiering is reported failed with what to do, the command exits 1 after the others,
+    no traceback reaches the user, and the destination's rows stay."""
+    from destinations.base import typed_change
+    from tests.destinations.conftest import _drop, open_fresh
+    from tests.lakehouse.merged_rows import write_rows_merged
+
+    settings = LakeSettings.from_env(lake, env={})
+    write_rows_merged(settings, [("gw1", "todos", "r1", 1, None)])
+    merged = open_catalog(settings).load_table("lakesync.int_rows_merged")
+    for task in merged.scan().plan_files():
+        os.remove(task.file.file_path.removeprefix("file://"))
+    dest, schema = open_fresh("postgres")
+    try:
+        layout = dest.layout("todos", [("title", "string")])
+        dest.ensure_table(layout)
+        dest.apply_changes(layout, [typed_change(layout, "r1", {"title": "t"})], position=7)
+        config = write_config(tmp_path, lake, f"""\
+gateways:
+  gw1:
+    schemas: [{{table: todos, columns: [{{name: title, type: string}}]}}]
+destinations:
+  hot:
+    kind: postgres
+    url: "{dest.spec.url}"
+    gateway: gw1
+    hot_window: 30d
+""")
+        out = CliRunner().invoke(app, ["materialise", "--config", str(config), "--lifecycle-only"])
+        assert out.exit_code == 1, out.output
+        assert "cannot read the lake's row clocks" in out.output
+        assert "lakesync pipeline run" in out.output
+        assert out.exception is None or isinstance(out.exception, SystemExit)
+        assert [r["row_id"] for r in dest.read_rows(layout)] == ["r1"]
+    finally:
+        dest.close()
+        _drop("postgres", schema)

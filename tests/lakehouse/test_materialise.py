@@ -369,7 +369,7 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
         ident = f"lakesync_changes.changes__app__{table}"
         built = catalog.load_table(ident)
         snap = built.current_snapshot()
-        rows = lake.spark.sql(f"select row_id, _is_deleted from {ident}").collect()
+        rows = lake.spark.sql(f"select row_id, _lakesync_deleted from {ident}").collect()
         return (built.properties.get("lakesync.since"), snap and snap.snapshot_id,
                 sorted((r[0], r[1]) for r in rows))
 

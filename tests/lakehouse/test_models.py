@@ -111,7 +111,7 @@ def test_a_change_set_model_is_the_change_set_query_with_refs_and_the_watermark(
         body = body.replace(call, table)
     query = sqlglot.parse_one(body, read="spark")
     first = query.args["this"] if isinstance(query, sqlglot.exp.Union) else query
-    assert first.named_selects == ["row_id", "title", "n", "_is_deleted", "_position"]
+    assert first.named_selects == ["row_id", "title", "n", "_lakesync_deleted", "_position"]
     assert "'gw1'" in body and "CAST(NULL AS DOUBLE)" in body
 
 

@@ -158,7 +158,7 @@ def test_dbt_build_from_a_fresh_clone_builds_the_marts_with_plain_dbt(tmp_path: 
 def _change_set(settings: LakeSettings) -> list[tuple[object, ...]]:
     return run_query(
         settings,
-        "select row_id, title, n, done, _is_deleted, _position "
+        "select row_id, title, n, done, _lakesync_deleted, _position "
         "from lakesync_changes.changes__pg__todos",
     ).rows
 
