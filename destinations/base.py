@@ -21,8 +21,8 @@ from lakesync.destinations import DestinationSpec
 from lakesync.errors import LakeSyncError
 from spark_udfs.decode import json_to_boolean, json_to_double, json_to_json_text, json_to_string
 
-__all__ = ["EVICT_CHUNK", "Change", "Destination", "DestinationError", "eviction_batches",
-           "latest_per_row", "normalise_row", "typed_change"]
+__all__ = ["EVICT_CHUNK", "Change", "Destination", "DestinationError", "TieringMark",
+           "eviction_batches", "latest_per_row", "normalise_row", "typed_change"]
 
 EVICT_CHUNK = 1_000
 """Row ids per eviction statement (bound parameters ``r0`` …, see
@@ -108,6 +108,17 @@ def normalise_row(layout: TableLayout, row: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class TieringMark:
+    """What a lifecycle tiering of a table achieved: every row whose last change (HLC) is
+    before ``cutoff`` and whose lake position is at most ``position`` (the table's watermark
+    then) is out of the destination. The next tiering need only evict the aged rows this does
+    not cover: those changed since ``cutoff``, or shipped since ``position``."""
+
+    cutoff: int
+    position: int
+
+
 class Destination(abc.ABC):
     """A place synced tables are materialised in (SPEC §11 layout), for one declared spec."""
 
@@ -142,10 +153,18 @@ class Destination(abc.ABC):
         (a page never ends inside one instant, so it may hold more than ``limit`` rows)."""
 
     @abc.abstractmethod
-    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
         """Remove the rows of ``row_ids`` the table holds (lifecycle tiering: the lake keeps
         them; it picks the rows whose last change is older than the hot window); returns how
-        many left."""
+        many left. With ``mark``, record it as the table's tiering mark (with the deletes, in
+        one transaction where the destination has them)."""
+
+    def tiering_mark(self, table: str) -> TieringMark | None:
+        """The mark the last lifecycle tiering of ``table`` recorded (None: none, or a
+        destination that does not tier)."""
+        return None
 
     @abc.abstractmethod
     def watermark(self, table: str) -> int | None:

@@ -25,6 +25,7 @@ from destinations.base import (
     Change,
     Destination,
     DestinationError,
+    TieringMark,
     eviction_batches,
     latest_per_row,
     normalise_row,
@@ -207,13 +208,29 @@ class BigQueryDestination(Destination):
                          f"reading changes of {layout.table!r}")
         return [normalise_row(layout, r) for r in rows]
 
-    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
+        what = f"evicting old rows of {layout.table!r}"
         evicted = 0
         for params in eviction_batches(row_ids):
-            job = self._job(st.delete_rows(layout, "bigquery", len(params)), params,
-                            f"evicting old rows of {layout.table!r}")
+            job = self._job(st.delete_rows(layout, "bigquery", len(params)), params, what)
             evicted += int(job.num_dml_affected_rows or 0)
+        if mark is not None:  # after the deletes (no transaction here): a crash re-evicts all
+            self._run(st.create_tiering("bigquery", self._qualifier), {}, what)
+            self._run(st.write_tiering("bigquery", self._qualifier), {
+                "gateway_id": self.spec.gateway, "table_name": layout.table,
+                "cutoff": Decimal(mark.cutoff), "position": Decimal(mark.position),
+                "now": datetime.now(UTC),
+            }, what)
         return evicted
+
+    def tiering_mark(self, table: str) -> TieringMark | None:
+        what = "reading the tiering mark"
+        self._run(st.create_tiering("bigquery", self._qualifier), {}, what)
+        rows = self._run(st.read_tiering("bigquery", self._qualifier),
+                         {"gateway_id": self.spec.gateway, "table_name": table}, what)
+        return TieringMark(int(rows[0]["cutoff"]), int(rows[0]["position"])) if rows else None
 
     def watermark(self, table: str) -> int | None:
         if not self._bookkept:

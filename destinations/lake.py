@@ -23,6 +23,7 @@ from destinations.base import (
     Change,
     Destination,
     DestinationError,
+    TieringMark,
     latest_per_row,
     normalise_row,
 )
@@ -195,7 +196,10 @@ class LakeDestination(Destination):
             changed = [r for r in changed if r["synced_at"] <= cut]
         return changed
 
-    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
+        """(A lake destination has no hot window: ``mark`` is not kept.)"""
         import pyarrow as pa
         import pyarrow.compute as pc
 

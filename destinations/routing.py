@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn
 
-from destinations.base import Change, Destination, DestinationError
+from destinations.base import Change, Destination, DestinationError, TieringMark
 from destinations.metrics import DestinationMetrics
 from destinations.statements import TableLayout
 from lakesync.destinations import DestinationSpec
@@ -83,8 +83,13 @@ class CompositeDestination(Destination):
     ) -> list[dict[str, Any]]:
         return self.route(layout.table).read_changes(layout, since, limit)
 
-    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
-        return self.route(layout.table).evict(layout, row_ids)
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
+        return self.route(layout.table).evict(layout, row_ids, mark)
+
+    def tiering_mark(self, table: str) -> TieringMark | None:
+        return self.route(table).tiering_mark(table)
 
     def watermark(self, table: str) -> int | None:
         return self.route(table).watermark(table)
@@ -146,9 +151,14 @@ class FanOutDestination(Destination):
     ) -> list[dict[str, Any]]:
         return self.primary.read_changes(layout, since, limit)
 
-    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
         """Tiering applies to the primary (secondaries are copies, kept whole)."""
-        return self.primary.evict(layout, row_ids)
+        return self.primary.evict(layout, row_ids, mark)
+
+    def tiering_mark(self, table: str) -> TieringMark | None:
+        return self.primary.tiering_mark(table)
 
     def watermark(self, table: str) -> int | None:
         return self.primary.watermark(table)
@@ -190,7 +200,12 @@ class UnreachableDestination(Destination):
     ) -> list[dict[str, Any]]:
         self._fail()
 
-    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
+        self._fail()
+
+    def tiering_mark(self, table: str) -> TieringMark | None:
         self._fail()
 
     def watermark(self, table: str) -> int | None:

@@ -22,6 +22,7 @@ from destinations.base import (
     Change,
     Destination,
     DestinationError,
+    TieringMark,
     eviction_batches,
     latest_per_row,
     normalise_row,
@@ -203,13 +204,30 @@ class SqlDestination(Destination):
         )
         return [normalise_row(layout, r) for r in rows]
 
-    def evict(self, layout: TableLayout, row_ids: Sequence[str]) -> int:
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
         evicted = 0
         with self._transaction(f"evicting old rows of {layout.table!r}") as cur:
             for params in eviction_batches(row_ids):
                 cur.execute(st.delete_rows(layout, self.dialect, len(params)), params)
                 evicted += int(cur.rowcount)
+            if mark is not None:
+                cur.execute(st.create_tiering(self.dialect))
+                cur.execute(st.write_tiering(self.dialect), {
+                    "gateway_id": self.spec.gateway, "table_name": layout.table,
+                    "cutoff": mark.cutoff, "position": mark.position,
+                    "now": _now(self.dialect),
+                })
         return evicted
+
+    def tiering_mark(self, table: str) -> TieringMark | None:
+        with self._transaction("reading the tiering mark") as cur:
+            cur.execute(st.create_tiering(self.dialect))
+            cur.execute(st.read_tiering(self.dialect),
+                        {"gateway_id": self.spec.gateway, "table_name": table})
+            row = cur.fetchone()
+        return None if row is None else TieringMark(int(row[0]), int(row[1]))
 
     def watermark(self, table: str) -> int | None:
         with self._transaction("reading the watermark") as cur:

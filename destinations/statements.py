@@ -47,6 +47,7 @@ __all__ = [
     "DIALECTS",
     "JSON_NUL_ESCAPE",
     "NUL_REPLACEMENT",
+    "TIERING",
     "WATERMARKS",
     "Dialect",
     "TableLayout",
@@ -57,10 +58,12 @@ __all__ = [
     "create_dataset",
     "create_staging",
     "create_table",
+    "create_tiering",
     "create_watermarks",
     "delete_rows",
     "drop_staging",
     "insert_staging",
+    "read_tiering",
     "read_watermark",
     "select_change_set",
     "select_changes",
@@ -70,6 +73,7 @@ __all__ = [
     "storable_value",
     "truncate_staging",
     "upsert_from_staging",
+    "write_tiering",
     "write_watermark",
 ]
 
@@ -77,6 +81,9 @@ Dialect = Literal["postgres", "mysql", "bigquery", "spark"]
 
 WATERMARKS = "lakesync_watermarks"
 """Bookkeeping table in each destination: per (gateway, table) the lake position shipped."""
+TIERING = "lakesync_tiering"
+"""Bookkeeping table in a destination with a hot window: per (gateway, table) the last
+lifecycle tiering's mark (see :func:`create_tiering`)."""
 DELETED = "_deleted"
 """Staging column: the row stopped being live."""
 POSITION = "_position"
@@ -676,18 +683,19 @@ def change_set_query(
     return exp.union(live, gone, distinct=False)
 
 
-def _watermarks(qualifier: Sequence[str]) -> TableLayout:
-    return TableLayout(WATERMARKS, (), "hard", None, qualifier)
+def _bookkeeping(name: str, qualifier: Sequence[str]) -> TableLayout:
+    return TableLayout(name, (), "hard", None, qualifier)
 
 
-def create_watermarks(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
-    """``CREATE TABLE IF NOT EXISTS lakesync_watermarks``: per (gateway_id, table_name) the
-    lake position (ingest HLC) shipped, and when."""
-    layout = _watermarks(qualifier)
+def _create_bookkeeping(
+    name: str, values: Sequence[str], dialect: Dialect, qualifier: Sequence[str]
+) -> str:
+    """``CREATE TABLE IF NOT EXISTS name``: keyed by (gateway_id, table_name), a ``position``
+    column per name in ``values``, and ``updated_at``."""
     defs: list[exp.Expression] = [
         _key_def("gateway_id", dialect, exp.NotNullColumnConstraint(), kind="name"),
         _key_def("table_name", dialect, exp.NotNullColumnConstraint(), kind="name"),
-        _coldef("position", _type(dialect, "position"), exp.NotNullColumnConstraint()),
+        *(_coldef(v, _type(dialect, "position"), exp.NotNullColumnConstraint()) for v in values),
         _coldef("updated_at", _type(dialect, "timestamp"), exp.NotNullColumnConstraint()),
     ]
     key = [_ident("gateway_id"), _ident("table_name")]
@@ -695,14 +703,16 @@ def create_watermarks(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
         defs.append(exp.PrimaryKey(expressions=key, options=[exp.var("NOT ENFORCED")]))
     else:
         defs.append(exp.PrimaryKey(expressions=key))
-    return _sql(_create(layout, defs), dialect)
+    return _sql(_create(_bookkeeping(name, qualifier), defs), dialect)
 
 
-def read_watermark(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
-    """The position shipped for parameters ``gateway_id`` and ``table_name`` (no row: none)."""
+def _read_bookkeeping(
+    name: str, values: Sequence[str], dialect: Dialect, qualifier: Sequence[str]
+) -> str:
+    """The ``values`` of parameters ``gateway_id`` and ``table_name`` (no row: none)."""
     query = (
-        exp.select(_col("position"))
-        .from_(_table(_watermarks(qualifier)))
+        exp.select(*(_col(v) for v in values))
+        .from_(_table(_bookkeeping(name, qualifier)))
         .where(exp.and_(
             exp.EQ(this=_col("gateway_id"), expression=_param("gateway_id")),
             exp.EQ(this=_col("table_name"), expression=_param("table_name")),
@@ -711,14 +721,15 @@ def read_watermark(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
     return _sql(query, dialect)
 
 
-def write_watermark(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
-    """Upsert the watermark row from parameters ``gateway_id``, ``table_name``, ``position`` and
-    ``now``."""
-    layout = _watermarks(qualifier)
-    names = ["gateway_id", "table_name", "position", "updated_at"]
-    params = {"gateway_id": "gateway_id", "table_name": "table_name", "position": "position",
-              "updated_at": "now"}
-    updated = ["position", "updated_at"]
+def _write_bookkeeping(
+    name: str, values: Sequence[str], dialect: Dialect, qualifier: Sequence[str]
+) -> str:
+    """Upsert the row of parameters ``gateway_id`` and ``table_name`` with parameters named as
+    ``values`` and ``now`` (its ``updated_at``)."""
+    layout = _bookkeeping(name, qualifier)
+    names = ["gateway_id", "table_name", *values, "updated_at"]
+    params = {n: n for n in names} | {"updated_at": "now"}
+    updated = [*values, "updated_at"]
     if dialect == "bigquery":
         src = exp.select(*(exp.alias_(_param(params[n]), n, quoted=True) for n in names))
         merge = exp.Merge(
@@ -739,7 +750,9 @@ def write_watermark(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
             ]),
         )
         return _sql(merge, dialect)
-    values = exp.Values(expressions=[exp.Tuple(expressions=[_param(params[n]) for n in names])])
+    values_row = exp.Values(
+        expressions=[exp.Tuple(expressions=[_param(params[n]) for n in names])]
+    )
     if dialect == "postgres":
         conflict = exp.OnConflict(
             conflict_keys=[_ident("gateway_id"), _ident("table_name")],
@@ -753,7 +766,47 @@ def write_watermark(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
         ])
     insert = exp.Insert(
         this=exp.Schema(this=_table(layout), expressions=[_ident(n) for n in names]),
-        expression=values,
+        expression=values_row,
         conflict=conflict,
     )
     return _sql(insert, dialect)
+
+
+_WATERMARK_VALUES = ("position",)
+_TIERING_VALUES = ("cutoff", "position")
+
+
+def create_watermarks(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
+    """``CREATE TABLE IF NOT EXISTS lakesync_watermarks``: per (gateway_id, table_name) the
+    lake position (ingest HLC) shipped, and when."""
+    return _create_bookkeeping(WATERMARKS, _WATERMARK_VALUES, dialect, qualifier)
+
+
+def read_watermark(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
+    """The position shipped for parameters ``gateway_id`` and ``table_name`` (no row: none)."""
+    return _read_bookkeeping(WATERMARKS, _WATERMARK_VALUES, dialect, qualifier)
+
+
+def write_watermark(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
+    """Upsert the watermark row from parameters ``gateway_id``, ``table_name``, ``position`` and
+    ``now``."""
+    return _write_bookkeeping(WATERMARKS, _WATERMARK_VALUES, dialect, qualifier)
+
+
+def create_tiering(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
+    """``CREATE TABLE IF NOT EXISTS lakesync_tiering``: per (gateway_id, table_name) the last
+    lifecycle tiering's mark: every row whose last change is before the HLC ``cutoff`` and whose
+    lake position is at most ``position`` was evicted."""
+    return _create_bookkeeping(TIERING, _TIERING_VALUES, dialect, qualifier)
+
+
+def read_tiering(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
+    """The tiering mark (``cutoff``, ``position``) of parameters ``gateway_id`` and
+    ``table_name`` (no row: none)."""
+    return _read_bookkeeping(TIERING, _TIERING_VALUES, dialect, qualifier)
+
+
+def write_tiering(dialect: Dialect, qualifier: Sequence[str] = ()) -> str:
+    """Upsert the tiering mark from parameters ``gateway_id``, ``table_name``, ``cutoff``,
+    ``position`` and ``now``."""
+    return _write_bookkeeping(TIERING, _TIERING_VALUES, dialect, qualifier)

@@ -46,7 +46,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from destinations.base import Change, Destination, DestinationError
+from destinations.base import Change, Destination, DestinationError, TieringMark
 from destinations.bigquery import BigQueryDestination
 from destinations.factory import open_destination
 from destinations.metrics import DestinationMetrics
@@ -64,7 +64,7 @@ from lakehouse.change_sets import (
     schemas_by_gateway,
     stale_change_sets,
 )
-from lakehouse.lifecycle import aged_rows
+from lakehouse.lifecycle import aged_rows, cutoff_hlc
 from lakehouse.models import (
     DELETED_COLUMN,
     ChangeSetModel,
@@ -285,9 +285,19 @@ def _evict(
     if window is None:
         return result
     layout = target.layout(schema.table, columns, schema.external_id_column)
+    before = now - timedelta(seconds=window)
     try:
-        aged = aged_rows(open_catalog(settings), target.spec.gateway, schema.table,
-                         now - timedelta(seconds=window))
+        shipped = result.position if result.position is not None else target.watermark(
+            schema.table)
+        if shipped is None:  # nothing shipped: nothing to evict
+            return result
+        mark = target.tiering_mark(schema.table)
+    except LakeSyncError as exc:
+        return replace(result, error=f"lifecycle tiering: {exc.message}")
+    if mark is not None and mark.position > shipped:
+        mark = None  # the destination went back (reset or restored): check every row
+    try:
+        aged = aged_rows(open_catalog(settings), target.spec.gateway, schema.table, before, mark)
     except Exception as exc:  # pyiceberg and pyarrow errors (a missing or unreadable file)
         _log.exception("lifecycle tiering of %s: reading the lake's row clocks failed",
                        schema.table)
@@ -296,7 +306,7 @@ def _evict(
             f"{exc}); run `lakesync pipeline run` (or `--full-refresh`) to rebuild them"
         ))
     try:
-        evicted = target.evict(layout, aged) if aged else 0
+        evicted = target.evict(layout, aged, TieringMark(cutoff_hlc(before), shipped))
     except LakeSyncError as exc:
         return replace(result, error=f"lifecycle tiering: {exc.message}")
     return replace(result, evicted=evicted)

@@ -161,6 +161,20 @@ destinations:
         out = CliRunner().invoke(app, ["materialise", "--config", str(config), "--lifecycle-only"])
         assert out.exit_code == 0, out.output
         assert [r["row_id"] for r in dest.read_rows(layout)] == ["r1", "r3", "r5"]
+
+        # The first run recorded its mark: rows it covers are not named again (r0, put back
+        # by hand, stays), a row shipped since (r2, position 50) is.
+        mark = dest.tiering_mark("todos")
+        assert mark is not None and mark.position == 42
+        dest.apply_changes(layout, [typed_change(layout, "r0", {"title": "t0"})])
+        write_rows_merged(LakeSettings.from_env(lake, env={}), [
+            ("gw1", "todos", f"r{i}", clock(40 if i % 2 == 0 else 1), None) for i in range(6)
+        ], ingest={"r2": 50})
+        dest.apply_changes(layout, [typed_change(layout, "r2", {"title": "t2"})], position=50)
+        out = CliRunner().invoke(app, ["materialise", "--config", str(config), "--lifecycle-only"])
+        assert out.exit_code == 0, out.output
+        assert [r["row_id"] for r in dest.read_rows(layout)] == ["r0", "r1", "r3", "r5"]
+        assert dest.tiering_mark("todos").position == 50  # type: ignore[union-attr]
     finally:
         dest.close()
         _drop("postgres", schema)

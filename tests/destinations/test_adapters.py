@@ -174,6 +174,24 @@ def test_evict_removes_the_given_rows(destination: Destination) -> None:
     assert destination.evict(layout, ["gone", "old"]) == 0
 
 
+def test_evict_records_the_tiering_mark(destination: Destination) -> None:
+    """With a mark, evict records it with the deletes (per table); a destination that tiers
+    reads it back, the lake (no hot window) keeps none."""
+    from destinations.base import TieringMark
+
+    layout = destination.layout("todos", COLUMNS)
+    destination.ensure_table(layout)
+    destination.apply_changes(layout, [typed_change(layout, "old", {"title": "x"})], position=3)
+    assert destination.tiering_mark("todos") is None
+    big = 2**64 - 1  # HLCs are unsigned 64-bit
+    assert destination.evict(layout, ["old"], TieringMark(big, 3)) == 1
+    assert destination.evict(layout, [], TieringMark(big - 1, 3)) == 0  # nothing aged: moves
+    want = None if destination.spec.kind == "lake" else TieringMark(big - 1, 3)
+    assert destination.tiering_mark("todos") == want
+    assert destination.tiering_mark("other") is None
+    assert destination.watermark("todos") == 3
+
+
 def test_evict_takes_more_rows_than_one_statement_binds(
     destination: Destination, monkeypatch: pytest.MonkeyPatch
 ) -> None:

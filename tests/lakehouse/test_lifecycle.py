@@ -51,3 +51,24 @@ def test_rows_whose_last_change_is_older_than_the_moment_are_aged(tmp_path: Path
         "deleted-long-ago", "deleted-recently", "edge", "old", "recent", "revived"]
     assert aged_rows(catalog, "gw2", "todos", cut) == ["old-of-gw2"]
     assert aged_rows(catalog, "gw1", "missing", cut) == []
+
+
+def test_a_tiering_mark_leaves_out_the_rows_it_covers(tmp_path: Path) -> None:
+    """The last tiering (cutoff C, watermark W) evicted every row last changed before C at a
+    position up to W: the next one names only rows changed since C, or shipped since W."""
+    from destinations.base import TieringMark
+
+    settings = LakeSettings.from_env(tmp_path, env={})
+    init_catalog_tables(settings)
+    catalog = open_catalog(settings)
+    older, old, recent = (NOW - timedelta(days=d) for d in (60, 40, 1))
+    write_rows_merged(settings, [
+        ("gw1", "todos", "covered", hlc(older), None),  # aged then, shipped by then: gone
+        ("gw1", "todos", "aged-since", hlc(old), None),  # changed after the last cutoff
+        ("gw1", "todos", "shipped-since", hlc(older), None),  # shipped after the last tiering
+        ("gw1", "todos", "recent", hlc(recent), None),  # not aged at all
+    ], ingest={"covered": 10, "aged-since": 10, "shipped-since": 25, "recent": 30})
+    cut = NOW - timedelta(days=30)
+    mark = TieringMark(cutoff=hlc(NOW - timedelta(days=50)), position=20)
+    assert aged_rows(catalog, "gw1", "todos", cut) == ["aged-since", "covered", "shipped-since"]
+    assert aged_rows(catalog, "gw1", "todos", cut, mark) == ["aged-since", "shipped-since"]
