@@ -36,6 +36,22 @@ def write_config(tmp_path: Path, lake: Path, destinations: str) -> Path:
     return path
 
 
+def hot_config(tmp_path: Path, lake: Path, url: str) -> Path:
+    """A configuration whose PostgreSQL destination ``hot`` (at ``url``) keeps 30 days of
+    gw1's ``todos``."""
+    return write_config(tmp_path, lake, f"""\
+gateways:
+  gw1:
+    schemas: [{{table: todos, columns: [{{name: title, type: string}}]}}]
+destinations:
+  hot:
+    kind: postgres
+    url: "{url}"
+    gateway: gw1
+    hot_window: 30d
+""")
+
+
 def test_nothing_declared_says_how_to_declare(tmp_path: Path, lake: Path) -> None:
     config = write_config(tmp_path, lake, "")
     out = CliRunner().invoke(app, ["materialise", "--config", str(config)])
@@ -141,17 +157,7 @@ def test_lifecycle_only_moves_aged_rows_out_of_postgres(tmp_path: Path, lake: Pa
         with psycopg.connect(dest.spec.url, autocommit=True) as conn:  # shipped long ago
             conn.execute("update todos set synced_at = synced_at - interval '40 days' "
                          "where row_id = 'r1'")
-        config = write_config(tmp_path, lake, f"""\
-gateways:
-  gw1:
-    schemas: [{{table: todos, columns: [{{name: title, type: string}}]}}]
-destinations:
-  hot:
-    kind: postgres
-    url: "{dest.spec.url}"
-    gateway: gw1
-    hot_window: 30d
-""")
+        config = hot_config(tmp_path, lake, dest.spec.url)
         out = CliRunner().invoke(app, ["materialise", "--config", str(config), "--lifecycle-only"])
         assert out.exit_code == 0, out.output
         assert "lifecycle" in out.stdout
@@ -198,17 +204,7 @@ def test_an_unreadable_lake_fails_tiering_of_that_table_only(tmp_path: Path, lak
         layout = dest.layout("todos", [("title", "string")])
         dest.ensure_table(layout)
         dest.apply_changes(layout, [typed_change(layout, "r1", {"title": "t"})], position=7)
-        config = write_config(tmp_path, lake, f"""\
-gateways:
-  gw1:
-    schemas: [{{table: todos, columns: [{{name: title, type: string}}]}}]
-destinations:
-  hot:
-    kind: postgres
-    url: "{dest.spec.url}"
-    gateway: gw1
-    hot_window: 30d
-""")
+        config = hot_config(tmp_path, lake, dest.spec.url)
         out = CliRunner().invoke(app, ["materialise", "--config", str(config), "--lifecycle-only"])
         assert out.exit_code == 1, out.output
         assert "cannot read the lake's row clocks" in out.output
