@@ -10,7 +10,10 @@ built from (table property ``lakesync.since``).
 ``lakesync pipeline run`` builds them inside its own ``dbt build``, with the watermarks read just
 before (:func:`build_vars`), so shipping right after finds them ready. ``lakesync materialise``
 alone (or after a destination moved on) rebuilds, in one dbt invocation, the change sets whose
-recorded watermark is not their destination's (:func:`stale_change_sets`). A change set built from
+recorded watermark is not their destination's (:func:`stale_change_sets`), unless a shipment of
+it already took the destination to that watermark and the lake has not changed since it was
+built (``lakesync.drained``, :class:`BuiltChangeSet`): then there is nothing to ship. A change
+set built from
 watermark ``W`` holds every row past ``W`` at the lake state it was built from; shipping it to a
 destination at ``W`` is exactly right, and rows the lake merged after the build are past the
 watermark the shipment leaves, so the next change set has them.
@@ -18,15 +21,21 @@ watermark the shipment leaves, so the next change set has them.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from destinations.factory import open_destination
-from destinations.statements import Dialect
 from lakehouse.catalog import open_catalog
-from lakehouse.models import DRAINED_PROPERTY, SINCE_PROPERTY, ChangeSetModel, TableColumns
+from lakehouse.models import (
+    DRAINED_PROPERTY,
+    SINCE_PROPERTY,
+    ChangeSetModel,
+    TableColumns,
+    plan_change_sets,
+)
 from lakehouse.settings import (
     ANALYTICS_NAMESPACE,
     CHANGES_NAMESPACE,
@@ -34,7 +43,7 @@ from lakehouse.settings import (
     LakeSettings,
 )
 from lakesync.config import Config
-from lakesync.destinations import DestinationSpec, receivers, shipped_on_their_own
+from lakesync.destinations import DestinationSpec
 from lakesync.errors import LakeSyncError
 from lakesync.schema import TableSchema
 
@@ -49,7 +58,6 @@ __all__ = [
     "built_change_sets",
     "drop_undeclared",
     "mark_drained",
-    "plan_change_sets",
     "planned_change_sets",
     "read_watermarks",
     "schemas_by_gateway",
@@ -58,29 +66,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_DIALECTS: dict[str, Dialect] = {"postgres": "postgres", "mysql": "mysql", "bigquery": "bigquery"}
-"""The SQL dialect of each destination kind (the lake has none)."""
-
 NONE = -1
 """The watermark of a destination that was never shipped to (every row is past it)."""
-
-
-def plan_change_sets(
-    destinations: Mapping[str, DestinationSpec],
-    tables_by_gateway: Mapping[str, Iterable[str]],
-    columns: TableColumns,
-) -> list[ChangeSetModel]:
-    """Every change-set model the declared ``destinations`` need (pure), in a stable order."""
-    out: dict[str, ChangeSetModel] = {}
-    for spec in shipped_on_their_own(destinations):
-        for table in tables_by_gateway.get(spec.gateway, ()):
-            if not spec.ships(table):
-                continue
-            for name in receivers(spec, table):
-                dialect = _DIALECTS.get(destinations[name].kind)
-                model = ChangeSetModel(name, spec.gateway, table, tuple(columns[table]), dialect)
-                out.setdefault(f"{name}\0{table}", model)
-    return sorted(out.values(), key=lambda m: (m.destination, m.table))
 
 
 def schemas_by_gateway(settings: LakeSettings, config: Config) -> dict[str, list[TableSchema]]:
@@ -157,8 +144,6 @@ def read_watermarks(
 
 def build_vars(marks: Watermarks, models: Sequence[ChangeSetModel]) -> list[str]:
     """dbt arguments passing the watermarks (``--vars``)."""
-    import json
-
     return ["--vars", json.dumps({"lakesync_watermarks": marks.as_var(models)})]
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from sqlglot import exp
 
 from destinations.statements import Dialect, change_set_query
+from lakesync.destinations import DestinationSpec, receivers, shipped_on_their_own
 from lakesync.errors import ConfigError
 from lakesync.schema import TableSchema
 
@@ -42,6 +43,7 @@ __all__ = [
     "GeneratedModels",
     "TableColumns",
     "model_name",
+    "plan_change_sets",
     "prepare_project",
     "render_change_set_model",
     "render_change_set_properties",
@@ -193,6 +195,27 @@ class ChangeSetModel:
     def name(self) -> str:
         """The dbt model name, also its Iceberg table name in ``lakesync_changes``."""
         return f"changes__{self.destination}__{self.table}"
+
+
+_DIALECTS: dict[str, Dialect] = {"postgres": "postgres", "mysql": "mysql", "bigquery": "bigquery"}
+"""The SQL dialect of each destination kind (the lake has none)."""
+
+def plan_change_sets(
+    destinations: Mapping[str, DestinationSpec],
+    tables_by_gateway: Mapping[str, Iterable[str]],
+    columns: TableColumns,
+) -> list[ChangeSetModel]:
+    """Every change-set model the declared ``destinations`` need (pure), in a stable order."""
+    out: dict[str, ChangeSetModel] = {}
+    for spec in shipped_on_their_own(destinations):
+        for table in tables_by_gateway.get(spec.gateway, ()):
+            if not spec.ships(table):
+                continue
+            for name in receivers(spec, table):
+                dialect = _DIALECTS.get(destinations[name].kind)
+                model = ChangeSetModel(name, spec.gateway, table, tuple(columns[table]), dialect)
+                out.setdefault(f"{name}\0{table}", model)
+    return sorted(out.values(), key=lambda m: (m.destination, m.table))
 
 
 def _jinja_call(name: str, *args: str) -> exp.Var:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import sqlglot
 
-from lakehouse.change_sets import plan_change_sets
 from lakehouse.models import (
     ChangeSetModel,
+    plan_change_sets,
     prepare_project,
     render_change_set_model,
     render_model,
