@@ -197,6 +197,13 @@ class SqlHotLog(HotLog, Generic[C]):
     def _rows(self, conn: C, gw: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
         """The stored state of the given rows (missing rows are left out)."""
 
+    @abc.abstractmethod
+    def _written_among(
+        self, conn: C, gw: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        """Those of ``keys`` (not empty) the client has a log entry of, each looked up through
+        the log's row index: the work is bounded by the keys, however much the client wrote."""
+
     def _known_ids(self, conn: C, gw: str, deltas: Sequence[RowDelta]) -> set[str]:
         """The deltaIds of ``deltas`` that the log of ``gw`` holds. A stored delta with the same
         deltaId has the same client id and HLC, which :data:`AFTER_COLUMNS_DDL` indexes; each
@@ -504,23 +511,10 @@ class SqlHotLog(HotLog, Generic[C]):
         self, gateway_id: str, client_id: str, keys: Sequence[RowKey]
     ) -> set[RowKey]:
         """See :meth:`HotLog.rows_written_among`."""
-        by_table: dict[str, list[str]] = {}
-        for t, r in keys:
-            by_table.setdefault(t, []).append(r)
-        found: set[RowKey] = set()
+        if not keys:
+            return set()
         with self._connection() as conn:
-            for t, ids in by_table.items():
-                for i in range(0, len(ids), 500):
-                    chunk = ids[i : i + 500]
-                    marks = ",".join("?" * len(chunk))
-                    for _, r in self._fetch(
-                        conn,
-                        "SELECT DISTINCT tbl, row_id FROM log WHERE gw = ? AND tbl = ?"
-                        f" AND row_id IN ({marks}) AND client_id = ?",
-                        (gateway_id, t, *chunk, client_id),
-                    ):
-                        found.add((t, str(r)))
-        return found
+            return self._written_among(conn, gateway_id, client_id, keys)
 
     def head(self) -> int:
         """See :meth:`HotLog.head`."""

@@ -48,6 +48,16 @@ _UPSERT_STATES = (
     " DO UPDATE SET state = excluded.state, last_ingest = excluded.last_ingest"
 )
 
+_WRITTEN_AMONG = (
+    "SELECT k.t, k.r FROM unnest(%s::text[], %s::text[]) AS k(t, r) WHERE %s = ANY"
+    " (ARRAY(SELECT client_id FROM log WHERE gw = %s AND tbl = k.t AND row_id = k.r))"
+)
+"""Those of the keys a client has a log entry of. The sub-select runs once per key and names no
+client, so it probes the row index (log_row) for the key's entries: written as an IN list, a
+join or an EXISTS with the client in it, the planner may scan every entry of the client
+(log_client_hlc) instead, per checkpoint chunk, as it does on a log it has no statistics of
+yet (after a load, before autovacuum analyses it)."""
+
 _DDL = schema_ddl(integer="BIGINT", blob="BYTEA")
 
 
@@ -179,6 +189,14 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
             (gw, [k[0] for k in keys], [k[1] for k in keys]),
         )
         return {(t, r): RowRecord(decode_state(s), int(li)) for t, r, s, li in cur}
+
+    def _written_among(
+        self, conn: psycopg.Connection[Any], gw: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        cur = conn.execute(
+            _WRITTEN_AMONG, ([k[0] for k in keys], [k[1] for k in keys], client_id, gw)
+        )
+        return {(str(t), str(r)) for t, r in cur}
 
     def _appended(self, conn: psycopg.Connection[Any], gw: str, after: int, upto: int) -> None:
         notice = {

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
 from api.store.base import HotLog
+from api.store.postgres import PostgresHotLog
 from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
+from tests.api.conftest import drop_pg_schema, fresh_pg_schema
+from tests.conftest import PG_DSN, require_postgres
 
 
 def _d(row: str, hlc: int) -> RowDelta:
@@ -99,3 +110,55 @@ def test_rows_written_among_looks_up_only_the_given_rows(store: HotLog) -> None:
     assert store.rows_written_among("gw1", "c1", keys) == {("todos", "r0"), ("todos", "r2")}
     assert store.rows_written_among("gw1", "c2", keys) == {("todos", "r9")}
     assert store.rows_written_among("gw1", "c1", []) == set()
+
+
+def _log_entries_read(plan: dict[str, Any]) -> int:
+    """Log rows a plan node and its children read (returned or filtered out), over all loops."""
+    read = 0
+    if plan.get("Relation Name") == "log":
+        kept = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
+        read = (kept + plan.get("Rows Removed by Index Recheck", 0)) * plan["Actual Loops"]
+    return read + sum(_log_entries_read(p) for p in plan.get("Plans", ()))
+
+
+@pytest.mark.postgres
+def test_postgres_looks_up_a_chunks_writers_by_row_on_a_log_never_analysed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The look-up reads the keys' log entries only, not every entry of the client, also before
+    PostgreSQL has statistics of the log (a checkpoint served right after a load): otherwise each
+    chunk of a checkpoint under rules costs a scan of everything the client wrote."""
+    require_postgres()
+    schema = fresh_pg_schema()
+    store = PostgresHotLog(PG_DSN, HLC(), schema=schema, pool_size=2)
+    try:
+        store.append("gw1", [_d(f"r{i}", 10 + i) for i in range(2_000)])
+        theirs = [
+            RowDelta.create("INSERT", "todos", f"o{i}", "c2", {"n": i}, 5_000 + i)
+            for i in range(50)
+        ]
+        store.append("gw1", theirs)
+        keys = [("todos", d.row_id) for d in theirs]
+        statements: list[tuple[Any, Any]] = []
+        execute, caller = psycopg.Connection.execute, threading.get_ident()
+
+        def recorded(conn: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+            if threading.get_ident() == caller:  # not the store's writer or listener
+                statements.append((query, params))
+            return execute(conn, query, params, **kw)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", recorded)
+        assert store.rows_written_among("gw1", "c1", keys) == set()
+        monkeypatch.undo()
+        assert store.rows_written_among("gw1", "c2", keys) == set(keys)
+        read = 0
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            for query, params in statements:
+                explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + sql.SQL(query)
+                ((plan,),) = conn.execute(explain, params).fetchall()
+                read += _log_entries_read(plan[0]["Plan"])
+        assert statements and read <= len(keys)
+    finally:
+        store.close()
+        drop_pg_schema(schema)
