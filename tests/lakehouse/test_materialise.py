@@ -141,7 +141,7 @@ def test_change_sets_ship_to_postgres_mariadb_and_bigquery(
         batch = random_history(rng, 150, base)
         lake.land(GW, batch)
         landed += batch
-        run_pipeline(settings=lake.settings, schemas=[SCHEMA], tests=False)
+        run_pipeline(settings=lake.settings, schemas=[SCHEMA], tests=False, config=config)
         results = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
         assert results["down"].error and "cannot connect" in results["down"].error
         assert all(results[n].error is None for n in ("pg", "maria", "bq")), results
@@ -182,7 +182,7 @@ def test_a_nul_ships_to_postgres_as_the_replacement_character(
         RowDelta.create("INSERT", "nulled", "plain", "c1", {"title": "plain", "meta": {"k": 1}},
                         5001 << 16),
     ])
-    run_pipeline(settings=lake.settings, schemas=[NULLED], tests=False)
+    run_pipeline(settings=lake.settings, schemas=[NULLED], tests=False, config=config)
     [shipped] = materialise(lake.settings, config, spark=lake.spark)
     assert (shipped.table, shipped.rows, shipped.error) == ("nulled", 2, None)
     columns = [("title", "string"), ("meta", "json")]
@@ -237,7 +237,7 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
                           clock(10 if r in aged else 0, i)) for i, r in enumerate(rows)),
         RowDelta.create("INSERT", "tiered", "ancient", "c1", {"title": "ancient"}, clock(40, 0)),
     ])
-    run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False)
+    run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False, config=config)
     metrics = DestinationMetrics()
     shipped = materialise(lake.settings, config, spark=lake.spark, metrics=metrics)
     # shipping to the secondary failed (counted once for the table); the primary has the rows,
@@ -275,7 +275,7 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     # An evicted row written again is hot again (shipping carries its whole state).
     lake.land(gw, [RowDelta.create("UPDATE", "tiered", "t4", "c1", {"title": "back"},
                                    clock(0, 100))])
-    run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False)
+    run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False, config=config)
     again = materialise(lake.settings, config, spark=lake.spark, metrics=metrics)
     assert [(r.rows, r.evicted, r.error) for r in again] == [(1, 0, None), (1, 0, None)]
     assert metrics.secondary_failures("hot", "down") == 2
@@ -313,9 +313,9 @@ def test_a_secondary_that_missed_a_run_is_caught_up_by_the_next(
     metrics = DestinationMetrics()
     lake.land(gw, [RowDelta.create("INSERT", "caught", f"c{i}", "c1", {"title": f"v{i}"},
                                    (4000 + i) << 16) for i in range(6)])
-    run_pipeline(settings=lake.settings, schemas=[CAUGHT], tests=False)
-    down = materialise(lake.settings, config("mysql://root@127.0.0.1:1/x"), spark=lake.spark,
-                       metrics=metrics)
+    unreachable = config("mysql://root@127.0.0.1:1/x")
+    run_pipeline(settings=lake.settings, schemas=[CAUGHT], tests=False, config=unreachable)
+    down = materialise(lake.settings, unreachable, spark=lake.spark, metrics=metrics)
     assert [(r.destination, r.rows, r.secondary_failures, r.error) for r in down] == [
         ("app", 6, 1, None)
     ]
@@ -327,8 +327,8 @@ def test_a_secondary_that_missed_a_run_is_caught_up_by_the_next(
         RowDelta.create("DELETE", "caught", "c2", "c1", {}, 4101 << 16),
         RowDelta.create("INSERT", "caught", "c9", "c1", {"title": "v9"}, 4102 << 16),
     ])
-    run_pipeline(settings=lake.settings, schemas=[CAUGHT], tests=False)
     back = config(my_url)
+    run_pipeline(settings=lake.settings, schemas=[CAUGHT], tests=False, config=back)
     up = materialise(lake.settings, back, spark=lake.spark, metrics=metrics)
     assert [(r.destination, r.rows, r.secondary_failures, r.error) for r in up] == [
         ("app", 3, 0, None)

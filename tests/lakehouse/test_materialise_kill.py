@@ -18,6 +18,7 @@ import pytest
 
 from destinations.factory import open_destination
 from lakehouse.runner import run_pipeline
+from lakesync.config import load_config
 from lakesync.delta import RowDelta
 from lakesync.destinations import DestinationSpec
 from lakesync.schema import parse_schema
@@ -76,7 +77,6 @@ def test_sigkill_while_shipping_then_rerun_converges(
     rng = random.Random(11)
     deltas = history(rng, 40_000)
     lake.land(GW, deltas)
-    run_pipeline(settings=lake.settings, schemas=[SCHEMA], tests=False)
     config = tmp_path / "lakesync.yaml"
     config.write_text(
         f"gateways:\n  {GW}:\n    schemas:\n      - table: shipped\n        columns: "
@@ -86,6 +86,8 @@ def test_sigkill_while_shipping_then_rerun_converges(
         f"  maria: {{kind: mysql, url: '{my_url}', gateway: {GW}, delete: hard}}\n",
         encoding="utf-8",
     )
+    # The pipeline builds both destinations' change sets; the killed run ships them.
+    run_pipeline(settings=lake.settings, schemas=[SCHEMA], tests=False, config=load_config(config))
     proc = _materialise(config, lake.settings.data_dir)
     deadline = time.monotonic() + 300
     while proc.poll() is None and not _loading(pg_url) and time.monotonic() < deadline:
