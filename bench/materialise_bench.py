@@ -13,6 +13,13 @@ rounds show a long-running ``lakesync up``, which ships after every pipeline run
 
 Measured on the shared 2-core machine (2026-11-25, 100,000 rows, rounds 2-3 unless said):
 
+- change sets as dbt models (the pipeline builds them; shipping reads the table), load 1.6-2.3:
+  round 1 PostgreSQL 35,700 rows/s, MariaDB 37,600; round 2 91,800 and 48,000; again with
+  nothing new 0.09-0.19 s (drained: nothing rebuilt); a change set that is not built, rebuilt
+  by dbt then shipped, 4.0 s (25,100 rows/s, the shipment itself 0.9 s); a pipeline run with no
+  new rows 5.8-7.2 s with the two change sets, 7.3-8.0 s without. The figures below are of the
+  previous design, which selected the change set on Spark at shipping time;
+
 - whole bench, previous code then this one, back to back at load average 6.5-7.6: PostgreSQL
   56,200-56,600 -> 61,700-67,500 rows/s (round 1, which compiles: 27,300 -> 32,200), MariaDB
   38,500-42,900 -> 40,400-47,200 rows/s (round 1: 32,300 -> 36,400); an empty change set
