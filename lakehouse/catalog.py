@@ -18,13 +18,16 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 __all__ = [
+    "CHANGE_KEYS",
     "HELD_PROPERTY",
     "LANDED_LATE_PROPERTY",
     "LANDING_IDENTIFIER",
     "LATE_SEQUENCE_PROPERTY",
     "POSITION_PROPERTY",
+    "changes_data",
     "ensure_landing_table",
     "flushed_position",
     "landing_schema",
@@ -36,6 +39,18 @@ __all__ = [
 ]
 
 LANDING_IDENTIFIER = f"{LANDING_NAMESPACE}.{LANDING_TABLE}"
+CHANGE_KEYS = (
+    "added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files"
+)
+"""Snapshot summary keys counting the files a commit added or removed."""
+
+
+def changes_data(snapshot: Snapshot) -> bool:
+    """Whether ``snapshot`` added or removed any data or delete file (a MERGE that matched
+    nothing commits a snapshot that changes none)."""
+    props = snapshot.summary.additional_properties if snapshot.summary else {}
+    return any(int(props.get(key, "0")) > 0 for key in CHANGE_KEYS)
+
 # Snapshot summary key: the hot-log position (ingest HLC) the landing table is complete through.
 POSITION_PROPERTY = "lakesync.flushed-through"
 # Next to it when some gateways' rows could not be written: JSON {gateway id: the position that

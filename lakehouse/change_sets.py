@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from destinations.factory import open_destination
-from lakehouse.catalog import open_catalog
+from lakehouse.catalog import changes_data, open_catalog
 from lakehouse.models import (
     DRAINED_PROPERTY,
     SINCE_PROPERTY,
@@ -172,16 +172,10 @@ class BuiltChangeSet:
 
 UNBUILT = BuiltChangeSet(None, None, False)
 
-_CHANGE_KEYS = ("added-data-files", "deleted-data-files", "added-delete-files",
-                "removed-delete-files")
-
-
 def _last_change_ms(table: Table) -> int:
-    """When ``table``'s data last changed (its newest snapshot that added or removed files; a
-    MERGE that matched nothing commits a snapshot that changes none)."""
+    """When ``table``'s data last changed (its newest snapshot that added or removed files)."""
     for snap in sorted(table.snapshots(), key=lambda s: s.timestamp_ms, reverse=True):
-        props = snap.summary.additional_properties if snap.summary else {}
-        if any(int(props.get(key, "0")) > 0 for key in _CHANGE_KEYS):
+        if changes_data(snap):
             return snap.timestamp_ms
     return 0
 

@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import landing_state, late_landing_sequence, open_catalog, require_lake
+from lakehouse.catalog import (
+    changes_data,
+    landing_state,
+    late_landing_sequence,
+    open_catalog,
+    require_lake,
+)
 from lakehouse.change_sets import (
     build_vars,
     drop_undeclared,
@@ -63,10 +69,6 @@ __all__ = [
     "state_as_of_hlc",
 ]
 
-CHANGE_KEYS = (
-    "added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files"
-)
-
 ProgressCallback = Callable[[str, str], None]
 """Called with ``(node name, status)``: status ``started`` then ``success``/``error``/``pass``/…"""
 
@@ -100,7 +102,8 @@ def registered_table_schemas(
 ) -> list[TableSchema]:
     """Every registered schema: the ones the gateways published to ``lakesync.table_schemas``
     (admin routes and their ``lakesync.yaml``) plus those in ``config`` (default: this process's
-    ``lakesync.yaml``)."""
+    ``lakesync.yaml``), both kept, so :func:`~lakehouse.models.table_columns` unions a column
+    the configuration has and the published schema not yet."""
     from lakehouse.registry import registered_schemas
     from lakesync.config import load_config
 
@@ -227,13 +230,7 @@ def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[
     for t in tables:
         ident = f"{ANALYTICS_NAMESPACE}.{t}"
         snaps = catalog.load_table(ident).snapshots() if catalog.table_exists(ident) else []
-        out[t] = {
-            snap.snapshot_id: any(
-                int(snap.summary.additional_properties.get(key, "0") if snap.summary else 0) > 0
-                for key in CHANGE_KEYS
-            )
-            for snap in snaps
-        }
+        out[t] = {snap.snapshot_id: changes_data(snap) for snap in snaps}
     return out
 
 
