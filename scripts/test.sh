@@ -11,6 +11,7 @@ source .lakesync-env
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check .
 echo "== mypy --strict"; mypy
+echo "== import-linter (layers)"; lint-imports
 echo "== pytest"
 set +e
 pytest -n auto --dist loadgroup "$@"

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from lakesync.config import Config, load_config
 from lakesync.errors import LakeSyncError
+from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
 
 __all__ = ["ConfigOption", "MaterialiseError", "materialise_command", "migrate_command", "ship"]
@@ -133,7 +134,9 @@ def migrate_command(
             f"no table schemas for gateway {spec.gateway!r} in the configuration: declare them "
             "under gateways: so migrate knows the columns"
         )
-    with open_destination(spec) as src, open_destination(cfg.destinations[target]) as dst:
+    lake = lake_catalog(LakeSettings.from_config(cfg))
+    with open_destination(spec, catalog=lake) as src, \
+            open_destination(cfg.destinations[target], catalog=lake) as dst:
         for schema in schemas:
             columns = [(c.name, c.type) for c in schema.columns]
             n = migrate_table(src, dst, schema.table, columns, schema.external_id_column)

@@ -7,7 +7,7 @@ dataset or namespace says what it should look like.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
@@ -17,7 +17,7 @@ from lakesync.destinations.base import Destination, DestinationError
 from lakesync.errors import ConfigError
 
 if TYPE_CHECKING:
-    from lakesync.lakehouse.settings import LakeSettings
+    from pyiceberg.catalog import Catalog
 
 __all__ = ["mysql_params", "open_destination"]
 
@@ -51,11 +51,12 @@ def mysql_params(url: str) -> dict[str, object]:
 def open_destination(
     spec: DestinationSpec,
     env: Mapping[str, str] | None = None,
-    lake: LakeSettings | None = None,
+    catalog: Callable[[], Catalog] | None = None,
 ) -> Destination:
     """Connect to the destination ``spec`` declares (its URL's references taken from ``env``,
-    default the process environment). A ``lake`` destination lives in the catalog of ``lake``
-    (default: the lake the configuration in ``env`` names)."""
+    default the process environment). A ``lake`` destination lives in the Iceberg catalog that
+    ``catalog`` opens (the lakehouse passes :func:`lakesync.lakehouse.catalog.lake_catalog`;
+    destinations sit below the lakehouse and never open a lake by themselves)."""
     env = os.environ if env is None else env
     url = resolve_url(spec, env, _read_file)
     if spec.kind == "postgres":
@@ -91,9 +92,10 @@ def open_destination(
 
         return BigQueryDestination.from_url(spec, url, env)
     from lakesync.destinations.lake import LakeDestination, lake_namespace
-    from lakesync.lakehouse.catalog import open_catalog, require_lake
-    from lakesync.lakehouse.settings import LakeSettings
 
-    settings = lake or LakeSettings.from_env(None, env)
-    require_lake(settings)
-    return LakeDestination(spec, open_catalog(settings), lake_namespace(spec, url))
+    if catalog is None:
+        raise ConfigError(
+            f"destination {spec.name!r} is a lake destination: open it with the lake's catalog "
+            "(lakesync.lakehouse.catalog.lake_catalog)"
+        )
+    return LakeDestination(spec, catalog(), lake_namespace(spec, url))

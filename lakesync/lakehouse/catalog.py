@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakesync.errors import NotFoundError
@@ -84,6 +85,18 @@ def open_catalog(settings: LakeSettings) -> SqlCatalog:
         "init_catalog_tables": "false",
     }
     return SqlCatalog(CATALOG_NAME, **props)
+
+
+def lake_catalog(settings: LakeSettings) -> Callable[[], SqlCatalog]:
+    """The opener of ``settings``' catalog that
+    :func:`lakesync.destinations.factory.open_destination` calls for a ``lake`` destination (and
+    only then): it refuses a data dir with no lake, then opens the catalog."""
+
+    def open_required() -> SqlCatalog:
+        require_lake(settings)
+        return open_catalog(settings)
+
+    return open_required
 
 
 def require_lake(settings: LakeSettings) -> None:

@@ -32,7 +32,7 @@ from lakesync.config import Config
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.factory import open_destination
 from lakesync.errors import LakeSyncError
-from lakesync.lakehouse.catalog import changes_data, open_catalog
+from lakesync.lakehouse.catalog import changes_data, lake_catalog, open_catalog
 from lakesync.lakehouse.models import (
     DRAINED_PROPERTY,
     SINCE_PROPERTY,
@@ -132,7 +132,7 @@ def read_watermarks(
         by_destination.setdefault(m.destination, []).append(m)
     for name, wanted in by_destination.items():
         try:
-            with open_destination(destinations[name], lake=settings) as dest:
+            with open_destination(destinations[name], catalog=lake_catalog(settings)) as dest:
                 for m in wanted:
                     found = dest.watermark(m.table)
                     positions[m.name] = NONE if found is None else found

@@ -59,7 +59,7 @@ from lakesync.destinations.routing import FanOutDestination, open_declared
 from lakesync.destinations.sql import SqlDestination
 from lakesync.destinations.statements import DELETED, TableLayout, staging_name
 from lakesync.errors import LakeSyncError
-from lakesync.lakehouse.catalog import open_catalog, require_lake
+from lakesync.lakehouse.catalog import lake_catalog, open_catalog, require_lake
 from lakesync.lakehouse.change_sets import (
     NONE,
     build_vars,
@@ -258,7 +258,7 @@ def _declared_tables(
     columns = table_columns(s for schemas in by_gateway.values() for s in schemas)
 
     def open_one(spec: DestinationSpec) -> Destination:
-        return open_destination(spec, lake=settings)
+        return open_destination(spec, catalog=lake_catalog(settings))
 
     for spec in shipped_on_their_own(config.destinations):
         if not wanted(spec):

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from litestar.testing import TestClient
 
+from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.api.app import create_app
 from lakesync.destinations.base import Destination, typed_change
 from lakesync.config import GatewayConfig
@@ -195,7 +196,7 @@ def test_a_lake_source_is_read_from_the_gateways_own_lake(tmp_path: Path) -> Non
     lake = LakeSettings.from_env(tmp_path, env={})
     init_catalog_tables(lake)
     spec = DestinationSpec("lake", "lake://exports", "gw1", name="exp")
-    with open_destination(spec, env={}, lake=lake) as dest:
+    with open_destination(spec, env={}, catalog=lake_catalog(lake)) as dest:
         layout = dest.layout("contacts", COLUMNS)
         dest.ensure_table(layout)
         dest.apply_changes(layout, [typed_change(layout, "a1", {"owner": "alice", "name": "A"}),

@@ -25,6 +25,7 @@ from lakesync.destination_specs import DeleteMode, DestinationSpec
 from lakesync.destinations.base import Destination
 from lakesync.destinations.factory import mysql_params, open_destination
 from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
 from tests.conftest import PG_DSN, require_postgres
 
@@ -113,7 +114,7 @@ def open_fresh(
         init_catalog_tables(lake)
         spec = DestinationSpec("lake", "lake://exports", gateway, delete=delete,
                                name=f"d{next(_names)}")
-        return open_destination(spec, env={}, lake=lake), name
+        return open_destination(spec, env={}, catalog=lake_catalog(lake)), name
     else:
         require_bigquery()
         name = f"t_{uuid.uuid4().hex[:12]}"

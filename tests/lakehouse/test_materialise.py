@@ -27,6 +27,7 @@ from lakesync.destinations.base import normalise_row, typed_change
 from lakesync.destinations.factory import mysql_params, open_destination
 from lakesync.destinations.statements import Dialect, TableLayout, storable_value
 from lakesync.hlc import encode
+from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.merge import merge_state
@@ -245,7 +246,7 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     assert [(r.destination, r.rows, r.evicted, r.secondary_failures, r.error)
             for r in shipped] == [("hot", 11, 1, 1, None), ("exports", 11, 0, 0, None)]
     assert metrics.secondary_failures("hot", "down") == 1
-    with open_destination(exports, env={}, lake=lake.settings) as dest:
+    with open_destination(exports, env={}, catalog=lake_catalog(lake.settings)) as dest:
         exported = dest.read_rows(dest.layout("tiered", [("title", "string")]))
         assert [(r["row_id"], r["title"]) for r in exported] == [
             (r, r) for r in sorted([*rows, "ancient"])]

@@ -21,6 +21,8 @@ from lakesync.api.services.sync import SyncService
 from lakesync.destinations.factory import open_destination
 from lakesync.destination_specs import DestinationSpec
 from lakesync.errors import NotFoundError
+from lakesync.lakehouse.catalog import lake_catalog
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.rules import tables_for
 from lakesync.schema import TableSchema
 from lakesync.sources import SourcePage, SourceRow, page_source, source_row
@@ -53,12 +55,9 @@ def _read(
     moment = _EPOCH + timedelta(microseconds=since)
     read: list[list[SourceRow]] = []
     cut: int | None = None
-    lake = None
-    if spec.kind == "lake":  # the gateway's own lake
-        from lakesync.lakehouse.settings import LakeSettings
-
-        lake = LakeSettings.from_env(data_dir)
-    with open_destination(spec, lake=lake) as dest:
+    # A lake destination is the gateway's own lake.
+    lake = lake_catalog(LakeSettings.from_env(data_dir)) if spec.kind == "lake" else None
+    with open_destination(spec, catalog=lake) as dest:
         for schema in schemas:
             columns = [(c.name, c.type) for c in schema.columns]
             layout = dest.layout(schema.table, columns, schema.external_id_column)
