@@ -33,7 +33,8 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
         ignore=shutil.ignore_patterns("__pycache__", "dbt_project"),
     )
     types = tmp_path / "lakesync" / "client" / "_types.py"
-    types.write_text(types.read_text() + "\nimport lakesync.api.app  # the client above the gateway\n")
+    upward = "\nimport lakesync.api.app  # the client above the gateway\n"
+    types.write_text(types.read_text() + upward)
     done = _lint(tmp_path)
     assert done.returncode == 1, done.stdout[-3000:]
     assert "BROKEN" in done.stdout

@@ -13,11 +13,11 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakesync.canonical import canonical_json
 from lakesync.destination_specs import DestinationSpec
-from lakesync.destinations.statements import TableLayout
+from lakesync.destinations.statements import DELETED, POSITION, TableLayout
 from lakesync.errors import LakeSyncError
 from lakesync.spark_udfs.decode import (
     json_to_boolean,
@@ -26,8 +26,12 @@ from lakesync.spark_udfs.decode import (
     json_to_string,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
 __all__ = ["EVICT_CHUNK", "Change", "Destination", "DestinationError", "TieringMark",
-           "eviction_batches", "latest_per_row", "normalise_row", "typed_change"]
+           "collect_change_set", "eviction_batches", "latest_per_row", "normalise_row",
+           "typed_change"]
 
 EVICT_CHUNK = 1_000
 """Row ids per eviction statement (bound parameters ``r0`` …, see
@@ -113,6 +117,19 @@ def normalise_row(layout: TableLayout, row: Mapping[str, Any]) -> dict[str, Any]
     return out
 
 
+def collect_change_set(layout: TableLayout, rows: DataFrame) -> tuple[list[Change], int | None]:
+    """A change set (a Spark DataFrame of ``row_id``, the layout's columns, ``_deleted`` and
+    ``_position``) on the Spark driver as :class:`Change` rows, and its greatest position."""
+    names = layout.column_names
+    out: list[Change] = []
+    top: int | None = None
+    for row in rows.toLocalIterator():
+        deleted = bool(row[DELETED])
+        out.append(Change(row["row_id"], {} if deleted else {n: row[n] for n in names}, deleted))
+        top = max(top or 0, int(row[POSITION]))
+    return out, top
+
+
 @dataclass(frozen=True, slots=True)
 class TieringMark:
     """What a lifecycle tiering of a table achieved: every row whose last change (HLC) is
@@ -144,6 +161,20 @@ class Destination(abc.ABC):
     ) -> None:
         """Apply a change set in one go; with ``position`` also advance the table's watermark
         (in the same transaction where the destination has them)."""
+
+    def apply_change_set(self, layout: TableLayout, rows: DataFrame) -> tuple[int, int | None]:
+        """Ship a change set the lake computed: ``rows`` is a Spark DataFrame of ``row_id``, the
+        layout's columns (json as canonical text), ``_deleted`` and ``_position``, one row per
+        changed row. Apply it and advance the table's watermark to its greatest position, as
+        :meth:`apply_changes` does; returns (rows applied, that position; ``(0, None)`` when
+        empty). This default brings the rows to the Spark driver; a destination with a bulk
+        path (a staging table loaded over JDBC, a load job) overrides it so the executors load
+        the rows in parallel. Shipping calls only this (and the rest of this interface)."""
+        changes, top = collect_change_set(layout, rows)
+        if not changes:
+            return 0, None
+        self.apply_changes(layout, changes, top)
+        return len(changes), top
 
     @abc.abstractmethod
     def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:

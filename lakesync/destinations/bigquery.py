@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from lakesync.destination_specs import DestinationSpec
@@ -33,6 +36,9 @@ from lakesync.destinations.base import (
 )
 from lakesync.destinations.statements import DELETED, TableLayout
 from lakesync.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 __all__ = ["BigQueryDestination"]
 
@@ -140,6 +146,22 @@ class BigQueryDestination(Destination):
         rows.seek(0)
         self.load_staging(layout, rows)
         self._apply_staged(layout, position)
+
+    def apply_change_set(self, layout: TableLayout, rows: DataFrame) -> tuple[int, int | None]:
+        """The executors write the change set as newline-delimited JSON part files in parallel
+        (into a local temporary directory: local Spark, or a cluster whose workers share this
+        machine's disk); the driver sends them to the staging table as one load job, then
+        applies it (:meth:`apply_staged`)."""
+        with tempfile.TemporaryDirectory(prefix="lakesync-bigquery-") as tmp:
+            parts = Path(tmp) / "change_set"
+            rows.write.json(parts.as_uri())
+            with (Path(tmp) / "change_set.ndjson").open("w+b") as combined:
+                for part in sorted(parts.glob("part-*")):
+                    with part.open("rb") as src:
+                        shutil.copyfileobj(src, combined)
+                combined.seek(0)
+                self.load_staging(layout, combined)
+        return self.apply_staged(layout)
 
     def load_staging(self, layout: TableLayout, rows: IO[bytes]) -> None:
         """Empty the staging table, then bulk-load ``rows`` into it with one load job:

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from lakesync.destination_specs import DestinationSpec, redact_url
 from lakesync.destinations import statements as st
@@ -31,6 +31,9 @@ from lakesync.destinations.base import (
     normalise_row,
 )
 from lakesync.destinations.statements import TableLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 __all__ = ["JdbcTarget", "SqlDestination", "jdbc_target"]
 
@@ -53,14 +56,19 @@ _JDBC = {
 
 
 def jdbc_target(dialect: Literal["postgres", "mysql"], url: str) -> JdbcTarget:
-    """The JDBC form of a ``postgresql://`` or ``mysql://`` URL (host, port, database, user,
-    password; other options are not carried over)."""
+    """The JDBC form of a ``postgresql://`` or ``mysql://`` URL: host, port, database, user,
+    password and, for PostgreSQL, the ``options`` startup parameter (e.g.
+    ``options=-csearch_path=app``: the staging table Spark loads must be the one the
+    destination's own connection sees); other options are not carried over."""
     prefix, port, driver, options = _JDBC[dialect]
     parts = urlsplit(url)
     database = unquote(parts.path.lstrip("/"))
     properties = {"driver": driver, "user": unquote(parts.username or "")}
     if parts.password:
         properties["password"] = unquote(parts.password)
+    startup = parse_qs(parts.query).get("options")
+    if dialect == "postgres" and startup:
+        properties["options"] = startup[-1]
     host = parts.hostname or "127.0.0.1"
     return JdbcTarget(
         f"{prefix}://{host}:{parts.port or port}/{database}?{options}", properties
@@ -136,9 +144,18 @@ class SqlDestination(Destination):
             cur.execute(st.create_staging(layout, self.dialect))
         self._bookkept = True
 
-    def prepare_staging(self, layout: TableLayout) -> None:
-        """Empty the staging table before an outside loader (Spark's JDBC writer) fills it."""
+    def apply_change_set(self, layout: TableLayout, rows: DataFrame) -> tuple[int, int | None]:
+        """One Spark job: the executors append the change set to the (emptied) staging table
+        over JDBC, in parallel; the database then counts the rows and finds their greatest
+        position inside the apply transaction (:meth:`apply_staged`)."""
         self._empty_staging(layout)
+        rows.write.jdbc(
+            self.jdbc.url,
+            st.staging_name(layout, self.dialect),
+            mode="append",
+            properties={**self.jdbc.properties, "batchsize": "10000"},
+        )
+        return self.apply_staged(layout)
 
     def _empty_staging(self, layout: TableLayout) -> None:
         # A TRUNCATE of its own: constant time (a DELETE writes every row away) and outside the

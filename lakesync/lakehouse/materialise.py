@@ -40,24 +40,19 @@ tiering alone (``lakesync materialise --lifecycle-only``).
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lakesync.config import Config
 from lakesync.destination_specs import DestinationSpec, shipped_on_their_own
-from lakesync.destinations.base import Change, Destination, DestinationError, TieringMark
-from lakesync.destinations.bigquery import BigQueryDestination
+from lakesync.destinations.base import Destination, DestinationError, TieringMark
 from lakesync.destinations.factory import open_destination
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.destinations.routing import FanOutDestination, open_declared
-from lakesync.destinations.sql import SqlDestination
-from lakesync.destinations.statements import DELETED, TableLayout, staging_name
+from lakesync.destinations.statements import DELETED
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.catalog import lake_catalog, open_catalog, require_lake
 from lakesync.lakehouse.change_sets import (
@@ -104,8 +99,9 @@ class ShipResult:
     error: str | None = None
     elapsed_s: float = 0.0
     steps: dict[str, float] = field(default_factory=dict)
-    """Seconds per step: ``prepare`` (table, watermark), ``select+load`` (the change set computed
-    on Spark and written to staging), ``apply`` (upsert, delete, watermark)."""
+    """Seconds per step: ``prepare`` (table, watermark, change set), ``ship`` (the destination's
+    :meth:`~lakesync.destinations.base.Destination.apply_change_set`: the change set read on
+    Spark, loaded, applied with the watermark)."""
     secondary_failures: int = 0
     """Fan-out secondaries this table failed to ship to (best effort: the next run retries them
     from their own watermark)."""
@@ -344,23 +340,9 @@ def _ship_table(
         step("prepare")
         if frame is None:  # shipped up to this watermark, and the lake has not changed since
             count, position = 0, since
-        elif isinstance(dest, SqlDestination):
-            # One Spark job: the query's rows go straight to the staging table; the database
-            # then counts them and finds their greatest position inside the apply transaction.
-            _load_staging(dest, layout, frame)
-            step("select+load")
-            count, position = dest.apply_staged(layout)
-        elif isinstance(dest, BigQueryDestination):
-            _bulk_load_bigquery(dest, layout, frame)
-            step("select+load")
-            count, position = dest.apply_staged(layout)
         else:
-            changes, top = _collect(layout, frame)
-            step("select+load")
-            count, position = len(changes), top
-            if changes:
-                dest.apply_changes(layout, changes, position)
-        step("apply")
+            count, position = dest.apply_change_set(layout, frame)
+        step("ship")
         if count == 0:
             position = since
         if frame is not None:
@@ -403,41 +385,3 @@ def _change_set(
     return spark.table(f"{CHANGES_NAMESPACE}.{model.name}").withColumnRenamed(
         DELETED_COLUMN, DELETED
     )
-
-
-def _load_staging(dest: SqlDestination, layout: TableLayout, rows: DataFrame) -> None:
-    """Executors append the change set to the (emptied) staging table over JDBC, in parallel."""
-    dest.prepare_staging(layout)
-    rows.write.jdbc(
-        dest.jdbc.url,
-        staging_name(layout, dest.dialect),
-        mode="append",
-        properties={**dest.jdbc.properties, "batchsize": "10000"},
-    )
-
-
-def _bulk_load_bigquery(dest: BigQueryDestination, layout: TableLayout, rows: DataFrame) -> None:
-    """Executors write the change set as newline-delimited JSON part files in parallel (into a
-    local temporary directory: local Spark, or a cluster whose workers share this machine's
-    disk); the driver sends them to the staging table as one load job."""
-    with tempfile.TemporaryDirectory(prefix="lakesync-bigquery-") as tmp:
-        parts = Path(tmp) / "change_set"
-        rows.write.json(parts.as_uri())
-        with (Path(tmp) / "change_set.ndjson").open("w+b") as combined:
-            for part in sorted(parts.glob("part-*")):
-                with part.open("rb") as src:
-                    shutil.copyfileobj(src, combined)
-            combined.seek(0)
-            dest.load_staging(layout, combined)
-
-
-def _collect(layout: TableLayout, rows: DataFrame) -> tuple[list[Change], int | None]:
-    """The change set on the driver, and its greatest position."""
-    names = layout.column_names
-    out: list[Change] = []
-    top: int | None = None
-    for row in rows.toLocalIterator():
-        values: dict[str, Any] = {n: row[n] for n in names}
-        out.append(Change(row["row_id"], {} if row["_deleted"] else values, bool(row["_deleted"])))
-        top = max(top or 0, int(row["_position"]))
-    return out, top

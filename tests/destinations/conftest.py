@@ -1,5 +1,6 @@
-"""Destinations under test: the machine's PostgreSQL and MariaDB, the BigQuery emulator and the
-lake (an embedded Iceberg catalog in a temporary data dir).
+"""Destinations under test: the machine's PostgreSQL and MariaDB, the BigQuery emulator, the
+lake (an embedded Iceberg catalog in a temporary data dir) and a kind only the tests have,
+SQLite (``sqlite_destination.py``: a new destination written against the interface alone).
 
 Each test gets a fresh database (PostgreSQL schema / MariaDB database / BigQuery dataset / lake
 data dir) so
@@ -28,11 +29,12 @@ from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
 from tests.conftest import PG_DSN, require_postgres
+from tests.destinations.sqlite_destination import SqliteDestination
 
 MYSQL_DSN = os.environ.get("LAKESYNC_TEST_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")
 BIGQUERY_ENDPOINT = os.environ.get("LAKESYNC_TEST_BIGQUERY_ENDPOINT", "")
 # The emulator answers a statement in about a second: its cases are slow.
-KINDS = ["postgres", "mysql", "lake", pytest.param("bigquery", marks=pytest.mark.slow)]
+KINDS = ["postgres", "mysql", "lake", "sqlite", pytest.param("bigquery", marks=pytest.mark.slow)]
 _names = itertools.count()
 
 
@@ -94,7 +96,7 @@ def _drop(kind: str, name: str) -> None:
         with conn.cursor() as cur:
             cur.execute(f"drop database `{name}`")
         conn.close()
-    elif kind == "lake":
+    elif kind in ("lake", "sqlite"):
         shutil.rmtree(name, ignore_errors=True)
 
 
@@ -115,6 +117,11 @@ def open_fresh(
         spec = DestinationSpec("lake", "lake://exports", gateway, delete=delete,
                                name=f"d{next(_names)}")
         return open_destination(spec, env={}, catalog=lake_catalog(lake)), name
+    elif kind == "sqlite":
+        name = tempfile.mkdtemp(prefix="sqlite-dest-")
+        spec = DestinationSpec("sqlite", f"sqlite://{name}/dest.db", gateway,  # type: ignore[arg-type]
+                               delete=delete, name=f"d{next(_names)}")
+        return SqliteDestination(spec, f"{name}/dest.db"), name
     else:
         require_bigquery()
         name = f"t_{uuid.uuid4().hex[:12]}"
