@@ -83,11 +83,17 @@ class DestinationSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One declared destination. ``url`` is as written (references unresolved)."""
 
     kind: DestinationKind
+    """The kind of database."""
     url: str
+    """Where it is: ``postgresql://user:pw@host:5432/db``, ``mysql://user:pw@host:3306/db``,
+    ``bigquery://project/dataset`` or ``lake://namespace``; may hold ``${VAR}`` /
+    ``${file:PATH}`` references."""
     gateway: str
+    """The gateway whose tables are shipped."""
     tables: list[str] | None = None
-    """Tables shipped; None = every table of the gateway."""
+    """Tables shipped; unset = every table of the gateway."""
     delete: DeleteMode = "soft"
+    """A deleted row: ``soft`` sets its ``deleted_at``, ``hard`` removes it."""
     name: str = ""
     """The key under ``destinations:`` (filled in by :func:`parse_destinations`)."""
     routes: dict[str, str] = {}
