@@ -46,7 +46,7 @@ RESERVED_CLIENT_PREFIX = "lakesync-gateway"
 VIEW_EVICTION_CLIENT = "lakesync-gateway-0"
 """The client id of a *view eviction*: a DELETE a gateway sends when a row leaves (or is about
 to be re-sent into) a client's view under sync rules. Its clock sorts above every real write of
-the row, so a plain SPEC client that applies it as a DELETE removes the row; a client that keeps
+the row, so a plain v1 client that applies it as a DELETE removes the row; a client that keeps
 per-cell clocks (ours) instead forgets everything it held for the row, so the row's real clocks,
 sent after it, rebuild it exactly (see ``lakesync.views``)."""
 

@@ -83,7 +83,7 @@ def histories(draw: st.DrawFn) -> list[RowDelta]:
     """Deltas from >= 3 clients with ties, DELETEs and revivals.
 
     A client never writes two different deltas to the same row at the same HLC (that would be
-    a misbehaving client; the SPEC leaves it undefined), but a DELETE may share a write's clock.
+    a misbehaving client; the protocol leaves it undefined), but a DELETE may share a write's clock.
     """
     events = draw(st.lists(_event, min_size=1, max_size=25))
     seen: set[tuple[str, str, int, str]] = set()

@@ -2,7 +2,7 @@
 
 Binary frames only: 0x01 SyncPush, 0x02 SyncPull in; untagged SyncResponse replies and 0x03
 broadcasts out. Close codes: 4401 bad token, 4403 forbidden (wrong gateway or clientId), 4400
-invalid frame, 4409/4422/4429/4503 for the SPEC errors of a push, 1003 text frame, 1008 frame
+invalid frame, 4409/4422/4429/4503 for the protocol errors of a push, 1003 text frame, 1008 frame
 rate exceeded, 1013 a connection cap reached (all, the gateway's or the client's; see
 :class:`~lakesync.api.services.hub.Hub`) or receiver too slow, 1001 gateway shutting down.
 """

@@ -64,7 +64,7 @@ class Transport(ABC):
     """Moves deltas between a client and one gateway.
 
     Implementations raise :mod:`lakesync.errors` types for gateway errors (rebuilt from the
-    SPEC error body), :class:`lakesync.client.errors.ConnectionFailedError` when the gateway cannot be
+    protocol error body), :class:`lakesync.client.errors.ConnectionFailedError` when the gateway cannot be
     reached, and refresh the token once on a 401 before giving up with ``AuthError``.
     """
 

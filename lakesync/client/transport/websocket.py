@@ -395,7 +395,7 @@ def _open_error(exc: Exception, url: str) -> LakeSyncError | None:
 def _close_error(ws: ClientConnection) -> LakeSyncError:
     """The error a request gets when the gateway closes the socket under it.
 
-    The gateway closes with ``4000 + HTTP status`` for SPEC errors (4401 bad token, 4403
+    The gateway closes with ``4000 + HTTP status`` for protocol errors (4401 bad token, 4403
     forbidden, 4422 schema, 4429 rate limited, …), 1008 when frames come too fast, 1013 when
     it is full or the receiver is too slow, 1001 when it shuts down.
     """
