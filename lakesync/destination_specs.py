@@ -30,7 +30,8 @@ A destination named under another's ``routes`` or ``secondaries`` is shipped thr
 ``url`` may hold ``${VAR}`` / ``${file:PATH}`` references (:mod:`lakesync.secrets`); the parsed
 :class:`DestinationSpec` keeps them and :func:`resolve_url` replaces them when a destination is
 opened, so a parsed configuration never holds a credential. :func:`redact_url` is what messages
-and logs show of a URL. Each synced table lands as a table of the same name (SPEC §11 layout).
+and logs show of a URL. Each synced table lands as a table of the same name (docs/protocol.md
+§11 layout).
 """
 
 from __future__ import annotations

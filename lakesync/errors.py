@@ -63,7 +63,7 @@ class SchemaError(LakeSyncError):
 
 
 class ClockDriftError(LakeSyncError):
-    """A remote HLC too far ahead of the local physical clock (SPEC §2)."""
+    """A remote HLC too far ahead of the local physical clock (docs/protocol.md §2)."""
 
     code = "CLOCK_DRIFT"
     status = 409
@@ -91,8 +91,8 @@ class NotFoundError(LakeSyncError):
 
 
 class CursorExpiredError(LakeSyncError):
-    """A pull cursor older than the gateway's hot log retains (an extension of SPEC §5: code
-    ``CURSOR_EXPIRED``, HTTP 410): the deltas after it left the hot log, so the client must
+    """A pull cursor older than the gateway's hot log retains (an extension of docs/protocol.md
+    §5: code ``CURSOR_EXPIRED``, HTTP 410): the deltas after it left the hot log, so the client must
     start again from the checkpoint (which covers them) and pull from its position."""
 
     code = "CURSOR_EXPIRED"
@@ -150,8 +150,8 @@ def error_for_code(code: str, message: str, status: int | None = None) -> LakeSy
     """Rebuild the typed error for a protocol error body (used by clients reading gateway replies).
 
     The class whose code and status both match wins (``VALIDATION_ERROR`` with 413 is a
-    :class:`PayloadTooLargeError`); SPEC §5 also lists ``AUTH_ERROR`` under 403, which is a
-    :class:`ForbiddenError`; otherwise the code decides.
+    :class:`PayloadTooLargeError`); docs/protocol.md §5 also lists ``AUTH_ERROR`` under 403,
+    which is a :class:`ForbiddenError`; otherwise the code decides.
     """
     cls = _BY_CODE_AND_STATUS.get((code, status or 0))
     if cls is None and code == AuthError.code and status == ForbiddenError.status:

@@ -1,4 +1,4 @@
-"""Declarative sync rules (SPEC §8): which rows each client sees.
+"""Declarative sync rules (docs/protocol.md §8): which rows each client sees.
 
 A rules document holds buckets; a row is visible to a client when some bucket covers its table
 and all of that bucket's filters match the row's merged state. ``jwt:<claim>`` filter values

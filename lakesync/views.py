@@ -1,4 +1,5 @@
-"""What a client may see and write under sync rules (SPEC §8): protocol, pure functions, no I/O.
+"""What a client may see and write under sync rules (docs/protocol.md §8): protocol, pure
+functions, no I/O.
 
 **Reads.** Rules are evaluated on a row's *merged* state. A gateway that has never had sync rules
 delivers the raw log deltas. Once a gateway has had rules, every row a pulled log entry touches is
