@@ -1,4 +1,5 @@
-"""Canonical JSON byte-compatible with JavaScript's fast-json-stable-stringify (SPEC §3).
+"""Canonical JSON byte-compatible with JavaScript's fast-json-stable-stringify
+(docs/protocol.md §3).
 
 Object keys are sorted at every depth (by UTF-16 code units, as JavaScript's default sort does),
 arrays keep their order, there is no whitespace, non-ASCII is written raw, and numbers are

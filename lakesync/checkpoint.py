@@ -7,7 +7,7 @@ may be too, which is harmless: merging is idempotent, and the client pulls from 
 afterwards). It is stored in *chunks* of about a byte budget each, so a gateway serves any size
 with bounded memory: it reads, filters and sends one chunk at a time.
 
-Serving (``GET /v1/sync/{gw}/checkpoint``, SPEC §5) turns each chunk into one frame
+Serving (``GET /v1/sync/{gw}/checkpoint``, docs/protocol.md §5) turns each chunk into one frame
 ``[uint32 big-endian length][SyncResponse]`` of what the requesting client may see, decided at
 serve time by the pure view logic of :mod:`lakesync.views`:
 
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 CONTENT_TYPE = "application/x-lakesync-checkpoint-stream"
-"""The media type of a checkpoint stream (SPEC §5)."""
+"""The media type of a checkpoint stream (docs/protocol.md §5)."""
 
 DEFAULT_CHUNK_BYTES = 256 * 1024
 """Stored bytes per chunk: what one serving step holds (decoded, a few times that)."""

@@ -61,10 +61,14 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``server:``: where ``lakesync up`` listens, its limits and its lake jobs."""
 
     host: str = "127.0.0.1"
+    """Interface ``lakesync up`` listens on (``--host`` wins)."""
     port: int = 8787
+    """TCP port of the gateway (``--port`` wins)."""
     rate_limit: NonNegative = 0.0
     """Pushes + pulls per second per client (0 = off), with bursts of ``rate_burst``."""
     rate_burst: NonNegative = 20.0
+    """Requests a client may make at once before ``rate_limit`` paces it (429 with
+    ``Retry-After``)."""
     backpressure_bytes: Count = 1024 * MIB
     """Un-flushed hot-log size that turns pushes away with 503 (0 = off)."""
     ws_max_connections: Count = 10_000
@@ -95,22 +99,31 @@ class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``lake:``: catalog, warehouse, Spark target, jars and dbt project.
 
     Unset values are derived by ``lakesync.lakehouse.settings.LakeSettings`` (embedded SQLite
-    catalog
-    and warehouse under the data dir, jars inside the active environment, the repository's dbt
-    project).
+    catalog and warehouse under the data dir, jars inside the active environment, the dbt
+    project the package carries).
     """
 
     catalog_uri: str | None = None
     """``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``."""
+    """Unset: ``jdbc:sqlite:`` on ``catalog.db`` in the data dir."""
     catalog_user: str | None = None
+    """User of a PostgreSQL catalog."""
     catalog_password: str | None = None
+    """Password of a PostgreSQL catalog (better set in the environment than in the file)."""
     warehouse: str | None = None
-    """Warehouse URI every Spark worker reaches."""
+    """Warehouse URI every Spark worker reaches. Unset: ``warehouse/`` in the data dir."""
     spark_master: Annotated[str, msgspec.Meta(min_length=1)] = "local[2]"
+    """Spark master: ``local[N]`` in-process, or ``spark://host:port`` of a standalone cluster."""
     spark_cores_max: Count | None = None
+    """``spark.cores.max``: cores the pipeline takes from a cluster (unset: Spark's default)."""
     spark_executor_memory: str | None = None
+    """``spark.executor.memory`` on a cluster, e.g. ``2g`` (unset: Spark's default)."""
     jars_dir: str | None = None
+    """Where setup writes the jars it builds. Unset: ``share/lakesync/jars`` in the active
+    Python environment (``sys.prefix``)."""
     dbt_project_dir: str | None = None
+    """The dbt project the pipeline runs. Unset: the one the package carries
+    (``lakesync/dbt_project``)."""
     snapshot_retention: NonNegative = 7 * 86_400.0
     """Seconds an Iceberg snapshot is kept (time travel answers within it), as long as the hot
     log keeps a delta by default (``server.hot_log_retention``)."""
@@ -148,19 +161,36 @@ class Config(msgspec.Struct, frozen=True):
 
 
 class _GatewayFile(msgspec.Struct, forbid_unknown_fields=True):
+    """``gateways: {ID: …}``: a gateway's (tenant's) table schemas and sync rules, applied when
+    the gateway starts; the admin API can change both at runtime."""
+
     schemas: list[Any] = []
+    """Table schemas (``{table, columns: [{name, type}], primaryKey?, softDelete?,
+    externalIdColumn?}``); a changed file adds columns, never removes one."""
     rules: Any = None
+    """Sync rules (``{version: 1, buckets: [...]}``); null = every client sees every row."""
 
 
 class _File(msgspec.Struct, forbid_unknown_fields=True):
+    """The file's shape (the keys it may hold, each optional)."""
+
     data_dir: str | None = None
+    """Data directory: the embedded hot log (SQLite), the Iceberg catalog and warehouse, logs."""
     store_url: str | None = None
+    """Hot-log store: ``sqlite`` (a file in the data dir) or a ``postgresql://`` DSN, which lets
+    several gateway processes serve the same gateways."""
     pg_schema: str | None = None
+    """Schema of the PostgreSQL hot-log store."""
     server: ServerConfig = ServerConfig()
+    """The gateway (``lakesync up``): listening, limits, scheduled lake jobs."""
     lake: LakeConfig = LakeConfig()
+    """The lake: Iceberg catalog, warehouse, Spark and dbt."""
     gateways: dict[str, _GatewayFile] = {}
+    """Gateways by id, each with its schemas and sync rules."""
     destinations: dict[str, Any] = {}
+    """Where synced tables are materialised, by destination name."""
     connectors: dict[str, Any] = {}
+    """Outside systems polled into a gateway, by connector name."""
 
 
 _Section = TypeVar("_Section", ServerConfig, LakeConfig)

@@ -64,6 +64,7 @@ class _Common(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     gateway: str
+    """The gateway the connector pushes into."""
     interval: Seconds = 60.0
     """Seconds between the end of one poll and the start of the next."""
     chunk_rows: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
@@ -74,29 +75,43 @@ class JiraSpec(_Common, frozen=True, tag="jira"):
     """Jira Cloud: issues by JQL (cursor on ``updated``), their comments, and projects."""
 
     url: str = ""
+    """The Jira Cloud site, e.g. ``https://acme.atlassian.net``."""
     email: str = ""
+    """The account the API token belongs to."""
     token: str = ""
+    """An API token of that account (write ``${VAR}`` or ``${file:PATH}``)."""
     jql: str = ""
     """Extra JQL ANDed with the connector's ``updated`` cursor (empty = every issue)."""
     overlap: NonNegative = 120.0
     """Seconds re-read before the cursor: JQL dates have minute precision."""
     page_size: Annotated[int, msgspec.Meta(ge=1, le=5000)] = 100
+    """Issues per search page."""
     comments: bool = True
+    """Also bring each issue's comments (table ``jira_comments``)."""
     projects: bool = True
+    """Also mirror the projects (table ``jira_projects``)."""
 
 
 class SalesforceSpec(_Common, frozen=True, tag="salesforce"):
     """Salesforce: SOQL per object with a ``LastModifiedDate`` cursor (OAuth password flow)."""
 
     login_url: str = "https://login.salesforce.com"
+    """The OAuth login endpoint (``https://test.salesforce.com`` for a sandbox)."""
     client_id: str = ""
+    """The connected app's consumer key."""
     client_secret: str = ""
+    """The connected app's consumer secret (write ``${VAR}`` or ``${file:PATH}``)."""
     username: str = ""
+    """The user the connector logs in as."""
     password: str = ""
+    """That user's password (write ``${VAR}`` or ``${file:PATH}``)."""
     api_version: Annotated[str, msgspec.Meta(pattern=r"^v\d+\.\d$")] = "v60.0"
+    """The REST API version."""
     objects: list[Literal["Account", "Contact", "Opportunity", "Lead"]] = msgspec.field(
         default_factory=lambda: ["Account", "Contact", "Opportunity", "Lead"]
     )
+    """The objects brought in (tables ``sf_accounts``, ``sf_contacts``, ``sf_opportunities``,
+    ``sf_leads``)."""
     overlap: NonNegative = 60.0
     """Seconds re-read before the ``LastModifiedDate`` cursor (records committed late)."""
     page_size: Annotated[int, msgspec.Meta(ge=200, le=2000)] = 2000
@@ -107,6 +122,7 @@ class DatabaseSpec(_Common, frozen=True):
     """A table of PostgreSQL or MySQL/MariaDB read by a cursor or by snapshot diffs."""
 
     dsn: str = ""
+    """The source database's DSN (write ``${VAR}`` or ``${file:PATH}`` for its password)."""
     source_table: str = ""
     """The table (or ``schema.table``) to read."""
     table: str = ""
@@ -116,6 +132,8 @@ class DatabaseSpec(_Common, frozen=True):
     columns: list[str] = msgspec.field(default_factory=list)
     """The columns to bring (empty = every column)."""
     strategy: Literal["cursor", "diff"] = "cursor"
+    """``cursor``: read rows past a growing column (no deletes); ``diff``: compare full
+    snapshots (deletes included)."""
     cursor_column: str = ""
     """Cursor strategy: a column that grows on every insert and update (a number or timestamp)."""
     lookback: NonNegative = 0.0
@@ -136,7 +154,9 @@ class PostgresCdcSpec(_Common, frozen=True, tag="postgres_cdc"):
     with the built-in ``test_decoding`` plugin, so deletes arrive without snapshot diffs."""
 
     dsn: str = ""
+    """The source database's DSN; its user needs the ``REPLICATION`` attribute."""
     slot: str = ""
+    """The logical replication slot (created if missing)."""
     tables: dict[str, str] = msgspec.field(default_factory=dict)
     """Source ``schema.table`` → gateway table; each source table needs a primary key."""
 

@@ -1,4 +1,5 @@
-"""Row deltas (SPEC §3): the unit of change, its deltaId, and extraction from row pairs."""
+"""Row deltas (docs/protocol.md §3): the unit of change, its deltaId, and extraction from row
+pairs."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ RESERVED_CLIENT_PREFIX = "lakesync-gateway"
 VIEW_EVICTION_CLIENT = "lakesync-gateway-0"
 """The client id of a *view eviction*: a DELETE a gateway sends when a row leaves (or is about
 to be re-sent into) a client's view under sync rules. Its clock sorts above every real write of
-the row, so a plain SPEC client that applies it as a DELETE removes the row; a client that keeps
+the row, so a plain v1 client that applies it as a DELETE removes the row; a client that keeps
 per-cell clocks (ours) instead forgets everything it held for the row, so the row's real clocks,
 sent after it, rebuild it exactly (see ``lakesync.views``)."""
 
@@ -96,7 +97,8 @@ class WireDelta(msgspec.Struct, rename="camel"):
 def delta_id(
     client_id: str, hlc: int | str, table: str, row_id: str, columns: Sequence[Mapping[str, Any]]
 ) -> str:
-    """The SPEC §3 deltaId: sha256 hex of the canonical JSON of the delta's identity and columns."""
+    """The deltaId (docs/protocol.md §3): sha256 hex of the canonical JSON of the delta's
+    identity and columns."""
     return _identity_id(client_id, hlc, table, row_id, [(c["column"], c["value"]) for c in columns])
 
 
@@ -288,14 +290,16 @@ def read_delta(
         if did != expected:
             raise SchemaError(
                 f"{where}.deltaId {did!r} does not match its content "
-                f"(expected {expected}); recompute it with the canonical JSON of SPEC §3"
+                f"(expected {expected}); recompute it with the canonical JSON of "
+                "docs/protocol.md §3"
             )
     return RowDelta(checked, table, row_id, client_id, cols, ts, did)
 
 
 def validate_row_id(row_id: object, what: str = "rowId") -> str:
-    """Return ``row_id`` if it is a valid row key (SPEC §3: non-empty text of at most 1024
-    characters, storable everywhere); raise :class:`ValidationError` naming ``what`` otherwise."""
+    """Return ``row_id`` if it is a valid row key (docs/protocol.md §3: non-empty text of at most
+    1024 characters, storable everywhere); raise :class:`ValidationError` naming ``what``
+    otherwise."""
     if not isinstance(row_id, str) or not row_id or len(row_id) > MAX_ROW_ID_LENGTH:
         raise ValidationError(f"{what} must be a non-empty string of at most 1024 chars")
     _check_text(row_id, what)
@@ -323,8 +327,9 @@ def _check_shape(
     where: str = "delta",
     trusted: bool = False,
 ) -> Op:
-    # The op, identifiers, ids and columns of SPEC §3; returns the op, typed. Trusted, only what
-    # keeps a replica safe: the op, identifiers (they become SQL identifiers), non-empty ids.
+    # The op, identifiers, ids and columns of docs/protocol.md §3; returns the op, typed. Trusted,
+    # only what keeps a replica safe: the op, identifiers (they become SQL identifiers), non-empty
+    # ids.
     # This runs on every delta read or built, so the common case is plain checks: the helpers
     # that name the field in their error run only when a check fails.
     checked = _OPS.get(op)

@@ -30,7 +30,8 @@ A destination named under another's ``routes`` or ``secondaries`` is shipped thr
 ``url`` may hold ``${VAR}`` / ``${file:PATH}`` references (:mod:`lakesync.secrets`); the parsed
 :class:`DestinationSpec` keeps them and :func:`resolve_url` replaces them when a destination is
 opened, so a parsed configuration never holds a credential. :func:`redact_url` is what messages
-and logs show of a URL. Each synced table lands as a table of the same name (SPEC §11 layout).
+and logs show of a URL. Each synced table lands as a table of the same name (docs/protocol.md
+§11 layout).
 """
 
 from __future__ import annotations
@@ -83,11 +84,17 @@ class DestinationSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One declared destination. ``url`` is as written (references unresolved)."""
 
     kind: DestinationKind
+    """The kind of database."""
     url: str
+    """Where it is: ``postgresql://user:pw@host:5432/db``, ``mysql://user:pw@host:3306/db``,
+    ``bigquery://project/dataset`` or ``lake://namespace``; may hold ``${VAR}`` /
+    ``${file:PATH}`` references."""
     gateway: str
+    """The gateway whose tables are shipped."""
     tables: list[str] | None = None
-    """Tables shipped; None = every table of the gateway."""
+    """Tables shipped; unset = every table of the gateway."""
     delete: DeleteMode = "soft"
+    """A deleted row: ``soft`` sets its ``deleted_at``, ``hard`` removes it."""
     name: str = ""
     """The key under ``destinations:`` (filled in by :func:`parse_destinations`)."""
     routes: dict[str, str] = {}

@@ -1,6 +1,6 @@
 """The one exception tree of LakeSync.
 
-Every error that can reach a user carries a SPEC error ``code`` and the HTTP ``status`` it maps
+Every error that can reach a user carries a protocol error ``code`` and the HTTP ``status`` it maps
 to, so the gateway turns any of them into ``{"error": message, "code": code}`` in one place and
 the client raises the same types when the gateway answers with them.
 """
@@ -28,7 +28,7 @@ __all__ = [
 
 
 class LakeSyncError(Exception):
-    """Base of every LakeSync error: a message for humans, a SPEC code and an HTTP status."""
+    """Base of every LakeSync error: a message for humans, an error code and an HTTP status."""
 
     code: ClassVar[str] = "INTERNAL_ERROR"
     status: ClassVar[int] = 500
@@ -63,7 +63,7 @@ class SchemaError(LakeSyncError):
 
 
 class ClockDriftError(LakeSyncError):
-    """A remote HLC too far ahead of the local physical clock (SPEC §2)."""
+    """A remote HLC too far ahead of the local physical clock (docs/protocol.md §2)."""
 
     code = "CLOCK_DRIFT"
     status = 409
@@ -91,8 +91,8 @@ class NotFoundError(LakeSyncError):
 
 
 class CursorExpiredError(LakeSyncError):
-    """A pull cursor older than the gateway's hot log retains (an extension of SPEC §5: code
-    ``CURSOR_EXPIRED``, HTTP 410): the deltas after it left the hot log, so the client must
+    """A pull cursor older than the gateway's hot log retains (an extension of docs/protocol.md
+    §5: code ``CURSOR_EXPIRED``, HTTP 410): the deltas after it left the hot log, so the client must
     start again from the checkpoint (which covers them) and pull from its position."""
 
     code = "CURSOR_EXPIRED"
@@ -140,18 +140,18 @@ for _cls in _GATEWAY_ERRORS:  # the first class of a code or status (the base) s
 
 
 def code_for_status(status: int, default: str = "INTERNAL_ERROR") -> str:
-    """The SPEC code of an HTTP error status, for a reply that carries no code of its own (a
+    """The error code of an HTTP error status, for a reply that carries no code of its own (a
     framework's or a proxy's, a WebSocket close code ``4000 + status``); ``default`` if none."""
     cls = _BY_STATUS.get(status)
     return default if cls is None else cls.code
 
 
 def error_for_code(code: str, message: str, status: int | None = None) -> LakeSyncError:
-    """Rebuild the typed error for a SPEC error body (used by clients reading gateway replies).
+    """Rebuild the typed error for a protocol error body (used by clients reading gateway replies).
 
     The class whose code and status both match wins (``VALIDATION_ERROR`` with 413 is a
-    :class:`PayloadTooLargeError`); SPEC §5 also lists ``AUTH_ERROR`` under 403, which is a
-    :class:`ForbiddenError`; otherwise the code decides.
+    :class:`PayloadTooLargeError`); docs/protocol.md §5 also lists ``AUTH_ERROR`` under 403,
+    which is a :class:`ForbiddenError`; otherwise the code decides.
     """
     cls = _BY_CODE_AND_STATUS.get((code, status or 0))
     if cls is None and code == AuthError.code and status == ForbiddenError.status:

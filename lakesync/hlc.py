@@ -1,4 +1,5 @@
-"""Hybrid logical clock (SPEC §2): 48-bit wall milliseconds and a 16-bit counter in one uint64."""
+"""Hybrid logical clock (docs/protocol.md §2): 48-bit wall milliseconds and a 16-bit counter in
+one uint64."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def decode(ts: int) -> tuple[int, int]:
 
 
 def parse(value: object, field: str = "hlc") -> int:
-    """Read an HLC from the wire: a decimal string (SPEC §1) or, tolerated, a JSON integer."""
+    """Read an HLC from the wire: a decimal string (docs/protocol.md §1) or, tolerated, a JSON
+    integer."""
     if isinstance(value, bool):
         raise ValidationError(f"{field} must be a decimal string, got a boolean")
     if isinstance(value, int):

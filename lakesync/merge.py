@@ -1,4 +1,4 @@
-"""Column-level last-writer-wins merge with row tombstones and revival (SPEC §4).
+"""Column-level last-writer-wins merge with row tombstones and revival (docs/protocol.md §4).
 
 The state is a join-semilattice: per cell the greatest ``(hlc, client_id)`` write, per row the
 greatest DELETE clock (tombstone) and the greatest write clock. Joining is commutative,

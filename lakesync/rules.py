@@ -1,4 +1,4 @@
-"""Declarative sync rules (SPEC §8): which rows each client sees.
+"""Declarative sync rules (docs/protocol.md §8): which rows each client sees.
 
 A rules document holds buckets; a row is visible to a client when some bucket covers its table
 and all of that bucket's filters match the row's merged state. ``jwt:<claim>`` filter values
@@ -10,7 +10,7 @@ points, and never match null.
 Write access (used by the gateway): a client may push to the tables its rules let it read, i.e.
 the union of its buckets' tables (``tables: []`` or no rules at all means every table).
 
-List semantics, where the SPEC is silent: with a list on the right, ``eq`` and ``in`` match when
+List semantics, where the protocol is silent: with a list on the right, ``eq`` and ``in`` match when
 the row value equals any element, ``neq`` when it equals none, and the ordering operators when
 they hold for any element.
 """

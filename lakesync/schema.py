@@ -1,4 +1,4 @@
-"""Table schemas (SPEC §10): validation, additive evolution and delta checks."""
+"""Table schemas (docs/protocol.md §10): validation, additive evolution and delta checks."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ __all__ = [
 ]
 
 ColumnType = Literal["string", "number", "boolean", "json", "null"]
-# Names every replica and destination adds itself (SPEC §11, the lake's current-state tables).
+# Names every replica and destination adds itself (docs/protocol.md §11, the lake's
+# current-state tables).
 RESERVED_COLUMNS = frozenset(
     {
         "row_id",

@@ -2,9 +2,9 @@
 deltas, with the client's sync rules applied (pure: the gateway reads the rows).
 
 A *source* is a declared destination (``destinations:`` in ``lakesync.yaml``) of the gateway,
-read through its adapter: rows in the SPEC §11 layout (``row_id``, typed columns, ``synced_at``,
-``deleted_at`` under soft delete), such as a PostgreSQL table shipping keeps or one a team keeps
-in that layout themselves.
+read through its adapter: rows in the docs/protocol.md §11 layout (``row_id``, typed columns,
+``synced_at``, ``deleted_at`` under soft delete), such as a PostgreSQL table shipping keeps or one
+a team keeps in that layout themselves.
 
 Cursor semantics. ``since`` and ``serverHlc`` of a source pull are a row's ``synced_at`` in
 microseconds since the Unix epoch (a decimal string, as every cursor), not the gateway's ingest

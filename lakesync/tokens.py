@@ -1,4 +1,5 @@
-"""JWT tokens (SPEC §7): HS256, ``sub``/``gw``/``exp`` required, roles, secret rotation."""
+"""JWT tokens (docs/protocol.md §7): HS256, ``sub``/``gw``/``exp`` required, roles, secret
+rotation."""
 
 from __future__ import annotations
 

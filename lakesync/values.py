@@ -1,4 +1,5 @@
-"""Column values (SPEC §1): what a JSON value may be, and the one form every replica holds it in.
+"""Column values (docs/protocol.md §1): what a JSON value may be, and the one form every replica
+holds it in.
 
 Every stage (the deltaId, the hot log, pull and WebSocket replies, client replicas, the lake's
 landing table and models) must hold the same value. A JavaScript client holds a number as a

@@ -1,4 +1,5 @@
-"""What a client may see and write under sync rules (SPEC §8): protocol, pure functions, no I/O.
+"""What a client may see and write under sync rules (docs/protocol.md §8): protocol, pure
+functions, no I/O.
 
 **Reads.** Rules are evaluated on a row's *merged* state. A gateway that has never had sync rules
 delivers the raw log deltas. Once a gateway has had rules, every row a pulled log entry touches is
@@ -6,7 +7,7 @@ delivered as a *row snapshot* of its current merged state, carrying the row's **
 
 - first a view eviction: a ``DELETE`` from :data:`~lakesync.delta.VIEW_EVICTION_CLIENT` at the
   snapshot base ``B = max(ingest HLC of the row's last delta, view stamp)``, which beats every
-  real write of the row (those have HLCs below their ingest stamps). A plain SPEC client (the
+  real write of the row (those have HLCs below their ingest stamps). A plain v1 client (the
   TypeScript one) deletes its copy; our client forgets the row's cells and clocks entirely;
 - if the row is visible: its real state, i.e. its tombstone as a ``DELETE`` at the tombstone's
   own ``(hlc, clientId)`` (if it has one), an ``INSERT`` at the row's greatest write clock with
@@ -18,7 +19,7 @@ delivered as a *row snapshot* of its current merged state, carrying the row's **
 A client that merges these with the core column-LWW merge (after forgetting the row) holds
 exactly the row's acknowledged merged state with its real clocks, so its own pending writes,
 merged on top, lose only to cells with higher clocks: an edit made offline never flickers back.
-Every delta has a valid deltaId, so any SPEC client applies them as ordinary deltas.
+Every delta has a valid deltaId, so any v1 client applies them as ordinary deltas.
 
 **Nothing outside the view.** A row invisible to the client now is mentioned (evicted) only if the
 client *may hold* it: it wrote a delta of the row after its cursor, or the row was visible to it at

@@ -1,5 +1,6 @@
-"""The delta codec of the HTTP API (SPEC §1, §3, §5): its JSON bodies as msgspec Structs with
-their decoders built once, and every delta read through :func:`lakesync.delta.read_delta`.
+"""The delta codec of the HTTP API (docs/protocol.md §1, §3, §5): its JSON bodies as msgspec
+Structs with their decoders built once, and every delta read through
+:func:`lakesync.delta.read_delta`.
 
 A gateway reads pushes **verified** (every deltaId recomputed); a client reads its gateway's
 replies and its own outbox **trusted** (no deltaId recomputed; a value no replica can hold reads
@@ -239,7 +240,7 @@ def decode_pull_response(
 
 # -- one delta (a client's outbox) ------------------------------------------------------------
 def encode_delta(delta: RowDelta) -> bytes:
-    """A delta's SPEC §3 JSON."""
+    """A delta's docs/protocol.md §3 JSON."""
     return _encoder.encode(_to_wire(delta))
 
 

@@ -1,4 +1,4 @@
-"""WebSocket frames (SPEC §9): a tag byte plus a protobuf message, pure encode/decode.
+"""WebSocket frames (docs/protocol.md §9): a tag byte plus a protobuf message, pure encode/decode.
 
 Client → server frames are ``0x01`` + SyncPush or ``0x02`` + SyncPull. The server replies with
 an untagged SyncResponse and broadcasts ``0x03`` + SyncResponse. The two are told apart by the

@@ -1,5 +1,5 @@
 {#- Typed current state of one synced table, generated from its registered schema.
-    `columns` is a list of {name, type} (SPEC §10 types). One row per live row per gateway:
+    `columns` is a list of {name, type} (docs/protocol.md §10 types). One row per live row per gateway:
     gateway_id, row_id, one typed column per schema column, _hlc (the HLC of the row's last change),
     _changed_at (its wall time) and _ingest_hlc (landing position of the row's last delta). -#}
 
@@ -31,7 +31,7 @@
 
 {#- Rows of `rows` (lakesync_row_clocks shape, one table) with the visible cells of `cells`
     (lakesync_cell_winners shape) pivoted into typed columns. A live row shows only cells written
-    after its tombstone (SPEC §4 revival); a row that is not live comes out with _hlc null, which
+    after its tombstone (docs/protocol.md §4 revival); a row that is not live comes out with _hlc null, which
     the incremental merge turns into a delete. -#}
 {% macro lakesync_typed_rows(rows, cells, columns) %}
     select

@@ -1,4 +1,4 @@
-{#- SPEC §4 clock order, the same as lakesync.merge: (hlc, client_id) as a tuple. -#}
+{#- docs/protocol.md §4 clock order, the same as lakesync.merge: (hlc, client_id) as a tuple. -#}
 {% macro lakesync_beats(a_hlc, a_client, b_hlc, b_client) -%}
     ({{ a_hlc }} > {{ b_hlc }} or ({{ a_hlc }} = {{ b_hlc }} and {{ a_client }} > {{ b_client }}))
 {%- endmacro %}

@@ -1,4 +1,4 @@
-"""Reading a delta's SPEC JSON in tests the way the gateway does (:mod:`lakesync.wire`)."""
+"""Reading a delta's protocol JSON in tests the way the gateway does (:mod:`lakesync.wire`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from lakesync.wire import decode_push_request, encode_delta, push_deltas
 
 
 def verified(obj: Any) -> RowDelta:
-    """``obj`` (a delta's decoded SPEC JSON) read as a gateway reads a pushed delta: every
-    check of SPEC §3, the values normalised and the deltaId recomputed."""
+    """``obj`` (a delta's decoded protocol JSON) read as a gateway reads a pushed delta: every
+    check of docs/protocol.md §3, the values normalised and the deltaId recomputed."""
     body = msgspec.json.encode({"clientId": "reader", "deltas": [obj]})
     return push_deltas(decode_push_request(body))[0][0]
 
 
 def as_json(delta: RowDelta) -> dict[str, Any]:
-    """``delta``'s SPEC §3 JSON as decoded builtins (what a push body carries)."""
+    """``delta``'s docs/protocol.md §3 JSON as decoded builtins (what a push body carries)."""
     result: dict[str, Any] = msgspec.json.decode(encode_delta(delta))
     return result

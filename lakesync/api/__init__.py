@@ -1,4 +1,4 @@
-"""The LakeSync sync gateway: a Litestar app serving SPEC §5 (HTTP) and §9 (WebSocket).
+"""The LakeSync sync gateway: a Litestar app serving docs/protocol.md §5 (HTTP) and §9 (WebSocket).
 
 Layout: ``lakesync.api.app.create_app`` builds the app; ``lakesync.api.controllers`` hold thin handlers (decode,
 authenticate with ``lakesync.api.auth``, call a service, encode); ``lakesync.api.services.sync.SyncService`` does

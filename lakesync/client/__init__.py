@@ -2,7 +2,7 @@
 
 ``LakeSyncClient`` (and its asyncio twin ``AsyncLakeSyncClient``) keeps a local copy of a
 gateway's tables, applies local writes at once and syncs them over HTTP or WebSocket with
-column-level last-writer-wins merging (SPEC §4). Needs only the ``client`` extra.
+column-level last-writer-wins merging (docs/protocol.md §4). Needs only the ``client`` extra.
 """
 
 from lakesync.client._actions import ActionRecord

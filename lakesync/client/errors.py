@@ -1,7 +1,7 @@
 """Client-specific errors, all subclasses of the one LakeSync exception tree.
 
 Errors the gateway reports come back as the core types of :mod:`lakesync.errors` (rebuilt from
-the SPEC error body); the classes here cover what only a client can get wrong: talking to a
+the protocol error body); the classes here cover what only a client can get wrong: talking to a
 closed replica, a missing optional extra, an unreachable gateway, local row conflicts.
 """
 

@@ -30,7 +30,7 @@ class ActionDescriptor(msgspec.Struct, rename="camel", frozen=True):
 
 
 class ActionError(Exception):
-    """An action that did not succeed: ``code`` (SPEC-style), ``retryable``."""
+    """An action that did not succeed: ``code`` (as in the protocol), ``retryable``."""
 
     def __init__(self, code: str, message: str, retryable: bool) -> None:
         super().__init__(message)

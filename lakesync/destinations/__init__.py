@@ -1,4 +1,4 @@
-"""Destinations: the databases synced tables are materialised into (SPEC §11).
+"""Destinations: the databases synced tables are materialised into (docs/protocol.md §11).
 
 Pure statement building lives in :mod:`lakesync.destinations.statements` (sqlglot ASTs per
 dialect); the

@@ -142,7 +142,8 @@ class TieringMark:
 
 
 class Destination(abc.ABC):
-    """A place synced tables are materialised in (SPEC §11 layout), for one declared spec."""
+    """A place synced tables are materialised in (docs/protocol.md §11 layout), for one declared
+    spec."""
 
     spec: DestinationSpec
 

@@ -1,9 +1,9 @@
 """The lake itself as a destination: Iceberg tables in a namespace of the lake's catalog.
 
 URL: ``lake://NAMESPACE`` (an identifier; not the lake's own ``lakesync``, ``analytics`` or
-``lakesync_changes`` namespaces, which the pipeline owns). Each table has the SPEC §11 layout as
-Iceberg columns (json and ``props`` as JSON text, ``synced_at`` / ``deleted_at`` as UTC
-timestamps). A change set is applied to the table's rows and written back with one Iceberg
+``lakesync_changes`` namespaces, which the pipeline owns). Each table has the docs/protocol.md
+§11 layout as Iceberg columns (json and ``props`` as JSON text, ``synced_at`` / ``deleted_at``
+as UTC timestamps). A change set is applied to the table's rows and written back with one Iceberg
 overwrite; the watermark is a table property (``lakesync.watermark.<gateway>``) set in the same
 Iceberg transaction, so rows and watermark commit together or not at all. The overwrite rewrites
 the whole table: this adapter is meant for exports of modest size next to the lake's own

@@ -4,13 +4,13 @@ Never by transpiling text: a staged upsert is on PostgreSQL ``WITH … UPDATE �
 rows there plus ``INSERT … SELECT … WHERE NOT EXISTS`` the others (the watermark:
 ``INSERT … ON CONFLICT DO UPDATE``), MySQL ``INSERT … ON DUPLICATE KEY UPDATE`` and BigQuery
 ``MERGE``, each built for its dialect.
-Identifiers are validated (SPEC §3 rule) before they reach a statement and always quoted, so a
-hostile name is refused and a keyword (``order``) is just a name; values are always bound
-parameters (``%(name)s`` for psycopg and PyMySQL, ``@name`` for BigQuery), never spliced.
+Identifiers are validated (docs/protocol.md §3 rule) before they reach a statement and always
+quoted, so a hostile name is refused and a keyword (``order``) is just a name; values are always
+bound parameters (``%(name)s`` for psycopg and PyMySQL, ``@name`` for BigQuery), never spliced.
 
-Table layout (SPEC §11): ``row_id`` primary key, one typed column per schema column, ``props``
-JSON default ``{}`` that sync never writes, ``synced_at``, and ``deleted_at`` with soft delete;
-the schema's external id column is unique (not on BigQuery, which has no enforced keys).
+Table layout (docs/protocol.md §11): ``row_id`` primary key, one typed column per schema column,
+``props`` JSON default ``{}`` that sync never writes, ``synced_at``, and ``deleted_at`` with soft
+delete; the schema's external id column is unique (not on BigQuery, which has no enforced keys).
 
 Change sets are applied set-based from a *staging* table holding the change set's rows
 (``row_id``, the typed columns, ``_deleted``): one upsert of the live rows, one soft or hard
@@ -254,7 +254,7 @@ def _value_def(layout: TableLayout, name: str, kind: str, dialect: Dialect) -> e
 
 
 def create_table(layout: TableLayout, dialect: Dialect) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` with the SPEC §11 layout."""
+    """``CREATE TABLE IF NOT EXISTS`` with the docs/protocol.md §11 layout."""
     defs: list[exp.Expression] = [_key_def("row_id", dialect, exp.NotNullColumnConstraint())]
     defs += [_value_def(layout, n, k, dialect) for n, k in layout.columns]
     props_default = (

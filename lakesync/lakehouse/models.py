@@ -34,7 +34,7 @@ from pathlib import Path
 from sqlglot import exp
 
 from lakesync.destination_specs import DestinationSpec, receivers, shipped_on_their_own
-from lakesync.destinations.statements import Dialect, change_set_query
+from lakesync.destinations.statements import POSITION, Dialect, change_set_query
 from lakesync.errors import ConfigError
 from lakesync.schema import TableSchema
 
@@ -96,12 +96,37 @@ def render_model(table: str, columns: list[tuple[str, str]]) -> str:
     )
 
 
+def _schema_columns(table: str, columns: Iterable[tuple[str, str]]) -> list[dict[str, str]]:
+    """Column descriptions of a table's schema columns, for ``dbt docs``."""
+    return [
+        {
+            "name": name,
+            "description": (
+                f"Column {name} of {table} (schema type {kind}), its last-writer-wins value "
+                "typed; a value of another type reads null."
+            ),
+        }
+        for name, kind in columns
+    ]
+
+
 def render_properties(tables: TableColumns) -> str:
     """YAML properties (descriptions, data tests) of every generated model; JSON is valid YAML."""
     models = [
         {
             "name": model_name(table),
             "description": f"Current state of synced table {table}: one row per live row.",
+            "columns": [
+                {"name": "gateway_id", "description": "The gateway (tenant) the row belongs to."},
+                {"name": "row_id", "description": "The row key, unique within its gateway."},
+                *_schema_columns(table, tables[table]),
+                {"name": "_hlc", "description": "HLC of the row's last change."},
+                {"name": "_changed_at", "description": "Wall-clock time of _hlc (UTC)."},
+                {
+                    "name": "_ingest_hlc",
+                    "description": "Landing position (ingest HLC) of the row's last delta.",
+                },
+            ],
             "data_tests": [
                 {"lakesync_unique_combination": {"arguments": {"columns": KEY}}},
                 {"lakesync_not_null": {"arguments": {"columns": [*KEY, "_hlc"]}}},
@@ -261,6 +286,15 @@ def render_change_set_properties(models: Iterable[ChangeSetModel]) -> str:
                 f"destination {m.destination}'s watermark, typed; {DELETED_COLUMN} marks the "
                 "deleted ones, _position is each row's landing position."
             ),
+            "columns": [
+                {"name": "row_id", "description": "The row key, unique in a change set."},
+                *_schema_columns(m.table, m.columns),
+                {
+                    "name": DELETED_COLUMN,
+                    "description": "The row stopped being live: delete it (its columns are null).",
+                },
+                {"name": POSITION, "description": "The row's landing position (ingest HLC)."},
+            ],
             "data_tests": [
                 {"lakesync_unique_combination": {"arguments": {"columns": ["row_id"]}}},
             ],

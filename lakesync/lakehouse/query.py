@@ -217,7 +217,7 @@ def run_query(
 
 
 def _jsonable(value: Any) -> Any:
-    # Decimals are HLCs (uint64) here: decimal strings, like HLCs on the wire (SPEC §1).
+    # Decimals are HLCs (uint64) here: decimal strings, like HLCs on the wire (docs/protocol.md §1).
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, datetime | date):

@@ -1,4 +1,4 @@
-"""Pure cell decoders, one per schema column type (SPEC §10), plus HLC → time: what fresh reads
+"""Pure cell decoders, one per schema column type (docs/protocol.md §10), plus HLC → time: what fresh reads
 (``lakesync/lakehouse/fresh.py``) and destinations use; the dbt models do the same with Spark built-ins
 (``lakesync_decode`` in ``macros/current_state.sql``, held equal by a test), so plain dbt needs no
 Python UDF.

@@ -1,4 +1,4 @@
--- One row per cell (gateway, table, row, column) holding its LWW winner (SPEC §4). Increments read
+-- One row per cell (gateway, table, row, column) holding its LWW winner (docs/protocol.md §4). Increments read
 -- landing rows past the stored position; the merge only overwrites a stored cell when the new write
 -- beats it, so late and duplicate deltas are harmless.
 {{

@@ -1,5 +1,5 @@
 -- One row per (gateway, table, row) with its greatest write clock, greatest DELETE clock and
--- liveness (SPEC §4: delete wins an exact tie). An increment joins the new deltas with the stored
+-- liveness (docs/protocol.md §4: delete wins an exact tie). An increment joins the new deltas with the stored
 -- clocks of the rows they touch (as pseudo-deltas), so the result is a pure join of clocks.
 {{
     config(

@@ -53,7 +53,7 @@ def test_bad_gateway_ids_are_refused_and_cannot_stop_other_tenants(tmp_path: Pat
     env = {"LAKESYNC_BACKPRESSURE_BYTES": "20000", "LAKESYNC_FLUSH_INTERVAL": "0.5"}
     acked: list[str] = []
     with ServerProcess(data, env=env) as gw:
-        # Every route answers a bad gateway id with the SPEC error body, before any token check.
+        # Every route answers a bad gateway id with the protocol error body, before any token check.
         for bad in (LONG_GW, "gw-1", "gw.1"):
             r = httpx.post(
                 f"{gw.url}/v1/sync/{bad}/push",

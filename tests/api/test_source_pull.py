@@ -39,7 +39,7 @@ RULES = parse_rules({"version": 1, "buckets": [{
 
 @pytest.fixture
 def crm() -> Iterator[Destination]:
-    """A PostgreSQL ``contacts`` table in the SPEC §11 layout: three change sets (three distinct
+    """A PostgreSQL ``contacts`` table in the docs/protocol.md §11 layout: three change sets (three distinct
     ``synced_at`` instants), one soft delete."""
     dest, schema = open_fresh("postgres")
     layout = dest.layout("contacts", COLUMNS)

@@ -1,4 +1,4 @@
-"""Every sync route over HTTP: happy paths and the SPEC's 4xx for bad input (never 5xx)."""
+"""Every sync route over HTTP: happy paths and the protocol's 4xx for bad input (never 5xx)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sync WebSocket (SPEC §9) through Litestar's test client: push, pull, broadcasts, closes."""
+"""The sync WebSocket (docs/protocol.md §9) through Litestar's test client: push, pull, broadcasts, closes."""
 
 from __future__ import annotations
 

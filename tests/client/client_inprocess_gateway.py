@@ -3,7 +3,7 @@
 Each client gets an :class:`HttpTransport` over an httpx client whose transport hands requests to
 the Litestar app (no socket, no subprocess). A test can queue faults for the next requests: an
 httpx error (the gateway cannot be reached) or a :class:`LakeSyncError` (answered as the gateway
-would, SPEC §5 body and ``Retry-After``); a faulted request never reaches the gateway.
+would, docs/protocol.md §5 body and ``Retry-After``); a faulted request never reaches the gateway.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The checkpoint stream (SPEC §5) over real HTTP.
+"""The checkpoint stream (docs/protocol.md §5) over real HTTP.
 
 The gateway answers 404 until it generates checkpoints, so a small stdlib HTTP server plays the
 route here: it streams ``[uint32 big-endian length][SyncResponse]`` frames in chunks that split

@@ -40,7 +40,7 @@ def _stamp(moment: datetime) -> str:
 
 
 class SqliteDestination(Destination):
-    """The SPEC §11 layout in one SQLite file: the table, a watermark and a tiering table."""
+    """The docs/protocol.md §11 layout in one SQLite file: the table, a watermark and a tiering table."""
 
     def __init__(self, spec: DestinationSpec, path: str) -> None:
         self.spec = spec

@@ -1,5 +1,5 @@
 'use strict';
-// JavaScript oracle for LakeSync's canonical JSON and deltaIds (SPEC §3).
+// JavaScript oracle for LakeSync's canonical JSON and deltaIds (docs/protocol.md §3).
 //
 // Reads one JSON document per stdin line and writes one JSON line per input:
 //   {"value": V}                                       -> {"canonical": stableStringify(V), "sha256": hex}

@@ -3,6 +3,7 @@ and destination change sets (which exist, their SQL, their files)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from lakesync.lakehouse.models import (
     plan_change_sets,
     prepare_project,
     render_change_set_model,
+    render_change_set_properties,
     render_model,
+    render_properties,
     table_columns,
     write_change_set_models,
     write_models,
@@ -96,9 +99,8 @@ def test_change_sets_are_planned_per_receiving_destination_and_table() -> None:
 
 
 def test_a_change_set_model_is_the_change_set_query_with_refs_and_the_watermark() -> None:
-    text = render_change_set_model(ChangeSetModel(
-        "pg", "gw1", "todos", (("title", "string"), ("n", "number"))
-    ))
+    model = ChangeSetModel("pg", "gw1", "todos", (("title", "string"), ("n", "number")))
+    text = render_change_set_model(model)
     assert "lakesync_change_set_mark(\"pg\", \"todos\")" in text
     assert "lakesync_change_set_unmark()" in text
     assert '{{ ref("analytics__todos") }}' in text and '{{ ref("int_rows_merged") }}' in text
@@ -113,6 +115,19 @@ def test_a_change_set_model_is_the_change_set_query_with_refs_and_the_watermark(
     first = query.args["this"] if isinstance(query, sqlglot.exp.Union) else query
     assert first.named_selects == ["row_id", "title", "n", "_lakesync_deleted", "_position"]
     assert "'gw1'" in body and "CAST(NULL AS DOUBLE)" in body
+    # dbt docs describe the model and each column it selects.
+    (props,) = json.loads(render_change_set_properties([model]))["models"]
+    assert props["description"]
+    assert [c["name"] for c in props["columns"]] == first.named_selects
+    assert all(c["description"] for c in props["columns"])
+
+
+def test_the_current_state_properties_describe_the_model_and_every_column() -> None:
+    (props,) = json.loads(render_properties({"todos": [("title", "string")]}))["models"]
+    assert props["name"] == "analytics__todos" and "todos" in props["description"]
+    names = [c["name"] for c in props["columns"]]
+    assert names == ["gateway_id", "row_id", "title", "_hlc", "_changed_at", "_ingest_hlc"]
+    assert all(c["description"] for c in props["columns"])
 
 
 def test_write_change_set_models_drops_undeclared_and_refuses_a_name_clash(

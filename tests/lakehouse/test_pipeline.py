@@ -123,9 +123,10 @@ def _d(op: str, table: str, row: str, client: str, hlc: int, **cols: Any) -> Row
 
 _revived_title = _d("INSERT", "todos", "r1", "c1", 5, title="old", n=1)
 _tombstone = _d("DELETE", "todos", "r1", "c2", 6)
-# Every SPEC §4 corner at once, landing late across two runs: a revival that must hide the cells
-# from before its tombstone, a delete winning an exact clock tie at 2^63, an equal-HLC tie won by
-# the greater clientId, a late older write losing one cell but winning another, HLCs >= 2^63.
+# Every docs/protocol.md §4 corner at once, landing late across two runs: a revival that must hide
+# the cells from before its tombstone, a delete winning an exact clock tie at 2^63, an equal-HLC
+# tie won by the greater clientId, a late older write losing one cell but winning another, HLCs
+# >= 2^63.
 CORNERS = [
     [
         _tombstone,

@@ -8,6 +8,7 @@ is about to be committed); its lake is the default data dir ``.lakesync`` inside
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -155,6 +156,34 @@ def test_dbt_build_from_a_fresh_clone_builds_the_marts_with_plain_dbt(tmp_path: 
         r[0] for r in changes if r[5] > mark
     )
     assert _built_since(settings) == str(mark)
+
+    # `dbt docs generate` works, and the docs describe every model, source and column.
+    run = subprocess.run(
+        [str(dbt), "docs", "generate"],
+        check=False, cwd=clone, env=env, capture_output=True, text=True, timeout=1200,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    manifest = json.loads((clone / "target" / "manifest.json").read_text())
+    catalog = json.loads((clone / "target" / "catalog.json").read_text())
+    documented = {
+        uid: node for uid, node in [*manifest["nodes"].items(), *manifest["sources"].items()]
+        if node["resource_type"] in ("model", "source") and node["package_name"] == "lakesync"
+    }
+    assert {"model.lakesync.analytics__todos", "model.lakesync.changes__pg__todos",
+            "model.lakesync.stg_lakesync__cells", "source.lakesync.lakesync.landing"} <= set(
+        documented
+    )
+    for uid, node in documented.items():
+        assert node["description"].strip(), uid
+        assert node["columns"], uid
+        assert all(c["description"].strip() for c in node["columns"].values()), uid
+    # Every column the built tables really have is among the described ones.
+    built = {**catalog["nodes"], **catalog["sources"]}
+    for uid in ("model.lakesync.analytics__todos", "model.lakesync.changes__pg__todos",
+                "model.lakesync.int_cells_merged", "model.lakesync.int_rows_merged",
+                "source.lakesync.lakesync.landing"):
+        real = {c.lower() for c in built[uid]["columns"]}
+        assert real and real <= set(documented[uid]["columns"]), (uid, real)
 
 
 def _change_set(settings: LakeSettings) -> list[tuple[object, ...]]:

@@ -30,7 +30,8 @@ KEY_CHARS = st.characters(blacklist_characters="\x00", blacklist_categories=["Cs
 
 @st.composite
 def row_deltas(draw: st.DrawFn) -> RowDelta:
-    """A valid delta: identifiers per SPEC §3, DELETE without columns, any 64-bit HLC."""
+    """A valid delta: identifiers per docs/protocol.md §3, DELETE without columns, any 64-bit
+    HLC."""
     op: Op = draw(st.sampled_from(["INSERT", "UPDATE", "DELETE"]))
     cols: dict[str, Any] = (
         {} if op == "DELETE" else draw(st.dictionaries(identifiers, json_values, max_size=4))

@@ -1,4 +1,4 @@
-"""Canonical JSON and deltaIds (SPEC §3), checked against a real JavaScript oracle.
+"""Canonical JSON and deltaIds (docs/protocol.md §3), checked against a real JavaScript oracle.
 
 NaN and ±Infinity cannot travel to node as JSON, so those cases sit in a fixed table of what
 fast-json-stable-stringify prints; every JSON-representable case of the table is also re-checked

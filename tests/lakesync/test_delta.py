@@ -1,4 +1,4 @@
-"""RowDelta (SPEC §3): wire validation (as the gateway reads a push), deltaId checks,
+"""RowDelta (docs/protocol.md §3): wire validation (as the gateway reads a push), deltaId checks,
 round-trips and extraction."""
 
 from __future__ import annotations

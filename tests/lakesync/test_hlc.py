@@ -1,4 +1,5 @@
-"""HLC (SPEC §2): encoding vectors, wire parsing, and the now()/recv() rules on a fake clock."""
+"""HLC (docs/protocol.md §2): encoding vectors, wire parsing, and the now()/recv() rules on a
+fake clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Merge (SPEC §4): column-level LWW with tombstones, checked against a brute-force oracle."""
+"""Merge (docs/protocol.md §4): column-level LWW with tombstones, checked against a brute-force
+oracle."""
 
 from __future__ import annotations
 
@@ -38,9 +39,9 @@ def canon(state: dict[Key, dict[str, Any]] | dict[str, Any] | None) -> str:
 
 
 def oracle(deltas: list[RowDelta]) -> dict[Key, dict[str, Any]]:
-    """SPEC §4 read literally: for each row, the latest DELETE clock is the tombstone; the row
-    exists iff some write's (hlc, clientId) is strictly greater; each column shows the value of
-    the greatest write after the tombstone that names it. Brute force, no incremental state."""
+    """docs/protocol.md §4 read literally: for each row, the latest DELETE clock is the tombstone;
+    the row exists iff some write's (hlc, clientId) is strictly greater; each column shows the value
+    of the greatest write after the tombstone that names it. Brute force, no incremental state."""
     out: dict[Key, dict[str, Any]] = {}
     keys = {(d.table, d.row_id) for d in deltas}
     for key in keys:
@@ -83,7 +84,7 @@ def histories(draw: st.DrawFn) -> list[RowDelta]:
     """Deltas from >= 3 clients with ties, DELETEs and revivals.
 
     A client never writes two different deltas to the same row at the same HLC (that would be
-    a misbehaving client; the SPEC leaves it undefined), but a DELETE may share a write's clock.
+    a misbehaving client; the protocol leaves it undefined), but a DELETE may share a write's clock.
     """
     events = draw(st.lists(_event, min_size=1, max_size=25))
     seen: set[tuple[str, str, int, str]] = set()

@@ -1,4 +1,5 @@
-"""Sync rules (SPEC §8): operators, jwt: claims, comparisons, buckets, and document validation."""
+"""Sync rules (docs/protocol.md §8): operators, jwt: claims, comparisons, buckets, and document
+validation."""
 
 from __future__ import annotations
 

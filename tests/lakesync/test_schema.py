@@ -1,4 +1,5 @@
-"""Table schemas (SPEC §10): parsing, reserved names, additive evolution, delta checks."""
+"""Table schemas (docs/protocol.md §10): parsing, reserved names, additive evolution, delta
+checks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""JWT tokens (SPEC §7): mint/verify, expiry, forgery, gateway binding, rotation, roles."""
+"""JWT tokens (docs/protocol.md §7): mint/verify, expiry, forgery, gateway binding, rotation,
+roles."""
 
 from __future__ import annotations
 

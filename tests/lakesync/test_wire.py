@@ -1,5 +1,6 @@
-"""The delta codec of the HTTP API (SPEC §5) as production runs it: the gateway reads push
-bodies verified (errors name the JSON path), the client reads replies and its outbox trusted."""
+"""The delta codec of the HTTP API (docs/protocol.md §5) as production runs it: the gateway reads
+push bodies verified (errors name the JSON path), the client reads replies and its outbox
+trusted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""WebSocket frames (SPEC §9): the SPEC byte vectors, round-trips, broadcast tag, bad frames."""
+"""WebSocket frames (docs/protocol.md §9): the protocol's byte vectors, round-trips, broadcast
+tag, bad frames."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Actions (SPEC §5 ``/action`` and ``/actions``): the dispatcher that runs clients' actions
+"""Actions (docs/protocol.md §5 ``/action`` and ``/actions``): the dispatcher that runs clients' actions
 on the connectors' handlers, at most once per idempotency key."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Client sync routes (SPEC §5): push, pull, checkpoint (actions: lakesync.api.controllers.actions)."""
+"""Client sync routes (docs/protocol.md §5): push, pull, checkpoint (actions: lakesync.api.controllers.actions)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class PushBody(MsgspecDTO[PushRequest]):
     decoded once, straight into the typed request, and errors name the JSON path; OpenAPI still
     documents the body."""
 
-    # The wire's names (clientId, rowId, …) and the deltas' column entries, as in SPEC §3/§5.
+    # The wire's names (clientId, rowId, …) and the deltas' column entries, as in docs/protocol.md §3/§5.
     config = DTOConfig(rename_strategy="camel", max_nested_depth=2)
 
     def decode_bytes(self, value: bytes) -> PushRequest:
@@ -109,7 +109,7 @@ class SyncController(Controller):
         claims: NamedDependency[Claims],
         service: NamedDependency[SyncService],
     ) -> Stream:
-        """Initial-sync checkpoint stream (SPEC §5): the frames this client may see, then pull
+        """Initial-sync checkpoint stream (docs/protocol.md §5): the frames this client may see, then pull
         from ``X-Checkpoint-Hlc``; 404 while the gateway has no checkpoint."""
         service.check_rate(gw, str(claims["sub"]))
         service.check_client(claims, None)

@@ -1,8 +1,8 @@
-"""The sync WebSocket (SPEC §9) on ``/v1/sync/{gw}/ws`` and ``/sync/{gw}/ws``.
+"""The sync WebSocket (docs/protocol.md §9) on ``/v1/sync/{gw}/ws`` and ``/sync/{gw}/ws``.
 
 Binary frames only: 0x01 SyncPush, 0x02 SyncPull in; untagged SyncResponse replies and 0x03
 broadcasts out. Close codes: 4401 bad token, 4403 forbidden (wrong gateway or clientId), 4400
-invalid frame, 4409/4422/4429/4503 for the SPEC errors of a push, 1003 text frame, 1008 frame
+invalid frame, 4409/4422/4429/4503 for the protocol errors of a push, 1003 text frame, 1008 frame
 rate exceeded, 1013 a connection cap reached (all, the gateway's or the client's; see
 :class:`~lakesync.api.services.hub.Hub`) or receiver too slow, 1001 gateway shutting down.
 """
@@ -90,7 +90,7 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
                 return
             data = message.get("bytes")
             if not isinstance(data, bytes):
-                await close(1003, "binary frames only (SPEC §9)")
+                await close(1003, "binary frames only (docs/protocol.md §9)")
                 return
             if bucket is not None and bucket.take() > 0:
                 await close(1008, "frame rate limit exceeded")

@@ -64,7 +64,7 @@ class Transport(ABC):
     """Moves deltas between a client and one gateway.
 
     Implementations raise :mod:`lakesync.errors` types for gateway errors (rebuilt from the
-    SPEC error body), :class:`lakesync.client.errors.ConnectionFailedError` when the gateway cannot be
+    protocol error body), :class:`lakesync.client.errors.ConnectionFailedError` when the gateway cannot be
     reached, and refresh the token once on a 401 before giving up with ``AuthError``.
     """
 
@@ -87,7 +87,7 @@ class Transport(ABC):
         """Open the gateway's initial-sync checkpoint, or None when it has none (404)."""
 
     def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """POST actions (SPEC §5 ``/action``); their results in order. Transports that cannot
+        """POST actions (docs/protocol.md §5 ``/action``); their results in order. Transports that cannot
         reach that route raise :class:`ConfigError`."""
         raise ConfigError(f"{type(self).__name__} cannot run actions")
 
@@ -137,7 +137,7 @@ def _value_errors(handler: EventHandler) -> CellErrorHandler:
 
 
 def gateway_error(status: int, body: bytes, retry_after: str | None = None) -> LakeSyncError:
-    """The typed error for a gateway error reply (SPEC §5 body ``{"error", "code"}``)."""
+    """The typed error for a gateway error reply (docs/protocol.md §5 body ``{"error", "code"}``)."""
     try:
         obj = msgspec.json.decode(body)
         code, message = str(obj["code"]), str(obj["error"])

@@ -1,4 +1,4 @@
-"""HTTP transport (SPEC §5): JSON push/pull over httpx, binary checkpoint stream."""
+"""HTTP transport (docs/protocol.md §5): JSON push/pull over httpx, binary checkpoint stream."""
 
 from __future__ import annotations
 

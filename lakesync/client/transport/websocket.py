@@ -1,4 +1,4 @@
-"""WebSocket transport (SPEC §9): binary protobuf frames, realtime broadcasts, reconnects.
+"""WebSocket transport (docs/protocol.md §9): binary protobuf frames, realtime broadcasts, reconnects.
 
 One connection per client, held by websockets' own reconnecting client (``async for ws in
 connect(...)``) on an event loop in a background thread. Requests (push, pull) are serialised:
@@ -395,7 +395,7 @@ def _open_error(exc: Exception, url: str) -> LakeSyncError | None:
 def _close_error(ws: ClientConnection) -> LakeSyncError:
     """The error a request gets when the gateway closes the socket under it.
 
-    The gateway closes with ``4000 + HTTP status`` for SPEC errors (4401 bad token, 4403
+    The gateway closes with ``4000 + HTTP status`` for protocol errors (4401 bad token, 4403
     forbidden, 4422 schema, 4429 rate limited, …), 1008 when frames come too fast, 1013 when
     it is full or the receiver is too slow, 1001 when it shuts down.
     """
