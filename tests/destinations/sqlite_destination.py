@@ -40,7 +40,8 @@ def _stamp(moment: datetime) -> str:
 
 
 class SqliteDestination(Destination):
-    """The docs/protocol.md §11 layout in one SQLite file: the table, a watermark and a tiering table."""
+    """The docs/protocol.md §11 layout in one SQLite file: the table, the watermark and tiering
+    tables."""
 
     def __init__(self, spec: DestinationSpec, path: str) -> None:
         self.spec = spec
