@@ -8,15 +8,12 @@ lake job does after a pipeline run.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 import pytest
-import uvicorn
 
 from api.app import create_app
 from api.store.base import HotLog
@@ -26,7 +23,7 @@ from client._types import Event
 from lakehouse.checkpoints import write_checkpoint
 from lakesync.hlc import HLC
 from tests.api.helpers import auth, delta, make_settings, token
-from tests.gateway_process import free_port
+from tests.gateway_process import serve_in_thread
 from tests.wire_json import as_json
 
 TODOS: dict[str, Any] = {
@@ -87,16 +84,8 @@ class Gateway:
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[Gateway]:
     store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
-    port = free_port()
-    app = create_app(make_settings(tmp_path), store=store)
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_config=None, access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield Gateway(store, f"http://127.0.0.1:{port}")
-    server.should_exit = True
-    thread.join()
+    with serve_in_thread(create_app(make_settings(tmp_path), store=store)) as url:
+        yield Gateway(store, url)
     store.close()
 
 
