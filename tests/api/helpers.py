@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 from litestar.testing import TestClient
 
 from api.settings import GatewaySettings
@@ -16,6 +17,7 @@ from lakesync.delta import RowDelta
 from lakesync.merge import MergedState
 from lakesync.tokens import mint_token
 from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
+from lakesync.wsframes import decode_response
 from tests.wire_json import as_json, verified
 
 SECRET = "test-secret-0123456789abcdef0123456789"
@@ -67,9 +69,10 @@ class Replica:
 
 
 class Gateway:
-    """A TestClient on an app plus helpers speaking the sync protocol."""
+    """A TestClient on an app (or an httpx client of a served one) plus helpers speaking the
+    sync protocol."""
 
-    def __init__(self, client: TestClient[Any]) -> None:
+    def __init__(self, client: TestClient[Any] | httpx.Client) -> None:
         self.http = client
 
     def push(self, tok: str, client_id: str, deltas: list[RowDelta], gw: str = "gw1") -> Any:
@@ -110,6 +113,21 @@ class Gateway:
             if not body["hasMore"]:
                 return
         raise AssertionError("pull never finished")
+
+    def load_checkpoint(
+        self, tok: str, replica: Replica | PlainReplica | WholeRowReplica, gw: str = "gw1"
+    ) -> None:
+        """Apply the gateway's checkpoint to a replica, frame by frame, and move its cursor to
+        the checkpoint's position."""
+        r = self.http.get(f"/v1/sync/{gw}/checkpoint", headers=auth(tok, replica.evictions))
+        assert r.status_code == 200, r.text
+        body = r.content
+        while body:
+            size = int.from_bytes(body[:4], "big")
+            deltas, _, _ = decode_response(body[4 : 4 + size])
+            replica.apply([as_json(d) for d in deltas])
+            body = body[4 + size :]
+        replica.cursor = int(r.headers["x-checkpoint-hlc"])
 
     def admin(self, method: str, path: str, gw: str = "gw1", **kw: Any) -> Any:
         return self.http.request(method, path, headers=auth(token("root", gw, "admin")), **kw)

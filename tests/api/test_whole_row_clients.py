@@ -5,31 +5,16 @@ broadcasts send them whole rows clocked above everything they hold. A real gatew
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from websockets.sync.client import connect
 
-from api.app import create_app
-from api.store.base import HotLog
-from api.store.sqlite import SqliteHotLog
 from lakehouse.checkpoints import write_checkpoint
 from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT
-from lakesync.hlc import HLC
-from lakesync.wsframes import decode_response, decode_server_frame
-from tests.api.helpers import (
-    Gateway,
-    Replica,
-    WholeRowReplica,
-    auth,
-    delta,
-    make_settings,
-    token,
-)
-from tests.gateway_process import serve_in_thread
+from lakesync.wsframes import decode_server_frame
+from tests.api.conftest import Served
+from tests.api.helpers import Replica, WholeRowReplica, auth, delta, token
 from tests.wire_json import as_json
 
 ALICE, BOB, ROOT = token("alice"), token("bob"), token("root", role="admin")
@@ -46,27 +31,16 @@ OWNER_RULES = {
 Rows = dict[tuple[str, str], dict[str, Any]]
 
 
-class Served:
-    def __init__(self, gateway: Gateway, store: HotLog, url: str) -> None:
-        self.gateway, self.store, self.url = gateway, store, url
-
-
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
-    with (
-        serve_in_thread(create_app(make_settings(tmp_path), store=store)) as url,
-        httpx.Client(base_url=url) as http,
-    ):
-        gateway = Gateway(http)  # type: ignore[arg-type]  # the helpers need only httpx's API
-        r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=OWNER_RULES)
-        assert r.status_code == 200, r.text
-        yield Served(gateway, store, url)
-    store.close()
+def ruled(served: Served) -> Served:
+    """The served gateway under ``owner = jwt:sub`` rules."""
+    r = served.gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=OWNER_RULES)
+    assert r.status_code == 200, r.text
+    return served
 
 
-def test_rows_handed_over_and_back_follow_whole_row_last_writer_wins(served: Served) -> None:
-    gateway = served.gateway
+def test_rows_handed_over_and_back_follow_whole_row_last_writer_wins(ruled: Served) -> None:
+    gateway = ruled.gateway
     alice = WholeRowReplica()
 
     def write(tok: str, sub: str, *deltas: Any) -> None:
@@ -107,9 +81,9 @@ def test_rows_handed_over_and_back_follow_whole_row_last_writer_wins(served: Ser
 
 
 def test_a_row_is_one_eviction_and_one_whole_insert_unless_the_client_says_it_knows_evictions(
-    served: Served,
+    ruled: Served,
 ) -> None:
-    gateway = served.gateway
+    gateway = ruled.gateway
     gateway.push(ROOT, "root", [delta("INSERT", "t1", "root", owner="alice", title="a")])
     gateway.push(ROOT, "root", [delta("UPDATE", "t1", "root", done=True)])
     legacy = gateway.pull_page(ALICE, "alice", 0, evictions=False).json()["deltas"]
@@ -127,27 +101,22 @@ def test_a_row_is_one_eviction_and_one_whole_insert_unless_the_client_says_it_kn
     ]
 
 
-def test_a_checkpoint_gives_whole_rows_then_pulls_follow(served: Served) -> None:
-    gateway, store = served.gateway, served.store
+def test_a_checkpoint_gives_whole_rows_then_pulls_follow(ruled: Served) -> None:
+    gateway, store = ruled.gateway, ruled.store
     gateway.push(BOB, "bob", [delta("INSERT", "t1", "bob", owner="bob", title="a")])
     gateway.push(BOB, "bob", [delta("UPDATE", "t1", "bob", owner="alice")])
     gateway.push(ROOT, "root", [delta("UPDATE", "t1", "root", done=False)])
-    gateway.push(ALICE, "alice", [delta("INSERT", "t2", "alice", owner="alice", title="x")])
-    gateway.push(ALICE, "alice", [delta("UPDATE", "t2", "alice", owner="bob")])  # she wrote it
+    alice = WholeRowReplica()
+    for d in (
+        delta("INSERT", "t2", "alice", owner="alice", title="x"),
+        delta("UPDATE", "t2", "alice", owner="bob"),  # she gives it away
+    ):
+        gateway.push(ALICE, "alice", [d])
+        alice.write(d)  # applied locally: she may still hold t2 (given away, not yet pulled)
     page = store.read_all_rows("gw1")
     assert write_checkpoint(store, "gw1", page.head, sorted(page.rows.items())) is not None
-    r = gateway.http.get("/v1/sync/gw1/checkpoint", headers=auth(ALICE))
-    assert r.status_code == 200
-    alice = WholeRowReplica()
-    alice.write(delta("INSERT", "t2", "alice", 1, owner="alice", title="x"))  # it held t2
-    body = r.content
-    while body:
-        size = int.from_bytes(body[:4], "big")
-        deltas, _, _ = decode_response(body[4 : 4 + size])
-        alice.apply([as_json(d) for d in deltas])
-        body = body[4 + size :]
+    gateway.load_checkpoint(ALICE, alice)
     assert alice.rows() == {("todos", "t1"): {"owner": "alice", "title": "a", "done": False}}
-    alice.cursor = int(r.headers["x-checkpoint-hlc"])
     gateway.push(BOB, "bob", [delta("UPDATE", "t2", "bob", owner="alice", done=True)])
     gateway.push(ROOT, "root", [delta("UPDATE", "t1", "root", title="b")])
     gateway.sync(ALICE, "alice", alice)
@@ -156,12 +125,12 @@ def test_a_checkpoint_gives_whole_rows_then_pulls_follow(served: Served) -> None
     assert alice.rows() == full.rows() and len(full.rows()) == 2
 
 
-def test_websocket_broadcasts_give_whole_rows(served: Served) -> None:
-    gateway = served.gateway
+def test_websocket_broadcasts_give_whole_rows(ruled: Served) -> None:
+    gateway = ruled.gateway
     gateway.push(BOB, "bob", [delta("INSERT", "t1", "bob", owner="bob", title="a")])
     alice = WholeRowReplica()
     gateway.sync(ALICE, "alice", alice)
-    ws_url = served.url.replace("http", "ws") + "/v1/sync/gw1/ws"
+    ws_url = ruled.url.replace("http", "ws") + "/v1/sync/gw1/ws"
     with connect(ws_url, additional_headers=auth(ALICE)) as ws:
         for tok, sub, cols in (
             (BOB, "bob", {"owner": "alice"}),  # handed to alice: appears
