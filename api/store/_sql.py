@@ -573,7 +573,7 @@ class SqlHotLog(HotLog, Generic[C]):
 
     def rows_written_by(self, gateway_id: str, client_id: str) -> list[RowKey]:
         """See :meth:`HotLog.rows_written_by` (also those whose entries were trimmed)."""
-        with self._snapshot() as conn:
+        with self._connection() as conn:
             raw = self._fetch(
                 conn,
                 "SELECT tbl, row_id FROM log WHERE gw = ? AND client_id = ?"
@@ -588,7 +588,10 @@ class SqlHotLog(HotLog, Generic[C]):
         """See :meth:`HotLog.rows_written_among` (also those whose entries were trimmed)."""
         if not keys:
             return set()
-        with self._snapshot() as conn:
+        with self._connection() as conn:
+            # The log first: trimming moves entries from it to trimmed_writers, never back, so
+            # two reads in this order miss none even without one snapshot.
+            found = self._written_among(conn, gateway_id, client_id, keys)
             trimmed = self._by_keys(
                 conn,
                 "SELECT tbl, row_id FROM trimmed_writers"
@@ -596,7 +599,6 @@ class SqlHotLog(HotLog, Generic[C]):
                 (gateway_id, client_id),
                 keys,
             )
-            found = self._written_among(conn, gateway_id, client_id, keys)
         return found | {(str(t), str(r)) for t, r in trimmed}
 
     def head(self) -> int:
