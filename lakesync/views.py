@@ -6,8 +6,8 @@ delivered as a *row snapshot* of its current merged state, carrying the row's **
 
 - first a view eviction: a ``DELETE`` from :data:`~lakesync.delta.VIEW_EVICTION_CLIENT` at the
   snapshot base ``B = max(ingest HLC of the row's last delta, view stamp)``, which beats every
-  real write of the row (those have HLCs below their ingest stamps). A plain SPEC client (the
-  TypeScript one) deletes its copy; our client forgets the row's cells and clocks entirely;
+  real write of the row (those have HLCs below their ingest stamps). Our client forgets the
+  row's cells and clocks entirely (a client without view evictions gets whole rows, below);
 - if the row is visible: its real state, i.e. its tombstone as a ``DELETE`` at the tombstone's
   own ``(hlc, clientId)`` (if it has one), an ``INSERT`` at the row's greatest write clock with
   the cells written at that clock, and one ``UPDATE`` per other clock holding the cells that
