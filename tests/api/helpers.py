@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 from litestar.testing import TestClient
 
-from api.settings import GatewaySettings
+from lakesync.api.settings import GatewaySettings
 from lakesync.delta import RowDelta
 from lakesync.merge import MergedState
 from lakesync.tokens import mint_token

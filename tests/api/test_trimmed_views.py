@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from api.store.base import HotLog
-from lakehouse.checkpoints import write_checkpoint
+from lakesync.api.store.base import HotLog
+from lakesync.lakehouse.checkpoints import write_checkpoint
 from tests.api.conftest import Served
 from tests.api.helpers import Replica, WholeRowReplica, delta, token
 

@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 import httpx
 
-from api.store.base import HotLog
-from client import LakeSyncClient
-from lakehouse.checkpoints import write_checkpoint
+from lakesync.api.store.base import HotLog
+from lakesync.client import LakeSyncClient
+from lakesync.lakehouse.checkpoints import write_checkpoint
 from tests.api.helpers import auth, token
 from tests.wire_json import as_json
 

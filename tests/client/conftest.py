@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from api.app import create_app
-from api.store.sqlite import SqliteHotLog
+from lakesync.api.app import create_app
+from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
 from tests.api.helpers import make_settings
 from tests.client.client_thread_gateway import ThreadGateway

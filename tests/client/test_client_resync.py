@@ -13,8 +13,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 
-from client import LakeSyncClient
-from client._types import Event
+from lakesync.client import LakeSyncClient
+from lakesync.client._types import Event
 from tests.api.helpers import auth, delta, token
 from tests.client.client_thread_gateway import OWNER_RULES, ThreadGateway
 

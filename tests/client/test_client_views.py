@@ -11,7 +11,7 @@ from typing import Literal
 import httpx
 import pytest
 
-from client import LakeSyncClient
+from lakesync.client import LakeSyncClient
 from tests.api.helpers import auth, delta, token
 from tests.client.client_thread_gateway import OWNER_RULES, ThreadGateway
 
