@@ -17,7 +17,9 @@ serve time by the pure view logic of :mod:`lakesync.views`:
   them (a full pull would have delivered the DELETE too);
 - under rules each row is a row snapshot for a fresh reader
   (:func:`~lakesync.views.resync_view`): only rows the client sees, plus evictions of rows it
-  wrote itself and cannot see. Every later pull delivers row snapshots too.
+  wrote itself and cannot see (the store remembers who wrote what after the hot log is
+  trimmed). Every later pull delivers row snapshots too; a client without view evictions gets
+  whole-row snapshots (:func:`~lakesync.views.whole_row_snapshot`), as its pulls do.
 
 A client applies the frames, then pulls from the position: its replica is then the one a full
 pull gives. The position is also the ``X-Checkpoint-Hlc`` header and each frame's
@@ -34,7 +36,7 @@ import msgspec
 from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta, delta_id
 from lakesync.proto import lakesync_pb2 as pb
 from lakesync.rules import visible
-from lakesync.views import Reader, RowKey, RowRecord, row_state_deltas
+from lakesync.views import Reader, RowKey, RowRecord, row_state_deltas, whole_row_snapshot
 from lakesync.wsframes import delta_to_proto
 
 __all__ = [
@@ -113,8 +115,9 @@ def serve_chunk(
     is what :func:`lakesync.views.resync_view` gives a fresh ``reader``: a row it sees as a
     snapshot (an eviction at ``max(last ingest, reader.stamp)``, then its real state), a row it
     wrote and cannot see as its eviction (and its tombstone if deleted), any other row not at
-    all. The rows it wrote are ``reader.written`` plus, when given, what ``written_among``
-    answers for the chunk's rows it cannot see (one look-up per chunk, the chunk decoded once)."""
+    all; a ``reader.whole_rows`` client gets whole-row snapshots. The rows it wrote are
+    ``reader.written`` plus, when given, what ``written_among`` answers for the chunk's rows it
+    cannot see (one look-up per chunk, the chunk decoded once)."""
     if raw:
         parts = [real for *_, real in _real_decoder.decode(body)]
     else:
@@ -128,10 +131,16 @@ def serve_chunk(
             if hidden:
                 written = set(written_among(hidden)) | reader.written
         parts = []
-        for (table, row_id, last_ingest, _, live, real), seen in zip(rows, shown, strict=True):
+        for (table, row_id, last_ingest, values, live, real), seen in zip(rows, shown, strict=True):
             if not seen and (table, row_id) not in written:
                 continue
-            parts.append(_eviction(table, row_id, max(last_ingest, reader.stamp)))
+            base = max(last_ingest, reader.stamp)
+            if reader.whole_rows:
+                parts.append(
+                    _fields(whole_row_snapshot(table, row_id, values if seen else None, base))
+                )
+                continue
+            parts.append(_eviction(table, row_id, base))
             if seen or not live:
                 parts.append(real)
     if not any(parts):

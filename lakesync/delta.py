@@ -18,6 +18,7 @@ from lakesync.values import normalize_value
 __all__ = [
     "MAX_ROW_ID_LENGTH",
     "RESERVED_CLIENT_PREFIX",
+    "VIEW_ENTRY_CLIENT",
     "VIEW_EVICTION_CLIENT",
     "CellError",
     "CellErrorHandler",
@@ -50,6 +51,12 @@ to be re-sent into) a client's view under sync rules. Its clock sorts above ever
 the row, so a plain v1 client that applies it as a DELETE removes the row; a client that keeps
 per-cell clocks (ours) instead forgets everything it held for the row, so the row's real clocks,
 sent after it, rebuild it exactly (see ``lakesync.views``)."""
+
+VIEW_ENTRY_CLIENT = "lakesync-gateway-1"
+"""The client id of a *view entry*: the INSERT of a row's whole visible state that a gateway
+sends, right after a view eviction at the same HLC, to a client that knows no view evictions
+and applies deltas with whole-row last-writer-wins (the TypeScript one). It sorts above
+:data:`VIEW_EVICTION_CLIENT`, so it wins the tie with the eviction (see ``lakesync.views``)."""
 
 
 def validate_identifier(

@@ -7,8 +7,8 @@ delivered as a *row snapshot* of its current merged state, carrying the row's **
 
 - first a view eviction: a ``DELETE`` from :data:`~lakesync.delta.VIEW_EVICTION_CLIENT` at the
   snapshot base ``B = max(ingest HLC of the row's last delta, view stamp)``, which beats every
-  real write of the row (those have HLCs below their ingest stamps). A plain v1 client (the
-  TypeScript one) deletes its copy; our client forgets the row's cells and clocks entirely;
+  real write of the row (those have HLCs below their ingest stamps). Our client forgets the
+  row's cells and clocks entirely (a client without view evictions gets whole rows, below);
 - if the row is visible: its real state, i.e. its tombstone as a ``DELETE`` at the tombstone's
   own ``(hlc, clientId)`` (if it has one), an ``INSERT`` at the row's greatest write clock with
   the cells written at that clock, and one ``UPDATE`` per other clock holding the cells that
@@ -20,6 +20,17 @@ A client that merges these with the core column-LWW merge (after forgetting the 
 exactly the row's acknowledged merged state with its real clocks, so its own pending writes,
 merged on top, lose only to cells with higher clocks: an edit made offline never flickers back.
 Every delta has a valid deltaId, so any v1 client applies them as ordinary deltas.
+
+**Clients without view evictions.** A client that does not say it understands view evictions
+(:data:`lakesync.wire.VIEW_EVICTIONS_FEATURE`; the TypeScript client, which applies whole rows
+with last-writer-wins by HLC and keeps deletes as tombstones) would drop the real clocks sent
+after an eviction: they are older than it. It gets a *whole-row snapshot* instead
+(:func:`whole_row_snapshot`, ``Reader.whole_rows``): the eviction at ``B``, then, if the row is
+visible, one ``INSERT`` of its whole visible state at ``B`` from
+:data:`~lakesync.delta.VIEW_ENTRY_CLIENT`, which wins the tie. Both beat every real write of the
+row and every earlier snapshot (``B`` grows with each), so such a client, and one that simply
+applies deltas in order, holds exactly the visible row; a deleted or filtered-out row it may
+hold is the eviction alone.
 
 **Nothing outside the view.** A row invisible to the client now is mentioned (evicted) only if the
 client *may hold* it: it wrote a delta of the row after its cursor, or the row was visible to it at
@@ -51,7 +62,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from lakesync.canonical import canonical_json
-from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta
+from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT, RowDelta
 from lakesync.errors import ForbiddenError
 from lakesync.merge import Clock, RowState, apply_delta
 from lakesync.rules import SyncRules, tables_for, visible
@@ -73,6 +84,7 @@ __all__ = [
     "row_snapshot",
     "row_state_deltas",
     "sees",
+    "whole_row_snapshot",
 ]
 
 V = TypeVar("V")
@@ -100,9 +112,7 @@ def effective_rules(rules: SyncRules | None, claims: Mapping[str, Any]) -> SyncR
     return None if claims.get("role") == "admin" else rules
 
 
-def sees(
-    rules: SyncRules | None, claims: Mapping[str, Any], table: str, state: RowState
-) -> bool:
+def sees(rules: SyncRules | None, claims: Mapping[str, Any], table: str, state: RowState) -> bool:
     """Whether a client with ``claims`` sees a row in ``state`` under ``rules`` (admins see all)."""
     return visible(effective_rules(rules, claims), claims, table, state.visible())
 
@@ -153,7 +163,8 @@ def _in_effect(versions: Sequence[tuple[int, V]], at: int) -> V | None:
 class Reader:
     """One client's read: its id and claims now, the rules that apply to it now, the snapshot
     stamp (the last rules or claims change), its cursor and the view history since; for a read
-    from 0, the rows the client ever wrote (it may hold those even before its first pull)."""
+    from 0, the rows the client ever wrote (it may hold those even before its first pull);
+    ``whole_rows`` for a client without view evictions (it gets :func:`whole_row_snapshot`)."""
 
     client_id: str
     claims: Mapping[str, Any]
@@ -162,6 +173,7 @@ class Reader:
     since: int
     history: ViewHistory
     written: frozenset[RowKey] = frozenset()
+    whole_rows: bool = False
 
 
 def may_hold(key: RowKey, reader: Reader, state_now: RowState, history: RowHistory) -> bool:
@@ -209,6 +221,18 @@ def row_snapshot(
     return [eviction, *row_state_deltas(table, row_id, state, shown)]
 
 
+def whole_row_snapshot(
+    table: str, row_id: str, values: Mapping[str, Any] | None, base: int
+) -> list[RowDelta]:
+    """A row snapshot for a client without view evictions: an eviction at ``base``, then, when
+    the row is shown (``values``, its visible columns, not None), an ``INSERT`` of all of them
+    at ``base`` from :data:`~lakesync.delta.VIEW_ENTRY_CLIENT`. See the module docstring."""
+    eviction = RowDelta.create("DELETE", table, row_id, VIEW_EVICTION_CLIENT, {}, base)
+    if values is None:
+        return [eviction]
+    return [eviction, RowDelta.create("INSERT", table, row_id, VIEW_ENTRY_CLIENT, values, base)]
+
+
 def row_state_deltas(table: str, row_id: str, state: RowState, shown: bool) -> list[RowDelta]:
     """A row's real state as deltas at their real clocks (a snapshot without its eviction): its
     tombstone when it has one and is ``shown`` or deleted, then, if ``shown``, an ``INSERT`` at
@@ -229,24 +253,38 @@ class SnapshotCache:
     """A bounded memo of row snapshots for one gateway of one store.
 
     Within a store a row's last ingest HLC identifies its merged state, so
-    ``(table, row_id, last_ingest, base, shown)`` determines the snapshot; many clients pulling
-    (or receiving broadcasts of) the same rows then share one deltaId computation.
+    ``(table, row_id, last_ingest, base, shown, whole_rows)`` determines the snapshot; many
+    clients pulling (or receiving broadcasts of) the same rows then share one deltaId
+    computation.
     """
 
     def __init__(self, size: int = 65_536) -> None:
         self.size = size
-        self._items: OrderedDict[tuple[str, str, int, int, bool], list[RowDelta]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, int, int, bool, bool], list[RowDelta]] = (
+            OrderedDict()
+        )
 
-    def snapshot(self, key: RowKey, rec: RowRecord, shown: bool, base: int) -> list[RowDelta]:
-        """The memoised :func:`row_snapshot` of a row record."""
-        memo = (key[0], key[1], rec.last_ingest, base, shown)
+    def snapshot(
+        self, key: RowKey, rec: RowRecord, shown: bool, base: int, whole_rows: bool = False
+    ) -> list[RowDelta]:
+        """The memoised :func:`row_snapshot` (or, for ``whole_rows``, :func:`whole_row_snapshot`)
+        of a row record."""
+        memo = (key[0], key[1], rec.last_ingest, base, shown, whole_rows)
         found = self._items.get(memo)
         if found is None:
-            found = row_snapshot(key[0], key[1], rec.state, shown, base)
+            found = _snapshot(key, rec.state, shown, base, whole_rows)
             self._items[memo] = found
             if len(self._items) > self.size:
                 self._items.popitem(last=False)
         return found
+
+
+def _snapshot(
+    key: RowKey, state: RowState, shown: bool, base: int, whole_rows: bool
+) -> list[RowDelta]:
+    if whole_rows:
+        return whole_row_snapshot(key[0], key[1], state.visible() if shown else None, base)
+    return row_snapshot(key[0], key[1], state, shown, base)
 
 
 def _snapshots(
@@ -262,17 +300,16 @@ def _snapshots(
         rec = rows.get(key)
         if rec is None:
             continue
-        table, row_id = key
-        shown = visible(reader.rules, reader.claims, table, rec.state.visible())
+        shown = visible(reader.rules, reader.claims, key[0], rec.state.visible())
         if not shown and (
             key not in reader.written if fresh else not may_hold(key, reader, rec.state, history)
         ):
             continue  # the client cannot hold it: say nothing about it
         base = max(rec.last_ingest, reader.stamp)
         if cache is None:
-            out.extend(row_snapshot(table, row_id, rec.state, shown, base))
+            out.extend(_snapshot(key, rec.state, shown, base, reader.whole_rows))
         else:
-            out.extend(cache.snapshot(key, rec, shown, base))
+            out.extend(cache.snapshot(key, rec, shown, base, reader.whole_rows))
     return out
 
 

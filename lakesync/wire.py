@@ -21,6 +21,8 @@ from lakesync.errors import ValidationError
 from lakesync.values import normalize_value
 
 __all__ = [
+    "FEATURES_HEADER",
+    "VIEW_EVICTIONS_FEATURE",
     "ErrorBody",
     "PullResponse",
     "PushRequest",
@@ -33,10 +35,28 @@ __all__ = [
     "encode_delta",
     "encode_push",
     "json_cell",
+    "knows_view_evictions",
     "pull_response",
     "push_deltas",
     "push_response",
 ]
+
+
+FEATURES_HEADER = "X-LakeSync-Features"
+"""The request header (pull, checkpoint, WebSocket handshake) where a client lists, comma
+separated, the protocol extensions it understands. A LakeSync v1 client sends none."""
+
+VIEW_EVICTIONS_FEATURE = "view-evictions"
+"""The client forgets a row on a view eviction and merges the row's real clocks sent after it
+(the Python client, :mod:`lakesync.views`). A client that does not say so gets whole rows it can
+apply with whole-row last-writer-wins (:func:`lakesync.views.whole_row_snapshot`)."""
+
+
+def knows_view_evictions(features: str | None) -> bool:
+    """Whether a :data:`FEATURES_HEADER` value lists :data:`VIEW_EVICTIONS_FEATURE`."""
+    if not features:
+        return False
+    return VIEW_EVICTIONS_FEATURE in {f.strip().lower() for f in features.split(",")}
 
 
 class PushRequest(msgspec.Struct, rename="camel"):

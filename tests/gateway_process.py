@@ -8,12 +8,16 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
+import uvicorn
 
 from lakesync.tokens import mint_token
 from tests.api.helpers import SECRET
@@ -27,6 +31,23 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve_in_thread(app: Any) -> Iterator[str]:
+    """Serve an ASGI app (a gateway on a store the test also holds) over real HTTP from a
+    thread of this process; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_config=None, access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join()
 
 
 class ServerProcess:

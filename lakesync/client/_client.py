@@ -365,7 +365,8 @@ class LakeSyncClient:
         return self._engine
 
     def sync(self, retries: int | None = None) -> SyncReport:
-        """One full cycle: pull every page, then push the whole outbox.
+        """One full cycle: pull every page, push the whole outbox, then pull what the push
+        changed in this replica's view (a row it gave away leaves it now).
 
         Transient failures are retried with exponential backoff and jitter; deltas the gateway
         refuses for good are dead-lettered (event ``dead_letter``). Raises ``AuthError`` /

@@ -1,4 +1,5 @@
-"""One sync cycle: pull every page (or a checkpoint first), then push the whole outbox.
+"""One sync cycle: pull every page (or a checkpoint first), push the whole outbox, then pull
+again if the push stored anything.
 
 The engine owns no I/O of its own: it moves deltas between a :class:`LocalStore` and a
 :class:`Transport`, serialises cycles, retries transient failures with backoff and
@@ -72,7 +73,7 @@ class SyncEngine:
     # -- public -----------------------------------------------------------------------------
 
     def sync(self, retries: int | None = None) -> SyncReport:
-        """Pull then push, retrying transient failures with backoff.
+        """Pull, push, and pull again after a push, retrying transient failures with backoff.
 
         Progress made before a failure (applied pages, acknowledged batches) is kept. Raises the
         gateway's error for a non-retryable failure (e.g. ``AuthError``) and
@@ -107,10 +108,14 @@ class SyncEngine:
             return report
 
     def sync_once(self) -> SyncReport:
-        """One pull-then-push cycle without retries."""
+        """One pull-push-pull cycle without retries."""
         with self._cycle:
             pulled = self._pull_all()
             pushed, dead = self._push_all()
+            if pushed:
+                # What the push did to this replica's view comes back in a pull (a row it gave
+                # away leaves it): take it in this cycle, not the next.
+                pulled += self._pull_all()
             return SyncReport(pulled, pushed, dead, self.store.cursor(self.gateway_id))
 
     def pull(self) -> int:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from litestar.testing import TestClient
@@ -18,6 +20,7 @@ from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
 from tests.api.helpers import Gateway, make_settings
 from tests.conftest import PG_DSN, require_postgres
+from tests.gateway_process import serve_in_thread
 
 
 def fresh_pg_schema() -> str:
@@ -55,3 +58,23 @@ def gateway(tmp_path: Path) -> Iterator[Gateway]:
     """A fresh app on an embedded SQLite store."""
     with TestClient(create_app(make_settings(tmp_path))) as client:
         yield Gateway(client)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A gateway over real HTTP, its protocol helpers, and the store it runs on."""
+
+    gateway: Gateway
+    store: HotLog
+    url: str
+
+
+@pytest.fixture
+def served(store: HotLog, tmp_path: Path) -> Iterator[Served]:
+    """A gateway on each store, served over real HTTP from a thread of this process; the test
+    holds the store too (to publish checkpoints and trim the log as the lake job does)."""
+    with (
+        serve_in_thread(create_app(make_settings(tmp_path), store=store)) as url,
+        httpx.Client(base_url=url) as http,
+    ):
+        yield Served(Gateway(http), store, url)

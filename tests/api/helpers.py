@@ -9,12 +9,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 from litestar.testing import TestClient
 
 from lakesync.api.settings import GatewaySettings
 from lakesync.delta import RowDelta
 from lakesync.merge import MergedState
 from lakesync.tokens import mint_token
+from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
+from lakesync.wsframes import decode_response
 from tests.wire_json import as_json, verified
 
 SECRET = "test-secret-0123456789abcdef0123456789"
@@ -26,9 +29,13 @@ def token(sub: str, gw: str = "gw1", role: str = "client", **claims: Any) -> str
     return mint_token(SECRET, sub, gw, role, claims or None)
 
 
-def auth(tok: str) -> dict[str, str]:
-    """Authorization header for a token."""
-    return {"Authorization": f"Bearer {tok}"}
+def auth(tok: str, evictions: bool = False) -> dict[str, str]:
+    """Authorization header for a token; with ``evictions``, also the header of a client that
+    understands view evictions (as the Python client does)."""
+    headers = {"Authorization": f"Bearer {tok}"}
+    if evictions:
+        headers[FEATURES_HEADER] = VIEW_EVICTIONS_FEATURE
+    return headers
 
 
 def now_hlc(offset_ms: int = 0) -> int:
@@ -47,6 +54,8 @@ class Replica:
     """A client's local copy: every pulled delta joined with the core merge (which forgets a
     row on a view eviction)."""
 
+    evictions = True  # it says it understands view evictions
+
     def __init__(self) -> None:
         self.state = MergedState()
         self.cursor = 0
@@ -60,9 +69,10 @@ class Replica:
 
 
 class Gateway:
-    """A TestClient on an app plus helpers speaking the sync protocol."""
+    """A TestClient on an app (or an httpx client of a served one) plus helpers speaking the
+    sync protocol."""
 
-    def __init__(self, client: TestClient[Any]) -> None:
+    def __init__(self, client: TestClient[Any] | httpx.Client) -> None:
         self.http = client
 
     def push(self, tok: str, client_id: str, deltas: list[RowDelta], gw: str = "gw1") -> Any:
@@ -70,25 +80,32 @@ class Gateway:
         return self.http.post(f"/v1/sync/{gw}/push", json=body, headers=auth(tok))
 
     def pull_page(
-        self, tok: str, client_id: str, since: int, limit: int = 100, gw: str = "gw1"
+        self,
+        tok: str,
+        client_id: str,
+        since: int,
+        limit: int = 100,
+        gw: str = "gw1",
+        evictions: bool = True,
     ) -> Any:
+        """One pull page, by default as a client that understands view evictions."""
         return self.http.get(
             f"/v1/sync/{gw}/pull",
             params={"since": str(since), "clientId": client_id, "limit": str(limit)},
-            headers=auth(tok),
+            headers=auth(tok, evictions),
         )
 
     def sync(
         self,
         tok: str,
         client_id: str,
-        replica: Replica | PlainReplica,
+        replica: Replica | PlainReplica | WholeRowReplica,
         limit: int = 100,
         gw: str = "gw1",
     ) -> None:
         """Pull until hasMore is false, applying every page."""
         for _ in range(10_000):
-            r = self.pull_page(tok, client_id, replica.cursor, limit, gw)
+            r = self.pull_page(tok, client_id, replica.cursor, limit, gw, replica.evictions)
             assert r.status_code == 200, r.text
             body = r.json()
             replica.apply(body["deltas"])
@@ -96,6 +113,21 @@ class Gateway:
             if not body["hasMore"]:
                 return
         raise AssertionError("pull never finished")
+
+    def load_checkpoint(
+        self, tok: str, replica: Replica | PlainReplica | WholeRowReplica, gw: str = "gw1"
+    ) -> None:
+        """Apply the gateway's checkpoint to a replica, frame by frame, and move its cursor to
+        the checkpoint's position."""
+        r = self.http.get(f"/v1/sync/{gw}/checkpoint", headers=auth(tok, replica.evictions))
+        assert r.status_code == 200, r.text
+        body = r.content
+        while body:
+            size = int.from_bytes(body[:4], "big")
+            deltas, _, _ = decode_response(body[4 : 4 + size])
+            replica.apply([as_json(d) for d in deltas])
+            body = body[4 + size :]
+        replica.cursor = int(r.headers["x-checkpoint-hlc"])
 
     def admin(self, method: str, path: str, gw: str = "gw1", **kw: Any) -> Any:
         return self.http.request(method, path, headers=auth(token("root", gw, "admin")), **kw)
@@ -118,6 +150,8 @@ class PlainReplica:
     does (its ``applier.ts``): a DELETE removes the row, an INSERT inserts it and fails if the row
     exists, an UPDATE sets columns of an existing row; a page applies in one transaction and a
     failure rolls the whole page back."""
+
+    evictions = False  # a LakeSync v1 client: it does not know view evictions
 
     def __init__(self) -> None:
         self.db = sqlite3.connect(":memory:", isolation_level=None)
@@ -157,4 +191,41 @@ class PlainReplica:
         return {
             (t, r): {k: v for k, v in json.loads(data).items() if v is not None}
             for t, r, data in self.db.execute("SELECT tbl, row_id, data FROM rows")
+        }
+
+
+class WholeRowReplica:
+    """A client applying deltas with the TypeScript client's documented semantics: whole-row
+    last-writer-wins by ``(hlc, clientId)`` (a delta older than the row's last applied one is
+    ignored), a DELETE is a tombstone at its clock, an INSERT sets the whole row, an UPDATE sets
+    its columns on the row. Local writes apply at their own clock."""
+
+    evictions = False  # a LakeSync v1 client: it does not know view evictions
+
+    def __init__(self) -> None:
+        self.state: dict[tuple[str, str], tuple[tuple[int, str], dict[str, Any] | None]] = {}
+        self.cursor = 0
+
+    def apply(self, deltas: list[dict[str, Any]]) -> None:
+        for wire in deltas:
+            self.write(verified(wire))
+
+    def write(self, d: RowDelta) -> None:
+        """Apply one delta (pulled, or written locally) if it is newer than the row."""
+        key, clock = (d.table, d.row_id), (d.hlc, d.client_id)
+        found = self.state.get(key)
+        if found is not None and found[0] >= clock:
+            return
+        if d.op == "DELETE":
+            self.state[key] = (clock, None)
+        elif d.op == "INSERT" or found is None or found[1] is None:
+            self.state[key] = (clock, d.values())
+        else:
+            self.state[key] = (clock, found[1] | d.values())
+
+    def rows(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return {
+            k: {c: v for c, v in values.items() if v is not None}
+            for k, (_, values) in self.state.items()
+            if values is not None
         }

@@ -1,5 +1,10 @@
 """Hypothesis state machine: after a full pull, every replica equals filter(rules, claims, state).
 
+Each client has two replicas: one that knows view evictions (the core merge, as the Python
+client) and one that applies whole rows with last-writer-wins (the TypeScript client's
+semantics), checked whenever the gateway has rules (without rules it passes the log through,
+and whole-row last-writer-wins then drops a late delta's winning cells by design).
+
 Random pushes (including late ones with old HLCs, deletes, ownership changes, admin writes),
 rule changes, claim changes, partial and full pulls, all over HTTP on one app; each state
 machine run uses its own gateway id (tenants are isolated).
@@ -26,7 +31,7 @@ from lakesync.hlc import HLC
 from lakesync.merge import merge_state
 from lakesync.rules import parse_rules, visible
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
-from tests.api.helpers import Gateway, Replica, auth, make_settings, token
+from tests.api.helpers import Gateway, Replica, WholeRowReplica, auth, make_settings, token
 from tests.conftest import PG_DSN, require_postgres
 
 CLIENTS = ["alice", "bob", "carol"]
@@ -98,6 +103,7 @@ class RulesMachine(RuleBasedStateMachine):
         self.gw = "gw" + uuid.uuid4().hex[:10]
         self.accepted: list[RowDelta] = []
         self.replicas = {c: Replica() for c in CLIENTS}
+        self.whole = {c: WholeRowReplica() for c in CLIENTS}
         self.teams = dict.fromkeys(CLIENTS, "red")
         self.rules: dict[str, Any] | None = None
         self.wall = time.time_ns() // 1_000_000
@@ -148,6 +154,7 @@ class RulesMachine(RuleBasedStateMachine):
         self.accepted.append(d)
         if client in self.replicas:
             self.replicas[client].state.apply(d)  # a client applies its own write locally
+            self.whole[client].write(d)
 
     @rule(client=st.sampled_from(CLIENTS), limit=st.integers(1, 3))
     def partial_pull(self, client: str, limit: int) -> None:
@@ -162,12 +169,26 @@ class RulesMachine(RuleBasedStateMachine):
     def full_pull(self, client: str, limit: int) -> None:
         rep = self.replicas[client]
         self.gateway.sync(self.token_of(client), client, rep, limit=limit, gw=self.gw)
+        assert rep.rows() == self.view(client)
+
+    @rule(client=st.sampled_from(CLIENTS), limit=st.sampled_from([2, 100]))
+    def whole_row_pull(self, client: str, limit: int) -> None:
+        rep = self.whole[client]
+        self.gateway.sync(self.token_of(client), client, rep, limit=limit, gw=self.gw)
+        if self.rules is not None:  # it holds no null cells: a null reads as absent
+            want = {
+                k: {c: v for c, v in row.items() if v is not None}
+                for k, row in self.view(client).items()
+            }
+            assert rep.rows() == want
+
+    def view(self, client: str) -> dict[tuple[str, str], dict[str, Any]]:
+        """What a client's replica holds after a full pull: filter(rules, claims, state)."""
         claims = {"sub": client, "gw": self.gw, "role": "client", "team": self.teams[client]}
         rules = None if self.rules is None else parse_rules(self.rules)
-        want = {
+        return {
             k: v for k, v in merge_state(self.accepted).items() if visible(rules, claims, k[0], v)
         }
-        assert rep.rows() == want
 
     @rule(index=st.integers(0, len(RULESETS) - 1))
     def change_rules(self, index: int) -> None:
@@ -187,6 +208,7 @@ class RulesMachine(RuleBasedStateMachine):
     def reinstall(self, client: str) -> None:
         """A fresh replica of the same client starts from since=0."""
         self.replicas[client] = Replica()
+        self.whole[client] = WholeRowReplica()
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from lakesync.api.app import create_app
 from lakesync.delta import VIEW_EVICTION_CLIENT
 from lakesync.merge import merge_state
 from lakesync.proto import lakesync_pb2 as pb
+from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
 from lakesync.wsframes import decode_server_frame, encode_pull, encode_push
 from tests.api.helpers import Gateway, auth, delta, make_settings, token
 
@@ -23,10 +24,13 @@ OWNER_RULES = {
 
 
 def ws(gateway: Gateway, sub: str, path: str = "/v1/sync/gw1/ws", header: bool = False) -> Any:
+    """A socket of a client that knows view evictions (as the Python client), its token in the
+    Authorization header or the query."""
     tok = token(sub)
     if header:
-        return gateway.http.websocket_connect(path, headers=auth(tok))
-    return gateway.http.websocket_connect(f"{path}?token={tok}")
+        return gateway.http.websocket_connect(path, headers=auth(tok, evictions=True))
+    features = {FEATURES_HEADER: VIEW_EVICTIONS_FEATURE}
+    return gateway.http.websocket_connect(f"{path}?token={tok}", headers=features)
 
 
 @pytest.mark.parametrize("path", ["/v1/sync/gw1/ws", "/sync/gw1/ws"])

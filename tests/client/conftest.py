@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway_process import ServerProcess
+from lakesync.api.app import create_app
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.hlc import HLC
+from tests.api.helpers import make_settings
+from tests.client.client_thread_gateway import ThreadGateway
+from tests.gateway_process import ServerProcess, serve_in_thread
 
 
 def _start(tmp: Path) -> ServerProcess:
@@ -36,3 +41,12 @@ def own_gateway(tmp_path: Path) -> Iterator[ServerProcess]:
 def gw_id() -> str:
     """A fresh gateway id, so tests sharing a gateway process never see each other's data."""
     return f"gw{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def thread_gateway(tmp_path: Path) -> Iterator[ThreadGateway]:
+    """A :class:`ThreadGateway` on an SQLite store in ``tmp_path``."""
+    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+    with serve_in_thread(create_app(make_settings(tmp_path), store=store)) as url:
+        yield ThreadGateway(store, url)
+    store.close()

@@ -1,103 +1,22 @@
 """A client offline for longer than the gateway keeps its hot log re-syncs from the checkpoint by
 itself, keeping its pending writes; a current client notices nothing.
 
-The gateway runs in this process (uvicorn in a thread, real HTTP) on a store the test also
-holds, so it can publish checkpoints of the store's rows and trim the log the way the gateway's
-lake job does after a pipeline run.
+The gateway runs in this process (real HTTP) on a store the test also holds
+(:mod:`tests.client.client_thread_gateway`).
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
 import pytest
-import uvicorn
 
-from lakesync.api.app import create_app
-from lakesync.api.store.base import HotLog
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.client import LakeSyncClient
 from lakesync.client._types import Event
-from lakesync.lakehouse.checkpoints import write_checkpoint
-from lakesync.hlc import HLC
-from tests.api.helpers import auth, delta, make_settings, token
-from tests.gateway_process import free_port
-from tests.wire_json import as_json
-
-TODOS: dict[str, Any] = {
-    "table": "todos",
-    "columns": [
-        {"name": "owner", "type": "string"},
-        {"name": "title", "type": "string"},
-        {"name": "done", "type": "boolean"},
-    ],
-}
-OWNER_RULES = {
-    "version": 1,
-    "buckets": [
-        {
-            "name": "mine",
-            "tables": ["todos"],
-            "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
-        }
-    ],
-}
-
-
-class Gateway:
-    def __init__(self, store: HotLog, url: str) -> None:
-        self.store = store
-        self.url = url
-
-    def client(
-        self, path: Path, sub: str, transport: Literal["http", "websocket"] = "http"
-    ) -> LakeSyncClient:
-        return LakeSyncClient(
-            str(path),
-            url=self.url,
-            gateway_id="gw1",
-            token=token(sub),
-            schemas=[TODOS],
-            transport=transport,
-        )
-
-    def admin_push(self, *deltas: Any) -> None:
-        body = {"clientId": "root", "deltas": [as_json(d) for d in deltas]}
-        r = httpx.post(
-            f"{self.url}/v1/sync/gw1/push",
-            json=body,
-            headers=auth(token("root", role="admin")),
-        )
-        assert r.status_code == 200, r.text
-
-    def checkpoint_and_trim(self) -> int:
-        """What the lake job does after a pipeline run, with a zero retention."""
-        page = self.store.read_all_rows("gw1")
-        write_checkpoint(self.store, "gw1", page.head, sorted(page.rows.items()), 500)
-        self.store.mark_flushed(page.head)
-        assert self.store.trim_log("gw1", page.head) > 0
-        return page.head
-
-
-@pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[Gateway]:
-    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
-    port = free_port()
-    app = create_app(make_settings(tmp_path), store=store)
-    server = uvicorn.Server(uvicorn.Config(app, port=port, log_config=None, access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield Gateway(store, f"http://127.0.0.1:{port}")
-    server.should_exit = True
-    thread.join()
-    store.close()
+from tests.api.helpers import auth, delta, token
+from tests.client.client_thread_gateway import OWNER_RULES, ThreadGateway
 
 
 def _rows(c: LakeSyncClient) -> list[dict[str, Any]]:
@@ -107,8 +26,12 @@ def _rows(c: LakeSyncClient) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("transport", ["http", "websocket"])
 @pytest.mark.parametrize("rules", [False, True])
 def test_an_expired_cursor_resyncs_from_the_checkpoint_keeping_pending_writes(
-    gateway: Gateway, tmp_path: Path, rules: bool, transport: Literal["http", "websocket"]
+    thread_gateway: ThreadGateway,
+    tmp_path: Path,
+    rules: bool,
+    transport: Literal["http", "websocket"],
 ) -> None:
+    gateway = thread_gateway
     if rules:
         r = httpx.post(
             f"{gateway.url}/v1/admin/sync-rules/gw1",

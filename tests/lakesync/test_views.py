@@ -4,8 +4,10 @@ a reader hears only of rows it sees or may hold."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta, is_view_eviction
+from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT, RowDelta, is_view_eviction
 from lakesync.errors import ForbiddenError
 from lakesync.merge import MergedState, RowState, apply_delta
 from lakesync.rules import parse_rules
@@ -21,7 +23,10 @@ from lakesync.views import (
     page_view,
     resync_view,
     row_snapshot,
+    whole_row_snapshot,
 )
+from lakesync.wire import knows_view_evictions
+from tests.api.helpers import WholeRowReplica
 
 RULES = parse_rules(
     {
@@ -246,6 +251,57 @@ def test_snapshot_cache_is_bounded_and_reuses_results() -> None:
     cache.snapshot(("todos", "r"), rec, False, 5)
     cache.snapshot(("todos", "r"), rec, True, 6)
     assert cache.snapshot(("todos", "r"), rec, True, 5) is not first
+    whole = cache.snapshot(("todos", "r"), rec, True, 5, whole_rows=True)
+    assert [x.client_id for x in whole] == [VIEW_EVICTION_CLIENT, VIEW_ENTRY_CLIENT]
+
+
+def test_a_reader_without_view_evictions_gets_whole_rows() -> None:
+    rec = record(d("INSERT", "r", 1, owner="alice", x=1), d("UPDATE", "r", 2, client="z", y=2))
+    rows = {("todos", "r"): rec}
+    plain = Reader("alice", ALICE, RULES, 0, 0, ViewHistory.fixed(RULES, ALICE), whole_rows=True)
+    assert resync_view(rows, plain) == whole_row_snapshot(
+        "todos", "r", {"owner": "alice", "x": 1, "y": 2}, 1000
+    )
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.none() | st.dictionaries(st.sampled_from("abc"), st.integers(0, 3), max_size=3),
+            st.integers(1, 2**20),
+            st.integers(0, 2**20),
+        ),
+        max_size=8,
+    )
+)
+def test_whole_row_snapshots_set_a_whole_row_replica_to_the_row(
+    changes: list[tuple[dict[str, int] | None, int, int]],
+) -> None:
+    """Whatever a whole-row last-writer-wins replica applied before (its own writes, which are
+    older than the row's next ingest stamp, or earlier snapshots), each snapshot at a greater
+    base leaves it holding exactly the row's visible state (None: not in its view)."""
+    replica, base = WholeRowReplica(), 0
+    for values, step, local in changes:
+        replica.write(d("UPDATE", "r", base + local % step, client="me", x=local))
+        base += step
+        for x in whole_row_snapshot("todos", "r", values, base):
+            replica.write(x)
+        want = {} if values is None else {("todos", "r"): values}
+        assert replica.rows() == want
+
+
+@pytest.mark.parametrize(
+    ("header", "knows"),
+    [
+        (None, False),
+        ("", False),
+        ("view-evictions", True),
+        ("gzip, View-Evictions ", True),
+        ("view-evictions-v2", False),
+    ],
+)
+def test_a_client_says_it_knows_view_evictions_in_a_header(header: str | None, knows: bool) -> None:
+    assert knows_view_evictions(header) is knows
 
 
 def test_write_access() -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 from litestar import Controller, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.dto import DTOConfig, MsgspecDTO
-from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 
 from lakesync.api.auth import provide_claims
@@ -20,16 +20,28 @@ from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.errors import ValidationError
 from lakesync.tokens import Claims
 from lakesync.wire import (
+    FEATURES_HEADER,
     PullResponse,
     PushRequest,
     PushResponse,
     decode_push_request,
+    knows_view_evictions,
     pull_response,
     push_deltas,
     push_response,
 )
 
 __all__ = ["PushBody", "SyncController"]
+
+Features = Annotated[
+    str | None,
+    HeaderParameter(
+        name=FEATURES_HEADER,
+        required=False,
+        description="Protocol extensions the client understands, comma separated "
+        "(`view-evictions`); a LakeSync v1 client sends none and gets whole rows.",
+    ),
+]
 
 
 class PushBody(MsgspecDTO[PushRequest]):
@@ -84,6 +96,7 @@ class SyncController(Controller):
         client_id: Annotated[str | None, QueryParameter(name="clientId")] = None,
         limit: FromQuery[str | None] = None,
         source: FromQuery[str | None] = None,
+        features: Features = None,
     ) -> PullResponse:
         """The deltas after ``since`` (the gateway's ingest cursor) that this client may see;
         with ``source=NAME`` the rows of that declared source adapter instead, paged by their
@@ -98,7 +111,8 @@ class SyncController(Controller):
         if source:
             page = await pull_source(service, gw, source, claims, cursor, n)
             return pull_response(page.deltas, page.server_hlc, page.has_more)
-        result = await service.pull(gw, claims, cursor, n)
+        whole_rows = not knows_view_evictions(features)
+        result = await service.pull(gw, claims, cursor, n, whole_rows=whole_rows)
         await check_cursor(service, gw, cursor)
         return pull_response(result.deltas, result.server_hlc, result.has_more)
 
@@ -108,12 +122,14 @@ class SyncController(Controller):
         gw: FromPath[str],
         claims: NamedDependency[Claims],
         service: NamedDependency[SyncService],
+        features: Features = None,
     ) -> Stream:
         """Initial-sync checkpoint stream (docs/protocol.md §5): the frames this client may see, then pull
         from ``X-Checkpoint-Hlc``; 404 while the gateway has no checkpoint."""
         service.check_rate(gw, str(claims["sub"]))
         service.check_client(claims, None)
-        opened = await open_checkpoint(service, gw, claims)
+        whole_rows = not knows_view_evictions(features)
+        opened = await open_checkpoint(service, gw, claims, whole_rows=whole_rows)
         return Stream(
             opened.frames,
             media_type=CONTENT_TYPE,

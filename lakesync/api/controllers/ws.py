@@ -23,6 +23,7 @@ from lakesync.api.services.limits import TokenBucket
 from lakesync.api.services.sync import SyncService
 from lakesync.errors import LakeSyncError
 from lakesync.hlc import parse_cursor
+from lakesync.wire import FEATURES_HEADER, knows_view_evictions
 from lakesync.wsframes import SyncPushMsg, decode_client_frame, encode_response
 
 __all__ = ["sync_socket"]
@@ -73,7 +74,9 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
             await socket.close(code, _reason(reason))
 
     # No await since the last check: concurrent handshakes cannot overshoot a cap.
-    conn = Connection(gw, sub, claims, stamp, socket.send_bytes, close)
+    # A client says in its handshake whether it knows view evictions (lakesync.views).
+    whole_rows = not knows_view_evictions(socket.headers.get(FEATURES_HEADER))
+    conn = Connection(gw, sub, claims, stamp, socket.send_bytes, close, whole_rows)
     service.hub.add(conn)
     try:
         await socket.accept()
@@ -105,7 +108,7 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
                     limit = frame.max_deltas or service.settings.pull_default_limit
                     limit = min(limit, service.settings.pull_max_limit)
                     since = parse_cursor(frame.since_hlc, "since_hlc")
-                    page = await service.pull(gw, claims, since, limit)
+                    page = await service.pull(gw, claims, since, limit, whole_rows=whole_rows)
                     await check_cursor(service, gw, since)
                     reply = encode_response(page.deltas, page.server_hlc, page.has_more)
             except LakeSyncError as exc:

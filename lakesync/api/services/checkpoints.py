@@ -42,10 +42,11 @@ class CheckpointStream:
 
 
 async def open_checkpoint(
-    service: SyncService, gateway_id: str, claims: Mapping[str, Any]
+    service: SyncService, gateway_id: str, claims: Mapping[str, Any], *, whole_rows: bool
 ) -> CheckpointStream:
-    """The checkpoint of ``gateway_id`` as this client may see it; :class:`NotFoundError` when
-    the gateway has none yet (the client then pulls from 0)."""
+    """The checkpoint of ``gateway_id`` as this client may see it (``whole_rows`` for a client
+    without view evictions); :class:`NotFoundError` when the gateway has none yet (the client
+    then pulls from 0)."""
     store = service.store
     info = await anyio.to_thread.run_sync(store.checkpoint, gateway_id)
     if info is None:
@@ -64,7 +65,8 @@ async def open_checkpoint(
             store.view_history, gateway_id, client_id, 0
         )
         history = ViewHistory(versions, seen or [(0, dict(claims))])
-    reader = Reader(client_id, claims, effective_rules(rules.rules, claims), stamp, 0, history)
+    applied = effective_rules(rules.rules, claims)
+    reader = Reader(client_id, claims, applied, stamp, 0, history, whole_rows=whole_rows)
 
     def frame(seq: int) -> bytes | None:
         body = store.checkpoint_chunk(gateway_id, info.position, seq)

@@ -33,7 +33,8 @@ _OUTBOX = 1024
 
 @dataclass(eq=False)
 class Connection:
-    """One authenticated WebSocket: its gateway, claims and outbox."""
+    """One authenticated WebSocket: its gateway, claims, whether its client knows no view
+    evictions (:attr:`lakesync.views.Reader.whole_rows`) and its outbox."""
 
     gateway_id: str
     client_id: str
@@ -41,6 +42,7 @@ class Connection:
     view_stamp: int
     send: Callable[[bytes], Awaitable[None]]
     close: Callable[[int, str], Awaitable[None]]
+    whole_rows: bool
     outbox: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(_OUTBOX))
     task: asyncio.Task[None] | None = None
     # Set once the socket is accepted: a connection is registered (and queues broadcasts)
@@ -146,6 +148,7 @@ class Hub:
                     max(rules.stamp, conn.view_stamp),
                     entries[0].ingest_hlc - 1,
                     ViewHistory.fixed(rules.rules, conn.claims),
+                    whole_rows=conn.whole_rows,
                 )
                 view = page_view(deltas, rows, reader, False, cache, history)
                 if not view:

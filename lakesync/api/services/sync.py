@@ -220,13 +220,21 @@ class SyncService:
         claims: Mapping[str, Any],
         since: int,
         limit: int,
+        *,
+        whole_rows: bool,
     ) -> PullResult:
-        """A page of what the client may see after ``since`` (see :mod:`lakesync.views`)."""
+        """A page of what the client may see after ``since`` (see :mod:`lakesync.views`);
+        ``whole_rows`` for a client without view evictions (:attr:`Reader.whole_rows`)."""
         with self.metrics.pull_seconds.time():
-            return await self._pull(gateway_id, claims, since, limit)
+            return await self._pull(gateway_id, claims, since, limit, whole_rows)
 
     async def _pull(
-        self, gateway_id: str, claims: Mapping[str, Any], since: int, limit: int
+        self,
+        gateway_id: str,
+        claims: Mapping[str, Any],
+        since: int,
+        limit: int,
+        whole_rows: bool,
     ) -> PullResult:
         rules = await _run(self.store.get_rules, gateway_id)
         raw = rules.stamp == 0
@@ -239,7 +247,7 @@ class SyncService:
             self.store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
         )
         stamp = max(rules.stamp, view)
-        reader = await self._reader(gateway_id, claims, rules.rules, stamp, since)
+        reader = await self._reader(gateway_id, claims, rules.rules, stamp, since, whole_rows)
         cache = self.snapshots(gateway_id)
         if since < stamp:
             snap = await self._resync_rows(gateway_id, reader)
@@ -282,6 +290,7 @@ class SyncService:
         rules: SyncRules | None,
         stamp: int,
         since: int,
+        whole_rows: bool,
     ) -> Reader:
         """A client's read, with the history of its view since its cursor."""
         client_id = str(claims["sub"])
@@ -291,7 +300,7 @@ class SyncService:
         if since == 0:
             written = frozenset(await _run(self.store.rows_written_by, gateway_id, client_id))
         applied = effective_rules(rules, claims)
-        return Reader(client_id, claims, applied, stamp, since, history, written)
+        return Reader(client_id, claims, applied, stamp, since, history, written, whole_rows)
 
     async def _history(
         self, gateway_id: str, rows: Mapping[RowKey, RowRecord], reader: Reader, upto: int

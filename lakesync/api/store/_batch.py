@@ -56,12 +56,13 @@ def copy_states(states: dict[RowKey, RowState], keys: Sequence[RowKey]) -> dict[
 
 
 def history_of(
-    rows: Sequence[tuple[int, int, RowDelta]], since: int
+    rows: Sequence[tuple[int, int, RowDelta]], since: int, base: RowState | None = None
 ) -> tuple[RowState, list[tuple[int, RowDelta]]]:
     """A row's state at ingest ``since`` and its later deltas, from ``(ingest, batch end,
-    delta)`` triples in ingest order. Each later delta comes with the ingest HLC of the end of
-    its push batch: the row's states inside one atomic batch were never visible to anyone."""
-    state = RowState()
+    delta)`` triples in ingest order on top of ``base`` (the state of its earlier, trimmed
+    deltas). Each later delta comes with the ingest HLC of the end of its push batch: the row's
+    states inside one atomic batch were never visible to anyone."""
+    state = RowState() if base is None else base
     later: list[tuple[int, RowDelta]] = []
     for ingest, end, d in rows:
         if ingest <= since:

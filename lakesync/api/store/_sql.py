@@ -40,7 +40,7 @@ from lakesync.api.store.base import (
 )
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
-from lakesync.merge import RowState
+from lakesync.merge import RowState, join_delta
 from lakesync.rules import SyncRules, index_entries
 
 __all__ = ["SqlHotLog", "schema_ddl"]
@@ -83,6 +83,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS checkpoint_chunks (
     gw TEXT NOT NULL, upto {integer} NOT NULL, seq {integer} NOT NULL, body {blob} NOT NULL,
     PRIMARY KEY (gw, upto, seq)){keyed};
+CREATE TABLE IF NOT EXISTS trimmed_rows (
+    gw TEXT NOT NULL, tbl TEXT NOT NULL, row_id TEXT NOT NULL, state {blob} NOT NULL,
+    PRIMARY KEY (gw, tbl, row_id)){keyed};
+CREATE TABLE IF NOT EXISTS trimmed_writers (
+    gw TEXT NOT NULL, client_id TEXT NOT NULL, tbl TEXT NOT NULL, row_id TEXT NOT NULL,
+    PRIMARY KEY (gw, client_id, tbl, row_id)){keyed};
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value {integer} NOT NULL);
 INSERT INTO counters VALUES ('flushed', 0), ('bytes', 0), ('flushed_bytes', 0), ('stamp', 0)
     ON CONFLICT DO NOTHING;
@@ -119,7 +125,19 @@ UPSERT_STATE = (
     " DO UPDATE SET state = excluded.state, last_ingest = excluded.last_ingest"
 )
 
+UPSERT_TRIMMED = (
+    "INSERT INTO trimmed_rows (gw, tbl, row_id, state) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (gw, tbl, row_id) DO UPDATE SET state = excluded.state"
+)
+INSERT_TRIMMED_WRITER = (
+    "INSERT INTO trimmed_writers (gw, client_id, tbl, row_id) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT DO NOTHING"
+)
+
 _MAX_HLC_COLUMN = 2**63 - 1
+
+_IN_CHUNK = 500
+"""Row ids per ``IN`` list of a look-up by key."""
 
 
 _RANGE_GAP = 10_000 << 16
@@ -386,9 +404,11 @@ class SqlHotLog(HotLog, Generic[C]):
     def row_history(
         self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int
     ) -> dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]]:
-        """See :meth:`HotLog.row_history`."""
+        """See :meth:`HotLog.row_history`. A row's history starts from the state of its trimmed
+        deltas (a pull's cursor is never older than the horizon: they all precede it)."""
         out: dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]] = {}
         with self._snapshot() as conn:
+            trimmed = self._trimmed_states(conn, gateway_id, keys)
             for t, r in keys:
                 raw = self._fetch(
                     conn,
@@ -397,9 +417,63 @@ class SqlHotLog(HotLog, Generic[C]):
                     (gateway_id, t, r, upto),
                 )
                 out[(t, r)] = history_of(
-                    [(int(i), int(e), decode_delta(b)) for i, e, b in raw], since
+                    [(int(i), int(e), decode_delta(b)) for i, e, b in raw],
+                    since,
+                    trimmed.get((t, r)),
                 )
         return out
+
+    def _by_keys(
+        self, conn: C, query: str, params: Sequence[Any], keys: Sequence[RowKey]
+    ) -> list[Any]:
+        """The rows of ``query`` (its conditions end with ``AND tbl = ? AND row_id IN``, the
+        list left out; ``params`` are those before ``tbl``) for each table of ``keys`` and
+        chunk of its row ids."""
+        by_table: dict[str, list[str]] = {}
+        for t, r in keys:
+            by_table.setdefault(t, []).append(r)
+        out: list[Any] = []
+        for t, ids in by_table.items():
+            for i in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[i : i + _IN_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                out.extend(self._fetch(conn, f"{query} ({marks})", (*params, t, *chunk)))
+        return out
+
+    def _trimmed_states(self, conn: C, gw: str, keys: Sequence[RowKey]) -> dict[RowKey, RowState]:
+        """Per row of ``keys``: the state merged from its trimmed deltas (rows without any are
+        left out)."""
+        raw = self._by_keys(
+            conn,
+            "SELECT tbl, row_id, state FROM trimmed_rows WHERE gw = ? AND tbl = ? AND row_id IN",
+            (gw,),
+            keys,
+        )
+        return {(str(t), str(r)): decode_state(st) for t, r, st in raw}
+
+    def _keep_trimmed(self, conn: C, gw: str, bound: int) -> None:
+        """Keep what the log entries of ``gw`` up to ``bound`` (about to be trimmed) still tell:
+        each row's state merged from them (where :meth:`row_history` starts) and which clients
+        wrote which rows (a checkpoint evicts those, :meth:`rows_written_among`)."""
+        deltas: dict[RowKey, list[RowDelta]] = {}
+        for (body,) in self._fetch(
+            conn, "SELECT body FROM log WHERE gw = ? AND ingest <= ? ORDER BY ingest", (gw, bound)
+        ):
+            d = decode_delta(body)
+            deltas.setdefault((d.table, d.row_id), []).append(d)
+        if not deltas:
+            return
+        states = self._trimmed_states(conn, gw, list(deltas))
+        writers: set[tuple[str, str, str, str]] = set()
+        for key, row in deltas.items():
+            state = states.setdefault(key, RowState())
+            for d in row:
+                join_delta(state, d)
+                writers.add((gw, d.client_id, d.table, d.row_id))
+        self._execute_many(
+            conn, UPSERT_TRIMMED, [(gw, t, r, encode_state(st)) for (t, r), st in states.items()]
+        )
+        self._execute_many(conn, INSERT_TRIMMED_WRITER, sorted(writers))
 
     # -- the filter-column index ----------------------------------------------------------------
     def _index_rules(self, conn: C, gw: str) -> SyncRules | None:
@@ -498,23 +572,34 @@ class SqlHotLog(HotLog, Generic[C]):
         return [str(r) for (r,) in raw]
 
     def rows_written_by(self, gateway_id: str, client_id: str) -> list[RowKey]:
-        """See :meth:`HotLog.rows_written_by`."""
+        """See :meth:`HotLog.rows_written_by` (also those whose entries were trimmed)."""
         with self._connection() as conn:
             raw = self._fetch(
                 conn,
-                "SELECT DISTINCT tbl, row_id FROM log WHERE gw = ? AND client_id = ?",
-                (gateway_id, client_id),
+                "SELECT tbl, row_id FROM log WHERE gw = ? AND client_id = ?"
+                " UNION SELECT tbl, row_id FROM trimmed_writers WHERE gw = ? AND client_id = ?",
+                (gateway_id, client_id, gateway_id, client_id),
             )
         return [(str(t), str(r)) for t, r in raw]
 
     def rows_written_among(
         self, gateway_id: str, client_id: str, keys: Sequence[RowKey]
     ) -> set[RowKey]:
-        """See :meth:`HotLog.rows_written_among`."""
+        """See :meth:`HotLog.rows_written_among` (also those whose entries were trimmed)."""
         if not keys:
             return set()
         with self._connection() as conn:
-            return self._written_among(conn, gateway_id, client_id, keys)
+            # The log first: trimming moves entries from it to trimmed_writers, never back, so
+            # two reads in this order miss none even without one snapshot.
+            found = self._written_among(conn, gateway_id, client_id, keys)
+            trimmed = self._by_keys(
+                conn,
+                "SELECT tbl, row_id FROM trimmed_writers"
+                " WHERE gw = ? AND client_id = ? AND tbl = ? AND row_id IN",
+                (gateway_id, client_id),
+                keys,
+            )
+        return found | {(str(t), str(r)) for t, r in trimmed}
 
     def head(self) -> int:
         """See :meth:`HotLog.head`."""
@@ -668,6 +753,7 @@ class SqlHotLog(HotLog, Generic[C]):
                 bound = int(raw[-1][0])
             if bound <= cp.trimmed:
                 return 0
+            self._keep_trimmed(conn, gateway_id, bound)
             # The horizon moves in the same transaction as the deletion: a pull that read before
             # it and checks the horizon after its read never misses what was deleted.
             self._execute(

@@ -13,7 +13,13 @@ from lakesync.client.errors import ConnectionFailedError, ValidationError
 from lakesync.client.transport._base import Checkpoint, PullPage, PushResult, Transport, gateway_error
 from lakesync import hlc as _hlc
 from lakesync.delta import CellErrorHandler, RowDelta
-from lakesync.wire import decode_pull_response, decode_push_response, encode_push
+from lakesync.wire import (
+    FEATURES_HEADER,
+    VIEW_EVICTIONS_FEATURE,
+    decode_pull_response,
+    decode_push_response,
+    encode_push,
+)
 from lakesync.wsframes import decode_response
 
 __all__ = ["HttpTransport"]
@@ -48,7 +54,11 @@ class HttpTransport(Transport):
 
     def _send(self, method: str, path: str, stream: bool = False, **kw: Any) -> httpx.Response:
         for attempt in range(2):
-            headers = {"Authorization": f"Bearer {self._tokens.token}"}
+            headers = {
+                "Authorization": f"Bearer {self._tokens.token}",
+                # This client forgets a row on a view eviction (lakesync.views).
+                FEATURES_HEADER: VIEW_EVICTIONS_FEATURE,
+            }
             if "content" in kw:
                 headers["Content-Type"] = "application/json"
             try:

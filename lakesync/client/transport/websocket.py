@@ -48,6 +48,7 @@ from lakesync.client.transport._base import (
 from lakesync.client.transport.http import HttpTransport
 from lakesync.delta import RowDelta
 from lakesync.errors import code_for_status, error_for_code
+from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
 from lakesync.wsframes import ServerFrame, decode_server_frame, encode_pull, encode_push
 
 __all__ = ["WebSocketTransport"]
@@ -229,7 +230,7 @@ class WebSocketTransport(Transport):
         try:
             async for ws in connect(
                 self._url,
-                additional_headers=_BearerHeader(self._tokens),
+                additional_headers=_HandshakeHeaders(self._tokens),
                 open_timeout=self._timeout,
                 max_size=None,
                 compression=None,
@@ -364,22 +365,26 @@ class WebSocketTransport(Transport):
             return reply
 
 
-class _BearerHeader(Mapping[str, str]):
-    """The handshake's ``Authorization`` header, read afresh for every connection attempt."""
+class _HandshakeHeaders(Mapping[str, str]):
+    """The handshake's headers: ``Authorization``, read afresh for every connection attempt,
+    and the protocol extensions this client understands (it forgets a row on a view
+    eviction, :mod:`lakesync.views`)."""
 
     def __init__(self, tokens: TokenProvider) -> None:
         self._tokens = tokens
 
     def __getitem__(self, key: str) -> str:
-        if key != "Authorization":
-            raise KeyError(key)
-        return f"Bearer {self._tokens.token}"
+        if key == "Authorization":
+            return f"Bearer {self._tokens.token}"
+        if key == FEATURES_HEADER:
+            return VIEW_EVICTIONS_FEATURE
+        raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(("Authorization",))
+        return iter(("Authorization", FEATURES_HEADER))
 
     def __len__(self) -> int:
-        return 1
+        return 2
 
 
 def _open_error(exc: Exception, url: str) -> LakeSyncError | None:

@@ -32,8 +32,8 @@ def test_a_receiver_too_slow_to_take_frames_is_closed_with_1013() -> None:
         async def close_other(code: int, reason: str) -> None:
             raise AssertionError(f"a receiver that keeps up was closed: {code} {reason}")
 
-        slow = Connection("gw1", "slow", {"sub": "slow"}, 0, send_never, close_slow)
-        other = Connection("gw1", "other", {"sub": "other"}, 0, send, close_other)
+        slow = Connection("gw1", "slow", {"sub": "slow"}, 0, send_never, close_slow, False)
+        other = Connection("gw1", "other", {"sub": "other"}, 0, send, close_other, False)
         for conn in (slow, other):
             hub.add(conn)
             conn.accepted.set()
