@@ -10,6 +10,7 @@ source a :data:`lakesync.connectors.ConnectorSpec` declares and :func:`open_acti
 from __future__ import annotations
 
 from connectors._factory import open_actions, open_source
+from connectors._paging import PagingError
 from connectors.actions import ActionDescriptor, ActionError, ActionHandler
 from connectors.base import Chunk, Sink, Source
 from connectors.poller import ConnectorStatus, Poller
@@ -20,6 +21,7 @@ __all__ = [
     "ActionHandler",
     "Chunk",
     "ConnectorStatus",
+    "PagingError",
     "Poller",
     "Sink",
     "Source",

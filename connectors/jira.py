@@ -23,13 +23,13 @@ import base64
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from connectors._changes import split_rows
 from connectors._cursor import later, parse_time
-from connectors._http import check, request
+from connectors._http import check, request, segment
+from connectors._paging import PageGuard
 from connectors._spill import SpilledKeys
 from connectors.actions import ActionDescriptor, ActionHandler, http_failure
 from connectors.base import Chunk, Source
@@ -196,33 +196,40 @@ class JiraSource(Source):
 
     async def _projects(self, state: dict[str, Any]) -> AsyncIterator[Chunk]:
         with SpilledKeys() as seen:
-            start = 0
+            start, guard = 0, PageGuard("Jira project search")
             while True:
                 page = await self._get(
                     "/rest/api/3/project/search", startAt=start, maxResults=self.spec.page_size
                 )
                 values = page.get("values", [])
                 rows = dict(flatten_project(p) for p in values)
+                last = bool(page.get("isLast", True))
+                guard.page(rows, last)
                 seen.add(rows)
                 for part in split_rows(rows, self.spec.chunk_rows):
                     yield Chunk("jira_projects", part)
-                start += len(values)
-                if page.get("isLast", True) or not values:
+                if last:
                     break
+                start = guard.follow(start + len(values))
             yield Chunk("jira_projects", keep_only=seen, cursor=_copy(state))
 
     async def _search(self, jql: str, fields: str) -> AsyncIterator[list[dict[str, Any]]]:
         token: str | None = None
+        guard = PageGuard("Jira search")
         while True:
             params: dict[str, Any] = {"jql": jql, "maxResults": self.spec.page_size}
             params["fields"] = fields
             if token:
                 params["nextPageToken"] = token
             page = await self._get("/rest/api/3/search/jql", **params)
-            yield list(page.get("issues", []))
-            token = page.get("nextPageToken")
-            if page.get("isLast", token is None) or not token:
+            issues = list(page.get("issues", []))
+            token = page.get("nextPageToken") or None
+            last = bool(page.get("isLast", token is None))
+            guard.page((str(i["id"]) for i in issues), last)
+            yield issues
+            if last:
                 return
+            token = guard.follow(token)
 
     async def _changed_issues(self, state: dict[str, Any]) -> AsyncIterator[Chunk]:
         jql = jql_for(self.spec.jql, state["updated"], self.spec.overlap)
@@ -267,19 +274,27 @@ class JiraSource(Source):
             for c in inline.get("comments", []):
                 yield c
             return
-        start = 0
+        start, guard = 0, PageGuard(f"comments of Jira issue {issue['id']}")
+        seen: set[str] = set()
         while True:
             page = await self._get(
-                f"/rest/api/3/issue/{issue['id']}/comment",
+                f"/rest/api/3/issue/{segment(issue['id'])}/comment",
                 startAt=start,
                 maxResults=self.spec.page_size,
             )
             comments = page.get("comments", [])
-            for c in comments:
-                yield c
-            start += len(comments)
-            if not comments or start >= page.get("total", 0):
+            ids = [str(c["id"]) for c in comments]
+            last = start + len(comments) >= page.get("total", 0)
+            # Offsets shift when comments come and go between pages: an id met before is
+            # skipped, and a page of none but those is no progress.
+            guard.page(set(ids) - seen, last)
+            for cid, c in zip(ids, comments, strict=True):
+                if cid not in seen:
+                    seen.add(cid)
+                    yield c
+            if last:
                 return
+            start = guard.follow(start + len(comments))
 
     async def _deleted_issues(self, state: dict[str, Any]) -> AsyncIterator[Chunk]:
         """Issues gone from the JQL: their comments (known from the cursor), then every stored
@@ -370,7 +385,7 @@ class JiraActions(ActionHandler):
                 fields["description"] = _adf(params["description"])
             path, body = "/rest/api/3/issue", {"fields": fields}
         else:
-            path = f"/rest/api/3/issue/{quote(params['issue'], safe='')}/comment"
+            path = f"/rest/api/3/issue/{segment(params['issue'])}/comment"
             body = {"body": _adf(params["body"])}
         try:
             created = check(await request(self.http, "POST", path, json=body, attempts=1))

@@ -25,7 +25,8 @@ import httpx
 
 from connectors._changes import split_rows
 from connectors._cursor import later, parse_time
-from connectors._http import SourceHTTPError, check, request
+from connectors._http import SourceHTTPError, check, request, segment
+from connectors._paging import PageGuard, PagingError
 from connectors.actions import ActionDescriptor, ActionHandler, http_failure
 from connectors.base import Chunk, Source
 from lakesync.connectors import SalesforceSpec
@@ -199,16 +200,18 @@ class SalesforceSource(Source):
             f"/services/data/{version}/query",
             q=soql_for(obj, mine.get("modified"), self.spec.overlap),
         )
+        guard = PageGuard(f"Salesforce query of {obj}")
         while True:
             rows = dict(flatten(obj, r) for r in page.get("records", []))
+            last = bool(page.get("done", True))
+            guard.page(rows, last)
             for part in split_rows(rows, self.spec.chunk_rows):
                 for row in part.values():
                     mine["modified"] = later(mine.get("modified"), row["last_modified_date"])
                 yield Chunk(table, part, cursor=_copy(state))
-            next_url = page.get("nextRecordsUrl")
-            if page.get("done", True) or not next_url:
+            if last:
                 break
-            page = await self._get(next_url)
+            page = await self._get(_instance_path(guard.follow(page.get("nextRecordsUrl"))))
         # Deletions are read from the first poll's start on (the first load has none to miss).
         mine.setdefault("deleted", started.strftime("%Y-%m-%dT%H:%M:%S+00:00"))
 
@@ -234,6 +237,16 @@ class SalesforceSource(Source):
         table = OBJECTS[obj][0]
         for i in range(0, max(len(ids), 1), self.spec.chunk_rows):
             yield Chunk(table, deletes=ids[i : i + self.spec.chunk_rows], cursor=_copy(state))
+
+
+def _instance_path(url: object) -> str:
+    """A ``nextRecordsUrl`` as a path on the instance: it must be one (``/services/data/…``),
+    never an absolute or scheme-relative URL, which would send the session's bearer token to
+    another host."""
+    path = str(url)
+    if not path.startswith("/services/data/") or "//" in path or "/../" in path:
+        raise PagingError(f"Salesforce gave a nextRecordsUrl that is not an API path: {path!r}")
+    return path
 
 
 def _copy(state: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -269,7 +282,8 @@ class SalesforceActions(ActionHandler):
 
     async def execute(self, action_type: str, params: Mapping[str, Any]) -> dict[str, Any]:
         """PATCH the record."""
-        path = f"/services/data/{self.spec.api_version}/sobjects/{params['object']}/{params['id']}"
+        obj, rid = segment(params["object"]), segment(params["id"])
+        path = f"/services/data/{self.spec.api_version}/sobjects/{obj}/{rid}"
         try:
             check(await self.session.request("PATCH", path, attempts=1, json=params["fields"]))
         except Exception as exc:

@@ -1,5 +1,6 @@
 """A real HTTP server on a loopback port for the fake SaaS APIs: routes by method and path
-regex, JSON in and out, and injectable failures (status + headers for the next N requests)."""
+regex, JSON in and out, injectable failures (status + headers for the next N requests), and a
+request budget past which every request is refused (so a client that would loop forever ends)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class FakeServer:
         self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self.failures: list[tuple[str, Reply]] = []
         self.requests: list[tuple[str, str, int]] = []
+        self.request_budget: int | None = None
         fake = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -101,6 +103,8 @@ class FakeServer:
             return reply
 
     def _dispatch(self, req: Request) -> Reply:
+        if self.request_budget is not None and len(self.requests) >= self.request_budget:
+            return 400, {"errorMessages": ["request budget of the fake exhausted"]}, {}
         denied = self.authorize(req)
         if denied is not None:
             return denied
