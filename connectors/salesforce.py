@@ -116,7 +116,7 @@ class SalesforceSession:
 
     def __init__(self, spec: SalesforceSpec) -> None:
         self.spec = spec
-        self.http = httpx.AsyncClient(timeout=120.0)
+        self.http = httpx.AsyncClient(timeout=spec.timeout)
         self.instance_url: str | None = None
         self.logins = 0
 
@@ -255,7 +255,8 @@ def _copy(state: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 class SalesforceActions(ActionHandler):
     """``update_record``: PATCH fields of one Account, Contact, Opportunity or Lead (one
-    attempt: the client retries, under its idempotency key, what may pass later)."""
+    attempt: the client retries, under its idempotency key, what may pass later; an unknown
+    outcome is run again, the update being idempotent)."""
 
     def __init__(self, spec: SalesforceSpec) -> None:
         self.spec = spec
@@ -280,15 +281,26 @@ class SalesforceActions(ActionHandler):
             )
         ]
 
-    async def execute(self, action_type: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """PATCH the record."""
+    async def execute(
+        self, action_type: str, params: Mapping[str, Any], key: str
+    ) -> dict[str, Any]:
+        """PATCH the record (any 2xx is done, whatever its body)."""
         obj, rid = segment(params["object"]), segment(params["id"])
         path = f"/services/data/{self.spec.api_version}/sobjects/{obj}/{rid}"
         try:
-            check(await self.session.request("PATCH", path, attempts=1, json=params["fields"]))
+            response = await self.session.request("PATCH", path, attempts=1, json=params["fields"])
+            if not response.is_success:
+                check(response)  # raises, with the status and the reply for the detail
         except Exception as exc:
-            raise http_failure(exc) from None
+            raise http_failure(exc, "Salesforce", reconcilable=True) from None
         return {"id": params["id"]}
+
+    async def reconcile(
+        self, action_type: str, params: Mapping[str, Any], key: str
+    ) -> dict[str, Any] | None:
+        """None: an update sets the same fields to the same values however often it runs, so
+        after an unknown outcome it simply runs again."""
+        return None
 
     async def aclose(self) -> None:
         """Close the HTTP client."""

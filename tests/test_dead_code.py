@@ -34,6 +34,7 @@ ENTRY_POINTS = {
     ("api/controllers/admin.py", "add_connector"),
     ("api/controllers/admin.py", "connector_status"),
     ("api/controllers/admin.py", "remove_connector"),
+    ("api/controllers/admin.py", "action_records"),
     # typer commands registered by decorator or app.command(...)(fn).
     ("cli/lake.py", "run_command"),
     ("cli/lake.py", "as_of_command"),

@@ -10,7 +10,9 @@ documentation describes it:
 - ``GET /rest/api/3/project/search`` (``startAt`` / ``isLast``); ``POST /rest/api/3/issue``.
 
 JQL subset: clauses joined by AND, each ``updated >= "YYYY-MM-DD HH:mm"``, ``project = KEY``,
-``project IS NOT EMPTY``, optionally in parentheses; then ``ORDER BY updated ASC``. Times are
+``project IS NOT EMPTY``, ``labels = "LABEL"``, optionally in parentheses; then optionally
+``ORDER BY updated ASC``. Created issues keep their labels; created comments keep their
+``properties``, listed with ``expand=properties``. Times are
 UTC; each change advances the fake's clock by one second.
 
 ``paging_fault`` makes the paging misbehave as a broken or hostile API would: ``repeat-token``
@@ -35,7 +37,7 @@ from tests.connectors.fake_http import FakeServer, Reply, Request
 
 _CLAUSE = re.compile(
     r'updated >= "(?P<since>\d{4}-\d\d-\d\d \d\d:\d\d)"|project = (?P<project>\w+)'
-    r"|(?P<any>project IS NOT EMPTY)"
+    r'|(?P<any>project IS NOT EMPTY)|labels = "(?P<label>[\w-]+)"'
 )
 INLINE_COMMENTS = 3
 
@@ -59,6 +61,7 @@ class FakeJira(FakeServer):
         self.next_id = 10_000
         self.paging_fault = ""
         self.pages_served: dict[str, int] = {}
+        self.comment_properties: dict[str, list[dict[str, Any]]] = {}
         self.route("GET", r"/rest/api/3/search/jql", self._search)
         self.route("GET", r"/rest/api/3/project/search", self._project_search)
         self.route("GET", r"/rest/api/3/issue/([^/]+)/comment", self._list_comments)
@@ -234,6 +237,8 @@ class FakeJira(FakeServer):
             return updated >= mark
         if m.group("project"):
             return bool(issue["fields"]["project"]["key"] == m.group("project"))
+        if m.group("label"):
+            return m.group("label") in issue["fields"]["labels"]
         return True
 
     def _render(self, issue: dict[str, Any], fields: list[str]) -> dict[str, Any]:
@@ -271,6 +276,8 @@ class FakeJira(FakeServer):
         start = int(req.query.get("startAt", 0))
         limit = min(int(req.query.get("maxResults", 50)), 100)
         cs = self.comments[iid]
+        if "properties" in req.query.get("expand", "").split(","):
+            cs = [c | {"properties": self.comment_properties.get(c["id"], [])} for c in cs]
         total = len(cs)
         if self.paging_fault == "comment-total":
             start, total = 0, 10**6
@@ -313,7 +320,7 @@ class FakeJira(FakeServer):
                 {"errorMessages": [], "errors": {"project": "valid project is required"}},
                 {},
             )
-        iid = self.add_issue(key, fields["summary"])
+        iid = self.add_issue(key, fields["summary"], list(fields.get("labels") or []))
         return (
             201,
             {
@@ -341,6 +348,7 @@ class FakeJira(FakeServer):
         body = req.body.get("body") if isinstance(req.body, dict) else None
         if not isinstance(body, dict):
             return 400, {"errorMessages": ["Comment body can not be empty!"]}, {}
-        self.add_comment(iid, "")
+        cid = self.add_comment(iid, "")
         self.comments[iid][-1]["body"] = body
+        self.comment_properties[cid] = list(req.body.get("properties") or [])
         return 201, self.comments[iid][-1], {}

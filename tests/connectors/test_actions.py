@@ -26,9 +26,10 @@ def gateway(tmp_path: Path) -> Iterator[tuple[Gateway, FakeJira, FakeSalesforce]
             g = Gateway(client)
             body = {"name": "jira", "type": "jira", "url": jira.url, "interval": 3600}
             body |= {"email": "bot@example.com", "token": "jira-api-token", "projects": False}
+            body |= {"actions": [{"action": "*"}]}  # every client of the gateway
             assert g.admin("POST", "/v1/admin/connectors/gw1", json=body).status_code == 200
             body = {"name": "crm", "type": "salesforce", "login_url": org.url, "interval": 3600}
-            body |= {k: v for k, v in org.login.items()}
+            body |= {k: v for k, v in org.login.items()} | {"actions": [{"action": "*"}]}
             assert g.admin("POST", "/v1/admin/connectors/gw1", json=body).status_code == 200
             yield g, jira, org
 
