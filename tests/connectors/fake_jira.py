@@ -262,7 +262,8 @@ class FakeJira(FakeServer):
 
     def _list_comments(self, req: Request) -> Reply:
         assert req.match is not None
-        iid = unquote(req.match.group(1))
+        ref = unquote(req.match.group(1))
+        iid = next((i for i, v in self.issues.items() if ref in (i, v["key"])), ref)
         if iid not in self.comments:
             return (
                 404,
