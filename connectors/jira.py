@@ -20,6 +20,7 @@ is found against); the full diffs of issues and projects compare the ids listed 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -424,7 +425,11 @@ class JiraActions(ActionHandler):
                 "body": _adf(params["body"]),
                 "properties": [{"key": ACTION_PROPERTY, "value": {"key": key}}],
             }
-        return _ids(await self._send("POST", path, json=body))
+        created = _ids(await self._send("POST", path, json=body))
+        if not created:  # a 2xx whose body we could not read: done; its ids by its mark
+            with contextlib.suppress(ActionError):
+                created = await self.reconcile(action_type, params, key) or {}
+        return created
 
     async def reconcile(
         self, action_type: str, params: Mapping[str, Any], key: str
