@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors import PagingError
-from connectors.jira import JiraSource
-from connectors.salesforce import SalesforceSource
-from lakesync.connectors import JiraSpec, SalesforceSpec, parse_connector
+from lakesync.connector_specs import JiraSpec, SalesforceSpec, parse_connector
+from lakesync.connectors import PagingError
+from lakesync.connectors.jira import JiraSource
+from lakesync.connectors.salesforce import SalesforceSource
 from tests.connectors.conftest import GatewayUnderTest
 from tests.connectors.fake_jira import FakeJira
 from tests.connectors.fake_salesforce import FakeSalesforce

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lakesync.connectors import (
+from lakesync.connector_specs import (
     ACTION_TYPES,
     ActionGrant,
     JiraSpec,
@@ -157,7 +157,7 @@ def test_action_grants_parse_are_checked_and_decide_who_may_run() -> None:
 
 
 def test_the_action_types_table_is_what_the_handlers_run() -> None:
-    from connectors import open_actions
+    from lakesync.connectors import open_actions
 
     for kind, spec in [("jira", parse_connector("j", JIRA)), ("salesforce", parse_connector(
         "s", {"kind": "salesforce", "gateway": "gw1", "client_id": "c", "client_secret": "s",

@@ -1,0 +1,133 @@
+"""The one place exceptions become HTTP replies: ``{"error": message, "code": CODE}`` (SPEC §5)."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from typing import Any
+
+import psycopg
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
+
+from lakesync.api.logs import REQUEST_ID
+from lakesync.errors import LakeSyncError, RateLimitedError, code_for_status
+from lakesync.values import MAX_VALUE_DEPTH
+from lakesync.wire import ErrorBody
+
+__all__ = ["ERROR_RESPONSES", "client_message", "exception_handlers"]
+
+log = logging.getLogger("lakesync.gateway")
+
+_SUMMARIES = {"DESTINATION_ERROR": "a destination the gateway reads could not be read"}
+"""What a client is told of a failure behind the gateway, by code (else "internal error")."""
+
+
+def client_message(exc: LakeSyncError) -> str:
+    """What a client is told of ``exc``. Its own message, except for failures of the gateway or
+    what stands behind it (5xx other than 503): their messages name hosts, users, databases
+    and drivers' errors, so they are logged (redacted, under the request id) and the client
+    gets a short summary of the code."""
+    if exc.status < 500 or exc.status == 503:
+        return exc.message
+    log.error("%s: %s", exc.code, exc.message)
+    summary = _SUMMARIES.get(exc.code, "internal error")
+    return f"{summary}; the gateway log has the details under this request id"
+
+def _reply(
+    request: Request[Any, Any, Any],
+    status: int,
+    message: str,
+    code: str,
+    headers: dict[str, str] | None = None,
+) -> Response[dict[str, str]]:
+    metrics = getattr(request.app.state, "metrics", None)
+    if metrics is not None:
+        metrics.errors.labels(code).inc()
+    return Response(
+        {"error": message, "code": code, "requestId": REQUEST_ID.get()},
+        status_code=status,
+        media_type=MediaType.JSON,
+        headers=headers,
+    )
+
+
+def _lakesync_error(request: Request[Any, Any, Any], exc: LakeSyncError) -> Response[Any]:
+    headers = None
+    if isinstance(exc, RateLimitedError):
+        headers = {"Retry-After": str(max(1, round(exc.retry_after + 0.499)))}
+    return _reply(request, exc.status, client_message(exc), exc.code, headers)
+
+
+def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    status = exc.status_code
+    message = str(exc.detail)
+    if isinstance(exc, ValidationException) and exc.extra:
+        message = f"{message}: {exc.extra}"
+    if status >= 500:
+        log.error("internal error: %s", message)
+        return _reply(request, status, "internal error", "INTERNAL_ERROR")
+    return _reply(
+        request,
+        status,
+        message,
+        code_for_status(status, "VALIDATION_ERROR"),
+        dict(exc.headers or {}) or None,
+    )
+
+
+def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[Any]:
+    # A body too deep for msgspec to decode at all. Column values that do decode are refused at
+    # validation beyond lakesync.values.MAX_VALUE_DEPTH, far below any recursion limit, so no
+    # value stored under that rule can recurse this deep when it is served.
+    return _reply(
+        request,
+        400,
+        f"input is nested too deeply (column values nest at most {MAX_VALUE_DEPTH} levels)",
+        "VALIDATION_ERROR",
+    )
+
+
+def _store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    # An unreachable or exhausted store is an outage, not a bug: clients retry a 503.
+    log.error("hot-log store unavailable: %s", exc)
+    return _reply(
+        request,
+        503,
+        "the hot-log store is unavailable; retry shortly",
+        "BACKPRESSURE_ERROR",
+        {"Retry-After": "1"},
+    )
+
+
+def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _reply(request, 500, "internal error", "INTERNAL_ERROR")
+
+
+exception_handlers: dict[type[Exception] | int, Any] = {
+    LakeSyncError: _lakesync_error,
+    HTTPException: _http_error,
+    RecursionError: _too_deep,
+    psycopg.OperationalError: _store_unavailable,
+    sqlite3.OperationalError: _store_unavailable,
+    Exception: _internal_error,
+}
+
+ERROR_RESPONSES: dict[int, ResponseSpec] = {
+    status: ResponseSpec(data_container=ErrorBody, description=description)
+    for status, description in {
+        400: "VALIDATION_ERROR: malformed input",
+        401: "AUTH_ERROR: missing, forged or expired token",
+        403: "FORBIDDEN / AUTH_ERROR: wrong gateway, clientId not the token's sub, no access",
+        404: "NOT_FOUND",
+        405: "VALIDATION_ERROR: method not allowed",
+        409: "CLOCK_DRIFT: a delta HLC too far ahead",
+        413: "VALIDATION_ERROR: body over 1 MiB",
+        422: "SCHEMA_ERROR: bad identifier, unknown column, wrong type, deltaId mismatch",
+        429: "RATE_LIMITED (Retry-After)",
+        503: "BACKPRESSURE_ERROR",
+    }.items()
+}
+"""OpenAPI documentation of every error reply a route may give."""
