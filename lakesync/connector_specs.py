@@ -1,4 +1,4 @@
-"""Connector declarations: what a connector is, validated in one place, pure (no I/O).
+r"""Connector declarations: what a connector is, validated in one place, pure (no I/O).
 
 A connector brings an outside system's records into a gateway through the gateway's normal push
 path. It is declared in ``lakesync.yaml`` under ``connectors:`` or registered at runtime with
@@ -9,6 +9,13 @@ by ``kind``::
       jira1: {kind: jira, gateway: gw1, interval: 60, url: https://x.atlassian.net,
               email: me@x.com, token: "${JIRA_TOKEN}", jql: "project = OPS"}
 
+A connector of a kind with actions (Jira, Salesforce) also says who may run them: ``actions:``
+lists :class:`ActionGrant`\s (:func:`may_run`); without one, only admin tokens may::
+
+    actions:
+      - {action: create_issue, claims: {team: [support, ops]}}   # these teams
+      - {action: "*", claims: {sub: svc-sync}}                  # every action: this client
+
 A string value may hold ``${VAR}`` / ``${file:PATH}`` references (:mod:`lakesync.secrets`),
 resolved by :func:`resolve_secrets` when the connector starts, so the stored declaration keeps
 the reference, never the secret. :func:`redact` is what admin routes
@@ -18,7 +25,7 @@ and logs show of a declaration.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -29,7 +36,9 @@ from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.secrets import REFERENCE, has_reference, resolve_references
 
 __all__ = [
+    "ACTION_TYPES",
     "CONNECTOR_NAME",
+    "ActionGrant",
     "ConnectorSpec",
     "DatabaseSpec",
     "JiraSpec",
@@ -39,6 +48,7 @@ __all__ = [
     "SalesforceSpec",
     "connector_client_id",
     "connector_kind",
+    "may_run",
     "parse_connector",
     "parse_connectors",
     "redact",
@@ -56,6 +66,43 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
+ACTION_TYPES: dict[str, tuple[str, ...]] = {
+    "jira": ("create_issue", "add_comment"),
+    "salesforce": ("update_record",),
+}
+"""The action types of each connector kind that has actions (what its handler runs)."""
+
+
+class ActionGrant(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Who may run an action of a connector: ``action`` (an action type, or ``*`` for every
+    one) is granted to the clients whose token carries each claim of ``claims`` with one of
+    its values (a string or a list of strings; an array claim matches when any of its elements
+    does). ``claims: {}`` grants every client of the gateway."""
+
+    action: str
+    claims: dict[str, str | list[str]] = msgspec.field(default_factory=dict)
+
+
+def _values(value: Any) -> set[str]:
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, list | tuple):
+        return {v for v in value if isinstance(v, str)}
+    return set()
+
+
+def may_run(grants: Sequence[ActionGrant], action_type: str, claims: Mapping[str, Any]) -> bool:
+    """Whether a token with ``claims`` may run ``action_type`` under ``grants``: an admin
+    token always may (it could grant itself anyway), a client token when a grant names the
+    action (or ``*``) and each of its claims matches. No grant: clients may run nothing."""
+    if claims.get("role") == "admin":
+        return True
+    return any(
+        grant.action in ("*", action_type)
+        and all(_values(claims.get(name)) & _values(want) for name, want in grant.claims.items())
+        for grant in grants
+    )
+
 
 class _Common(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind"):
     def __repr__(self) -> str:
@@ -69,6 +116,8 @@ class _Common(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field
     """Seconds between the end of one poll and the start of the next."""
     chunk_rows: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 500
     """Rows per push: the bound on what a poll holds in memory at once."""
+    actions: list[ActionGrant] = msgspec.field(default_factory=list)
+    """Who may run the kind's actions (:func:`may_run`); empty = admin tokens only."""
 
 
 class JiraSpec(_Common, frozen=True, tag="jira"):
@@ -90,6 +139,13 @@ class JiraSpec(_Common, frozen=True, tag="jira"):
     """Also bring each issue's comments (table ``jira_comments``)."""
     projects: bool = True
     """Also mirror the projects (table ``jira_projects``)."""
+    timeout: Seconds = 60.0
+    """Seconds a request to the site may take (an action that times out has an unknown
+    outcome: see ``reconcile_after``)."""
+    reconcile_after: NonNegative = 120.0
+    """Seconds after an action's unknown outcome (a timeout, a cut connection, a 5xx) before a
+    retry looks the action up on the site: a request still being processed, and the search
+    index, must have caught up first, or the look-up misses it and the retry runs it twice."""
 
 
 class SalesforceSpec(_Common, frozen=True, tag="salesforce"):
@@ -116,6 +172,8 @@ class SalesforceSpec(_Common, frozen=True, tag="salesforce"):
     """Seconds re-read before the ``LastModifiedDate`` cursor (records committed late)."""
     page_size: Annotated[int, msgspec.Meta(ge=200, le=2000)] = 2000
     """``Sforce-Query-Options: batchSize``: records per query page."""
+    timeout: Seconds = 120.0
+    """Seconds a request to the org may take."""
 
 
 class DatabaseSpec(_Common, frozen=True):
@@ -198,6 +256,7 @@ def parse_connector(name: str, body: Mapping[str, Any]) -> ConnectorSpec:
         if missing:
             raise ValidationError(f"missing {', '.join(missing)}")
         _check_kind(spec)
+        _check_actions(connector_kind(spec), spec.actions)
     except LakeSyncError as exc:
         raise ValidationError(f"connector {name!r}: {exc.message}") from None
     return spec
@@ -220,6 +279,18 @@ def parse_connectors(raw: Mapping[str, Any], where: str) -> dict[str, ConnectorS
 def connector_kind(spec: ConnectorSpec) -> str:
     """The ``kind`` tag of a spec (``jira``, ``postgres``, …)."""
     return str(spec.__struct_config__.tag)
+
+
+def _check_actions(kind: str, grants: Sequence[ActionGrant]) -> None:
+    known = ACTION_TYPES.get(kind, ())
+    for grant in grants:
+        if not known:
+            raise ValidationError(f"actions: a {kind} connector has no actions")
+        if grant.action != "*" and grant.action not in known:
+            raise ValidationError(
+                f"actions: no action {grant.action!r} (a {kind} connector has: "
+                f"{', '.join(known)}, or '*' for all)"
+            )
 
 
 def _check_kind(spec: ConnectorSpec) -> None:

@@ -83,11 +83,14 @@ class PullResponse(msgspec.Struct, rename="camel"):
     has_more: bool
 
 
-class ErrorBody(msgspec.Struct):
-    """Every error reply: ``{"error": message, "code": CODE}``."""
+class ErrorBody(msgspec.Struct, omit_defaults=True):
+    """Every error reply: ``{"error": message, "code": CODE}``, plus the gateway's
+    ``requestId`` (its ``X-Request-Id``; an addition to docs/protocol.md §5), under which its
+    log holds whatever the short message leaves out."""
 
     error: str
     code: str
+    request_id: str | None = msgspec.field(default=None, name="requestId")
 
 
 class _PushAck(msgspec.Struct, rename="camel"):

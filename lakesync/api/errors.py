@@ -11,13 +11,29 @@ from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 
+from lakesync.api.logs import REQUEST_ID
 from lakesync.errors import LakeSyncError, RateLimitedError, code_for_status
 from lakesync.values import MAX_VALUE_DEPTH
 from lakesync.wire import ErrorBody
 
-__all__ = ["ERROR_RESPONSES", "exception_handlers"]
+__all__ = ["ERROR_RESPONSES", "client_message", "exception_handlers"]
 
 log = logging.getLogger("lakesync.gateway")
+
+_SUMMARIES = {"DESTINATION_ERROR": "a destination the gateway reads could not be read"}
+"""What a client is told of a failure behind the gateway, by code (else "internal error")."""
+
+
+def client_message(exc: LakeSyncError) -> str:
+    """What a client is told of ``exc``. Its own message, except for failures of the gateway or
+    what stands behind it (5xx other than 503): their messages name hosts, users, databases
+    and drivers' errors, so they are logged (redacted, under the request id) and the client
+    gets a short summary of the code."""
+    if exc.status < 500 or exc.status == 503:
+        return exc.message
+    log.error("%s: %s", exc.code, exc.message)
+    summary = _SUMMARIES.get(exc.code, "internal error")
+    return f"{summary}; the gateway log has the details under this request id"
 
 def _reply(
     request: Request[Any, Any, Any],
@@ -30,7 +46,7 @@ def _reply(
     if metrics is not None:
         metrics.errors.labels(code).inc()
     return Response(
-        {"error": message, "code": code},
+        {"error": message, "code": code, "requestId": REQUEST_ID.get()},
         status_code=status,
         media_type=MediaType.JSON,
         headers=headers,
@@ -41,9 +57,7 @@ def _lakesync_error(request: Request[Any, Any, Any], exc: LakeSyncError) -> Resp
     headers = None
     if isinstance(exc, RateLimitedError):
         headers = {"Retry-After": str(max(1, round(exc.retry_after + 0.499)))}
-    if exc.status >= 500 and exc.code == "INTERNAL_ERROR":
-        log.error("internal error: %s", exc.message)
-    return _reply(request, exc.status, exc.message, exc.code, headers)
+    return _reply(request, exc.status, client_message(exc), exc.code, headers)
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:

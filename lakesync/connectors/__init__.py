@@ -12,6 +12,7 @@ source a :data:`lakesync.connector_specs.ConnectorSpec` declares and :func:`open
 from __future__ import annotations
 
 from lakesync.connectors._factory import open_actions, open_source
+from lakesync.connectors._paging import PagingError
 from lakesync.connectors.actions import ActionDescriptor, ActionError, ActionHandler
 from lakesync.connectors.base import Chunk, Sink, Source
 from lakesync.connectors.poller import ConnectorStatus, Poller
@@ -22,6 +23,7 @@ __all__ = [
     "ActionHandler",
     "Chunk",
     "ConnectorStatus",
+    "PagingError",
     "Poller",
     "Sink",
     "Source",

@@ -51,16 +51,19 @@ def open_source(spec: ConnectorSpec) -> Source:
 
 
 def open_actions(spec: ConnectorSpec) -> ActionHandler | None:
-    """The action handler of ``spec``'s kind (secrets resolved), None for kinds without
-    actions (the databases)."""
+    """The action handler of ``spec``'s kind (secrets resolved) with the spec's grants, None
+    for kinds without actions (the databases)."""
+    handler: ActionHandler
     match spec:
         case JiraSpec():
             from lakesync.connectors.jira import JiraActions
 
-            return JiraActions(spec)
+            handler = JiraActions(spec)
         case SalesforceSpec():
             from lakesync.connectors.salesforce import SalesforceActions
 
-            return SalesforceActions(spec)
+            handler = SalesforceActions(spec)
         case _:
             return None
+    handler.grants = tuple(spec.actions)
+    return handler

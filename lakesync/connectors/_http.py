@@ -9,11 +9,12 @@ that name a URL name no secret.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import tenacity
 
-__all__ = ["RETRY_STATUSES", "SourceHTTPError", "request"]
+__all__ = ["RETRY_STATUSES", "SourceHTTPError", "request", "segment"]
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
@@ -95,3 +96,13 @@ def check(response: httpx.Response) -> Any:
         return response.json() if response.content else None
     url = str(response.request.url.copy_with(query=None))
     raise SourceHTTPError(response.status_code, url, response.text)
+
+
+def segment(value: object) -> str:
+    """``value`` as one URL path segment: every character that could end the segment or the
+    path (``/``, ``?``, ``#``, ``%``, ``..`` parts) percent-encoded, so an id read from an
+    outside system's payload or a client's params names one resource of the API it is for."""
+    text = str(value)
+    if text in ("", ".", ".."):
+        raise ValueError(f"{text!r} is not a usable path segment")
+    return quote(text, safe="")

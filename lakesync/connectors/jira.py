@@ -20,19 +20,27 @@ is found against); the full diffs of issues and projects compare the ids listed 
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from lakesync.connector_specs import JiraSpec
 from lakesync.connectors._changes import split_rows
 from lakesync.connectors._cursor import later, parse_time
-from lakesync.connectors._http import check, request
+from lakesync.connectors._http import check, request, segment
+from lakesync.connectors._paging import PageGuard
 from lakesync.connectors._spill import SpilledKeys
-from lakesync.connectors.actions import ActionDescriptor, ActionHandler, http_failure
+from lakesync.connectors.actions import (
+    ActionDescriptor,
+    ActionError,
+    ActionHandler,
+    http_failure,
+    reply_data,
+)
 from lakesync.connectors.base import Chunk, Source
 from lakesync.schema import TableSchema, parse_schema
 
@@ -153,7 +161,7 @@ def jira_client(spec: JiraSpec) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=spec.url.rstrip("/"),
         headers={"Authorization": f"Basic {auth}", "Accept": "application/json"},
-        timeout=60.0,
+        timeout=spec.timeout,
     )
 
 
@@ -196,33 +204,40 @@ class JiraSource(Source):
 
     async def _projects(self, state: dict[str, Any]) -> AsyncIterator[Chunk]:
         with SpilledKeys() as seen:
-            start = 0
+            start, guard = 0, PageGuard("Jira project search")
             while True:
                 page = await self._get(
                     "/rest/api/3/project/search", startAt=start, maxResults=self.spec.page_size
                 )
                 values = page.get("values", [])
                 rows = dict(flatten_project(p) for p in values)
+                last = bool(page.get("isLast", True))
+                guard.page(rows, last)
                 seen.add(rows)
                 for part in split_rows(rows, self.spec.chunk_rows):
                     yield Chunk("jira_projects", part)
-                start += len(values)
-                if page.get("isLast", True) or not values:
+                if last:
                     break
+                start = guard.follow(start + len(values))
             yield Chunk("jira_projects", keep_only=seen, cursor=_copy(state))
 
     async def _search(self, jql: str, fields: str) -> AsyncIterator[list[dict[str, Any]]]:
         token: str | None = None
+        guard = PageGuard("Jira search")
         while True:
             params: dict[str, Any] = {"jql": jql, "maxResults": self.spec.page_size}
             params["fields"] = fields
             if token:
                 params["nextPageToken"] = token
             page = await self._get("/rest/api/3/search/jql", **params)
-            yield list(page.get("issues", []))
-            token = page.get("nextPageToken")
-            if page.get("isLast", token is None) or not token:
+            issues = list(page.get("issues", []))
+            token = page.get("nextPageToken") or None
+            last = bool(page.get("isLast", token is None))
+            guard.page((str(i["id"]) for i in issues), last)
+            yield issues
+            if last:
                 return
+            token = guard.follow(token)
 
     async def _changed_issues(self, state: dict[str, Any]) -> AsyncIterator[Chunk]:
         jql = jql_for(self.spec.jql, state["updated"], self.spec.overlap)
@@ -267,19 +282,27 @@ class JiraSource(Source):
             for c in inline.get("comments", []):
                 yield c
             return
-        start = 0
+        start, guard = 0, PageGuard(f"comments of Jira issue {issue['id']}")
+        seen: set[str] = set()
         while True:
             page = await self._get(
-                f"/rest/api/3/issue/{issue['id']}/comment",
+                f"/rest/api/3/issue/{segment(issue['id'])}/comment",
                 startAt=start,
                 maxResults=self.spec.page_size,
             )
             comments = page.get("comments", [])
-            for c in comments:
-                yield c
-            start += len(comments)
-            if not comments or start >= page.get("total", 0):
+            ids = [str(c["id"]) for c in comments]
+            last = start + len(comments) >= page.get("total", 0)
+            # Offsets shift when comments come and go between pages: an id met before is
+            # skipped, and a page of none but those is no progress.
+            guard.page(set(ids) - seen, last)
+            for cid, c in zip(ids, comments, strict=True):
+                if cid not in seen:
+                    seen.add(cid)
+                    yield c
+            if last:
                 return
+            start = guard.follow(start + len(comments))
 
     async def _deleted_issues(self, state: dict[str, Any]) -> AsyncIterator[Chunk]:
         """Issues gone from the JQL: their comments (known from the cursor), then every stored
@@ -310,6 +333,13 @@ def _split_list(items: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence
         yield items[i : i + size]
 
 
+def _comments_path(issue: str) -> str:
+    try:
+        return f"/rest/api/3/issue/{segment(issue)}/comment"
+    except ValueError:
+        raise ActionError("VALIDATION_ERROR", "issue: not an issue id or key", False) from None
+
+
 def _adf(text: str) -> dict[str, Any]:
     """Plain text as an Atlassian Document Format paragraph (what v3 bodies take)."""
     paragraph = {"type": "paragraph", "content": [{"type": "text", "text": text}]}
@@ -319,12 +349,29 @@ def _adf(text: str) -> dict[str, Any]:
 _TEXT = {"type": "string", "minLength": 1}
 
 
+ACTION_PROPERTY = "lakesync.action"
+"""The comment property holding the key of the action that added the comment."""
+
+
+def action_label(key: str) -> str:
+    """The label ``create_issue`` puts on the issue it creates: what a retry after an unknown
+    outcome looks the issue up by (``key`` is the dispatcher's hash of the idempotency key)."""
+    return f"lakesync-{key[:32]}"
+
+
+def _ids(body: Any) -> dict[str, Any]:
+    return {k: body[k] for k in ("id", "key") if k in body} if isinstance(body, dict) else {}
+
+
 class JiraActions(ActionHandler):
-    """``create_issue`` and ``add_comment`` (one attempt each: the client retries, under its
-    idempotency key, what may pass on a second try)."""
+    """``create_issue`` and ``add_comment``, one attempt each. Each marks what it creates with
+    its action's key (the issue with :func:`action_label`, the comment with the property
+    :data:`ACTION_PROPERTY`), so after an unknown outcome a retry finds it instead of creating
+    it again (:meth:`reconcile`)."""
 
     def __init__(self, spec: JiraSpec) -> None:
         self.http = jira_client(spec)
+        self.reconcile_after = spec.reconcile_after
 
     def descriptors(self) -> list[ActionDescriptor]:
         """The two action types and their params."""
@@ -357,26 +404,72 @@ class JiraActions(ActionHandler):
             ),
         ]
 
-    async def execute(self, action_type: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """POST the issue or the comment."""
+    async def execute(
+        self, action_type: str, params: Mapping[str, Any], key: str
+    ) -> dict[str, Any]:
+        """POST the issue or the comment, marked with ``key``."""
+        body: dict[str, Any]
         if action_type == "create_issue":
             fields: dict[str, Any] = {
                 "project": {"key": params["projectKey"]},
                 "summary": params["summary"],
                 "issuetype": {"name": params.get("issueType", "Task")},
-                "labels": params.get("labels", []),
+                "labels": [*params.get("labels", []), action_label(key)],
             }
             if "description" in params:
                 fields["description"] = _adf(params["description"])
             path, body = "/rest/api/3/issue", {"fields": fields}
         else:
-            path = f"/rest/api/3/issue/{quote(params['issue'], safe='')}/comment"
-            body = {"body": _adf(params["body"])}
+            path = _comments_path(params["issue"])
+            body = {
+                "body": _adf(params["body"]),
+                "properties": [{"key": ACTION_PROPERTY, "value": {"key": key}}],
+            }
+        created = _ids(await self._send("POST", path, json=body))
+        if not created:  # a 2xx whose body we could not read: done; its ids by its mark
+            with contextlib.suppress(ActionError):
+                created = await self.reconcile(action_type, params, key) or {}
+        return created
+
+    async def reconcile(
+        self, action_type: str, params: Mapping[str, Any], key: str
+    ) -> dict[str, Any] | None:
+        """Look the action up by its mark: the issue labelled with it, or the issue's comment
+        carrying it; None if there is none."""
+        if action_type == "create_issue":
+            query = {"jql": f'labels = "{action_label(key)}"', "fields": "id", "maxResults": 1}
+            found = await self._send("GET", "/rest/api/3/search/jql", params=query)
+            issues = (found or {}).get("issues") or []
+            return _ids(issues[0]) if issues else None
+        path, start = _comments_path(params["issue"]), 0
+        guard = PageGuard(f"comments of Jira issue {params['issue']}")
+        while True:
+            query = {"startAt": start, "maxResults": 100, "expand": "properties"}
+            page = await self._send("GET", path, params=query) or {}
+            comments = page.get("comments", [])
+            for comment in comments:
+                marks = {
+                    (p.get("key"), json.dumps(p.get("value"), sort_keys=True))
+                    for p in comment.get("properties", [])
+                }
+                if (ACTION_PROPERTY, json.dumps({"key": key})) in marks:
+                    return _ids(comment)
+            last = start + len(comments) >= page.get("total", 0)
+            guard.page((str(c.get("id")) for c in comments), last)
+            if last:
+                return None
+            start = guard.follow(start + len(comments))
+
+    async def _send(self, method: str, path: str, **kw: Any) -> Any:
+        """One request (no retries: see :mod:`lakesync.connectors.actions`); a 2xx's body or
+        None."""
         try:
-            created = check(await request(self.http, "POST", path, json=body, attempts=1))
+            response = await request(self.http, method, path, attempts=1, **kw)
+            if not response.is_success:
+                check(response)  # raises, with the status and the reply for the detail
         except Exception as exc:
-            raise http_failure(exc) from None
-        return {k: created[k] for k in ("id", "key") if k in created}
+            raise http_failure(exc, "Jira", reconcilable=True) from None
+        return reply_data(response)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""

@@ -24,6 +24,7 @@ from typing import Any
 from lakesync.connector_specs import DatabaseSpec, PostgresCdcSpec
 from lakesync.connectors._changes import Chunk
 from lakesync.connectors._decoding import parse_change
+from lakesync.connectors._paging import PageGuard
 from lakesync.connectors._values import column_type, typed_value
 from lakesync.connectors.base import Source
 from lakesync.connectors.database import DatabaseSource, PostgresDialect, row_id_of
@@ -111,6 +112,7 @@ class PostgresCdcSource(Source):
             async for chunk in self._load():
                 yield chunk
             yield Chunk(next(iter(self.spec.tables.values())), cursor={"loaded": True})
+        guard = PageGuard(f"replication slot {self.spec.slot}")
         while True:
             rows = await self._sql(
                 "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, NULL, %s,"
@@ -119,6 +121,8 @@ class PostgresCdcSource(Source):
             )
             if not rows:
                 return
+            # The slot must move on after each batch: the same last position twice is a loop.
+            guard.follow(rows[-1][0])
             for chunk in self._chunks([str(d) for _, d in rows]):
                 yield chunk
             # Pushed: move the slot on (a crash before this re-reads them, harmlessly).

@@ -26,7 +26,8 @@ import httpx
 from lakesync.connector_specs import SalesforceSpec
 from lakesync.connectors._changes import split_rows
 from lakesync.connectors._cursor import later, parse_time
-from lakesync.connectors._http import SourceHTTPError, check, request
+from lakesync.connectors._http import SourceHTTPError, check, request, segment
+from lakesync.connectors._paging import PageGuard, PagingError
 from lakesync.connectors.actions import ActionDescriptor, ActionHandler, http_failure
 from lakesync.connectors.base import Chunk, Source
 from lakesync.schema import TableSchema, parse_schema
@@ -115,7 +116,7 @@ class SalesforceSession:
 
     def __init__(self, spec: SalesforceSpec) -> None:
         self.spec = spec
-        self.http = httpx.AsyncClient(timeout=120.0)
+        self.http = httpx.AsyncClient(timeout=spec.timeout)
         self.instance_url: str | None = None
         self.logins = 0
 
@@ -199,16 +200,18 @@ class SalesforceSource(Source):
             f"/services/data/{version}/query",
             q=soql_for(obj, mine.get("modified"), self.spec.overlap),
         )
+        guard = PageGuard(f"Salesforce query of {obj}")
         while True:
             rows = dict(flatten(obj, r) for r in page.get("records", []))
+            last = bool(page.get("done", True))
+            guard.page(rows, last)
             for part in split_rows(rows, self.spec.chunk_rows):
                 for row in part.values():
                     mine["modified"] = later(mine.get("modified"), row["last_modified_date"])
                 yield Chunk(table, part, cursor=_copy(state))
-            next_url = page.get("nextRecordsUrl")
-            if page.get("done", True) or not next_url:
+            if last:
                 break
-            page = await self._get(next_url)
+            page = await self._get(_instance_path(guard.follow(page.get("nextRecordsUrl"))))
         # Deletions are read from the first poll's start on (the first load has none to miss).
         mine.setdefault("deleted", started.strftime("%Y-%m-%dT%H:%M:%S+00:00"))
 
@@ -236,13 +239,24 @@ class SalesforceSource(Source):
             yield Chunk(table, deletes=ids[i : i + self.spec.chunk_rows], cursor=_copy(state))
 
 
+def _instance_path(url: object) -> str:
+    """A ``nextRecordsUrl`` as a path on the instance: it must be one (``/services/data/…``),
+    never an absolute or scheme-relative URL, which would send the session's bearer token to
+    another host."""
+    path = str(url)
+    if not path.startswith("/services/data/") or "//" in path or "/../" in path:
+        raise PagingError(f"Salesforce gave a nextRecordsUrl that is not an API path: {path!r}")
+    return path
+
+
 def _copy(state: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return {k: dict(v) for k, v in state.items()}
 
 
 class SalesforceActions(ActionHandler):
     """``update_record``: PATCH fields of one Account, Contact, Opportunity or Lead (one
-    attempt: the client retries, under its idempotency key, what may pass later)."""
+    attempt: the client retries, under its idempotency key, what may pass later; an unknown
+    outcome is run again, the update being idempotent)."""
 
     def __init__(self, spec: SalesforceSpec) -> None:
         self.spec = spec
@@ -267,14 +281,26 @@ class SalesforceActions(ActionHandler):
             )
         ]
 
-    async def execute(self, action_type: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """PATCH the record."""
-        path = f"/services/data/{self.spec.api_version}/sobjects/{params['object']}/{params['id']}"
+    async def execute(
+        self, action_type: str, params: Mapping[str, Any], key: str
+    ) -> dict[str, Any]:
+        """PATCH the record (any 2xx is done, whatever its body)."""
+        obj, rid = segment(params["object"]), segment(params["id"])
+        path = f"/services/data/{self.spec.api_version}/sobjects/{obj}/{rid}"
         try:
-            check(await self.session.request("PATCH", path, attempts=1, json=params["fields"]))
+            response = await self.session.request("PATCH", path, attempts=1, json=params["fields"])
+            if not response.is_success:
+                check(response)  # raises, with the status and the reply for the detail
         except Exception as exc:
-            raise http_failure(exc) from None
+            raise http_failure(exc, "Salesforce", reconcilable=True) from None
         return {"id": params["id"]}
+
+    async def reconcile(
+        self, action_type: str, params: Mapping[str, Any], key: str
+    ) -> dict[str, Any] | None:
+        """None: an update sets the same fields to the same values however often it runs, so
+        after an unknown outcome it simply runs again."""
+        return None
 
     async def aclose(self) -> None:
         """Close the HTTP client."""

@@ -64,7 +64,8 @@ def test_cursor_past_any_ingest_hlc_is_400_not_500(served: ServerProcess, since:
         headers=auth(tok),
     )
     assert r.status_code == 400, r.text
-    assert r.json() == {"error": r.json()["error"], "code": "VALIDATION_ERROR"}
+    assert r.json() == {"error": r.json()["error"], "code": "VALIDATION_ERROR",
+                        "requestId": r.headers["X-Request-Id"]}
     assert "since" in r.json()["error"]
     with connect(f"{served.ws_url}/v1/sync/gw1/ws?token={tok}") as sock:
         sock.send(encode_pull("alice", since, 10))

@@ -33,7 +33,8 @@ def gateway(tmp_path: Path, jira: FakeJira) -> Iterator[ServerProcess]:
     config.write_text(
         "connectors:\n"
         f"  jira: {{kind: jira, gateway: gw1, interval: 3600, url: '{jira.url}',\n"
-        "         email: bot@example.com, token: '${LAKESYNC_TEST_JIRA_TOKEN}', projects: false}\n"
+        "         email: bot@example.com, token: '${LAKESYNC_TEST_JIRA_TOKEN}', projects: false,\n"
+        "         actions: [{action: '*'}]}\n"
     )
     env = {"LAKESYNC_TEST_JIRA_TOKEN": "jira-api-token"}
     with ServerProcess(tmp_path / "gw", env=env, config=config) as gw:

@@ -1,11 +1,15 @@
 """A real HTTP server on a loopback port for the fake SaaS APIs: routes by method and path
-regex, JSON in and out, and injectable failures (status + headers for the next N requests)."""
+regex, JSON in and out, injectable failures (status + headers for the next N requests), replies
+that come late or are not JSON for requests that were acted on, and a request budget past which
+every request is refused (so a client that would loop forever ends)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -38,6 +42,8 @@ class FakeServer:
         self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self.failures: list[tuple[str, Reply]] = []
         self.requests: list[tuple[str, str, int]] = []
+        self.request_budget: int | None = None
+        self.after: list[tuple[str, float, bool]] = []
         fake = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -53,11 +59,17 @@ class FakeServer:
                     body = {k: v[-1] for k, v in parse_qs(raw.decode()).items()}
                 req = Request(self.command, parts.path, query, self.headers, body)
                 status, payload, headers = fake.dispatch(req)
+                delay, garbled = fake.effect(req)
+                if delay:  # the request was acted on; the reply comes late (or never)
+                    time.sleep(delay)
                 data = b"" if payload is None else json.dumps(payload).encode()
+                kind = "application/json"
+                if garbled:
+                    data, kind = b"<html><body>Created</body></html>", "text/html"
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -66,6 +78,11 @@ class FakeServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
+
+            def handle(self) -> None:
+                # A client that gave up on a late reply closed the connection: not an error.
+                with contextlib.suppress(ConnectionError):
+                    super().handle()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -90,6 +107,27 @@ class FakeServer:
         with self.lock:
             self.failures.extend([(only, (status, body, headers or {}))] * count)
 
+    def slow_next(self, count: int, seconds: float, only: str = "") -> None:
+        """Act on the next ``count`` requests matching ``only`` but reply ``seconds`` late (a
+        client that gives up first does not know the outcome)."""
+        with self.lock:
+            self.after.extend([(only, seconds, False)] * count)
+
+    def garble_next(self, count: int, only: str = "") -> None:
+        """Act on the next ``count`` requests matching ``only`` but reply with a body that is
+        not JSON (an HTML page from a proxy, say), under the real status."""
+        with self.lock:
+            self.after.extend([(only, 0.0, True)] * count)
+
+    def effect(self, req: Request) -> tuple[float, bool]:
+        """The delay and garbling due for a request that was just served."""
+        with self.lock:
+            for i, (only, delay, garbled) in enumerate(self.after):
+                if f"{req.method} {req.path}".startswith(only):
+                    del self.after[i]
+                    return delay, garbled
+        return 0.0, False
+
     def authorize(self, req: Request) -> Reply | None:
         """None when the request may proceed, else the reply to send."""
         return None
@@ -101,6 +139,8 @@ class FakeServer:
             return reply
 
     def _dispatch(self, req: Request) -> Reply:
+        if self.request_budget is not None and len(self.requests) >= self.request_budget:
+            return 400, {"errorMessages": ["request budget of the fake exhausted"]}, {}
         denied = self.authorize(req)
         if denied is not None:
             return denied

@@ -10,8 +10,18 @@ documentation describes it:
 - ``GET /rest/api/3/project/search`` (``startAt`` / ``isLast``); ``POST /rest/api/3/issue``.
 
 JQL subset: clauses joined by AND, each ``updated >= "YYYY-MM-DD HH:mm"``, ``project = KEY``,
-``project IS NOT EMPTY``, optionally in parentheses; then ``ORDER BY updated ASC``. Times are
+``project IS NOT EMPTY``, ``labels = "LABEL"``, optionally in parentheses; then optionally
+``ORDER BY updated ASC``. Created issues keep their labels; created comments keep their
+``properties``, listed with ``expand=properties``. Times are
 UTC; each change advances the fake's clock by one second.
+
+``paging_fault`` makes the paging misbehave as a broken or hostile API would: ``repeat-token``
+(search serves its next page each time but always under the same ``nextPageToken``, never the
+last page), ``never-last`` (search serves its
+first page again under a fresh token, never the last), ``comment-total`` (comment listings
+announce a total they never reach, serving their first page whatever ``startAt``),
+``projects-never-last`` (project search serves its first page forever, never the last).
+Issue ids in paths are percent-decoded, as a real server does.
 """
 
 from __future__ import annotations
@@ -21,12 +31,13 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 from tests.connectors.fake_http import FakeServer, Reply, Request
 
 _CLAUSE = re.compile(
     r'updated >= "(?P<since>\d{4}-\d\d-\d\d \d\d:\d\d)"|project = (?P<project>\w+)'
-    r"|(?P<any>project IS NOT EMPTY)"
+    r'|(?P<any>project IS NOT EMPTY)|labels = "(?P<label>[\w-]+)"'
 )
 INLINE_COMMENTS = 3
 
@@ -48,9 +59,12 @@ class FakeJira(FakeServer):
         self.issues: dict[str, dict[str, Any]] = {}
         self.comments: dict[str, list[dict[str, Any]]] = {}
         self.next_id = 10_000
+        self.paging_fault = ""
+        self.pages_served: dict[str, int] = {}
+        self.comment_properties: dict[str, list[dict[str, Any]]] = {}
         self.route("GET", r"/rest/api/3/search/jql", self._search)
         self.route("GET", r"/rest/api/3/project/search", self._project_search)
-        self.route("GET", r"/rest/api/3/issue/(\w+)/comment", self._list_comments)
+        self.route("GET", r"/rest/api/3/issue/([^/]+)/comment", self._list_comments)
         self.route("POST", r"/rest/api/3/issue/([\w-]+)/comment", self._post_comment)
         self.route("POST", r"/rest/api/3/issue", self._post_issue)
 
@@ -184,7 +198,7 @@ class FakeJira(FakeServer):
         limit = min(int(req.query.get("maxResults", 50)), 5000)
         fields = req.query.get("fields", "id").split(",")
         after = None
-        if req.query.get("nextPageToken"):
+        if req.query.get("nextPageToken") and self.paging_fault == "":
             after = tuple(json.loads(base64.urlsafe_b64decode(req.query["nextPageToken"])))
         hits = sorted(
             (self._sort_key(i), i)
@@ -193,6 +207,10 @@ class FakeJira(FakeServer):
         )
         if after is not None:
             hits = [(k, i) for k, i in hits if k > after]
+        if self.paging_fault == "repeat-token":  # the next page each time, under one token
+            served = self.pages_served.get(jql, 0)
+            self.pages_served[jql] = served + 1
+            hits = hits[served * limit :]
         page = hits[:limit]
         body: dict[str, Any] = {"issues": [self._render(i, fields) for _, i in page]}
         if len(hits) > limit:
@@ -200,11 +218,16 @@ class FakeJira(FakeServer):
                 json.dumps(page[-1][0]).encode()
             ).decode()
         body["isLast"] = len(hits) <= limit
+        if self.paging_fault == "repeat-token":
+            body |= {"nextPageToken": "the-same-token", "isLast": False}
+        elif self.paging_fault == "never-last":
+            body |= {"nextPageToken": f"fresh-{len(self.requests)}", "isLast": False}
         return 200, body, {}
 
     @staticmethod
-    def _sort_key(issue: dict[str, Any]) -> tuple[str, int]:
-        return issue["fields"]["updated"], int(issue["id"])
+    def _sort_key(issue: dict[str, Any]) -> tuple[str, int, str]:
+        iid = issue["id"]
+        return issue["fields"]["updated"], int(iid) if iid.isdigit() else 0, iid
 
     @staticmethod
     def _match(m: re.Match[str], issue: dict[str, Any]) -> bool:
@@ -214,6 +237,8 @@ class FakeJira(FakeServer):
             return updated >= mark
         if m.group("project"):
             return bool(issue["fields"]["project"]["key"] == m.group("project"))
+        if m.group("label"):
+            return m.group("label") in issue["fields"]["labels"]
         return True
 
     def _render(self, issue: dict[str, Any], fields: list[str]) -> dict[str, Any]:
@@ -237,7 +262,8 @@ class FakeJira(FakeServer):
 
     def _list_comments(self, req: Request) -> Reply:
         assert req.match is not None
-        iid = req.match.group(1)
+        ref = unquote(req.match.group(1))
+        iid = next((i for i, v in self.issues.items() if ref in (i, v["key"])), ref)
         if iid not in self.comments:
             return (
                 404,
@@ -251,19 +277,26 @@ class FakeJira(FakeServer):
         start = int(req.query.get("startAt", 0))
         limit = min(int(req.query.get("maxResults", 50)), 100)
         cs = self.comments[iid]
+        if "properties" in req.query.get("expand", "").split(","):
+            cs = [c | {"properties": self.comment_properties.get(c["id"], [])} for c in cs]
+        total = len(cs)
+        if self.paging_fault == "comment-total":
+            start, total = 0, 10**6
         return (
             200,
             {
                 "comments": cs[start : start + limit],
                 "startAt": start,
                 "maxResults": limit,
-                "total": len(cs),
+                "total": total,
             },
             {},
         )
 
     def _project_search(self, req: Request) -> Reply:
         start = int(req.query.get("startAt", 0))
+        if self.paging_fault == "projects-never-last":
+            start = 0
         limit = min(int(req.query.get("maxResults", 50)), 100)
         values = sorted(self.projects.values(), key=lambda p: int(p["id"]))
         return (
@@ -273,7 +306,8 @@ class FakeJira(FakeServer):
                 "startAt": start,
                 "maxResults": limit,
                 "total": len(values),
-                "isLast": start + limit >= len(values),
+                "isLast": start + limit >= len(values)
+                and self.paging_fault != "projects-never-last",
             },
             {},
         )
@@ -287,7 +321,7 @@ class FakeJira(FakeServer):
                 {"errorMessages": [], "errors": {"project": "valid project is required"}},
                 {},
             )
-        iid = self.add_issue(key, fields["summary"])
+        iid = self.add_issue(key, fields["summary"], list(fields.get("labels") or []))
         return (
             201,
             {
@@ -315,6 +349,7 @@ class FakeJira(FakeServer):
         body = req.body.get("body") if isinstance(req.body, dict) else None
         if not isinstance(body, dict):
             return 400, {"errorMessages": ["Comment body can not be empty!"]}, {}
-        self.add_comment(iid, "")
+        cid = self.add_comment(iid, "")
         self.comments[iid][-1]["body"] = body
+        self.comment_properties[cid] = list(req.body.get("properties") or [])
         return 201, self.comments[iid][-1], {}

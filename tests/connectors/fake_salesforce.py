@@ -8,7 +8,10 @@
 - ``GET /services/data/vXX.X/sobjects/{Object}/deleted/?start=&end=``: ``deletedRecords``,
   ``earliestDateAvailable``, ``latestDateCovered``;
 - ``PATCH /services/data/vXX.X/sobjects/{Object}/{Id}``: 204 (update record);
-- an expired or unknown token is 401 ``INVALID_SESSION_ID``; 503 can be injected.
+- an expired or unknown token is 401 ``INVALID_SESSION_ID``; 503 can be injected;
+- ``paging_fault``: ``repeat-next`` (a query's pages all name the same ``nextRecordsUrl`` and
+  are never ``done``) or any other text (every ``nextRecordsUrl`` is that text, e.g. one that
+  points to another host).
 
 SOQL subset: ``SELECT f, … FROM Object [WHERE LastModifiedDate >= 2026-01-01T00:00:00Z]
 ORDER BY LastModifiedDate ASC, Id ASC``. The clock is real time, one microsecond further
@@ -50,6 +53,7 @@ class FakeSalesforce(FakeServer):
         self.tokens: set[str] = set()
         self.cursors: dict[str, list[dict[str, Any]]] = {}
         self.counter = itertools.count(1)
+        self.paging_fault = ""
         self.route("POST", r"/services/oauth2/token", self._token)
         self.route("GET", _V + r"/query", self._query)
         self.route("GET", _V + r"/query/([\w]+)-(\d+)", self._more)
@@ -155,6 +159,10 @@ class FakeSalesforce(FakeServer):
         }
         if not body["done"]:
             body["nextRecordsUrl"] = f"/services/data/v60.0/query/{locator}-{offset + size}"
+        if self.paging_fault == "repeat-next":
+            body |= {"done": False, "nextRecordsUrl": f"/services/data/v60.0/query/{locator}-0"}
+        elif self.paging_fault:
+            body |= {"done": False, "nextRecordsUrl": self.paging_fault}
         return 200, body, {}
 
     def _more(self, req: Request) -> Reply:

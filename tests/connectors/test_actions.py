@@ -26,9 +26,10 @@ def gateway(tmp_path: Path) -> Iterator[tuple[Gateway, FakeJira, FakeSalesforce]
             g = Gateway(client)
             body = {"name": "jira", "type": "jira", "url": jira.url, "interval": 3600}
             body |= {"email": "bot@example.com", "token": "jira-api-token", "projects": False}
+            body |= {"actions": [{"action": "*"}]}  # every client of the gateway
             assert g.admin("POST", "/v1/admin/connectors/gw1", json=body).status_code == 200
             body = {"name": "crm", "type": "salesforce", "login_url": org.url, "interval": 3600}
-            body |= {k: v for k, v in org.login.items()}
+            body |= {k: v for k, v in org.login.items()} | {"actions": [{"action": "*"}]}
             assert g.admin("POST", "/v1/admin/connectors/gw1", json=body).status_code == 200
             yield g, jira, org
 
@@ -92,3 +93,47 @@ def test_salesforce_update_record_and_bad_params(
         headers=auth(ALICE),
     )
     assert r.status_code == 400 and r.json()["code"] == "VALIDATION_ERROR"
+
+
+def register_fast(g: Gateway, body: dict[str, Any]) -> None:
+    """A connector whose requests time out after 1 s and whose unknown outcomes are looked up
+    at once (the fakes answer their look-ups at once)."""
+    body |= {"interval": 3600, "timeout": 1, "actions": [{"action": "*"}]}
+    assert g.admin("POST", "/v1/admin/connectors/gw1", json=body).status_code == 200
+
+
+def test_a_comment_whose_reply_was_lost_is_found_not_posted_again(
+    gateway: tuple[Gateway, FakeJira, FakeSalesforce],
+) -> None:
+    g, jira, _ = gateway
+    body = {"name": "jira_fast", "type": "jira", "url": jira.url, "projects": False}
+    register_fast(g, body | {"email": "bot@example.com", "token": "jira-api-token",
+                             "reconcile_after": 0})
+    [issue] = jira.issues
+    for i in range(4):  # the look-up pages through comments that are not the action's
+        jira.add_comment(issue, f"earlier {i}")
+    comment = {"actionId": "c1", "connector": "jira_fast", "actionType": "add_comment"}
+    comment |= {"params": {"issue": "OPS-1", "body": "once"}, "idempotencyKey": "note-1"}
+    jira.slow_next(1, 3.0, only="POST /rest/api/3/issue/OPS-1/comment")
+    [lost] = run(g, comment)
+    assert (lost["code"], lost["retryable"]) == ("ACTION_OUTCOME_UNKNOWN", True), lost
+    [found] = run(g, comment | {"actionId": "c2"})
+    mine = [c for c in jira.comments[issue] if c["body"]["content"][0]["content"][0]["text"]
+            == "once"]
+    assert len(mine) == 1 and found.get("data") == {"id": mine[0]["id"]}, found
+
+
+def test_a_salesforce_update_whose_reply_was_lost_is_sent_again(
+    gateway: tuple[Gateway, FakeJira, FakeSalesforce],
+) -> None:
+    g, _, org = gateway
+    register_fast(g, {"name": "crm_fast", "type": "salesforce", "login_url": org.url,
+                      **org.login})
+    rid = org.add("Account", Name="Acme")
+    update = {"actionId": "u1", "connector": "crm_fast", "actionType": "update_record"}
+    update |= {"params": {"object": "Account", "id": rid, "fields": {"Name": "Acme Ltd"}}}
+    org.slow_next(1, 3.0, only="PATCH")
+    [lost] = run(g, update)
+    assert lost["code"] == "ACTION_OUTCOME_UNKNOWN" and lost["retryable"] is True, lost
+    [done] = run(g, update | {"actionId": "u2"})  # an update is idempotent: it runs again
+    assert done["data"] == {"id": rid} and org.records["Account"][rid]["Name"] == "Acme Ltd"

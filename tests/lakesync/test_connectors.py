@@ -8,10 +8,13 @@ from typing import Any
 import pytest
 
 from lakesync.connector_specs import (
+    ACTION_TYPES,
+    ActionGrant,
     JiraSpec,
     PostgresSpec,
     SalesforceSpec,
     connector_kind,
+    may_run,
     parse_connector,
     redact,
     resolve_secrets,
@@ -128,3 +131,37 @@ def test_lakesync_yaml_declares_connectors_by_name(tmp_path: Path) -> None:
     path.write_text("connectors:\n  jira1: {kind: jira, gateway: gw1, url: u, email: e}\n")
     with pytest.raises(ConfigError, match=r"lakesync.yaml: connector 'jira1': missing token"):
         load_config(path, env={})
+
+
+def test_action_grants_parse_are_checked_and_decide_who_may_run() -> None:
+    spec = parse_connector("jira1", JIRA | {"actions": [
+        {"action": "create_issue", "claims": {"team": ["ops", "support"], "region": "eu"}},
+        {"action": "*", "claims": {"sub": "svc-bot"}},
+    ]})
+    grants = spec.actions
+    assert parse_connector("jira1", JIRA).actions == []  # none: admin tokens only
+    client = {"sub": "alice", "role": "client"}
+    assert not may_run([], "create_issue", client)
+    assert may_run([], "create_issue", {"sub": "root", "role": "admin"})
+    assert may_run(grants, "create_issue", client | {"team": ["web", "ops"], "region": "eu"})
+    assert not may_run(grants, "create_issue", client | {"team": "ops"})  # region missing
+    assert not may_run(grants, "add_comment", client | {"team": "ops", "region": "eu"})
+    assert may_run(grants, "add_comment", {"sub": "svc-bot", "role": "client"})
+    assert may_run([ActionGrant("*")], "add_comment", client)  # claims {}: every client
+    with pytest.raises(ValidationError, match=r"no action 'delete_all'.*create_issue"):
+        parse_connector("jira1", JIRA | {"actions": [{"action": "delete_all"}]})
+    with pytest.raises(ValidationError, match="postgres connector has no actions"):
+        parse_connector("pg", PG | {"actions": [{"action": "*"}]})
+    with pytest.raises(ValidationError, match="actions"):
+        parse_connector("jira1", JIRA | {"actions": [{"action": "*", "who": "x"}]})
+
+
+def test_the_action_types_table_is_what_the_handlers_run() -> None:
+    from lakesync.connectors import open_actions
+
+    for kind, spec in [("jira", parse_connector("j", JIRA)), ("salesforce", parse_connector(
+        "s", {"kind": "salesforce", "gateway": "gw1", "client_id": "c", "client_secret": "s",
+              "username": "u", "password": "p"}))]:
+        handler = open_actions(spec)
+        assert handler is not None
+        assert tuple(d.action_type for d in handler.descriptors()) == ACTION_TYPES[kind]

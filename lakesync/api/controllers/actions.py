@@ -63,15 +63,17 @@ class ActionController(Controller):
         request: Request[Any, Any, Any],
     ) -> ActionResponse:
         """Run actions in order, each idempotency key (else action id) at most once per
-        client and connector; a failure is a result, not an error status."""
+        client and connector, if the connector's grants let the token run them; a failure
+        (refusals included) is a result, not an error status."""
         client_id = service.check_client(claims, data.client_id)
         service.check_rate(gw, client_id)
         dispatcher = _dispatcher(request)
-        return ActionResponse([await dispatcher.execute(gw, client_id, a) for a in data.actions])
+        return ActionResponse([await dispatcher.execute(gw, claims, a) for a in data.actions])
 
     @get("/actions", responses=ERROR_RESPONSES)
     async def actions(
         self, gw: FromPath[str], claims: NamedDependency[Claims], request: Request[Any, Any, Any]
     ) -> ActionsResponse:
-        """Which connectors of the gateway accept which action types."""
-        return ActionsResponse(_dispatcher(request).discover(gw))
+        """Which connectors of the gateway accept which action types from this token (only
+        those its grants allow)."""
+        return ActionsResponse(_dispatcher(request).discover(gw, claims))

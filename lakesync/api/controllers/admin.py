@@ -1,4 +1,5 @@
-"""Admin routes (role ``admin``): flush, schemas, sync rules, connectors, per-gateway metrics."""
+"""Admin routes (role ``admin``): flush, schemas, sync rules, connectors, action records,
+per-gateway metrics."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.dto import DTOConfig, MsgspecDTO
 from litestar.params import FromPath, JSONBody
 
+from lakesync.api.actions import ActionDispatcher
 from lakesync.api.auth import provide_admin_claims
 from lakesync.api.errors import ERROR_RESPONSES
 from lakesync.api.services.connectors import ConnectorService
@@ -63,6 +65,12 @@ class ConnectorsResponse(msgspec.Struct):
     """Registered connector documents."""
 
     connectors: list[dict[str, Any]]
+
+
+class ActionRecordsResponse(msgspec.Struct):
+    """Action records (see :meth:`lakesync.api.actions.ActionDispatcher.records`)."""
+
+    actions: list[dict[str, Any]]
 
 
 class GatewayMetricsResponse(msgspec.Struct, rename="camel"):
@@ -188,6 +196,20 @@ class AdminController(Controller):
     ) -> None:
         """Stop and unregister a connector (404 if unknown)."""
         await _connectors(request).unregister(gw, name)
+
+    @get("/actions/{gw:str}", responses=ERROR_RESPONSES)
+    async def action_records(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        request: Request[Any, Any, Any],
+    ) -> ActionRecordsResponse:
+        """The gateway's action records kept for the results' TTL, newest first: connector,
+        type, client, idempotency key, state (``done``, ``unknown``: it may have taken effect
+        and is looked up on the next attempt, ``running``), the result and what the outside
+        system answered (``detail``, which clients are not shown)."""
+        dispatcher: ActionDispatcher = request.app.state.actions
+        return ActionRecordsResponse(await dispatcher.records(gw))
 
     @get("/metrics/{gw:str}", responses=ERROR_RESPONSES)
     async def metrics(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import anyio.to_thread
 import msgspec
@@ -13,6 +15,8 @@ from lakesync.api.services.sync import SyncService
 from lakesync.errors import BackpressureError
 
 __all__ = ["health", "metrics", "ready"]
+
+log = logging.getLogger("lakesync.gateway")
 
 
 class Status(msgspec.Struct):
@@ -36,7 +40,10 @@ async def ready(service: NamedDependency[SyncService]) -> Status:
         with anyio.fail_after(3):
             await anyio.to_thread.run_sync(service.store.ping, abandon_on_cancel=True)
     except Exception as exc:
-        raise BackpressureError(f"the hot-log store is unreachable: {exc}") from None
+        # The driver's error names the store's host and user: the log has it, not this
+        # unauthenticated reply.
+        log.error("readiness: the hot-log store is unreachable: %s", exc)
+        raise BackpressureError("the hot-log store is unreachable") from None
     return Status("ready")
 
 

@@ -17,6 +17,7 @@ from litestar.exceptions import WebSocketDisconnect
 from litestar.params import FromPath
 
 from lakesync.api.auth import authenticate
+from lakesync.api.errors import client_message
 from lakesync.api.services.checkpoints import check_cursor
 from lakesync.api.services.hub import Connection
 from lakesync.api.services.limits import TokenBucket
@@ -112,7 +113,7 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
                     await check_cursor(service, gw, since)
                     reply = encode_response(page.deltas, page.server_hlc, page.has_more)
             except LakeSyncError as exc:
-                await close(_close_code(exc), exc.message)
+                await close(_close_code(exc), client_message(exc))
                 return
             except RecursionError:
                 await close(4400, "input is nested too deeply")
