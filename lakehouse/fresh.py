@@ -9,6 +9,11 @@ and those still only in the hot log (past the landing position). Merging is idem
 delta the models already hold changes nothing. The typed columns are decoded by the same
 functions as the models' UDFs (:mod:`spark_udfs.decode`), so a fresh row reads exactly as the
 pipeline will write it.
+
+No gaps: the covered and landed positions are read from the table metadata the connection's
+views were made from (:class:`lakehouse.query.PinnedTable`), never from the catalog again, so a
+flush or a pipeline commit in between cannot claim deltas the views lack. A registered table
+with no ``analytics`` table yet is answered from its merged rows, landing and the hot log.
 """
 
 from __future__ import annotations
