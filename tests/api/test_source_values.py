@@ -19,14 +19,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from litestar.testing import TestClient
 
-from api.app import create_app
-from destinations.base import Destination, typed_change
-from destinations.factory import mysql_params, open_destination
-from destinations.sql import SqlDestination
-from lakehouse.bootstrap import init_catalog_tables
-from lakehouse.settings import LakeSettings
+from lakesync.api.app import create_app
+from lakesync.destinations.base import Destination, typed_change
+from lakesync.destinations.factory import mysql_params, open_destination
+from lakesync.destinations.sql import SqlDestination
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.config import GatewayConfig
-from lakesync.destinations import DestinationSpec
+from lakesync.destination_specs import DestinationSpec
 from lakesync.rules import parse_rules, rules_to_wire
 from lakesync.schema import parse_schema
 from tests.api.helpers import auth, make_settings, token

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from api.store.sqlite import SqliteHotLog
-from lakehouse.bootstrap import init_catalog_tables
-from lakehouse.catalog import ensure_landing_table, open_catalog
-from lakehouse.fresh import freshen
-from lakehouse.landing import LandingFlusher
-from lakehouse.query import _connect, run_query
-from lakehouse.registry import publish_schemas
-from lakehouse.settings import LakeSettings
+from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
+from lakesync.lakehouse.fresh import freshen
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.query import _connect, run_query
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
 from tests.api.helpers import now_hlc
 
