@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["EVICT_CHUNK", "Change", "Destination", "DestinationError", "TieringMark",
            "collect_change_set", "eviction_batches", "latest_per_row", "normalise_row",
            "typed_change"]
+
+_log = logging.getLogger(__name__)
 
 EVICT_CHUNK = 1_000
 """Row ids per eviction statement (bound parameters ``r0`` …, see
@@ -93,27 +96,28 @@ def latest_per_row(changes: Sequence[Change]) -> list[Change]:
     return list({c.row_id: c for c in changes}.values())
 
 
-def normalise_row(layout: TableLayout, row: Mapping[str, Any]) -> dict[str, Any]:
+def normalise_row(
+    layout: TableLayout, row: Mapping[str, Any], *, json_decoded: bool = False
+) -> dict[str, Any]:
     """Driver values → the common shape: bool, float, json as canonical text, props as an
-    object, timestamps aware UTC."""
+    object, timestamps aware UTC.
+
+    ``json_decoded`` says the driver hands ``json`` columns and ``props`` over already decoded
+    (psycopg, BigQuery's client) rather than as JSON text (PyMySQL, the lake): decoding a
+    decoded value again would read the JSON string ``"123"`` as the number 123 and fail on
+    ``"just a string"``. A cell no column of its kind can hold (a table kept by hand: invalid
+    JSON text, a number column holding text) reads as null and is logged, so one bad row never
+    fails a whole read (a source pull serves every client from it).
+    """
     kinds = dict(layout.columns)
     out: dict[str, Any] = {}
     for name, value in row.items():
-        kind = kinds.get(name)
-        if value is None:
+        try:
+            out[name] = _normal_cell(kinds.get(name), name, value, json_decoded)
+        except (TypeError, ValueError, AttributeError) as exc:
+            _log.warning("table %r, row %r: column %r holds %s, read as null (%s)",
+                         layout.table, row.get("row_id"), name, type(value).__name__, exc)
             out[name] = None
-        elif kind == "boolean":
-            out[name] = bool(value)
-        elif kind == "number":
-            out[name] = float(value)
-        elif kind == "json":
-            out[name] = canonical_json(json.loads(value) if isinstance(value, str) else value)
-        elif name == "props":
-            out[name] = json.loads(value) if isinstance(value, str) else value
-        elif name in ("synced_at", "deleted_at"):
-            out[name] = value if value.tzinfo else value.replace(tzinfo=UTC)
-        else:
-            out[name] = value
     return out
 
 
@@ -128,6 +132,20 @@ def collect_change_set(layout: TableLayout, rows: DataFrame) -> tuple[list[Chang
         out.append(Change(row["row_id"], {} if deleted else {n: row[n] for n in names}, deleted))
         top = max(top or 0, int(row[POSITION]))
     return out, top
+def _normal_cell(kind: str | None, name: str, value: Any, json_decoded: bool) -> Any:
+    if value is None:
+        return None
+    if kind == "boolean":
+        return bool(value)
+    if kind == "number":
+        return float(value)
+    if kind == "json":
+        return canonical_json(value if json_decoded else json.loads(value))
+    if name == "props":
+        return value if json_decoded else json.loads(value)
+    if name in ("synced_at", "deleted_at"):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return value
 
 
 @dataclass(frozen=True, slots=True)

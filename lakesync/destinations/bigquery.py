@@ -218,7 +218,8 @@ class BigQueryDestination(Destination):
 
     def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
         rows = self._run(st.select_rows(layout, "bigquery"), {}, f"reading {layout.table!r}")
-        return [normalise_row(layout, r) for r in rows]
+        # The client decodes JSON columns itself.
+        return [normalise_row(layout, r, json_decoded=True) for r in rows]
 
     def read_changes(
         self, layout: TableLayout, since: datetime, limit: int | None = None
@@ -228,7 +229,8 @@ class BigQueryDestination(Destination):
             params["limit"] = limit
         rows = self._run(st.select_changes(layout, "bigquery", limit is not None), params,
                          f"reading changes of {layout.table!r}")
-        return [normalise_row(layout, r) for r in rows]
+        # The client decodes JSON columns itself.
+        return [normalise_row(layout, r, json_decoded=True) for r in rows]
 
     def evict(
         self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None

@@ -35,6 +35,7 @@ __all__ = [
     "CheckpointRun",
     "CheckpointSink",
     "build_checkpoints",
+    "covered_by",
     "covered_positions",
     "lake_rows",
     "write_checkpoint",
@@ -109,12 +110,18 @@ def write_checkpoint(
 def covered_positions(catalog: Any) -> tuple[int, dict[str, int]] | None:
     """The position the last pipeline run is complete through and, for the gateways held back
     then, their own (None before a run recorded it)."""
-    from lakesync.lakehouse.runner import COVERED_PROPERTY
-
     ident = f"{LANDING_NAMESPACE}.int_rows_merged"
     if not catalog.table_exists(ident):
         return None
-    raw = catalog.load_table(ident).properties.get(COVERED_PROPERTY)
+    return covered_by(catalog.load_table(ident))
+
+
+def covered_by(merged_rows: Any) -> tuple[int, dict[str, int]] | None:
+    """:func:`covered_positions` as recorded in ``merged_rows`` (``int_rows_merged`` as some
+    reader loaded it)."""
+    from lakesync.lakehouse.runner import COVERED_PROPERTY
+
+    raw = merged_rows.properties.get(COVERED_PROPERTY)
     if raw is None:
         return None
     covered = json.loads(raw)

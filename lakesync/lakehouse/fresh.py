@@ -5,25 +5,30 @@ with the rows touched since replaced by their merged state now: each such row's 
 merged models (``int_rows_merged`` + ``int_cells_merged``, real clocks) joined, with the core
 column-level LWW (:func:`lakesync.merge.apply_delta`), with every later delta, both those in the
 landing table past the position the last run covered
-(:data:`lakesync.lakehouse.runner.COVERED_PROPERTY`)
-and those still only in the hot log (past the landing position). Merging is idempotent, so a
-delta the models already hold changes nothing. The typed columns are decoded by the same
-functions as the models' UDFs (:mod:`lakesync.spark_udfs.decode`), so a fresh row reads exactly as
-the
-pipeline will write it.
+(:data:`lakesync.lakehouse.runner.COVERED_PROPERTY`) and those still only in the hot log (past
+the landing position). Merging is idempotent, so a delta the models already hold changes
+nothing. The typed columns are decoded by the same functions as the models' UDFs
+(:mod:`lakesync.spark_udfs.decode`), so a fresh row reads exactly as the pipeline will write it.
+
+No gaps: the covered and landed positions are read from the table metadata the connection's
+views were made from (:class:`lakesync.lakehouse.query.PinnedTable`), never from the catalog
+again, so a flush or a pipeline commit in between cannot claim deltas the views lack. A
+registered table with no ``analytics`` table yet is answered from its merged rows, landing and
+the hot log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from lakesync.canonical import canonical_json
 from lakesync.delta import ColumnValue, RowDelta
-from lakesync.lakehouse.catalog import landing_state, open_catalog
-from lakesync.lakehouse.checkpoints import covered_positions, lake_rows
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, landing_state
+from lakesync.lakehouse.checkpoints import covered_by, lake_rows
 from lakesync.lakehouse.landing import HotLogSource
 from lakesync.lakehouse.models import table_columns
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
@@ -35,6 +40,9 @@ from lakesync.spark_udfs.decode import (
     json_to_json_text,
     json_to_string,
 )
+
+if TYPE_CHECKING:
+    from lakesync.lakehouse.query import PinnedTable
 
 __all__ = ["freshen"]
 
@@ -49,105 +57,151 @@ _DECODE = {
 }
 _SQL_TYPE = {"string": "VARCHAR", "number": "DOUBLE", "boolean": "BOOLEAN", "json": "VARCHAR"}
 _cells = msgspec.json.Decoder(list[ColumnValue])
+_MERGED_ROWS = f"{LANDING_NAMESPACE}.int_rows_merged"
 
 
-def _after(gw: str, default: int | None, held: dict[str, int]) -> int:
+@dataclass(frozen=True, slots=True)
+class _Positions:
+    """What a connection's views hold: every delta of a gateway ingested at or before
+    ``merged_held.get(gw, merged)`` is in the merged models, at or before
+    ``landed_held.get(gw, landed)`` in the landing table (None: nothing)."""
+
+    merged: int | None
+    merged_held: dict[str, int]
+    landed: int | None
+    landed_held: dict[str, int]
+
+    def merged_through(self, gw: str) -> int:
+        return _through(gw, self.merged, self.merged_held)
+
+    def landed_through(self, gw: str) -> int:
+        return _through(gw, self.landed, self.landed_held)
+
+
+def _through(gw: str, default: int | None, held: dict[str, int]) -> int:
     position = held.get(gw, default)
     return -1 if position is None else position
 
 
+def _positions(pinned: Mapping[str, PinnedTable]) -> _Positions:
+    """The positions as the pinned tables record them, never as the catalog says later: a flush
+    or a pipeline run after the views were made would move them past what the views read (a
+    gap). ``int_rows_merged`` was loaded before the other models
+    (:func:`lakesync.lakehouse.query.connect`), so they hold at least what it says is covered;
+    more is harmless (merging is idempotent)."""
+    rows = pinned.get(_MERGED_ROWS)
+    covered = None if rows is None else covered_by(rows.table)
+    merged, merged_held = (None, {}) if covered is None else covered
+    landing = pinned.get(LANDING_IDENTIFIER)
+    landed, landed_held = (None, {}) if landing is None else landing_state(landing.table)
+    return _Positions(merged, merged_held, landed, landed_held)
+
+
 def _unmerged(
-    con: Any, settings: LakeSettings, log: HotLogSource | None
+    con: Any, at: _Positions, landing: bool, log: HotLogSource | None
 ) -> list[tuple[str, int, RowDelta]]:
     """Deltas the models may lack: ``(gateway_id, ingest_hlc, delta)``, in ingest order."""
-    catalog = open_catalog(settings)
-    covered = covered_positions(catalog)
-    merged, merged_held = (None, {}) if covered is None else covered
-    landed, landed_held = landing_state(catalog.load_table(f"{LANDING_NAMESPACE}.landing"))
-    low = min([-1 if merged is None else merged, *merged_held.values()])
     out: list[tuple[str, int, RowDelta]] = []
-    rows = con.execute(
-        "select gateway_id, ingest_hlc, op, table_name, row_id, client_id, hlc, columns_json,"
-        f" delta_id from {LANDING_NAMESPACE}.landing where ingest_hlc > ? order by ingest_hlc",
-        [low],
-    ).fetchall()
-    for gw, ingest, op, table, row_id, client, hlc, cols, delta_id in rows:
-        if ingest > _after(gw, merged, merged_held):
-            delta = RowDelta(
-                op, table, row_id, client, tuple(_cells.decode(cols)), int(hlc), delta_id
-            )
-            out.append((gw, int(ingest), delta))
+    if landing:
+        low = min([-1 if at.merged is None else at.merged, *at.merged_held.values()])
+        rows = con.execute(
+            "select gateway_id, ingest_hlc, op, table_name, row_id, client_id, hlc, columns_json,"
+            f" delta_id from {LANDING_IDENTIFIER} where ingest_hlc > ? order by ingest_hlc",
+            [low],
+        ).fetchall()
+        for gw, ingest, op, table, row_id, client, hlc, cols, delta_id in rows:
+            if ingest > at.merged_through(gw):
+                delta = RowDelta(
+                    op, table, row_id, client, tuple(_cells.decode(cols)), int(hlc), delta_id
+                )
+                out.append((gw, int(ingest), delta))
     if log is not None:
-        after = min([-1 if landed is None else landed, *landed_held.values()])
+        after = min([-1 if at.landed is None else at.landed, *at.landed_held.values()])
         while entries := log.read_log(after, 10_000):
             out.extend(
-                (gw, ingest, d)
-                for ingest, gw, d in entries
-                if ingest > _after(gw, landed, landed_held)
+                (gw, ingest, d) for ingest, gw, d in entries if ingest > at.landed_through(gw)
             )
             after = entries[-1][0]
     return out
 
 
-def _states(con: Any, keys: Iterable[Key]) -> dict[Key, tuple[RowState, int]]:
-    """The merged models' state of the given rows (rows they lack are left out)."""
-    by_gateway: dict[str, set[tuple[str, str]]] = {}
-    for gw, table, row_id in keys:
-        by_gateway.setdefault(gw, set()).add((table, row_id))
-    out: dict[Key, tuple[RowState, int]] = {}
+def _model_rows(
+    con: Any, keys: Collection[Key], tables: Collection[str]
+) -> dict[Key, tuple[RowState, int]]:
+    """The merged models' state of the rows ``keys`` names and of every row of ``tables``
+    (rows they lack are left out)."""
     if not con.execute(
         "select 1 from duckdb_views() where schema_name = ? and view_name = 'int_rows_merged'",
         [LANDING_NAMESPACE],
     ).fetchall():
-        return out
-    for gw, wanted in by_gateway.items():
+        return {}
+    gateways = {gw for gw, _, _ in keys}
+    if tables:
+        gateways.update(
+            gw
+            for (gw,) in con.execute(
+                f"select distinct gateway_id from {_MERGED_ROWS}"
+                " where list_contains(?, table_name)",
+                [sorted(tables)],
+            ).fetchall()
+        )
+    out: dict[Key, tuple[RowState, int]] = {}
+    for gw in sorted(gateways):
         for (table, row_id), rec in lake_rows(con, gw):
-            if (table, row_id) in wanted:
-                out[(gw, table, row_id)] = (rec.state, rec.last_ingest)
+            key = (gw, table, row_id)
+            if key in keys or table in tables:
+                out[key] = (rec.state, rec.last_ingest)
     return out
 
 
-def freshen(con: Any, settings: LakeSettings, log: HotLogSource | None) -> int:
-    """Make each ``analytics.<table>`` view on ``con`` (a :func:`lakesync.lakehouse.query.connect`
-    connection) answer with the deltas not merged yet (``log``: the hot log, if reachable).
+def freshen(
+    con: Any,
+    settings: LakeSettings,
+    log: HotLogSource | None,
+    pinned: Mapping[str, PinnedTable],
+) -> int:
+    """Make each ``analytics.<table>`` view on ``con`` answer with the deltas not merged yet
+    (``log``: the hot log, if reachable); ``con`` and ``pinned`` are what
+    :func:`lakesync.lakehouse.query.connect` made and the tables its views read. A registered
+    table the pipeline has not built yet gets a view of its merged rows and those deltas.
     Returns how many rows changed."""
     from lakesync.lakehouse.runner import registered_table_schemas
 
-    deltas = _unmerged(con, settings, log)
-    if not deltas:
-        return 0
+    at = _positions(pinned)
+    columns = table_columns(registered_table_schemas(settings))
+    stored = {t: pinned.get(f"{ANALYTICS_NAMESPACE}.{t}") for t in columns}
+    unbuilt = {t for t, table in stored.items() if table is None}
+    deltas = _unmerged(con, at, LANDING_IDENTIFIER in pinned, log)
     keys = {(gw, d.table, d.row_id) for gw, _, d in deltas}
-    states = _states(con, keys)
-    fresh: dict[Key, tuple[RowState, int]] = {}
+    states = _model_rows(con, keys, unbuilt)
+    fresh = {k: v for k, v in states.items() if k[1] in unbuilt}
     for gw, ingest, d in deltas:
         key = (gw, d.table, d.row_id)
         state, last = fresh.get(key) or states.get(key) or (RowState(), 0)
         state = RowState(dict(state.cells), state.write, state.tombstone)
         apply_delta(state, d)
         fresh[key] = (state, max(last, ingest))
-    columns = table_columns(registered_table_schemas(settings))
-    views = {
-        name
-        for (name,) in con.execute(
-            "select view_name from duckdb_views() where schema_name = ?", [ANALYTICS_NAMESPACE]
-        ).fetchall()
-    }
+    if unbuilt:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {ANALYTICS_NAMESPACE}")
     for table, cols in columns.items():
         touched = {k: v for k, v in fresh.items() if k[1] == table}
-        if not touched or table not in views:
-            continue
-        _replace_view(con, table, cols, touched)
+        if touched or table in unbuilt:
+            _replace_view(con, table, cols, touched, stored[table])
     return len(fresh)
 
 
 def _replace_view(
-    con: Any, table: str, cols: list[tuple[str, str]], touched: dict[Key, tuple[RowState, int]]
+    con: Any,
+    table: str,
+    cols: list[tuple[str, str]],
+    touched: dict[Key, tuple[RowState, int]],
+    stored: PinnedTable | None,
 ) -> None:
-    """``analytics.<table>`` as the stored rows minus ``touched`` plus the live ones of it."""
+    """``analytics.<table>`` as the stored rows (none when the table is not built yet) minus
+    ``touched`` plus the live ones of it."""
     ns = ANALYTICS_NAMESPACE
-    stored, changed = f'"{table}__stored"', f'"{table}__fresh"'
+    changed = f'"{table}__fresh"'
     names = ", ".join(f'"{n}" {_SQL_TYPE.get(t, "VARCHAR")}' for n, t in cols)
-    con.execute(f'ALTER VIEW {ns}."{table}" RENAME TO {stored}')
     con.execute(
         f"CREATE TEMP TABLE {changed} (gateway_id VARCHAR, row_id VARCHAR, live BOOLEAN"
         f"{', ' + names if names else ''}, _hlc DECIMAL(20,0), _changed_at TIMESTAMPTZ,"
@@ -164,14 +218,34 @@ def _replace_view(
         ]
         hlc = None if state.write is None or values is None else state.write[0]
         rows.append((gw, row_id, values is not None, *typed, hlc, hlc_to_timestamp(hlc), last))
-    marks = ", ".join("?" * (6 + len(cols)))
-    con.executemany(f"INSERT INTO {changed} VALUES ({marks})", rows)
+    if rows:
+        marks = ", ".join("?" * (6 + len(cols)))
+        con.executemany(f"INSERT INTO {changed} VALUES ({marks})", rows)
     keep = ", ".join(
         ["gateway_id", "row_id", *(f'"{n}"' for n, _ in cols), "_hlc", "_changed_at", "_ingest_hlc"]
     )
+    live = f"SELECT {keep} FROM {changed} WHERE live"
+    if stored is None:
+        con.execute(f'CREATE OR REPLACE VIEW {ns}."{table}" AS {live}')
+        return
+    # A column added since the last run is not in the stored table yet: null there.
+    has = set(stored.table.schema().column_names)
+    old = ", ".join(
+        [
+            "s.gateway_id",
+            "s.row_id",
+            *(
+                f's."{n}"' if n in has else f'CAST(NULL AS {_SQL_TYPE.get(t, "VARCHAR")}) AS "{n}"'
+                for n, t in cols
+            ),
+            "s._hlc",
+            "s._changed_at",
+            "s._ingest_hlc",
+        ]
+    )
     con.execute(
-        f'CREATE VIEW {ns}."{table}" AS SELECT {keep} FROM {ns}.{stored} s'
+        f'CREATE OR REPLACE VIEW {ns}."{table}" AS SELECT {old} FROM ({stored.scan}) s'
         f" WHERE NOT EXISTS (SELECT 1 FROM {changed} f"
         " WHERE f.gateway_id = s.gateway_id AND f.row_id = s.row_id)"
-        f" UNION ALL SELECT {keep} FROM {changed} WHERE live"
+        f" UNION ALL {live}"
     )

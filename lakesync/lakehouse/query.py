@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from lakesync.lakehouse.landing import HotLogSource
 
-__all__ = ["OutputFormat", "QueryResult", "connect", "format_rows", "run_query"]
+__all__ = ["OutputFormat", "PinnedTable", "QueryResult", "connect", "format_rows", "run_query"]
 
 OutputFormat = Literal["table", "json", "csv"]
 
@@ -94,46 +94,61 @@ def _scan(name: str, table: Table, pin: int | None, as_of_ms: int | None) -> str
     return f"SELECT * FROM iceberg_scan('{location}', snapshot_from_id => {snapshot_id})"
 
 
+@dataclass(frozen=True, slots=True)
+class PinnedTable:
+    """A catalog table as one connection's view reads it: its metadata as loaded when the view
+    was made (snapshots, properties) and the SELECT behind the view."""
+
+    table: Table
+    scan: str
+
+
+_MERGED_ROWS = f"{LANDING_NAMESPACE}.int_rows_merged"
+
+
 def _connect(
     settings: LakeSettings, as_of: datetime | None, snapshots: Mapping[str, int]
-) -> tuple[Any, list[str]]:
-    """The connection of :func:`connect` and the tables left out because ``as_of`` predates them."""
+) -> tuple[Any, list[str], dict[str, PinnedTable]]:
+    """The connection of :func:`connect`, the tables left out because ``as_of`` predates them,
+    and every view's table as pinned (by qualified name)."""
     import duckdb
     import duckdb_extension_avro  # type: ignore[import-untyped]
     import duckdb_extension_iceberg  # type: ignore[import-untyped]
 
     require_lake(settings)
     catalog = open_catalog(settings)
-    tables: dict[str, dict[str, Table]] = {
-        ".".join(ns): {ident[-1]: catalog.load_table(ident) for ident in catalog.list_tables(ns)}
-        for ns in catalog.list_namespaces()
-    }
-    known = sorted(f"{schema}.{name}" for schema, names in tables.items() for name in names)
+    idents = [ident for ns in catalog.list_namespaces() for ident in catalog.list_tables(ns)]
+    # The merged rows first: a fresh read takes the position they cover as merged, and every
+    # model view loaded after them is at least that new (lakehouse.fresh).
+    idents.sort(key=lambda ident: ".".join(ident) != _MERGED_ROWS)
+    loaded = {".".join(ident): catalog.load_table(ident) for ident in idents}
+    known = sorted(loaded)
     unknown = sorted(set(snapshots) - set(known))
     if unknown:
         raise NotFoundError(f"no table {unknown[0]} in the lake; tables: {', '.join(known)}")
     as_of_ms = None if as_of is None else (_utc(as_of) - _EPOCH) // timedelta(milliseconds=1)
     con = duckdb.connect()
     absent: list[str] = []
+    pinned: dict[str, PinnedTable] = {}
     try:
         # The extension wheels ship the binaries; DuckDB cannot download them on these machines.
         for module, ext in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
             con.execute(f"LOAD '{_extension_path(module, ext)}'")
-        for schema, named in tables.items():
+        for qualified, table in loaded.items():
+            schema, name = qualified.rsplit(".", 1)
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
-            for name, table in named.items():
-                qualified = f"{schema}.{name}"
-                scan = _scan(qualified, table, snapshots.get(qualified), as_of_ms)
-                if scan is None:
-                    absent.append(qualified)
-                    continue
-                con.execute(f"CREATE VIEW {_quote(schema)}.{_quote(name)} AS {scan}")
-                if schema == LANDING_NAMESPACE:
-                    con.execute(f"CREATE VIEW main.{_quote(name)} AS {scan}")
+            scan = _scan(qualified, table, snapshots.get(qualified), as_of_ms)
+            if scan is None:
+                absent.append(qualified)
+                continue
+            pinned[qualified] = PinnedTable(table, scan)
+            con.execute(f"CREATE VIEW {_quote(schema)}.{_quote(name)} AS {scan}")
+            if schema == LANDING_NAMESPACE:
+                con.execute(f"CREATE VIEW main.{_quote(name)} AS {scan}")
     except BaseException:
         con.close()
         raise
-    return con, absent
+    return con, absent, pinned
 
 
 def _table_list(con: Any) -> str:
@@ -165,7 +180,7 @@ def connect(
     view. ``snapshots`` maps qualified table names (``lakesync.landing``) to the snapshot id to
     show, over ``as_of``. An unknown table or snapshot id raises :class:`NotFoundError`.
     """
-    con, _ = _connect(settings, as_of, snapshots or {})
+    con, _, _ = _connect(settings, as_of, snapshots or {})
     return con
 
 
@@ -189,12 +204,14 @@ def run_query(
     """
     import duckdb
 
-    con, absent = _connect(settings, as_of, snapshots or {})
+    if fresh and (as_of is not None or snapshots):
+        raise ValueError("a fresh read is of now: it takes no as_of or snapshots")
+    con, absent, pinned = _connect(settings, as_of, snapshots or {})
     try:
         if fresh:
             from lakesync.lakehouse.fresh import freshen
 
-            freshen(con, settings, hot_log)
+            freshen(con, settings, hot_log, pinned)
         try:
             cursor = con.execute(sql)
         except duckdb.CatalogException as exc:

@@ -17,8 +17,9 @@ from lakesync.cli.main import app
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.fresh import freshen
 from lakesync.lakehouse.landing import LandingFlusher
-from lakesync.lakehouse.query import run_query
+from lakesync.lakehouse.query import _connect, run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.merge import merge_state
@@ -153,3 +154,78 @@ def test_the_query_command_with_fresh_prints_deltas_pushed_after_the_last_run(
     assert printed() == _expected(merged)
     assert printed("--fresh") == _expected(merged + landed + hot)
     assert printed("--fresh") != _expected(merged + landed)  # the hot deltas count
+
+
+def _pinned(lake: Lake) -> tuple[Any, dict[str, Any]]:
+    """The views of a fresh read, made now (the first step of ``run_query(fresh=True)``)."""
+    con, _, pinned = _connect(lake.settings, None, {})
+    return con, pinned
+
+
+def test_a_flush_between_making_the_views_and_reading_positions_leaves_no_gap(
+    lake: Lake, tmp_path: Path
+) -> None:
+    """Driven in order: a pipeline run built ``analytics.notes``; an update is pushed; the
+    views are made; the update is flushed to landing; then the fresh read takes its positions.
+    Read from the catalog at that point, the landing position said the update had landed, but
+    the pinned landing view does not hold it: the old value came back."""
+    gw = "gwflushrace"
+    sql = SQL.replace(f"'{GW}'", f"'{gw}'")
+    publish_schemas(open_catalog(lake.settings), [(gw, NOTES)])
+    t = now_hlc()
+    lake.land(gw, [_d("INSERT", "f1", "a", t + 1, body="old", stars=1)])
+    run_pipeline(settings=lake.settings, schemas=[NOTES], tests=False)
+    update = _d("UPDATE", "f1", "b", t + 2, body="new")
+    append_in_order(lake.log, [(gw, update)])
+    con, pinned = _pinned(lake)
+    try:
+        LandingFlusher(open_catalog(lake.settings), lake.log).flush()
+        freshen(con, lake.settings, lake.log, pinned)
+        assert [r[:2] for r in con.execute(sql).fetchall()] == [("f1", "new")]
+    finally:
+        con.close()
+    assert [r[:2] for r in run_query(lake.settings, sql, fresh=True).rows] == [("f1", "new")]
+
+
+def test_a_pipeline_run_between_making_the_views_and_reading_positions_leaves_no_gap(
+    lake: Lake,
+) -> None:
+    """Driven in order: the views are made (``analytics.notes`` with the old value), an update
+    lands and a pipeline run merges it, then the fresh read takes its positions. Read from the
+    catalog then, the covered position said the models hold the update, which the pinned views
+    do not: the old value came back."""
+    gw = "gwrunrace"
+    sql = SQL.replace(f"'{GW}'", f"'{gw}'")
+    publish_schemas(open_catalog(lake.settings), [(gw, NOTES)])
+    t = now_hlc()
+    lake.land(gw, [_d("INSERT", "p1", "a", t + 1, body="old", stars=1)])
+    run_pipeline(settings=lake.settings, schemas=[NOTES], tests=False)
+    con, pinned = _pinned(lake)
+    try:
+        lake.land(gw, [_d("UPDATE", "p1", "b", t + 2, body="new")])
+        run_pipeline(settings=lake.settings, schemas=[NOTES], tests=False)
+        freshen(con, lake.settings, lake.log, pinned)
+        assert [r[:2] for r in con.execute(sql).fetchall()] == [("p1", "new")]
+    finally:
+        con.close()
+
+
+def test_a_column_added_since_the_last_run_reads_fresh(lake: Lake) -> None:
+    """A column registered after the last pipeline run is not in ``analytics.notes`` yet: a
+    fresh read shows it (null in the rows not touched since, the new value in a row that was)
+    rather than failing on an internal view."""
+    gw = "gwnewcol"
+    wider = parse_schema({"table": "notes", "columns": [
+        *({"name": c.name, "type": c.type} for c in NOTES.columns),
+        {"name": "mood", "type": "string"},
+    ]})
+    t = now_hlc()
+    publish_schemas(open_catalog(lake.settings), [(gw, NOTES)])
+    lake.land(gw, [_d("INSERT", "m1", "a", t + 1, body="one"),
+                   _d("INSERT", "m2", "a", t + 2, body="two")])
+    run_pipeline(settings=lake.settings, schemas=[NOTES], tests=False)
+    publish_schemas(open_catalog(lake.settings), [(gw, wider)])
+    append_in_order(lake.log, [(gw, _d("UPDATE", "m2", "b", t + 3, mood="glad"))])
+    sql = f"select row_id, body, mood from analytics.notes where gateway_id = '{gw}' order by 1"
+    assert run_query(lake.settings, sql, fresh=True, hot_log=lake.log).rows == [
+        ("m1", "one", None), ("m2", "two", "glad")]
