@@ -36,6 +36,7 @@ from lakesync.connectors import ConnectorSpec, parse_connectors
 from lakesync.delta import validate_gateway_id
 from lakesync.destinations import DestinationSpec, parse_destinations
 from lakesync.errors import ConfigError, LakeSyncError
+from lakesync.hints import explain
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
 
@@ -156,7 +157,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     pg_schema: str | None = None
     server: ServerConfig = ServerConfig()
     lake: LakeConfig = LakeConfig()
-    gateways: dict[str, _GatewayFile] = {}
+    gateways: dict[str, Any] = {}
     destinations: dict[str, Any] = {}
     connectors: dict[str, Any] = {}
 
@@ -178,14 +179,19 @@ def _read_file(path: Path) -> _File:
     try:
         return msgspec.convert(raw or {}, _File)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(f"{path}: {explain(exc, _File)}") from None
 
 
-def _gateway(gw_id: str, spec: _GatewayFile, path: Path) -> GatewayConfig:
+def _gateway(gw_id: str, raw: Any, path: Path) -> GatewayConfig:
+    # Converted one gateway at a time so every error names the gateway it is in.
     try:
         validate_gateway_id(gw_id)
+        spec = msgspec.convert(raw or {}, _GatewayFile)
         schemas = [parse_schema(s) for s in spec.schemas]
         rules = None if spec.rules is None else parse_rules(spec.rules)
+    except msgspec.ValidationError as exc:
+        message = explain(exc, _GatewayFile)
+        raise ConfigError(f"{path}: gateway {gw_id!r}: {message}") from None
     except LakeSyncError as exc:
         raise ConfigError(f"{path}: gateway {gw_id!r}: {exc.message}") from None
     return GatewayConfig(gw_id, schemas, rules)
