@@ -325,6 +325,25 @@ class SyncService:
         self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw), history)
 
     # -- admin ----------------------------------------------------------------------------------
+    async def knows(self, gateway_id: str) -> bool:
+        """Whether anything is declared (``lakesync.yaml``'s gateways, connectors or
+        destinations) or stored (schemas, rules, a checkpoint, deltas) for a gateway: a
+        mistyped gateway id is not, and admin listings say so instead of showing nothing."""
+        s = self.settings
+        declared = [*s.connectors.values(), *s.destinations.values()]
+        if gateway_id in s.gateways or any(d.gateway == gateway_id for d in declared):
+            return True
+        return await _run(self._stored, gateway_id)
+
+    def _stored(self, gateway_id: str) -> bool:
+        store = self.store
+        return bool(
+            store.list_docs(gateway_id, "schema")
+            or store.get_rules(gateway_id).stamp
+            or store.checkpoint(gateway_id) is not None
+            or store.read_page(gateway_id, 0, 1, False).entries
+        )
+
     async def schemas(self, gateway_id: str) -> dict[str, TableSchema]:
         """The registered table schemas of a gateway."""
         return await _run(self._schemas, gateway_id)
