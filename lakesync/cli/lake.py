@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.materialise import ConfigOption, ship
-from lakesync.lakehouse.settings import LakeSettings
 from lakesync.config import load_config
 from lakesync.errors import ConfigError
+from lakesync.lakehouse.settings import LakeSettings
 
 __all__ = ["DataDirOption", "FormatOption", "dbt_project", "pipeline_app", "query_command"]
 
@@ -107,9 +107,9 @@ def as_of_command(
     fmt: FormatOption = "table",
 ) -> None:
     """Time travel by HLC: print TABLE's state from the landing deltas with hlc <= HLC."""
+    from lakesync import hlc as hlc_mod
     from lakesync.lakehouse.query import QueryResult
     from lakesync.lakehouse.runner import state_as_of_hlc
-    from lakesync import hlc as hlc_mod
 
     frame = state_as_of_hlc(
         table, hlc_mod.parse(hlc, "hlc"), settings=LakeSettings.from_env(data_dir)
