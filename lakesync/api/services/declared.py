@@ -67,8 +67,9 @@ def check_gateways(store: HotLog) -> None:
             check_rules(store.get_rules(gw).rules, tables)
         except SchemaError as exc:
             raise ConfigError(
-                f"gateway {gw!r}: {exc.message}; fix the rules (lakesync.yaml's gateways.{gw}."
-                f"rules, or POST /v1/admin/sync-rules/{gw}) or declare the schema"
+                f"gateway {gw!r}: {exc.message}; fix gateways.{gw}.rules in lakesync.yaml "
+                f"(changed rules there replace the stored ones) or declare the missing schema "
+                f"under gateways.{gw}.schemas"
             ) from None
 
 
