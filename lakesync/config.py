@@ -36,6 +36,7 @@ from lakesync.connector_specs import ConnectorSpec, parse_connectors
 from lakesync.delta import validate_gateway_id
 from lakesync.destination_specs import DestinationSpec, parse_destinations
 from lakesync.errors import ConfigError, LakeSyncError
+from lakesync.hints import explain
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
 
@@ -185,8 +186,9 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     """The gateway (``lakesync up``): listening, limits, scheduled lake jobs."""
     lake: LakeConfig = LakeConfig()
     """The lake: Iceberg catalog, warehouse, Spark and dbt."""
-    gateways: dict[str, _GatewayFile] = {}
-    """Gateways by id, each with its schemas and sync rules."""
+    gateways: dict[str, Any] = {}
+    """Gateways by id, each with its schemas and sync rules (parsed one gateway at a time, so
+    an error names the gateway)."""
     destinations: dict[str, Any] = {}
     """Where synced tables are materialised, by destination name."""
     connectors: dict[str, Any] = {}
@@ -210,14 +212,19 @@ def _read_file(path: Path) -> _File:
     try:
         return msgspec.convert(raw or {}, _File)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(f"{path}: {explain(exc, _File)}") from None
 
 
-def _gateway(gw_id: str, spec: _GatewayFile, path: Path) -> GatewayConfig:
+def _gateway(gw_id: str, raw: Any, path: Path) -> GatewayConfig:
+    # Converted one gateway at a time so every error names the gateway it is in.
     try:
         validate_gateway_id(gw_id)
+        spec = msgspec.convert(raw or {}, _GatewayFile)
         schemas = [parse_schema(s) for s in spec.schemas]
         rules = None if spec.rules is None else parse_rules(spec.rules)
+    except msgspec.ValidationError as exc:
+        message = explain(exc, _GatewayFile)
+        raise ConfigError(f"{path}: gateway {gw_id!r}: {message}") from None
     except LakeSyncError as exc:
         raise ConfigError(f"{path}: gateway {gw_id!r}: {exc.message}") from None
     return GatewayConfig(gw_id, schemas, rules)

@@ -33,6 +33,7 @@ import msgspec
 from lakesync.delta import validate_gateway_id, validate_identifier
 from lakesync.destination_specs import redact_url
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
+from lakesync.hints import explain, of_gateway
 from lakesync.secrets import REFERENCE, has_reference, resolve_references
 
 __all__ = [
@@ -249,7 +250,7 @@ def parse_connector(name: str, body: Mapping[str, Any]) -> ConnectorSpec:
     try:
         spec: ConnectorSpec = msgspec.convert(data, ConnectorSpec)
     except msgspec.ValidationError as exc:
-        raise ValidationError(f"connector {name!r}: {exc}") from None
+        raise ValidationError(f"connector {name!r}: {explain(exc, ConnectorSpec)}") from None
     try:
         validate_gateway_id(spec.gateway)
         missing = [k for k in _REQUIRED[connector_kind(spec)] if not getattr(spec, k)]
@@ -272,7 +273,7 @@ def parse_connectors(raw: Mapping[str, Any], where: str) -> dict[str, ConnectorS
         try:
             out[str(name)] = parse_connector(str(name), body)
         except ValidationError as exc:
-            raise ConfigError(f"{where}: {exc.message}") from None
+            raise ConfigError(f"{where}: {of_gateway(body)}{exc.message}") from None
     return out
 
 

@@ -44,6 +44,7 @@ import msgspec
 
 from lakesync.delta import validate_gateway_id, validate_identifier
 from lakesync.errors import ConfigError, LakeSyncError
+from lakesync.hints import explain, of_gateway
 from lakesync.secrets import has_reference, resolve_references
 
 __all__ = [
@@ -178,9 +179,11 @@ def parse_destinations(raw: Mapping[str, Any], where: str) -> dict[str, Destinat
             if not has_reference(spec.url):
                 _check_scheme(name, spec.kind, spec.url)
         except msgspec.ValidationError as exc:
-            raise ConfigError(f"{where}: destination {name!r}: {exc}") from None
+            raise ConfigError(
+                f"{where}: {of_gateway(body)}destination {name!r}: {explain(exc, DestinationSpec)}"
+            ) from None
         except LakeSyncError as exc:
-            raise ConfigError(f"{where}: {exc.message}") from None
+            raise ConfigError(f"{where}: {of_gateway(body)}{exc.message}") from None
         out[name] = msgspec.structs.replace(spec, name=name)
     for spec in out.values():
         try:

@@ -7,6 +7,12 @@ filter). Row values are compared in their JavaScript string form; ``gt``/``lt``/
 compare numerically when both sides are finite numbers or numeric strings, otherwise by code
 points, and never match null.
 
+Rules and schemas (:func:`check_rules`): once a gateway has registered table schemas, its
+rules may name only registered tables and, in each bucket, only columns of the tables it covers,
+so a typo is refused where it is made (at start, or by the admin route) instead of hiding every
+row. A gateway with no schema at all is schemaless and its rules are not checked. Register the
+schemas before the rules that name them; schemas only grow, so rules that pass stay valid.
+
 Write access (used by the gateway): a client may push to the tables its rules let it read, i.e.
 the union of its buckets' tables (``tables: []`` or no rules at all means every table).
 
@@ -28,6 +34,8 @@ import msgspec
 from lakesync.canonical import canonical_json, js_number_str
 from lakesync.delta import validate_identifier
 from lakesync.errors import SchemaError, ValidationError
+from lakesync.hints import explain, suggestion
+from lakesync.schema import TableSchema
 
 __all__ = [
     "Bucket",
@@ -35,6 +43,7 @@ __all__ = [
     "FilterOp",
     "SyncRules",
     "buckets_for",
+    "check_rules",
     "index_entries",
     "lookups",
     "parse_rules",
@@ -76,7 +85,7 @@ def parse_rules(obj: object) -> SyncRules:
     try:
         rules = msgspec.convert(obj, SyncRules)
     except msgspec.ValidationError as exc:
-        raise ValidationError(f"invalid sync rules: {exc}") from None
+        raise ValidationError(f"invalid sync rules: {explain(exc, SyncRules)}") from None
     if rules.version != 1:
         raise ValidationError(f"invalid sync rules: `$.version` must be 1, got {rules.version}")
     names: set[str] = set()
@@ -95,6 +104,40 @@ def parse_rules(obj: object) -> SyncRules:
         except SchemaError as exc:
             raise ValidationError(f"invalid sync rules: {exc.message}") from None
     return rules
+
+
+def check_rules(rules: SyncRules | None, schemas: Mapping[str, TableSchema]) -> None:
+    """Raise :class:`SchemaError` naming the bucket, the table and the column (with the nearest
+    registered name) when ``rules`` name a table ``schemas`` lacks, or filter a bucket's table on
+    a column it lacks (a bucket over every table: on a column no table has). A gateway without
+    schemas (``schemas`` empty) is schemaless: nothing is checked."""
+    if rules is None or not schemas:
+        return
+    for bucket in rules.buckets:
+        where = f"sync rules bucket {bucket.name!r}"
+        for table in bucket.tables:
+            if table not in schemas:
+                raise SchemaError(
+                    f"{where} names table {table!r}, which has no registered schema"
+                    f"{suggestion(table, schemas, 'tables')} (register a table's schema before "
+                    "rules that name it)"
+                )
+        for f in bucket.filters:
+            if bucket.tables:
+                for table in bucket.tables:
+                    columns = schemas[table].column_types()
+                    if f.column not in columns:
+                        raise SchemaError(
+                            f"{where} filters table {table!r} on column {f.column!r}, which "
+                            f"its schema does not have{suggestion(f.column, columns, 'columns')}"
+                        )
+                continue
+            everywhere = {c for s in schemas.values() for c in s.column_types()}
+            if f.column not in everywhere:
+                raise SchemaError(
+                    f"{where} (every table) filters on column {f.column!r}, which no registered "
+                    f"table has{suggestion(f.column, everywhere, 'columns')}"
+                )
 
 
 def rules_to_wire(rules: SyncRules) -> dict[str, Any]:

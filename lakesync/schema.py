@@ -8,6 +8,7 @@ import msgspec
 
 from lakesync.delta import RowDelta, validate_identifier
 from lakesync.errors import SchemaError
+from lakesync.hints import explain
 
 __all__ = [
     "RESERVED_COLUMNS",
@@ -67,7 +68,7 @@ def parse_schema(obj: object) -> TableSchema:
     try:
         schema = msgspec.convert(obj, TableSchema)
     except msgspec.ValidationError as exc:
-        raise SchemaError(f"invalid table schema: {exc}") from None
+        raise SchemaError(f"invalid table schema: {explain(exc, TableSchema)}") from None
     validate_identifier(schema.table, "table name")
     seen: set[str] = set()
     for c in schema.columns:

@@ -68,9 +68,11 @@ def create_app(
             settings.ws_max_connections_per_gateway,
             settings.ws_max_connections_per_client,
         )
+        # `lakesync up` has applied and checked them before serving (a refused start is then
+        # one error line); this applies them for apps built on their own, and is idempotent.
+        await anyio.to_thread.run_sync(apply_declared, hot, settings.gateways)
         service = SyncService(hot, settings, metrics_, hub)
         app.state.service = service
-        await apply_declared(service, settings.gateways)
         connectors = ConnectorService(
             service, settings.connectors, lead=Lead(hot, "connectors", "connector polls")
         )

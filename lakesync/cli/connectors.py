@@ -2,7 +2,8 @@
 
 Reads the admin routes (``/v1/admin/connectors/{gw}`` and each connector's ``…/status``) with
 an admin token: ``--token``, else one minted from ``LAKESYNC_JWT_SECRET`` as ``lakesync token``
-does. A gateway that is not running or refuses the token is one line on stderr.
+does. A gateway that is not running or refuses the token, or an unknown ``--gw``, is one line
+on stderr.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rich.table import Table
 
 from lakesync.cli.materialise import ConfigOption
 from lakesync.config import load_config
-from lakesync.errors import AuthError, ConfigError, LakeSyncError
+from lakesync.errors import AuthError, ConfigError, LakeSyncError, ValidationError
 from lakesync.tokens import mint_token
 
 __all__ = ["connectors_command", "cursor_summary", "gateway_connectors"]
@@ -71,10 +72,16 @@ def _get(http: httpx.Client, path: str) -> Any:
 
 def gateway_connectors(url: str, gw: str, token: str) -> list[dict[str, Any]]:
     """Every connector of ``gw`` (credentials redacted) with ``status``: its status document,
-    or None when it does not run in that gateway process."""
+    or None when it does not run in that gateway process. Raises :class:`ValidationError` when
+    the gateway process knows no gateway ``gw``."""
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30) as http:
-        listed = _get(http, f"/v1/admin/connectors/{gw}") or {"connectors": []}
+        listed = _get(http, f"/v1/admin/connectors/{gw}")
+        if listed is None:
+            raise ValidationError(
+                f"the gateway at {url} knows no gateway {gw!r} (nothing is declared or stored "
+                "for it); check --gw, and --url or the config's server.host and server.port"
+            )
         return [
             {**doc, "status": _get(http, f"/v1/admin/connectors/{gw}/{doc['name']}/status")}
             for doc in listed["connectors"]

@@ -19,9 +19,10 @@ from rich.table import Table
 
 from lakesync.cli.materialise import ConfigOption, ship
 from lakesync.config import load_config
+from lakesync.errors import ConfigError
 from lakesync.lakehouse.settings import LakeSettings
 
-__all__ = ["DataDirOption", "FormatOption", "pipeline_app", "query_command"]
+__all__ = ["DataDirOption", "FormatOption", "dbt_project", "pipeline_app", "query_command"]
 
 pipeline_app = typer.Typer(
     help="Lakehouse pipeline: landing → dbt on Spark → analytics.<table>.", no_args_is_help=True
@@ -51,8 +52,14 @@ def run_command(
     ship the changes to the destinations the configuration declares."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    from lakesync.lakehouse.catalog import require_lake
     from lakesync.lakehouse.runner import run_pipeline
 
+    cfg = load_config(config)
+    settings = LakeSettings.from_config(cfg, data_dir)
+    # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only the
+    # commands that make a lake (`lakesync up`, `lakesync demo`) create one.
+    require_lake(settings)
     console = Console(stderr=True)
     with Progress(
         SpinnerColumn(),
@@ -74,8 +81,6 @@ def run_command(
             progress.console.print(f"  [{colour}]{status:>7}[/{colour}] {node}")
             progress.update(task, description=f"{done} nodes done")
 
-        cfg = load_config(config)
-        settings = LakeSettings.from_config(cfg, data_dir)
         result = run_pipeline(
             settings=settings,
             config=cfg,
@@ -116,6 +121,14 @@ def as_of_command(
 @pipeline_app.command("generate")
 def generate_command(
     data_dir: DataDirOption = None,
+    project: Annotated[
+        Path | None,
+        typer.Option(
+            "--project",
+            help="The dbt project to write into (default: the one the current directory is "
+            "in, else lake.dbt_project_dir).",
+        ),
+    ] = None,
     into: Annotated[
         Path | None,
         typer.Option(
@@ -125,14 +138,38 @@ def generate_command(
     config: ConfigOption = None,
 ) -> None:
     """Write the current-state model of every registered table, and the change-set model of
-    every declared destination and table, into the dbt project, so a plain `dbt build` from the
-    repo root builds the analytics tables and the change sets too."""
+    every declared destination and table, into the dbt project (the one this is run in, or
+    --project), so a plain `dbt build` there builds the analytics tables and the change sets
+    too."""
+    from lakesync.lakehouse.models import GENERATED
     from lakesync.lakehouse.runner import generate_models
 
     cfg = load_config(config)
-    result = generate_models(LakeSettings.from_config(cfg, data_dir), into, cfg)
+    settings = LakeSettings.from_config(cfg, data_dir)
+    directory = into or dbt_project(project, settings.dbt_project_dir) / GENERATED
+    result = generate_models(settings, directory, cfg)
     names = ", ".join(result.models) or "none (no table is registered yet)"
-    typer.echo(f"{len(result.models)} models: {names}")
+    typer.echo(f"{len(result.models)} models into {directory.resolve()}: {names}")
+
+
+def dbt_project(given: Path | None, configured: Path) -> Path:
+    """The dbt project ``lakesync pipeline generate`` writes into: ``given`` (``--project``),
+    else the nearest directory from the current one up that holds a ``dbt_project.yml`` (the
+    project it is run in, like git finds its repository), else ``configured``
+    (``lake.dbt_project_dir``, by default the installed project). A ``given`` directory
+    without ``dbt_project.yml`` is a :class:`ConfigError`."""
+    marker = "dbt_project.yml"
+    if given is not None:
+        if not (given / marker).is_file():
+            raise ConfigError(
+                f"{given} holds no {marker}; pass --project the directory of a dbt project"
+            )
+        return given.resolve()
+    here = Path.cwd().resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / marker).is_file():
+            return candidate
+    return configured
 
 
 def _parse_as_of(value: str) -> datetime:

@@ -99,8 +99,12 @@ def materialise_command(
     """Ship each destination's changes since its watermark (no dbt run: see pipeline run), then
     move rows whose last change is older than a destination's hot_window out of it (the lake
     keeps them)."""
+    from lakesync.lakehouse.catalog import require_lake
+
     cfg = load_config(config)
-    ship(LakeSettings.from_config(cfg, data_dir), cfg, lifecycle_only)
+    settings = LakeSettings.from_config(cfg, data_dir)
+    require_lake(settings)  # a mistyped --data-dir is an error, even with nothing to ship
+    ship(settings, cfg, lifecycle_only)
 
 
 def migrate_command(

@@ -108,6 +108,62 @@ def test_rules_are_persisted_and_stamped(gateway: Gateway) -> None:
     assert again.json()["stamp"] == r.json()["stamp"]
 
 
+def _owner_rules(table: str, column: str = "owner") -> dict[str, Any]:
+    only = {"column": column, "op": "eq", "value": "jwt:sub"}
+    return {"version": 1, "buckets": [{"name": "mine", "tables": [table], "filters": [only]}]}
+
+
+OWNED = {"table": "todos", "columns": [*SCHEMA["columns"], {"name": "owner", "type": "string"}]}
+
+
+@pytest.mark.parametrize(
+    ("rules", "needles"),
+    [
+        (_owner_rules("todo"), ["bucket 'mine'", "table 'todo'", "did you mean 'todos'?"]),
+        (
+            _owner_rules("todos", "ownr"),
+            ["bucket 'mine'", "table 'todos'", "column 'ownr'", "did you mean 'owner'?"],
+        ),
+    ],
+    ids=["table", "column"],
+)
+def test_rules_naming_what_no_schema_has_are_refused(
+    gateway: Gateway, rules: dict[str, Any], needles: list[str]
+) -> None:
+    assert gateway.admin("POST", "/v1/admin/schema/gw1", json=OWNED).status_code == 200
+    r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=rules)
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "SCHEMA_ERROR"
+    for needle in needles:
+        assert needle in r.json()["error"]
+    assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=_owner_rules("todos")).is_success
+    # A schemaless gateway (no schema registered) has nothing to check its rules against.
+    free = gateway.admin("POST", "/v1/admin/sync-rules/gw2", gw="gw2", json=_owner_rules("x"))
+    assert free.status_code == 200, free.text
+
+
+def test_a_first_schema_that_would_leave_the_rules_invalid_is_refused(gateway: Gateway) -> None:
+    both = _owner_rules("todos")
+    both["buckets"][0]["tables"].append("notes")
+    assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=both).status_code == 200
+    r = gateway.admin("POST", "/v1/admin/schema/gw1", json=OWNED)
+    assert r.status_code == 422 and r.json()["code"] == "SCHEMA_ERROR", r.text
+    assert "table 'notes'" in r.json()["error"] and "rules naming only" in r.json()["error"]
+    assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=_owner_rules("todos")).is_success
+    assert gateway.admin("POST", "/v1/admin/schema/gw1", json=OWNED).status_code == 200
+    without_owner = gateway.admin("POST", "/v1/admin/schema/gw1", json=SCHEMA | {"table": "notes"})
+    assert without_owner.status_code == 200  # rules naming only todos: notes is free to register
+
+
+def test_listing_the_connectors_of_an_unknown_gateway_is_404(gateway: Gateway) -> None:
+    r = gateway.admin("GET", "/v1/admin/connectors/gw9", gw="gw9")
+    assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND", r.text
+    assert "gateway 'gw9' is not known here" in r.json()["error"]
+    assert gateway.admin("POST", "/v1/admin/schema/gw9", gw="gw9", json=SCHEMA).is_success
+    known = gateway.admin("GET", "/v1/admin/connectors/gw9", gw="gw9")
+    assert known.status_code == 200 and known.json() == {"connectors": []}
+
+
 def test_connectors_crud(gateway: Gateway) -> None:
     conn = {"name": "pg", "type": "jira", "url": "http://127.0.0.1:9", "email": "a@b.c"}
     conn |= {"token": "s3cret-api-token", "jql": "project = OPS"}

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from lakesync.cli.connectors import cursor_summary
@@ -72,6 +73,20 @@ def test_a_refused_token_and_a_stopped_gateway_are_one_line_errors(
     assert down.returncode == 1 and len(down.stderr.strip().splitlines()) == 1
     assert down.stderr.startswith("error: cannot reach the gateway at http://127.0.0.1:")
     assert "is it running" in down.stderr
+
+
+def test_an_unknown_gateway_is_an_error_not_an_empty_list(gateway: ServerProcess) -> None:
+    out = run_cli("connectors", "--gw", "gw9", "--url", gateway.url, secret=SECRET)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert out.stderr.startswith(f"error: the gateway at {gateway.url} knows no gateway 'gw9'")
+    assert "check --gw" in out.stderr
+    schema = {"table": "todos", "columns": [{"name": "title", "type": "string"}]}
+    admin = {"Authorization": f"Bearer {gateway.token('ops', 'gw2', role='admin')}"}
+    r = httpx.post(f"{gateway.url}/v1/admin/schema/gw2", json=schema, headers=admin, timeout=10)
+    assert r.status_code == 200, r.text
+    known = run_cli("connectors", "--gw", "gw2", "--url", gateway.url, secret=SECRET)
+    assert known.returncode == 0 and "gateway gw2 has no connectors" in known.stderr
 
 
 def test_cursor_summary_shows_marks_and_counts_id_lists() -> None:

@@ -101,6 +101,56 @@ def test_pipeline_generate_where_there_is_no_lake(tmp_path: Path) -> None:
     assert not (tmp_path / "d").exists()
 
 
+def test_pipeline_run_with_a_mistyped_data_dir_makes_no_lake(tmp_path: Path) -> None:
+    typo = tmp_path / "lakesnyc"
+    proc = _lakesync("pipeline", "run", "--data-dir", str(typo))
+    _one_error_line(proc.stderr, 1, proc.returncode, f"no lake in {typo}", "lakesync demo")
+    assert not typo.exists()  # no new empty lake, no Spark run
+
+
+def test_materialise_with_a_mistyped_data_dir_makes_no_lake(tmp_path: Path) -> None:
+    typo = tmp_path / "lakesnyc"
+    out = _invoke("materialise", "--data-dir", str(typo))
+    _one_error_line(out.stderr, 1, out.exit_code, f"no lake in {typo}")
+    assert not typo.exists()
+
+
+TYPO_RULES = """\
+gateways:
+  gw1:
+    schemas:
+      - {table: todos, columns: [{name: title, type: string}, {name: owner, type: string}]}
+    rules:
+      version: 1
+      buckets:
+        - {name: mine, tables: [todos], filters: [{column: ownr, op: eq, value: "jwt:sub"}]}
+"""
+
+
+def test_up_refuses_rules_naming_a_column_no_schema_has(tmp_path: Path) -> None:
+    config = tmp_path / "lakesync.yaml"
+    config.write_text(TYPO_RULES)
+    script = Path(sys.executable).parent / "lakesync"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "lakesync.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
+    env["LAKESYNC_JWT_SECRET"] = "cli-test-secret-long-enough-for-hs256-0123456789"
+    with subprocess.Popen(
+        [*command, "up", "--port", str(free_port()), "--data-dir", str(tmp_path / "d"),
+         "--config", str(config)],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            proc.communicate(timeout=30)
+            raise AssertionError("the gateway served rules naming no column") from None
+    _one_error_line(
+        stderr, 2, proc.returncode, "gateway 'gw1'", "bucket 'mine'", "table 'todos'",
+        "column 'ownr'", "did you mean 'owner'?",
+    )
+
+
 @pytest.fixture
 def landing_only(tmp_path: Path) -> LakeSettings:
     """A lake the gateway has flushed into but no pipeline has run on: only lakesync.landing."""

@@ -158,6 +158,47 @@ def test_bad_files_name_the_file_and_the_problem(tmp_path: Path, text: str, need
     assert needle in info.value.message
 
 
+_TYPOS_ROOT = "connectors:\n  tracker: {kind: jira, gateway: gw1, url: u, email: e, token: t, "
+_TYPO_RULES = (
+    "gateways:\n  gw1:\n    rules:\n      version: 1\n      buckets:\n"
+    "        - {name: mine, tables: [todos], filters: [{colum: owner, op: eq, value: x}]}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        ("dta_dir: x\n", ["unknown field `dta_dir`", "did you mean `data_dir`?"]),
+        ("server:\n  rate_limt: 5\n", ["at `$.server`", "did you mean `rate_limit`?"]),
+        ("lake:\n  catalog_url: x\n", ["did you mean `catalog_uri`?"]),
+        ("gateways:\n  gw1:\n    schemaz: []\n", ["gateway 'gw1'", "did you mean `schemas`?"]),
+        (
+            "gateways:\n  gw1:\n    schemas:\n      - {table: t, columns: [], primaryKeys: [a]}\n",
+            ["gateway 'gw1'", "did you mean `primaryKey`?"],
+        ),
+        (_TYPO_RULES, ["gateway 'gw1'", "$.buckets[0].filters[0]", "did you mean `column`?"]),
+        (
+            _TYPOS_ROOT + "intervall: 5}\n",
+            ["gateway 'gw1'", "connector 'tracker'", "did you mean `interval`?"],
+        ),
+        (
+            "destinations:\n  wh: {kind: postgres, url: 'postgresql://h/d', gateway: gw1, "
+            "delet: soft}\n",
+            ["gateway 'gw1'", "destination 'wh'", "did you mean `delete`?"],
+        ),
+    ],
+    ids=["top", "server", "lake", "gateway", "schema", "rules", "connector", "destination"],
+)
+def test_an_unknown_key_names_where_it_is_and_the_nearest_key(
+    tmp_path: Path, text: str, needles: list[str]
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    for needle in [str(path), *needles]:
+        assert needle in info.value.message, info.value.message
+
+
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError, match=r"nope\.yaml"):

@@ -129,7 +129,8 @@ def test_lakesync_yaml_declares_connectors_by_name(tmp_path: Path) -> None:
     assert isinstance(jira, JiraSpec) and (jira.interval, jira.token) == (30.0, "${JIRA_TOKEN}")
     assert connector_kind(config.connectors["shop"]) == "mysql"
     path.write_text("connectors:\n  jira1: {kind: jira, gateway: gw1, url: u, email: e}\n")
-    with pytest.raises(ConfigError, match=r"lakesync.yaml: connector 'jira1': missing token"):
+    missing = r"lakesync.yaml: gateway 'gw1': connector 'jira1': missing token"
+    with pytest.raises(ConfigError, match=missing):
         load_config(path, env={})
 
 

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakesync.errors import ValidationError
+from lakesync.errors import SchemaError, ValidationError
 from lakesync.rules import (
     SyncRules,
     buckets_for,
+    check_rules,
     index_entries,
     lookups,
     parse_rules,
@@ -20,6 +21,7 @@ from lakesync.rules import (
     tables_for,
     visible,
 )
+from lakesync.schema import parse_schema
 
 CLAIMS: dict[str, Any] = {"sub": "u1", "teams": ["t1", "t2"], "level": "10", "role": "client"}
 
@@ -340,3 +342,51 @@ def test_index_lookups_find_every_visible_row(
     found = any((col, key) in entries for col, keys in plan for key in keys)
     if visible(rules, claims, "todos", row):
         assert found
+
+
+def _mine(tables: list[str], column: str = "owner") -> SyncRules:
+    return parse_rules(
+        {
+            "version": 1,
+            "buckets": [
+                {
+                    "name": "mine",
+                    "tables": tables,
+                    "filters": [{"column": column, "op": "eq", "value": "jwt:sub"}],
+                }
+            ],
+        }
+    )
+
+
+SCHEMAS = {
+    name: parse_schema({"table": name, "columns": [{"name": c, "type": "string"} for c in cols]})
+    for name, cols in {"todos": ["title", "owner"], "notes": ["body", "owner"]}.items()
+}
+
+
+@pytest.mark.parametrize(
+    ("rules", "needles"),
+    [
+        (_mine(["todo"]), ["bucket 'mine'", "table 'todo'", "no registered schema",
+                           "did you mean 'todos'?"]),
+        (_mine(["todos"], "ownr"), ["bucket 'mine'", "table 'todos'", "column 'ownr'",
+                                    "did you mean 'owner'?"]),
+        (_mine(["todos", "notes"], "title"), ["table 'notes'", "column 'title'"]),
+        (_mine([], "xyz"), ["bucket 'mine' (every table)", "column 'xyz'",
+                            "known columns: body, owner, title"]),
+    ],
+    ids=["table", "column", "column-of-one-table", "every-table"],
+)
+def test_rules_naming_what_no_schema_has_are_refused(rules: SyncRules, needles: list[str]) -> None:
+    with pytest.raises(SchemaError) as info:
+        check_rules(rules, SCHEMAS)
+    for needle in needles:
+        assert needle in info.value.message, info.value.message
+
+
+def test_rules_over_registered_names_and_schemaless_gateways_pass() -> None:
+    check_rules(_mine(["todos", "notes"]), SCHEMAS)
+    check_rules(_mine([], "owner"), SCHEMAS)
+    check_rules(None, SCHEMAS)
+    check_rules(_mine(["anything"], "at_all"), {})  # no schema: nothing to check against

@@ -156,7 +156,8 @@ class AdminController(Controller):
         claims: NamedDependency[Claims],
         request: Request[Any, Any, Any],
     ) -> ConnectorsResponse:
-        """Every connector of the gateway, declared or registered (credentials redacted)."""
+        """Every connector of the gateway, declared or registered (credentials redacted); 404
+        for a gateway id nothing is declared or stored for (a mistyped one)."""
         return ConnectorsResponse(await _connectors(request).documents(gw))
 
     @post("/connectors/{gw:str}", status_code=200, responses=ERROR_RESPONSES)

@@ -215,7 +215,8 @@ class ConnectorService:
         await anyio.to_thread.run_sync(self.service.store.delete_doc, gw, CURSOR_KIND, name)
 
     async def documents(self, gw: str) -> list[dict[str, Any]]:
-        """Every connector of a gateway as the admin routes show it (credentials redacted)."""
+        """Every connector of a gateway as the admin routes show it (credentials redacted);
+        :class:`NotFoundError` for a gateway nothing is declared or stored for."""
         docs = await anyio.to_thread.run_sync(self.service.store.list_docs, gw, DOC_KIND)
         out = {
             name: {"name": name, "type": connector_kind(spec)}
@@ -224,6 +225,11 @@ class ConnectorService:
             if spec.gateway == gw
         }
         out |= docs
+        if not out and not await self.service.knows(gw):
+            raise NotFoundError(
+                f"gateway {gw!r} is not known here: nothing is declared or stored for it (no "
+                "schemas, sync rules, connectors or data); check the gateway id"
+            )
         return [redact(body) for body in out.values()]
 
     async def status(self, gw: str, name: str) -> dict[str, Any]:

@@ -11,6 +11,11 @@ unchanged one:
 - **Rules**: what the store holds wins (it may have been set through the admin API) unless the
   file's rules changed since they were last applied; then the file's replace them, with a warning
   naming both versions when they replace rules set through the admin API.
+
+Then every gateway with schemas is checked: its rules in force must name only registered tables
+and their columns (:func:`lakesync.rules.check_rules`). A mistake there refuses the start with a
+:class:`~lakesync.errors.ConfigError` naming the gateway, the bucket, the table and the column,
+rather than a gateway that reports ready and hides rows from every client.
 """
 
 from __future__ import annotations
@@ -19,15 +24,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import anyio.to_thread
 import msgspec
 
-from lakesync.api.services.sync import SyncService
+from lakesync.api.store.base import HotLog
 from lakesync.config import GatewayConfig
-from lakesync.rules import SyncRules, rules_to_wire
+from lakesync.errors import ConfigError, SchemaError
+from lakesync.rules import SyncRules, check_rules, rules_to_wire
 from lakesync.schema import TableSchema, merge_declared, parse_schema, schema_to_wire
 
-__all__ = ["apply_declared"]
+__all__ = ["apply_declared", "check_gateways"]
 
 _log = logging.getLogger(__name__)
 
@@ -39,18 +44,37 @@ def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-async def apply_declared(service: SyncService, gateways: Mapping[str, GatewayConfig]) -> None:
-    """Bring the store in line with the declared ``gateways`` (see the module docstring)."""
+def apply_declared(store: HotLog, gateways: Mapping[str, GatewayConfig]) -> None:
+    """Bring the store in line with the declared ``gateways`` (see the module docstring), then
+    :func:`check_gateways`. Runs store calls: call it from a worker thread in async code."""
     for gw, gateway in gateways.items():
-        applied = await anyio.to_thread.run_sync(service.store.list_docs, gw, SCHEMA_KIND)
+        applied = store.list_docs(gw, SCHEMA_KIND)
         for schema in gateway.schemas:
-            await _apply_schema(service, gw, schema, applied.get(schema.table))
+            _apply_schema(store, gw, schema, applied.get(schema.table))
         if gateway.rules is not None:
-            await _apply_rules(service, gw, gateway.rules)
+            _apply_rules(store, gw, gateway.rules)
+    check_gateways(store)
 
 
-async def _apply_schema(
-    service: SyncService, gw: str, declared: TableSchema, applied: dict[str, Any] | None
+def check_gateways(store: HotLog) -> None:
+    """Raise :class:`ConfigError` when the rules of a gateway with schemas name a table or
+    column no schema of it has (naming the gateway, the bucket, the table and the column)."""
+    schemas: dict[str, dict[str, TableSchema]] = {}
+    for gw, name, body in store.docs_of_kind("schema"):
+        schemas.setdefault(gw, {})[name] = parse_schema(body)
+    for gw, tables in schemas.items():
+        try:
+            check_rules(store.get_rules(gw).rules, tables)
+        except SchemaError as exc:
+            raise ConfigError(
+                f"gateway {gw!r}: {exc.message}; fix gateways.{gw}.rules in lakesync.yaml "
+                f"(changed rules there replace the stored ones) or declare the missing schema "
+                f"under gateways.{gw}.schemas"
+            ) from None
+
+
+def _apply_schema(
+    store: HotLog, gw: str, declared: TableSchema, applied: dict[str, Any] | None
 ) -> None:
     wire = schema_to_wire(declared)
     if applied == wire:
@@ -65,18 +89,16 @@ async def _apply_schema(
         conflicts[:] = found
         return schema_to_wire(merged)
 
-    store = service.store
-    await anyio.to_thread.run_sync(store.update_doc, gw, "schema", declared.table, change)
-    await anyio.to_thread.run_sync(store.put_doc, gw, SCHEMA_KIND, declared.table, wire)
+    store.update_doc(gw, "schema", declared.table, change)
+    store.put_doc(gw, SCHEMA_KIND, declared.table, wire)
     for message in conflicts:
         _log.warning("gateway %r: lakesync.yaml vs the stored schema: %s", gw, message)
 
 
-async def _apply_rules(service: SyncService, gw: str, declared: SyncRules) -> None:
-    store = service.store
+def _apply_rules(store: HotLog, gw: str, declared: SyncRules) -> None:
     wire = rules_to_wire(declared)
-    applied = (await anyio.to_thread.run_sync(store.list_docs, gw, RULES_KIND)).get("rules")
-    current = await anyio.to_thread.run_sync(store.get_rules, gw)
+    applied = store.list_docs(gw, RULES_KIND).get("rules")
+    current = store.get_rules(gw)
     stored = None if current.rules is None else rules_to_wire(current.rules)
     if applied is not None and applied["rules"] == wire:
         if current.stamp and stored != wire:
@@ -94,5 +116,5 @@ async def _apply_rules(service: SyncService, gw: str, declared: SyncRules) -> No
             _json(stored),
             _json(wire),
         )
-    await service.set_rules(gw, declared)
-    await anyio.to_thread.run_sync(store.put_doc, gw, RULES_KIND, "rules", {"rules": wire})
+    store.set_rules(gw, declared)
+    store.put_doc(gw, RULES_KIND, "rules", {"rules": wire})

@@ -31,10 +31,11 @@ from lakesync.errors import (
     BackpressureError,
     ForbiddenError,
     RateLimitedError,
+    SchemaError,
     ValidationError,
 )
 from lakesync.hlc import HLC
-from lakesync.rules import SyncRules, lookups
+from lakesync.rules import SyncRules, check_rules, lookups
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
 from lakesync.views import (
     Reader,
@@ -333,6 +334,25 @@ class SyncService:
         self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw), history)
 
     # -- admin ----------------------------------------------------------------------------------
+    async def knows(self, gateway_id: str) -> bool:
+        """Whether anything is declared (``lakesync.yaml``'s gateways, connectors or
+        destinations) or stored (schemas, rules, a checkpoint, deltas) for a gateway: a
+        mistyped gateway id is not, and admin listings say so instead of showing nothing."""
+        s = self.settings
+        declared = [*s.connectors.values(), *s.destinations.values()]
+        if gateway_id in s.gateways or any(d.gateway == gateway_id for d in declared):
+            return True
+        return await _run(self._stored, gateway_id)
+
+    def _stored(self, gateway_id: str) -> bool:
+        store = self.store
+        return bool(
+            store.list_docs(gateway_id, "schema")
+            or store.get_rules(gateway_id).stamp
+            or store.checkpoint(gateway_id) is not None
+            or store.read_page(gateway_id, 0, 1, False).entries
+        )
+
     async def schemas(self, gateway_id: str) -> dict[str, TableSchema]:
         """The registered table schemas of a gateway."""
         return await _run(self._schemas, gateway_id)
@@ -344,13 +364,28 @@ class SyncService:
     async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:
         """Register or evolve (additively) a table schema, in one atomic read-modify-write so
         concurrent evolutions never drop each other's columns (the later one is refused)."""
+        rules = (await _run(self.store.get_rules, gateway_id)).rules
+        others = await self.schemas(gateway_id)
 
         def change(old: dict[str, Any] | None) -> dict[str, Any]:
-            return schema_to_wire(schema if old is None else evolve(parse_schema(old), schema))
+            new = schema if old is None else evolve(parse_schema(old), schema)
+            try:
+                # Only the first schema of a gateway whose rules were set while it had none can
+                # leave them naming what no schema has: adding tables or columns cannot.
+                check_rules(rules, {**others, new.table: new})
+            except SchemaError as exc:
+                raise SchemaError(
+                    f"cannot register {new.table!r}: the gateway's sync rules, set while it had "
+                    f"no schema, would then be invalid: {exc.message}; set rules naming only "
+                    "this table (or none) first, register the schemas, then the full rules"
+                ) from None
+            return schema_to_wire(new)
 
         body = await _run(self.store.update_doc, gateway_id, "schema", schema.table, change)
         return parse_schema(body)
 
     async def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
-        """Replace a gateway's sync rules; clients resync on their next pull."""
+        """Replace a gateway's sync rules; clients resync on their next pull. Rules naming a
+        table or column the gateway's schemas lack are refused (:func:`check_rules`)."""
+        check_rules(rules, await self.schemas(gateway_id))
         return await _run(self.store.set_rules, gateway_id, rules)
