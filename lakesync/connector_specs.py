@@ -31,6 +31,7 @@ from lakesync.secrets import REFERENCE, has_reference, resolve_references
 from lakesync.tokens import parse_ttl
 
 __all__ = [
+    "BIGQUERY_URL",
     "CONNECTOR_NAME",
     "BigQuerySpec",
     "CloudWatchLogsSpec",
@@ -63,6 +64,9 @@ SECRET_KEYS = frozenset(
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+
+BIGQUERY_URL = re.compile(r"bigquery://[A-Za-z0-9:._-]+/?(\?.*)?")
+"""A bigquery connector's ``url``: ``bigquery://PROJECT``, optionally ``?endpoint=…``."""
 
 
 class _Common(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind"):
@@ -276,8 +280,9 @@ def _check_kind(spec: ConnectorSpec) -> None:
                 _check_bigquery(spec)
         case CloudWatchLogsSpec():
             validate_identifier(spec.table, "table")
-            parse_start(spec.start, 0.0)
-            if spec.retention:
+            if not has_reference(spec.start):
+                parse_start(spec.start, 0.0)
+            if spec.retention and not has_reference(spec.retention):
                 parse_ttl(spec.retention)
         case PostgresCdcSpec():
             for table in spec.tables.values():
@@ -293,7 +298,8 @@ def _check_bigquery(spec: BigQuerySpec) -> None:
         raise ValidationError("a bigquery connector reads source_table or query (one of them)")
     if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){1,2}", spec.source_table or "d.t"):
         raise ValidationError("source_table must be dataset.table or project.dataset.table")
-    if not re.fullmatch(r"bigquery://[A-Za-z0-9:._-]+/?(\?.*)?", spec.url):
+    # A ``${VAR}`` url is checked once resolved (by the client that opens it).
+    if not has_reference(spec.url) and not BIGQUERY_URL.fullmatch(spec.url):
         raise ValidationError("a bigquery url is bigquery://PROJECT[?endpoint=…]")
 
 

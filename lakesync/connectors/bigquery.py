@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from lakesync.connector_specs import BigQuerySpec
+from lakesync.connector_specs import BIGQUERY_URL, BigQuerySpec
 from lakesync.connectors._values import json_value
 from lakesync.connectors.database import DatabaseSource, Dialect
 from lakesync.errors import ConfigError
@@ -110,6 +110,8 @@ def bigquery_client(url: str, credentials: str = "") -> Any:
     from google.api_core.client_options import ClientOptions
     from google.cloud import bigquery
 
+    if not BIGQUERY_URL.fullmatch(url):
+        raise ConfigError("a bigquery url is bigquery://PROJECT[?endpoint=…]")
     parts = urlsplit(url)
     project = parts.hostname or ""
     endpoint = parse_qs(parts.query).get("endpoint", [""])[0]
