@@ -30,6 +30,8 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from lakesync.connector_specs import CloudWatchLogsSpec, parse_start
 from lakesync.connectors._changes import Chunk
 from lakesync.connectors.base import Source
@@ -183,16 +185,13 @@ class CloudWatchLogsSource(Source):
 
     async def _page(self, args: dict[str, Any]) -> dict[str, Any]:
         """One ``FilterLogEvents`` call, throttling retried with exponential backoff."""
-        from botocore.exceptions import ClientError
-
         client = self._logs()
         for attempt in range(ATTEMPTS):
             try:
                 page: dict[str, Any] = await asyncio.to_thread(client.filter_log_events, **args)
                 return page
             except ClientError as exc:
-                code = exc.response.get("Error", {}).get("Code", "")
-                if code not in RETRIED or attempt == ATTEMPTS - 1:
+                if _code(exc) not in RETRIED or attempt == ATTEMPTS - 1:
                     raise
                 self.throttled += 1
                 await asyncio.sleep(min(self.backoff * 2**attempt, 30.0))
@@ -248,7 +247,15 @@ class CloudWatchLogsSource(Source):
                 args["filterPattern"] = self.spec.filter_pattern
             if token:
                 args["nextToken"] = token
-            page = await self._page(args)
+            try:
+                page = await self._page(args)
+            except ClientError as exc:
+                if not (token and not seen and _code(exc) == "InvalidParameterException"):
+                    raise
+                # A stored token no longer accepted (they expire): read from ``since`` again.
+                _log.warning("log group %s: stored nextToken refused; reading again", group)
+                token = None
+                continue
             chunk = Chunk(self.spec.table)
             for event in page.get("events", []):
                 ts = int(event["timestamp"])
@@ -315,6 +322,11 @@ class CloudWatchLogsSource(Source):
     async def aclose(self) -> None:
         """Drop the client."""
         self._client = None
+
+
+def _code(exc: Any) -> str:
+    """The error code of a botocore ``ClientError``."""
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def _high(high: int | None) -> dict[str, int]:

@@ -32,8 +32,8 @@ THROTTLED = {"__type": "ThrottlingException", "message": "Rate exceeded"}
 
 class LogsProxy(FakeServer):
     """A pass-through to the CloudWatch Logs server that can answer ``ThrottlingException``
-    (``fail_next``), slow every call down (``delay``) or keep handing out the first
-    ``nextToken`` it passed on (``repeat_token``)."""
+    (``fail_next``), slow every call down (``delay``), keep handing out the first ``nextToken``
+    it passed on (``repeat_token``) or refuse one (``refused_token``, as an expired one is)."""
 
     def __init__(self, upstream: str) -> None:
         super().__init__()
@@ -41,12 +41,16 @@ class LogsProxy(FakeServer):
         self.delay = 0.0
         self.repeat_token = False
         self.first_token: str | None = None
+        self.refused_token = ""
         self.calls = 0
         self.route("POST", "/", self._forward)
 
     def _forward(self, req: Request) -> Reply:
         self.calls += 1
         time.sleep(self.delay)
+        if isinstance(req.body, dict) and req.body.get("nextToken") == self.refused_token:
+            error = {"__type": "InvalidParameterException", "message": "invalid nextToken"}
+            return 400, error, {}
         body = req.body if isinstance(req.body, bytes) else json.dumps(req.body).encode()
         skip = ("host", "content-length")
         headers = {k: v for k, v in req.headers.items() if k.lower() not in skip}
@@ -162,6 +166,18 @@ def test_a_repeated_next_token_ends_the_poll(
     with pytest.raises(LogsPagingError, match="repeated a nextToken"):
         gateway.poll(source(group.spec(proxy.url, chunk_rows=10)))
     assert proxy.calls == 2  # the second page named the first's token again: no third call
+
+
+def test_a_stored_token_refused_reads_from_the_cursors_start(
+    gateway: GatewayUnderTest, group: LogGroup, proxy: LogsProxy
+) -> None:
+    group.put("web-1", [f"event {i}" for i in range(30)])
+    proxy.refused_token = "expired"
+    spec = group.spec(proxy.url, chunk_rows=10)
+    since = int(time.time() * 1000) - 3_600_000
+    cursor = {"reads": {f"{group.name}:": {"since": since, "token": "expired"}}}
+    gateway.store.put_doc("gw1", "connector-cursor", "conn1", {"cursor": cursor})
+    assert gateway.poll(source(spec)) == 30
 
 
 def test_throttling_is_retried_with_backoff(
