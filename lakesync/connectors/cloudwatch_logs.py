@@ -288,7 +288,7 @@ class CloudWatchLogsSource(Source):
     def _extracted(self, message: str, chunk: Chunk) -> dict[str, Any]:
         """A JSON object message's fields as columns (``parse: json``); new fields are added
         to the schema the chunk registers."""
-        if self.spec.parse != "json" or not message.startswith("{"):
+        if self.spec.parse != "json" or not message.lstrip().startswith("{"):
             return {}
         try:
             doc = json.loads(message)

@@ -230,3 +230,16 @@ def test_the_retention_window_keeps_ids_at_or_after_the_cutoff() -> None:
     window = RetentionWindow(1_700_000_000_000)
     ids = ["1699999999999:1:ab", "1700000000000:2:ab", "1700000000001:3:ab"]
     assert window.missing(ids) == ["1699999999999:1:ab"]
+
+
+@pytest.mark.slow
+def test_a_poll_of_5000_events_holds_one_page(gateway: GatewayUnderTest, group: LogGroup) -> None:
+    """Memory: one page of ``chunk_rows`` events (the tracemalloc bound of
+    tests/connectors/test_memory.py), whatever the size of the log group."""
+    from tests.connectors.test_memory import CONSTANT, peak_of_poll
+
+    group.put("web-1", [{"level": "INFO", "n": i, "pad": "x" * 200} for i in range(5000)])
+    peak = peak_of_poll(gateway, source(group.spec(chunk_rows=100, parse="json")), "logs1")
+    assert len(gateway.rows("logs")) == 5000
+    print(f"cloudwatch poll of 5,000 events, chunk_rows=100: peak {peak / 2**20:.2f} MiB")
+    assert peak < CONSTANT
