@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -35,11 +36,15 @@ from lakesync.destination_specs import redact_url
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.hints import explain, of_gateway
 from lakesync.secrets import REFERENCE, has_reference, resolve_references
+from lakesync.tokens import parse_ttl
 
 __all__ = [
     "ACTION_TYPES",
+    "BIGQUERY_URL",
     "CONNECTOR_NAME",
     "ActionGrant",
+    "BigQuerySpec",
+    "CloudWatchLogsSpec",
     "ConnectorSpec",
     "DatabaseSpec",
     "JiraSpec",
@@ -47,11 +52,13 @@ __all__ = [
     "PostgresCdcSpec",
     "PostgresSpec",
     "SalesforceSpec",
+    "TableReadSpec",
     "connector_client_id",
     "connector_kind",
     "may_run",
     "parse_connector",
     "parse_connectors",
+    "parse_start",
     "redact",
     "resolve_secrets",
 ]
@@ -59,7 +66,9 @@ __all__ = [
 CONNECTOR_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 """What a connector's name may be (it becomes part of its client id)."""
 
-SECRET_KEYS = frozenset({"token", "password", "client_secret", "dsn"})
+SECRET_KEYS = frozenset(
+    {"token", "password", "client_secret", "dsn", "credentials", "secret_access_key"}
+)
 """Keys whose values are credentials (a DSN may carry a password)."""
 
 
@@ -103,6 +112,10 @@ def may_run(grants: Sequence[ActionGrant], action_type: str, claims: Mapping[str
         and all(_values(claims.get(name)) & _values(want) for name, want in grant.claims.items())
         for grant in grants
     )
+
+
+BIGQUERY_URL = re.compile(r"bigquery://[A-Za-z0-9:._-]+/?(\?.*)?")
+"""A bigquery connector's ``url``: ``bigquery://PROJECT``, optionally ``?endpoint=…``."""
 
 
 class _Common(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind"):
@@ -177,11 +190,10 @@ class SalesforceSpec(_Common, frozen=True, tag="salesforce"):
     """Seconds a request to the org may take."""
 
 
-class DatabaseSpec(_Common, frozen=True):
-    """A table of PostgreSQL or MySQL/MariaDB read by a cursor or by snapshot diffs."""
+class TableReadSpec(_Common, frozen=True):
+    """A table (or query) read by a cursor or by snapshot diffs: what the database sources and
+    BigQuery share."""
 
-    dsn: str = ""
-    """The source database's DSN (write ``${VAR}`` or ``${file:PATH}`` for its password)."""
     source_table: str = ""
     """The table (or ``schema.table``) to read."""
     table: str = ""
@@ -198,6 +210,13 @@ class DatabaseSpec(_Common, frozen=True):
     lookback: NonNegative = 0.0
     """Cursor strategy: re-read this much below the cursor (seconds for timestamps, else units):
     rows committed late with a lower value are still found."""
+
+
+class DatabaseSpec(TableReadSpec, frozen=True):
+    """A table of PostgreSQL or MySQL/MariaDB read by a cursor or by snapshot diffs."""
+
+    dsn: str = ""
+    """The source database's DSN (write ``${VAR}`` or ``${file:PATH}`` for its password)."""
 
 
 class PostgresSpec(DatabaseSpec, frozen=True, tag="postgres"):
@@ -220,7 +239,55 @@ class PostgresCdcSpec(_Common, frozen=True, tag="postgres_cdc"):
     """Source ``schema.table`` → gateway table; each source table needs a primary key."""
 
 
-ConnectorSpec = JiraSpec | SalesforceSpec | PostgresSpec | MysqlSpec | PostgresCdcSpec
+class BigQuerySpec(TableReadSpec, frozen=True, tag="bigquery"):
+    """A BigQuery table (``source_table: dataset.table``) or query (``query:``) read by a cursor
+    or by snapshot diffs, like the database sources."""
+
+    url: str = ""
+    """``bigquery://PROJECT``, optionally ``?endpoint=http://host:port`` (an emulator)."""
+    query: str = ""
+    """A ``select`` read instead of ``source_table`` (its result columns are the table's)."""
+    credentials: str = ""
+    """A service account's JSON key (``${file:PATH}``); empty = Google's default chain
+    (anonymous with an ``endpoint``)."""
+
+
+class CloudWatchLogsSpec(_Common, frozen=True, tag="cloudwatch_logs"):
+    """CloudWatch Logs: the events of log groups, one row each, by a time cursor."""
+
+    log_groups: list[str] = msgspec.field(default_factory=list)
+    stream_prefixes: list[str] = msgspec.field(default_factory=list)
+    """Only streams whose name starts with one of these (empty = every stream)."""
+    filter_pattern: str = ""
+    """A CloudWatch filter pattern (empty = every event)."""
+    start: str = "1h"
+    """Where the first poll starts: a duration before it (``90s``, ``15m``, ``1h``, ``7d``) or
+    an ISO 8601 instant."""
+    table: str = "logs"
+    parse: Literal["text", "json"] = "text"
+    """``json``: a JSON object message's top-level fields become columns too."""
+    retention: str = ""
+    """A duration (``7d``): rows whose event is older are deleted from the gateway each poll
+    (logs are a window, not a history); empty = kept."""
+    overlap: NonNegative = 300.0
+    """Seconds re-read before the time cursor: events ingested late are still found."""
+    region: str = ""
+    endpoint: str = ""
+    """A local server (moto) instead of AWS's."""
+    access_key_id: str = ""
+    secret_access_key: str = ""
+    """Explicit keys (``${VAR}``); empty = the standard AWS chain."""
+
+
+ConnectorSpec = (
+    JiraSpec
+    | SalesforceSpec
+    | PostgresSpec
+    | MysqlSpec
+    | PostgresCdcSpec
+    | BigQuerySpec
+    | CloudWatchLogsSpec
+)
 
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "jira": ("url", "email", "token"),
@@ -228,6 +295,8 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "postgres": ("dsn", "source_table", "table", "key"),
     "mysql": ("dsn", "source_table", "table", "key"),
     "postgres_cdc": ("dsn", "slot", "tables"),
+    "bigquery": ("url", "table", "key"),
+    "cloudwatch_logs": ("log_groups",),
 }
 
 
@@ -296,10 +365,18 @@ def _check_actions(kind: str, grants: Sequence[ActionGrant]) -> None:
 
 def _check_kind(spec: ConnectorSpec) -> None:
     match spec:
-        case DatabaseSpec():
+        case TableReadSpec():
             validate_identifier(spec.table, "table")
             if spec.strategy == "cursor" and not spec.cursor_column:
                 raise ValidationError("strategy 'cursor' needs cursor_column")
+            if isinstance(spec, BigQuerySpec):
+                _check_bigquery(spec)
+        case CloudWatchLogsSpec():
+            validate_identifier(spec.table, "table")
+            if not has_reference(spec.start):
+                parse_start(spec.start, 0.0)
+            if spec.retention and not has_reference(spec.retention):
+                parse_ttl(spec.retention)
         case PostgresCdcSpec():
             for table in spec.tables.values():
                 validate_identifier(table, "table")
@@ -307,6 +384,32 @@ def _check_kind(spec: ConnectorSpec) -> None:
                 raise ValidationError("slot must match [a-z0-9_]{1,63}")
         case _:
             pass
+
+
+def _check_bigquery(spec: BigQuerySpec) -> None:
+    if bool(spec.source_table) == bool(spec.query):
+        raise ValidationError("a bigquery connector reads source_table or query (one of them)")
+    if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+){1,2}", spec.source_table or "d.t"):
+        raise ValidationError("source_table must be dataset.table or project.dataset.table")
+    # A ``${VAR}`` url is checked once resolved (by the client that opens it).
+    if not has_reference(spec.url) and not BIGQUERY_URL.fullmatch(spec.url):
+        raise ValidationError("a bigquery url is bigquery://PROJECT[?endpoint=…]")
+
+
+def parse_start(text: str, now: float) -> float:
+    """A cloudwatch_logs ``start`` as epoch seconds: a duration before ``now`` (``1h``) or an
+    ISO 8601 instant (UTC when it names no offset). Raises :class:`ValidationError`."""
+    try:
+        return now - parse_ttl(text)
+    except ValidationError:
+        pass
+    try:
+        instant = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(
+            f"start {text!r} is neither a duration (30m, 1h, 7d) nor an ISO 8601 instant"
+        ) from None
+    return (instant if instant.tzinfo else instant.replace(tzinfo=UTC)).timestamp()
 
 
 def resolve_secrets(

@@ -21,6 +21,7 @@ __all__ = [
     "merge_declared",
     "parse_schema",
     "schema_to_wire",
+    "widened",
 ]
 
 ColumnType = Literal["string", "number", "boolean", "json", "null"]
@@ -107,6 +108,16 @@ def evolve(old: TableSchema, new: TableSchema) -> TableSchema:
                 f"{new_types[name]} (evolution is additive only)"
             )
     return new
+
+
+def widened(stored: TableSchema, new: TableSchema) -> TableSchema:
+    """``stored`` with the columns only ``new`` has appended and ``new``'s type for the ones
+    both have (so :func:`evolve` still refuses a type change); ``new``'s options."""
+    by_name = {c.name: c for c in new.columns}
+    have = {c.name for c in stored.columns}
+    columns = [by_name.get(c.name, c) for c in stored.columns]
+    columns += [c for c in new.columns if c.name not in have]
+    return msgspec.structs.replace(new, columns=columns)
 
 
 def _options(schema: TableSchema) -> tuple[list[str] | None, bool, str | None]:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure a PostgreSQL and a MariaDB server answer, and write their DSNs to .lakesync-env.
+# Make sure a PostgreSQL and a MariaDB server answer (and the BigQuery emulator and moto's
+# CloudWatch Logs server, for the connector tests), and write their addresses to .lakesync-env.
 # Order: a DSN already in the environment; the machine's own service on the standard port
 # (started if installed but stopped); else a throwaway server in .servers/ on a private port.
 set -euo pipefail
@@ -109,6 +110,26 @@ if [ -z "$BQ_ENDPOINT" ]; then
   bq_ok && BQ_ENDPOINT="http://127.0.0.1:$BQ_PORT"
 fi
 
+# --- CloudWatch Logs: moto's standalone server (the dev extra installs moto[server]) ---
+CW_ENDPOINT=${LAKESYNC_TEST_CLOUDWATCH_ENDPOINT:-}
+cw_ok() { curl -fsS -o /dev/null "$1/moto-api/" 2>/dev/null; }
+if [ -n "$CW_ENDPOINT" ] && ! cw_ok "$CW_ENDPOINT"; then
+  CW_ENDPOINT=
+fi
+if [ -z "$CW_ENDPOINT" ]; then
+  CW_PORT=59060
+  if ! cw_ok "http://127.0.0.1:$CW_PORT"; then
+    if [ -x "$ROOT/.venv/bin/moto_server" ]; then
+      log "starting moto's server (CloudWatch Logs) on port $CW_PORT"
+      (nohup "$ROOT/.venv/bin/moto_server" -H 127.0.0.1 -p $CW_PORT >"$SERVERS/moto.log" 2>&1 &)
+      for _ in $(seq 60); do cw_ok "http://127.0.0.1:$CW_PORT" && break; sleep 0.5; done
+    else
+      log "no .venv/bin/moto_server: the CloudWatch Logs tests skip (fail under CI)"
+    fi
+  fi
+  cw_ok "http://127.0.0.1:$CW_PORT" && CW_ENDPOINT="http://127.0.0.1:$CW_PORT"
+fi
+
 cat > "$ROOT/.lakesync-env" <<ENV
 export LAKESYNC_TEST_PG_DSN='$PG_DSN'
 export LAKESYNC_TEST_MYSQL_DSN='$MY_DSN'
@@ -116,4 +137,7 @@ ENV
 if [ -n "$BQ_ENDPOINT" ]; then
   echo "export LAKESYNC_TEST_BIGQUERY_ENDPOINT='$BQ_ENDPOINT'" >> "$ROOT/.lakesync-env"
 fi
-log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN  BigQuery emulator: ${BQ_ENDPOINT:-none}"
+if [ -n "$CW_ENDPOINT" ]; then
+  echo "export LAKESYNC_TEST_CLOUDWATCH_ENDPOINT='$CW_ENDPOINT'" >> "$ROOT/.lakesync-env"
+fi
+log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN  BigQuery emulator: ${BQ_ENDPOINT:-none}  CloudWatch Logs: ${CW_ENDPOINT:-none}"

@@ -1,5 +1,5 @@
-"""Connectors: outside systems (Jira, Salesforce, PostgreSQL, MySQL/MariaDB) polled into a
-gateway through its normal push path.
+"""Connectors: outside systems (Jira, Salesforce, PostgreSQL, MySQL/MariaDB, BigQuery,
+CloudWatch Logs) polled into a gateway through its normal push path.
 
 :class:`~lakesync.connectors.base.Source` implementations read a system;
 :class:`~lakesync.connectors.poller.Poller`

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lakesync.delta import RowDelta
+from lakesync.schema import TableSchema
 from lakesync.values import normalize_value
 
 __all__ = ["Chunk", "KeySet", "changes_for", "split_rows"]
@@ -34,13 +35,17 @@ class Chunk:
 
     ``keep_only`` ends a full pass over ``table``: every row the gateway stores for the table
     whose id is not in it is gone from the source. The poller pages through the stored ids and
-    deletes those, so neither side holds the table's ids in memory."""
+    deletes those, so neither side holds the table's ids in memory.
+
+    ``schema``, when set, is registered before the chunk is stored: a source that finds new
+    columns as it reads (JSON log fields) adds them mid-poll."""
 
     table: str
     upserts: dict[str, dict[str, Any]] = field(default_factory=dict)
     deletes: list[str] = field(default_factory=list)
     cursor: dict[str, Any] | None = None
     keep_only: KeySet | None = None
+    schema: TableSchema | None = None
 
     def row_ids(self) -> list[str]:
         """Every row id the chunk touches."""

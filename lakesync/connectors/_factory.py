@@ -5,6 +5,8 @@ a :class:`~lakesync.errors.ConfigError` naming the ``pip install`` extra."""
 from __future__ import annotations
 
 from lakesync.connector_specs import (
+    BigQuerySpec,
+    CloudWatchLogsSpec,
     ConnectorSpec,
     JiraSpec,
     MysqlSpec,
@@ -43,6 +45,14 @@ def open_source(spec: ConnectorSpec) -> Source:
                 from lakesync.connectors.pg_cdc import PostgresCdcSource
 
                 return PostgresCdcSource(spec)
+            case BigQuerySpec():
+                from lakesync.connectors.bigquery import BigQuerySource
+
+                return BigQuerySource(spec)
+            case CloudWatchLogsSpec():
+                from lakesync.connectors.cloudwatch_logs import CloudWatchLogsSource
+
+                return CloudWatchLogsSource(spec)
     except ModuleNotFoundError as exc:
         raise ConfigError(
             f"connector kind needs {exc.name}: pip install 'lakesync[connectors]'"

@@ -1,4 +1,5 @@
-"""PostgreSQL and MySQL/MariaDB tables as sources, by one of two strategies:
+"""Tables as sources (PostgreSQL, MySQL/MariaDB here; BigQuery through its own
+:class:`Dialect` in :mod:`lakesync.connectors.bigquery`), by one of two strategies:
 
 - **cursor**: rows whose ``cursor_column`` (a number or timestamp that grows on every insert
   and update) is at or above the stored cursor minus ``lookback`` (rows committed late with a
@@ -25,10 +26,10 @@ import contextlib
 import datetime as dt
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import unquote, urlsplit
 
-from lakesync.connector_specs import DatabaseSpec
+from lakesync.connector_specs import DatabaseSpec, TableReadSpec
 from lakesync.connectors._changes import Chunk
 from lakesync.connectors._spill import SpilledKeys
 from lakesync.connectors._values import column_type, json_value, typed_value
@@ -36,7 +37,9 @@ from lakesync.connectors.base import Source
 from lakesync.errors import ConfigError
 from lakesync.schema import TableSchema, parse_schema
 
-__all__ = ["DatabaseSource", "MysqlDialect", "PostgresDialect", "row_id_of"]
+__all__ = ["DatabaseSource", "Dialect", "MysqlDialect", "PostgresDialect", "row_id_of"]
+
+S = TypeVar("S", bound=TableReadSpec)
 
 
 def row_id_of(row: Mapping[str, Any], key: Sequence[str]) -> str:
@@ -49,33 +52,52 @@ def _split_table(name: str) -> tuple[str | None, str]:
     return schema or None, table
 
 
-class Dialect(abc.ABC):
-    """What differs between the two databases: connecting, quoting, streaming."""
+class Dialect(abc.ABC, Generic[S]):
+    """What differs between the systems read as tables: connecting, quoting, streaming, typing."""
 
     @abc.abstractmethod
-    def connect(self, dsn: str) -> Any:
-        """A new connection (autocommit off)."""
+    def open(self, spec: S) -> Any:
+        """A new connection to the system ``spec`` reads."""
 
     @abc.abstractmethod
     def stream(
-        self, conn: Any, spec: DatabaseSpec, columns: Sequence[str], since: Any
+        self, conn: Any, spec: S, columns: Sequence[str], since: Any
     ) -> AbstractContextManager[Iterator[dict[str, Any]]]:
         """The rows to read, as dicts, streamed: ``since`` None = every row in key order,
         else rows with the cursor column >= ``since`` in cursor order."""
 
     @abc.abstractmethod
-    def columns(self, conn: Any, spec: DatabaseSpec) -> list[tuple[str, str, str]]:
+    def columns(self, conn: Any, spec: S) -> list[tuple[str, str, str]]:
         """``(name, data_type, column_type)`` of the source table, in order."""
 
+    def column_type(self, data_type: str, column_type_text: str) -> str:
+        """The gateway column type of a source column."""
+        return column_type(data_type, column_type_text)
 
-def _where_order(spec: DatabaseSpec, since: Any, q: Any) -> tuple[list[Any], list[Any]]:
+    def cell(self, value: Any, typ: str) -> Any:
+        """A value the driver read, as a ``typ`` gateway column holds it."""
+        return typed_value(json_value(value), typ)
+
+
+class SqlDialect(Dialect[DatabaseSpec]):
+    """The SQL databases, reached by a DSN."""
+
+    @abc.abstractmethod
+    def connect(self, dsn: str) -> Any:
+        """A new connection (autocommit off)."""
+
+    def open(self, spec: DatabaseSpec) -> Any:
+        return self.connect(spec.dsn)
+
+
+def _where_order(spec: TableReadSpec, since: Any, q: Any) -> tuple[list[Any], list[Any]]:
     """(filter columns, order columns) for ``stream``; ``q`` quotes an identifier."""
     if since is None:
         return [], [q(k) for k in spec.key]
     return [q(spec.cursor_column)], [q(spec.cursor_column), *(q(k) for k in spec.key)]
 
 
-class PostgresDialect(Dialect):
+class PostgresDialect(SqlDialect):
     """psycopg 3, a named (server-side) cursor per poll."""
 
     def connect(self, dsn: str) -> Any:
@@ -129,7 +151,7 @@ class _Stream(AbstractContextManager[Iterator[dict[str, Any]]]):
         self.conn.rollback()
 
 
-class MysqlDialect(Dialect):
+class MysqlDialect(SqlDialect):
     """PyMySQL, an unbuffered cursor per poll."""
 
     def connect(self, dsn: str) -> Any:
@@ -205,10 +227,10 @@ def _cursor_in(stored: Any, lookback: float) -> Any:
     return stored - lookback if lookback else stored
 
 
-class DatabaseSource(Source):
+class DatabaseSource(Source, Generic[S]):
     """A table read by cursor or by diff (see the module docstring)."""
 
-    def __init__(self, spec: DatabaseSpec, dialect: Dialect) -> None:
+    def __init__(self, spec: S, dialect: Dialect[S]) -> None:
         self.spec = spec
         self.dialect = dialect
         self._conn: Any = None
@@ -216,19 +238,20 @@ class DatabaseSource(Source):
 
     async def _connection(self) -> Any:
         if self._conn is None:
-            self._conn = await asyncio.to_thread(self.dialect.connect, self.spec.dsn)
+            self._conn = await asyncio.to_thread(self.dialect.open, self.spec)
         return self._conn
 
     async def _source_columns(self) -> list[tuple[str, str, str]]:
         conn = await self._connection()
         found = await asyncio.to_thread(self.dialect.columns, conn, self.spec)
+        what = repr(self.spec.source_table) if self.spec.source_table else "the query"
         if not found:
-            raise ConfigError(f"source table {self.spec.source_table!r} not found")
+            raise ConfigError(f"source table {what} not found")
         wanted = self.spec.columns or [n for n, _, _ in found]
         by_name = {n: (n, t, u) for n, t, u in found}
         missing = [c for c in {*wanted, *self.spec.key} if c not in by_name]
         if missing:
-            raise ConfigError(f"{self.spec.source_table!r} has no column {sorted(missing)}")
+            raise ConfigError(f"{what} has no column {sorted(missing)}")
         return [by_name[c] for c in dict.fromkeys([*self.spec.key, *wanted])]
 
     async def schemas(self) -> Sequence[TableSchema]:
@@ -239,7 +262,8 @@ class DatabaseSource(Source):
                 {
                     "table": self.spec.table,
                     "columns": [
-                        {"name": n, "type": column_type(t, u)} for n, t, u in self._columns
+                        {"name": n, "type": self.dialect.column_type(t, u)}
+                        for n, t, u in self._columns
                     ],
                 }
             )
@@ -254,7 +278,7 @@ class DatabaseSource(Source):
     async def poll(self, cursor: Mapping[str, Any]) -> AsyncGenerator[Chunk, None]:
         """One poll by the configured strategy."""
         found = self._columns or await self._source_columns()
-        types = {n: column_type(t, u) for n, t, u in found}
+        types = {n: self.dialect.column_type(t, u) for n, t, u in found}
         columns = list(types)
         conn = await self._connection()
         diff = self.spec.strategy == "diff"
@@ -289,7 +313,7 @@ class DatabaseSource(Source):
                 chunk = Chunk(self.spec.table)
                 for row in batch:
                     chunk.upserts[row_id_of(row, self.spec.key)] = {
-                        c: typed_value(json_value(row[c]), t) for c, t in types.items()
+                        c: self.dialect.cell(row[c], t) for c, t in types.items()
                     }
                 if seen is None:
                     state["cursor"] = _cursor_out(batch[-1][self.spec.cursor_column])

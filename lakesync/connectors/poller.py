@@ -97,6 +97,8 @@ class Poller:
 
     async def _store(self, chunk: Chunk) -> int:
         self.status.rows_read += len(chunk.upserts)
+        if chunk.schema is not None:
+            await self.sink.register([chunk.schema])
         pushed = await self._push(chunk)
         if chunk.keep_only is not None:
             pushed += await self._delete_unseen(chunk.table, chunk.keep_only)

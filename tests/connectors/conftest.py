@@ -91,3 +91,21 @@ def gateway(tmp_path: Path) -> Iterator[GatewayUnderTest]:
     g = GatewayUnderTest(tmp_path)
     yield g
     g.store.close()
+
+
+CLOUDWATCH_ENDPOINT = os.environ.get("LAKESYNC_TEST_CLOUDWATCH_ENDPOINT", "")
+
+
+def require_cloudwatch() -> str:
+    """The local CloudWatch Logs server's endpoint (moto, started by scripts/services.sh);
+    skip the calling test when it does not answer, or fail it when env ``CI`` is set."""
+    import httpx
+
+    try:
+        httpx.get(f"{CLOUDWATCH_ENDPOINT}/moto-api/", timeout=5).raise_for_status()
+        return CLOUDWATCH_ENDPOINT
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        reason = f"no CloudWatch Logs server at {CLOUDWATCH_ENDPOINT or '(unset)'}: {exc}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: a missing server fails the test)", pytrace=False)
+    pytest.skip(reason)

@@ -1,7 +1,8 @@
 """Real gateway processes, killed (SIGKILL) in the middle of ingesting from Salesforce, from a
-database table (cursor and diff strategies, PostgreSQL and MariaDB) and from PostgreSQL change
-capture, then started again: the gateway's rows equal the source, every row was inserted once
-and no change was stored twice (the log holds exactly one delta per source change)."""
+database table (cursor and diff strategies, PostgreSQL and MariaDB), from PostgreSQL change
+capture, from CloudWatch Logs and from BigQuery, then started again: the gateway's rows equal
+the source, every row was inserted once and no change was stored twice (the log holds exactly
+one delta per source change)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import psycopg
 import pytest
 
 from lakesync.connectors.salesforce import OBJECTS
+from tests.connectors.conftest import require_cloudwatch
 from tests.connectors.fake_http import Reply, Request
 from tests.connectors.fake_salesforce import FakeSalesforce
 from tests.connectors.test_database import SourceDb
@@ -178,3 +180,54 @@ def test_change_capture_killed_mid_stream(tmp_path: Path, logical_dsn: str) -> N
     inserted_once(deltas)
     assert Counter(d["op"] for d in deltas) == {"INSERT": 3200, "DELETE": 500}
     assert {r: v["name"] for r, v in live_rows(deltas, "items").items()} == expected
+
+
+def test_cloudwatch_logs_killed_mid_poll(tmp_path: Path) -> None:
+    """The cursor is stored per chunk (page): the restart resumes at the next page, and the
+    pages it reads again store nothing."""
+    from tests.connectors.test_cloudwatch_logs import LogGroup, LogsProxy
+
+    group = LogGroup(require_cloudwatch())
+    group.put("web-1", [{"level": "ERROR", "n": i} for i in range(600)])
+    group.put("web-2", [f"plain {i}" for i in range(200)])
+    with LogsProxy(group.endpoint) as proxy:
+        proxy.delay = 0.1  # a poll long enough to be killed in
+        declared = {"kind": "cloudwatch_logs", "interval": 3600, "log_groups": [group.name]}
+        declared |= {"endpoint": proxy.url, "region": "us-east-1", "parse": "json"}
+        declared |= {"access_key_id": "test", "secret_access_key": "test", "chunk_rows": 20}
+        with ServerProcess(tmp_path / "gw", config=declare(tmp_path, "logs", declared)) as gw:
+            kill_mid_poll_and_restart(gw, "logs", 200, 800)
+            resumed_at = proxy.calls
+            deltas = every_delta(gw)
+            cursor = settled(gw, "logs")["cursor"]
+    inserted_once(deltas)
+    assert len(deltas) == 800  # one delta per event: nothing stored twice
+    rows = live_rows(deltas, "logs")
+    assert sum(1 for r in rows.values() if r.get("level") == "ERROR") == 600
+    assert next(iter(cursor["reads"].values())).keys() == {"high"}  # the read finished
+    # 40 pages of 20 (plus the last, empty one): resumed at the page after the last stored
+    # chunk, where a restart from the start would have read the ~10 pages before the kill again.
+    assert resumed_at <= 800 / 20 + 3
+
+
+def test_bigquery_killed_mid_poll(tmp_path: Path) -> None:
+    from tests.connectors.test_bigquery import Dataset, ledger
+
+    ds = Dataset()
+    try:
+        ds.run(
+            f"CREATE TABLE {ds.name}.ledger (id INT64, cost_centre STRING,"
+            " amount NUMERIC(12, 2), booked_at TIMESTAMP)"
+        )
+        ledger(ds, 600)
+        body = {"kind": "bigquery", "interval": 3600, "url": ds.url, "table": "ledger"}
+        body |= {"source_table": f"{ds.name}.ledger", "key": ["id"], "chunk_rows": 20}
+        body |= {"cursor_column": "booked_at"}
+        with ServerProcess(tmp_path / "gw", config=declare(tmp_path, "bq", body)) as gw:
+            kill_mid_poll_and_restart(gw, "bq", 100, 600)
+            deltas = every_delta(gw)
+    finally:
+        ds.drop()
+    inserted_once(deltas)
+    assert len(deltas) == 600
+    assert len(live_rows(deltas, "ledger")) == 600

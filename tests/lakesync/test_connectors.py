@@ -10,12 +10,15 @@ import pytest
 from lakesync.connector_specs import (
     ACTION_TYPES,
     ActionGrant,
+    BigQuerySpec,
+    CloudWatchLogsSpec,
     JiraSpec,
     PostgresSpec,
     SalesforceSpec,
     connector_kind,
     may_run,
     parse_connector,
+    parse_start,
     redact,
     resolve_secrets,
 )
@@ -166,3 +169,49 @@ def test_the_action_types_table_is_what_the_handlers_run() -> None:
         handler = open_actions(spec)
         assert handler is not None
         assert tuple(d.action_type for d in handler.descriptors()) == ACTION_TYPES[kind]
+BQ = {"kind": "bigquery", "gateway": "gw1", "url": "bigquery://acme?endpoint=http://h:1"}
+BQ |= {"source_table": "finance.ledger", "table": "ledger", "key": ["id"]}
+BQ |= {"cursor_column": "booked_at"}
+CW = {"kind": "cloudwatch_logs", "gateway": "gw1", "log_groups": ["/svc/api"]}
+
+
+def test_the_source_kinds_of_issue_27_parse_with_their_public_names() -> None:
+    bq = parse_connector("ledger", BQ | {"lookback": 60, "chunk_rows": 100})
+    assert isinstance(bq, BigQuerySpec) and connector_kind(bq) == "bigquery"
+    assert (bq.strategy, bq.lookback, bq.query) == ("cursor", 60.0, "")
+    query = {k: v for k, v in BQ.items() if k != "source_table"} | {"query": "select 1 as id"}
+    assert isinstance(parse_connector("q", query | {"strategy": "diff"}), BigQuerySpec)
+    assert isinstance(parse_connector("u", BQ | {"url": "${BQ_URL}"}), BigQuerySpec)
+    cw = parse_connector("logs", CW | {"filter_pattern": "ERROR", "retention": "7d"})
+    assert isinstance(cw, CloudWatchLogsSpec) and connector_kind(cw) == "cloudwatch_logs"
+    assert (cw.table, cw.parse, cw.start, cw.overlap) == ("logs", "text", "1h", 300.0)
+    assert parse_start("1h", 7200.0) == 3600.0
+    assert parse_start("2026-01-01T00:00:00", 0.0) == parse_start("2026-01-01T00:00:00Z", 0.0)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (BQ | {"query": "select 1"}, "source_table or query"),
+        ({k: v for k, v in BQ.items() if k != "source_table"}, "source_table or query"),
+        (BQ | {"source_table": "ledger"}, "dataset.table"),
+        (BQ | {"url": "https://bigquery.googleapis.com"}, "bigquery://PROJECT"),
+        (BQ | {"cursor_column": ""}, "cursor_column"),
+        ({k: v for k, v in BQ.items() if k != "key"}, "missing key"),
+        (CW | {"log_groups": []}, "missing log_groups"),
+        (CW | {"start": "yesterday"}, "start"),
+        (CW | {"retention": "forever"}, "duration"),
+        (CW | {"parse": "xml"}, "parse"),
+        (CW | {"table": "bad table"}, "table"),
+    ],
+)
+def test_bad_source_declarations_name_the_problem(body: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValidationError, match=problem):
+        parse_connector("c1", body)
+
+
+def test_cloud_credentials_are_redacted() -> None:
+    shown = redact(CW | {"secret_access_key": "abc", "access_key_id": "AKIA"})
+    assert shown["secret_access_key"] == "***" and shown["access_key_id"] == "AKIA"
+    assert redact(BQ | {"credentials": "{...}"})["credentials"] == "***"
+    assert redact(BQ | {"credentials": "${file:/k.json}"})["credentials"] == "${file:/k.json}"

@@ -206,3 +206,18 @@ def test_merge_declared_options_follow_the_file_only_when_it_changed_them() -> N
     # Options the file set before are no conflict when the file changes them again.
     merged, conflicts = merge_declared(declared, _table("title:string"), declared)
     assert merged.primary_key is None and conflicts == []
+
+
+def test_widened_keeps_stored_columns_and_appends_new_ones() -> None:
+    from lakesync.schema import evolve, widened
+
+    stored = parse_schema({"table": "logs", "columns": [
+        {"name": "message", "type": "string"}, {"name": "level", "type": "string"}]})
+    base = parse_schema({"table": "logs", "columns": [
+        {"name": "message", "type": "string"}, {"name": "host", "type": "string"}]})
+    wide = widened(stored, base)
+    assert [c.name for c in wide.columns] == ["message", "level", "host"]
+    assert evolve(stored, wide) == wide
+    changed = parse_schema({"table": "logs", "columns": [{"name": "level", "type": "number"}]})
+    with pytest.raises(SchemaError, match="cannot change type"):
+        evolve(stored, widened(stored, changed))

@@ -36,7 +36,7 @@ from lakesync.connector_specs import (
 )
 from lakesync.delta import RowDelta
 from lakesync.errors import LakeSyncError, NotFoundError, ValidationError
-from lakesync.schema import TableSchema
+from lakesync.schema import TableSchema, widened
 
 __all__ = ["CURSOR_KIND", "DOC_KIND", "ConnectorMetrics", "ConnectorService", "GatewaySink"]
 
@@ -56,10 +56,15 @@ class GatewaySink:
         self.client_id = connector_client_id(name)
 
     async def register(self, schemas: Sequence[TableSchema]) -> None:
-        """Register the source's tables (additive evolution, as the admin route does)."""
+        """Register the source's tables (additive evolution, as the admin route does): columns
+        the store has and ``schemas`` does not name are kept (a source may add columns as it
+        reads, and name only those it knows at the start of a poll)."""
         known = await self.service.schemas(self.gateway_id)
         for schema in schemas:
-            if known.get(schema.table) != schema:
+            stored = known.get(schema.table)
+            if stored is not None:
+                schema = widened(stored, schema)
+            if stored != schema:
                 await self.service.put_schema(self.gateway_id, schema)
 
     async def current(self, table: str, row_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
