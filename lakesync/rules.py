@@ -210,7 +210,8 @@ def visible(
 
 
 def tables_for(rules: SyncRules | None, claims: Mapping[str, Any]) -> set[str] | None:
-    """Tables this client may read and write; None means every table."""
+    """Tables this client may read (and the only ones it may write: see
+    :func:`write_refusal`); None means every table."""
     if rules is None:
         return None
     tables: set[str] = set()
