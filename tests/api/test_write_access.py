@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.store.postgres import PostgresHotLog
+from lakesync.api.app import create_app
+from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.hlc import HLC
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import Gateway, Replica, delta, make_settings, now_hlc, token

@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.store.base import HotLog
-from api.store.postgres import PostgresHotLog
-from api.store.sqlite import SqliteHotLog
+from lakesync.api.app import create_app
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.postgres import PostgresHotLog
+from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import RowState, join_delta

@@ -12,8 +12,8 @@ import sqlglot
 from hypothesis import given
 from hypothesis import strategies as hs
 
-from destinations import statements as st
-from destinations.statements import TableLayout
+from lakesync.destinations import statements as st
+from lakesync.destinations.statements import TableLayout
 from lakesync.errors import SchemaError
 
 SOFT = TableLayout("todos", [("title", "string"), ("meta", "json")], "soft")
