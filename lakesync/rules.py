@@ -13,8 +13,14 @@ so a typo is refused where it is made (at start, or by the admin route) instead 
 row. A gateway with no schema at all is schemaless and its rules are not checked. Register the
 schemas before the rules that name them; schemas only grow, so rules that pass stay valid.
 
-Write access (used by the gateway): a client may push to the tables its rules let it read, i.e.
-the union of its buckets' tables (``tables: []`` or no rules at all means every table).
+Write access (:func:`write_refusal`, checked by the gateway under its writers' lock), modelled on
+PostgreSQL row-level security: a client may write a row only if some bucket covers its table,
+the row is in the client's view before the write (``USING``: its merged state is visible, or
+the row does not exist: never written, or deleted), and it is still in the view after the
+write (``WITH CHECK``: its merged state after is visible, or the row is deleted). A bucket with
+``handover: true`` relaxes ``WITH CHECK`` for the rows it shows the writer before the write: the
+writer may give such a row away (say, set its ``owner`` to someone else). No rules at all means
+every write is allowed.
 
 List semantics, where the protocol is silent: with a list on the right, ``eq`` and ``in`` match when
 the row value equals any element, ``neq`` when it equals none, and the ordering operators when
@@ -26,15 +32,16 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
 
 from lakesync.canonical import canonical_json, js_number_str
-from lakesync.delta import validate_identifier
+from lakesync.delta import RowDelta, validate_identifier
 from lakesync.errors import SchemaError, ValidationError
 from lakesync.hints import explain, suggestion
+from lakesync.merge import RowState, join_delta
 from lakesync.schema import TableSchema
 
 __all__ = [
@@ -50,6 +57,7 @@ __all__ = [
     "rules_to_wire",
     "tables_for",
     "visible",
+    "write_refusal",
 ]
 
 FilterOp = Literal["eq", "neq", "in", "gt", "lt", "gte", "lte"]
@@ -66,11 +74,15 @@ class Filter(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Bucket(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A named set of rows: tables (empty = all) and ANDed filters."""
+    """A named set of rows: tables (empty = all) and ANDed filters. ``handover`` (true): a
+    client may write a row this bucket shows it so that the row leaves its view (see the module
+    docstring); unset, it is left out of the stored and served document, which thus reads as
+    it did before the field existed (re-applying unchanged rules is no change)."""
 
     name: str
     tables: list[str] = []
     filters: list[Filter] = []
+    handover: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class SyncRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -241,7 +253,8 @@ def visible(
 
 
 def tables_for(rules: SyncRules | None, claims: Mapping[str, Any]) -> set[str] | None:
-    """Tables this client may read and write; None means every table."""
+    """Tables this client may read (and the only ones it may write: see
+    :func:`write_refusal`); None means every table."""
     if rules is None:
         return None
     tables: set[str] = set()
@@ -284,3 +297,66 @@ def lookups(rules: SyncRules, claims: Mapping[str, Any]) -> list[tuple[str, list
         if rhs is not None:
             out.append((usable[0].column, [_index_key(v) for v in rhs]))
     return out
+
+
+def _covers(bucket: Bucket, table: str) -> bool:
+    return not bucket.tables or table in bucket.tables
+
+
+def write_refusal(
+    rules: SyncRules | None,
+    claims: Mapping[str, Any],
+    deltas: Sequence[RowDelta],
+    states: Mapping[tuple[str, str], RowState],
+) -> tuple[int, str] | None:
+    """The first of ``deltas`` this client may not write, as ``(position, reason)``, or None
+    when it may write them all (see the module docstring). ``states`` holds the merged state of
+    every stored row the deltas touch (left out: never written); each delta is checked against
+    its row's state just before it, with the earlier deltas of the sequence merged in, so a
+    batch is judged as the same deltas pushed one at a time. The reason names the table and
+    the buckets that cover it."""
+    if rules is None:
+        return None
+    current: dict[tuple[str, str], RowState] = {}
+    for i, d in enumerate(deltas):
+        key = (d.table, d.row_id)
+        if key not in current:
+            stored = states.get(key) or RowState()
+            current[key] = RowState(dict(stored.cells), stored.write, stored.tombstone)
+        reason = _refusal(rules, claims, d, current[key])
+        if reason is not None:
+            return i, reason
+    return None
+
+
+def _refusal(
+    rules: SyncRules, claims: Mapping[str, Any], d: RowDelta, state: RowState
+) -> str | None:
+    """Why the client may not write ``d`` onto its row in ``state`` (None: it may; ``d`` is then
+    merged into ``state``)."""
+    covering = [b for b in rules.buckets if _covers(b, d.table)]
+    if not covering:
+        return f"no bucket of the sync rules covers table {d.table!r}: no write access"
+    names = ", ".join(repr(b.name) for b in covering)
+    before = state.visible()
+    holding = (
+        []
+        if before is None
+        else [b for b in covering if _bucket_matches(b, claims, d.table, before)]
+    )
+    if before is not None and not holding:
+        return (
+            f"row {d.row_id!r} of {d.table!r} is not in this client's view (USING):"
+            f" no bucket covering the table ({names}) shows it"
+        )
+    join_delta(state, d)
+    after = state.visible()
+    if after is None or any(_bucket_matches(b, claims, d.table, after) for b in covering):
+        return None  # deleted, or still in the view
+    if any(b.handover is True for b in holding):
+        return None  # a bucket that showed the row lets the writer give it away
+    return (
+        f"the write would leave row {d.row_id!r} of {d.table!r} outside this client's view"
+        f" (WITH CHECK): no bucket covering the table ({names}) shows the row after it"
+        + ("" if before is None else ", and none that showed it allows handover")
+    )

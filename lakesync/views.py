@@ -44,11 +44,8 @@ What is kept for this (by the store, for as long as the hot log holds its histor
 version of a gateway's rules with the stamp it took effect, and every set of claims each client
 has presented with the stamp it was first seen (a claims change is rare: new team, new role).
 
-**Writes.** A client may push to a table only if some bucket of the rules names that table (or
-lists no tables): ``lakesync.rules.tables_for``. It may change an existing live row only if that
-row is visible to it now; creating a row, or reviving a deleted one, is allowed, and a client
-may give a row away (change its filter column), which makes it leave its own view. The check
-reads the rows just before the append, so a concurrent push to the same row can race it.
+**Writes** are checked by :func:`lakesync.rules.write_refusal` (USING / WITH CHECK, as
+PostgreSQL's row-level security), inside the append's transaction under the writers' lock.
 """
 
 from __future__ import annotations
@@ -63,9 +60,8 @@ import msgspec
 
 from lakesync.canonical import canonical_json
 from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT, RowDelta
-from lakesync.errors import ForbiddenError
 from lakesync.merge import Clock, RowState, apply_delta
-from lakesync.rules import SyncRules, tables_for, visible
+from lakesync.rules import SyncRules, visible
 
 __all__ = [
     "Reader",
@@ -74,7 +70,6 @@ __all__ = [
     "RowRecord",
     "SnapshotCache",
     "ViewHistory",
-    "check_write",
     "claims_hash",
     "effective_rules",
     "hidden_changed",
@@ -360,26 +355,3 @@ def resync_view(
     """Snapshots of every row of a gateway the client sees or may hold: the resync after a
     rules or claims change, and the first sync of a fresh client (exactly its view)."""
     return _snapshots(rows, rows, reader, cache, history or {})
-
-
-def check_write(
-    deltas: Sequence[RowDelta],
-    rows: Mapping[RowKey, RowRecord],
-    rules: SyncRules | None,
-    claims: Mapping[str, Any],
-) -> None:
-    """Raise :class:`ForbiddenError` if the client may not write one of ``deltas``."""
-    if rules is None:
-        return
-    tables = tables_for(rules, claims)
-    for i, d in enumerate(deltas):
-        if tables is not None and d.table not in tables:
-            raise ForbiddenError(f"deltas[{i}]: the sync rules give no write access to {d.table!r}")
-        rec = rows.get((d.table, d.row_id))
-        if rec is None:
-            continue
-        current = rec.state.visible()
-        if current is not None and not visible(rules, claims, d.table, current):
-            raise ForbiddenError(
-                f"deltas[{i}]: row {d.row_id!r} of {d.table!r} is not visible to this client"
-            )

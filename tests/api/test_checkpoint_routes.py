@@ -38,13 +38,14 @@ from tests.wire_json import as_json
 
 ALICE, BOB, CAROL = token("alice"), token("bob"), token("carol")
 CAROL_ADMIN = token("carol", role="admin")  # under rules carol may not write alice's rows
-OWNER_RULES = {
+OWNER_RULES = {  # handover: a client may give its rows away
     "version": 1,
     "buckets": [
         {
             "name": "mine",
             "tables": ["todos"],
             "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+            "handover": True,
         }
     ],
 }
@@ -105,7 +106,7 @@ def history(gateway: Gateway) -> None:
             [
                 delta("DELETE", "a1", "alice", base + 20),
                 delta("DELETE", "a2", "alice", base + 21),
-                delta("UPDATE", "a2", "alice", base + 22, n=99),
+                delta("UPDATE", "a2", "alice", base + 22, owner="alice", n=99),  # revived
                 delta("UPDATE", "a3", "alice", base + 23, owner="bob"),
             ],
         ),
@@ -172,7 +173,7 @@ def test_under_rules_each_client_receives_only_its_view(gateway: Gateway, store:
         # Nothing outside the view but the removal of rows the client wrote (it may hold them).
         extra = [d for frame in frames for d in frame if (d["table"], d["rowId"]) not in view]
         assert all(d["op"] == "DELETE" for d in extra)
-        assert {d["rowId"] for d in extra} == ({"a1", "a2", "a3"} if sub == "alice" else set())
+        assert {d["rowId"] for d in extra} == ({"a1", "a3"} if sub == "alice" else set())
         seeded[sub] = Replica()
         for frame in frames:
             seeded[sub].apply(frame)

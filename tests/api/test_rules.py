@@ -17,6 +17,10 @@ OWNER_RULES = {
         },
     ],
 }
+HANDOVER_RULES = {  # the same view, and a client may give its rows away
+    "version": 1,
+    "buckets": [{**OWNER_RULES["buckets"][0], "handover": True}],  # type: ignore[index]
+}
 ALICE, BOB, CAROL = token("alice"), token("bob"), token("carol")
 
 
@@ -35,7 +39,7 @@ def expected(
 def test_delete_partial_update_and_ownership_change_reach_the_right_clients(
     gateway: Gateway,
 ) -> None:
-    set_rules(gateway, OWNER_RULES)
+    set_rules(gateway, HANDOVER_RULES)
     replicas = {name: Replica() for name in ("alice", "bob", "carol")}
     toks = {"alice": ALICE, "bob": BOB, "carol": CAROL}
 
@@ -130,6 +134,47 @@ def test_write_access_follows_the_rules(gateway: Gateway) -> None:
     assert r.status_code == 200
 
 
+def test_a_client_cannot_create_a_row_for_someone_else(gateway: Gateway) -> None:
+    """Issue 21: bob inserted a row with ``owner: alice``; it was accepted and showed up in
+    alice's replica. Now refused (WITH CHECK), naming the table and bucket, nothing stored."""
+    set_rules(gateway, HANDOVER_RULES)  # hand-over gives away held rows, creates none
+    alice = Replica()
+    planted = gateway.push(BOB, "bob", [delta("INSERT", "p1", "bob", owner="alice", title="x")])
+    assert planted.status_code == 403, planted.text
+    body = planted.json()
+    assert body["code"] == "FORBIDDEN"
+    assert "(WITH CHECK)" in body["error"] and "'todos'" in body["error"]
+    assert "'mine'" in body["error"] and body["error"].startswith("deltas[0]: ")
+    gateway.sync(ALICE, "alice", alice)
+    assert alice.rows() == {}
+
+
+def test_handover_lets_the_holder_give_a_row_away_and_only_then(gateway: Gateway) -> None:
+    set_rules(gateway, OWNER_RULES)
+    own = [delta("INSERT", "t1", "bob", owner="bob", title="x")]
+    assert gateway.push(BOB, "bob", own).status_code == 200
+    give = [delta("UPDATE", "t1", "bob", owner="alice")]
+    refused = gateway.push(BOB, "bob", give)
+    assert refused.status_code == 403 and "allows handover" in refused.json()["error"]
+    set_rules(gateway, HANDOVER_RULES)
+    assert gateway.push(BOB, "bob", give).status_code == 200
+    alice = Replica()
+    gateway.sync(ALICE, "alice", alice)
+    assert alice.rows() == {("todos", "t1"): {"owner": "alice", "title": "x"}}
+    back = gateway.push(BOB, "bob", [delta("UPDATE", "t1", "bob", owner="bob")])
+    assert back.status_code == 403 and "(USING)" in back.json()["error"]  # no longer his
+
+
+def test_a_refused_delta_is_named_by_its_place_in_the_push(gateway: Gateway) -> None:
+    set_rules(gateway, OWNER_RULES)
+    mine = delta("INSERT", "t1", "alice", owner="alice")
+    assert gateway.push(ALICE, "alice", [mine]).status_code == 200
+    # The re-sent delta is a duplicate (not judged again); the third is the one refused.
+    batch = [mine, delta("UPDATE", "t1", "alice", title="ok"), delta("INSERT", "t2", "alice")]
+    r = gateway.push(ALICE, "alice", batch)
+    assert r.status_code == 403 and r.json()["error"].startswith("deltas[2]: "), r.text
+
+
 def test_snapshot_deltas_are_valid_wire_deltas(gateway: Gateway) -> None:
     set_rules(gateway, OWNER_RULES)
     gateway.push(ALICE, "alice", [delta("INSERT", "t1", "alice", owner="alice", n=1.5)])
@@ -141,7 +186,7 @@ def test_snapshot_deltas_are_valid_wire_deltas(gateway: Gateway) -> None:
 
 
 def test_rows_a_client_never_saw_are_not_mentioned(gateway: Gateway) -> None:
-    set_rules(gateway, OWNER_RULES)
+    set_rules(gateway, HANDOVER_RULES)
     bob = Replica()
     gateway.sync(BOB, "bob", bob)  # the resync after the rules change (empty gateway)
     gateway.push(ALICE, "alice", [delta("INSERT", "secret", "alice", owner="alice", x=1)])
@@ -162,7 +207,7 @@ def test_a_client_without_cell_clocks_follows_rows_in_and_out_of_its_view(
 ) -> None:
     """Wire compatibility: the TypeScript client's way of applying deltas (no clocks, INSERT of
     an existing row fails) keeps exactly the view as rows appear, change, leave and come back."""
-    set_rules(gateway, OWNER_RULES)
+    set_rules(gateway, HANDOVER_RULES)
     admin = token("root", role="admin")
     alice = PlainReplica()
 

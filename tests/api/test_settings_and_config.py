@@ -110,7 +110,12 @@ def test_gateways_from_the_config_file_are_applied_at_startup(tmp_path: Path) ->
         assert ok.status_code == 200, ok.text
         bad = gw.push(alice, "alice", [delta("INSERT", "t2", "alice", colour="red")], gw="shop")
         assert bad.status_code == 422
-        gw.push(alice, "alice", [delta("INSERT", "t3", "alice", owner="bob")], gw="shop")
+        # The declared rules also govern writes: alice may not create bob's row, an admin may.
+        refused = gw.push(alice, "alice", [delta("INSERT", "t3", "alice", owner="bob")], gw="shop")
+        assert refused.status_code == 403, refused.text
+        root = token("root", "shop", "admin")
+        made = gw.push(root, "root", [delta("INSERT", "t3", "root", owner="bob")], gw="shop")
+        assert made.status_code == 200, made.text
         bob = Replica()
         gw.sync(token("bob", "shop"), "bob", bob, gw="shop")
         assert set(bob.rows()) == {("todos", "t3")}

@@ -17,9 +17,15 @@ from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
 from lakesync.wsframes import decode_server_frame, encode_pull, encode_push
 from tests.api.helpers import Gateway, auth, delta, make_settings, token
 
-OWNER_RULES = {
+OWNER_RULES = {  # handover: a client may give its rows away
     "version": 1,
-    "buckets": [{"name": "mine", "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]}],
+    "buckets": [
+        {
+            "name": "mine",
+            "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+            "handover": True,
+        }
+    ],
 }
 
 
@@ -68,12 +74,14 @@ def test_broadcasts_follow_each_receivers_rules(gateway: Gateway) -> None:
     with ws(gateway, "alice") as a, ws(gateway, "bob") as b, ws(gateway, "carol") as c:
         c.send_bytes(encode_pull("carol", 0, 10))  # the resync after the rules change
         cursor = decode_server_frame(c.receive_bytes()).server_hlc
-        d1 = delta("INSERT", "r1", "carol", owner="bob", title="for bob")
-        c.send_bytes(encode_push("carol", [d1]))
+        # Carol writes r1 and hands it to bob in one push (she may not create it as his).
+        d1 = delta("INSERT", "r1", "carol", owner="carol", title="for bob")
+        handed = delta("UPDATE", "r1", "carol", d1.hlc + 1, owner="bob")
+        c.send_bytes(encode_push("carol", [d1, handed]))
         assert not decode_server_frame(c.receive_bytes()).broadcast
         to_bob = decode_server_frame(b.receive_bytes())
-        assert [d.op for d in to_bob.deltas] == ["DELETE", "INSERT"]
-        assert to_bob.deltas[1].values() == {"owner": "bob", "title": "for bob"}
+        assert [d.op for d in to_bob.deltas] == ["DELETE", "INSERT", "UPDATE"]
+        assert merge_state(to_bob.deltas) == {("todos", "r1"): {"owner": "bob", "title": "for bob"}}
         # Alice never saw r1: she hears nothing about it (her next frame is about r1 as hers).
         # Bob gives r1 to alice: bob's copy is deleted, alice gets the whole row.
         d2 = delta("UPDATE", "r1", "bob", owner="alice")

@@ -26,7 +26,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 OWNER_RULES = {
     "version": 1,
-    "buckets": [{"name": "mine", "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]}],
+    "buckets": [
+        {
+            "name": "mine",
+            "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+            "handover": True,  # bob gives his row to alice
+        }
+    ],
 }
 
 

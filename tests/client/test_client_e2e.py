@@ -564,6 +564,7 @@ OWNER_RULES = {
             "name": "mine",
             "tables": ["tasks"],
             "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+            "handover": True,  # a client may give its rows away
         }
     ],
 }
@@ -595,7 +596,8 @@ def test_sync_rules_filter_the_replica_and_rows_entering_the_view_arrive(
         make(gateway, gw_id, "bob", schemas=[TASKS], transport=transport) as bob,
     ):
         alice.insert("tasks", "a1", {"owner": "alice", "n": 1})
-        alice.insert("tasks", "b1", {"owner": "bob", "n": 2})
+        alice.insert("tasks", "b1", {"owner": "alice", "n": 2})
+        alice.update("tasks", "b1", {"owner": "bob"})  # a hand-over: she may not create it his
         alice.sync()
         bob.sync()
         assert replica(bob, "tasks") == {("tasks", "b1"): {"owner": "bob", "n": 2}}
@@ -618,6 +620,24 @@ def test_sync_rules_filter_the_replica_and_rows_entering_the_view_arrive(
                     ("tasks", "b1"): {"owner": "bob", "n": 2},
                 }
             )
+
+
+def test_a_write_the_rules_refuse_is_dead_lettered(gateway: ServerProcess, gw_id: str) -> None:
+    """Row-level write access: bob may not create a row for alice (WITH CHECK). The gateway
+    refuses it with 403; bob's client dead-letters that write alone, and alice never sees it."""
+    _set_owner_rules(gateway, gw_id)
+    with (
+        make(gateway, gw_id, "alice", schemas=[TASKS]) as alice,
+        make(gateway, gw_id, "bob", schemas=[TASKS]) as bob,
+    ):
+        bob.insert("tasks", "planted", {"owner": "alice", "n": 1})
+        bob.insert("tasks", "b1", {"owner": "bob", "n": 2})
+        bob.sync()
+        [dead] = bob.dead_letters()
+        assert dead.code == "FORBIDDEN" and dead.delta.row_id == "planted"
+        assert replica(bob, "tasks") == {("tasks", "b1"): {"owner": "bob", "n": 2}}
+        alice.sync()
+        assert replica(alice, "tasks") == {}
 
 
 def test_sync_rules_row_leaving_the_view_is_deleted_locally(

@@ -40,6 +40,7 @@ OWNER_RULES = {
             "name": "mine",
             "tables": ["todos"],
             "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+            "handover": True,
         }
     ],
 }
@@ -179,8 +180,10 @@ def test_a_fresh_client_initial_syncs_100k_rows_through_the_checkpoint(tmp_path:
                 f"stream >= {body_kib} KiB"
             )
             assert growth < body_kib // 4, (growth, body_kib)
-            # Stays in sync.
-            _push(http, bob, "bob", [delta("INSERT", "a-new", "bob", owner="alice", title="x")])
+            # Stays in sync: bob writes a row and hands it to alice (he may not create it hers).
+            mine = delta("INSERT", "a-new", "bob", owner="bob", title="x")
+            handed = delta("UPDATE", "a-new", "bob", mine.hlc + 1, owner="alice")
+            _push(http, bob, "bob", [mine, handed])
             c.sync()
             assert c.query("select owner from todos where row_id = 'a-new'") == [{"owner": "alice"}]
 

@@ -1,4 +1,4 @@
-"""The pure read/write access logic: snapshots rebuild a replica's row with its real clocks, and
+"""The pure read access logic: snapshots rebuild a replica's row with its real clocks, and
 a reader hears only of rows it sees or may hold."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT, RowDelta, is_view_eviction
-from lakesync.errors import ForbiddenError
 from lakesync.merge import MergedState, RowState, apply_delta
 from lakesync.rules import parse_rules
 from lakesync.views import (
@@ -16,7 +15,6 @@ from lakesync.views import (
     RowRecord,
     SnapshotCache,
     ViewHistory,
-    check_write,
     claims_hash,
     effective_rules,
     may_hold,
@@ -302,30 +300,6 @@ def test_whole_row_snapshots_set_a_whole_row_replica_to_the_row(
 )
 def test_a_client_says_it_knows_view_evictions_in_a_header(header: str | None, knows: bool) -> None:
     assert knows_view_evictions(header) is knows
-
-
-def test_write_access() -> None:
-    mine, theirs = (
-        record(d("INSERT", "r1", 1, owner="alice")),
-        record(d("INSERT", "r2", 1, owner="bob")),
-    )
-    gone = record(d("INSERT", "r3", 1, owner="bob"), d("DELETE", "r3", 2))
-    rows = {("todos", "r1"): mine, ("todos", "r2"): theirs, ("todos", "r3"): gone}
-    check_write(
-        [
-            d("UPDATE", "r1", 5, owner="bob"),
-            d("INSERT", "new", 5, owner="x"),
-            d("INSERT", "r3", 5, owner="alice"),
-        ],
-        rows,
-        RULES,
-        ALICE,
-    )
-    with pytest.raises(ForbiddenError, match="not visible"):
-        check_write([d("UPDATE", "r2", 5, x=1)], rows, RULES, ALICE)
-    with pytest.raises(ForbiddenError, match="write access"):
-        check_write([RowDelta.create("INSERT", "notes", "n", "c", {"x": 1}, 1)], {}, RULES, ALICE)
-    check_write([d("UPDATE", "r2", 5, x=1)], rows, None, ALICE)
 
 
 def test_admin_sees_everything_and_claims_hash_tracks_claims() -> None:

@@ -25,6 +25,7 @@ from lakesync.api.store.base import (
     RowKey,
     RowRecord,
     RulesRecord,
+    WriteCheck,
 )
 from lakesync.delta import RowDelta, is_reserved_client
 from lakesync.errors import (
@@ -35,14 +36,14 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
-from lakesync.rules import SyncRules, check_rules, lookups
+from lakesync.merge import RowState
+from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
 from lakesync.views import (
     Reader,
     RowHistory,
     SnapshotCache,
     ViewHistory,
-    check_write,
     claims_hash,
     effective_rules,
     hidden_changed,
@@ -74,6 +75,24 @@ class PullResult:
 
 async def _run(fn: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(fn, *args)
+
+
+def _write_access(claims: Mapping[str, Any], batch: Sequence[RowDelta]) -> WriteCheck:
+    """The row-level write access of a client's push (:func:`~lakesync.rules.write_refusal`),
+    for the store to judge under its writers' lock against the rules and rows it is about to
+    change (admins, and so connectors, may write anything); a refusal names the delta by its
+    position in ``batch``."""
+
+    def check(
+        rules: SyncRules | None, new: Sequence[RowDelta], states: Mapping[RowKey, RowState]
+    ) -> None:
+        refused = write_refusal(effective_rules(rules, claims), claims, new, states)
+        if refused is not None:
+            i, reason = refused
+            at = next(j for j, d in enumerate(batch) if d.delta_id == new[i].delta_id)
+            raise ForbiddenError(f"deltas[{at}]: {reason}")
+
+    return check
 
 
 class SyncService:
@@ -193,8 +212,9 @@ class SyncService:
     def _check_and_append(
         self, gateway_id: str, claims: Mapping[str, Any], deltas: Sequence[RowDelta]
     ) -> tuple[RulesRecord, AppendResult]:
-        """Check a batch against the schemas, the clock, the rules and the backpressure limit,
-        then append it: the store calls of a push in one worker-thread call, not one each."""
+        """Check a batch against the schemas, the clock and the backpressure limit, then append
+        it, the append judging its write access under the writers' lock: the store calls of a
+        push in one worker-thread call, not one each."""
         schemas = self._schemas(gateway_id)
         for d in deltas:
             schema = schemas.get(d.table)
@@ -203,16 +223,12 @@ class SyncService:
         # Drift check and clock merge: ingest stamps then exceed every client HLC in the batch.
         self.clock.recv(max(d.hlc for d in deltas))
         rules = self.store.get_rules(gateway_id)
-        applied = effective_rules(rules.rules, claims)
-        if applied is not None:
-            keys = list(dict.fromkeys((d.table, d.row_id) for d in deltas))
-            check_write(deltas, self.store.read_rows(gateway_id, keys), applied, claims)
         limit = self.settings.backpressure_bytes
         if limit > 0 and self.store.unflushed_bytes() > limit:
             raise BackpressureError(
                 "the hot log is over its un-flushed size limit; retry after the next flush"
             )
-        return rules, self.store.append(gateway_id, list(deltas))
+        return rules, self.store.append(gateway_id, list(deltas), _write_access(claims, deltas))
 
     # -- pull -----------------------------------------------------------------------------------
     async def pull(

@@ -31,6 +31,7 @@ from lakesync.api.store.base import (
     RowKey,
     RowRecord,
     RulesRecord,
+    WriteCheck,
     decode_delta,
     decode_rules,
     decode_state,
@@ -300,18 +301,28 @@ class SqlHotLog(HotLog, Generic[C]):
         return stamp
 
     # -- push -----------------------------------------------------------------------------------
-    def append(self, gateway_id: str, deltas: Sequence[RowDelta]) -> AppendResult:
+    def append(
+        self, gateway_id: str, deltas: Sequence[RowDelta], check: WriteCheck | None = None
+    ) -> AppendResult:
         """See :meth:`HotLog.append`."""
         batch = list(deltas)
-        return self._write(lambda conn: self._append(conn, gateway_id, batch))
+        return self._write(lambda conn: self._append(conn, gateway_id, batch, check))
 
-    def _append(self, conn: C, gw: str, deltas: list[RowDelta]) -> AppendResult:
+    def _append(
+        self, conn: C, gw: str, deltas: list[RowDelta], check: WriteCheck | None
+    ) -> AppendResult:
         # Every write transaction holds the writers' lock from its start (GroupCommit's begin),
-        # so what the log holds now is what this append must skip.
+        # so what the log holds now is what this append must skip, and the rules and row
+        # states read here are the ones the append merges into.
         new = fresh_deltas(deltas, self._known_ids(conn, gw, deltas))
         last = self._last(conn)
         if not new:
             return AppendResult([], len(deltas), last)
+        keys = touched_keys(new)
+        states = {k: r.state for k, r in self._rows(conn, gw, keys).items()}
+        rules = self._current_rules(conn, gw)
+        if check is not None:
+            check(rules, new, states)
         first = next_ingest(self.clock, last)
         entries = [LogEntry(first + i, gw, d) for i, d in enumerate(new)]
         bodies = [encode_delta(e.delta) for e in entries]
@@ -338,8 +349,6 @@ class SqlHotLog(HotLog, Generic[C]):
             "UPDATE counters SET value = value + ? WHERE name = 'bytes'",
             (sum(map(len, bodies)),),
         )
-        keys = touched_keys(new)
-        states = {k: r.state for k, r in self._rows(conn, gw, keys).items()}
         before = copy_states(states, keys)
         merge_into(states, new)
         last_ingest = {(e.delta.table, e.delta.row_id): e.ingest_hlc for e in entries}
@@ -348,7 +357,7 @@ class SqlHotLog(HotLog, Generic[C]):
             gw,
             [(t, r, encode_state(states[(t, r)]), last_ingest[(t, r)]) for t, r in keys],
         )
-        self._reindex(conn, gw, {k: states[k] for k in keys})
+        self._reindex(conn, gw, rules, {k: states[k] for k in keys})
         head = entries[-1].ingest_hlc
         self._appended(conn, gw, first - 1, head)
         rows = {k: RowRecord(states[k], last_ingest[k]) for k in keys}
@@ -476,8 +485,9 @@ class SqlHotLog(HotLog, Generic[C]):
         self._execute_many(conn, INSERT_TRIMMED_WRITER, sorted(writers))
 
     # -- the filter-column index ----------------------------------------------------------------
-    def _index_rules(self, conn: C, gw: str) -> SyncRules | None:
-        """The rules the index of ``gw`` follows (None: the gateway has none, nothing indexed)."""
+    def _current_rules(self, conn: C, gw: str) -> SyncRules | None:
+        """The current rules of ``gw``, which its index follows (None: it has none, nothing is
+        indexed)."""
         raw = self._fetch(conn, "SELECT rules FROM gateway_rules WHERE gw = ?", (gw,))
         return self._rules(raw[0][0]) if raw else None
 
@@ -492,9 +502,10 @@ class SqlHotLog(HotLog, Generic[C]):
             self._rules_memo[body] = decode_rules(body)
         return self._rules_memo[body]
 
-    def _reindex(self, conn: C, gw: str, states: dict[RowKey, RowState]) -> None:
-        """Bring the index entries of changed rows up to date."""
-        rules = self._index_rules(conn, gw)
+    def _reindex(
+        self, conn: C, gw: str, rules: SyncRules | None, states: dict[RowKey, RowState]
+    ) -> None:
+        """Bring the index entries of changed rows up to date for the current ``rules``."""
         if rules is None:
             return
         self._execute_many(

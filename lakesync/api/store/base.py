@@ -38,6 +38,7 @@ __all__ = [
     "RowKey",
     "RowRecord",
     "RulesRecord",
+    "WriteCheck",
     "decode_delta",
     "decode_rules",
     "decode_state",
@@ -113,6 +114,12 @@ class LogNotice(NamedTuple):
     origin: str
 
 
+WriteCheck = Callable[[SyncRules | None, Sequence[RowDelta], Mapping[RowKey, RowState]], None]
+"""A push's write access, judged by :meth:`HotLog.append` inside its transaction, under the
+writers' lock: called with the gateway's current rules, the deltas the append is about to store
+(known deltaIds left out) and the stored states of the rows they touch (a row never written is
+left out). Raising stores nothing and reaches the caller of the append."""
+
 _delta_decoder = msgspec.json.Decoder(RowDelta)
 _encoder = msgspec.json.Encoder()
 
@@ -148,9 +155,13 @@ class HotLog(abc.ABC):
 
     # -- push ---------------------------------------------------------------------------------
     @abc.abstractmethod
-    def append(self, gateway_id: str, deltas: Sequence[RowDelta]) -> AppendResult:
+    def append(
+        self, gateway_id: str, deltas: Sequence[RowDelta], check: WriteCheck | None = None
+    ) -> AppendResult:
         """Store a push batch atomically and durably: skip known deltaIds, stamp each new delta
-        with a strictly increasing ingest HLC, merge it into its row; return after commit."""
+        with a strictly increasing ingest HLC, merge it into its row; return after commit.
+        ``check`` (if given) judges the new deltas first, in the same transaction: no write of
+        another process can come between it and the append."""
 
     # -- pull ---------------------------------------------------------------------------------
     @abc.abstractmethod
