@@ -24,6 +24,20 @@ SECRET = "test-secret-0123456789abcdef0123456789"
 PREVIOUS_SECRET = "previous-secret-0123456789abcdef012345"
 
 
+HANDOVER_OWNER_RULES: dict[str, Any] = {
+    "version": 1,
+    "buckets": [
+        {
+            "name": "mine",
+            "tables": ["todos"],
+            "handover": True,  # the tests give rows away (write access: WITH CHECK relaxed)
+            "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+        }
+    ],
+}
+"""``owner = jwt:sub`` on ``todos``, whose rows their owner may hand to someone else."""
+
+
 def token(sub: str, gw: str = "gw1", role: str = "client", **claims: Any) -> str:
     """A valid token signed with the test secret."""
     return mint_token(SECRET, sub, gw, role, claims or None)

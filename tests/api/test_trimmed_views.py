@@ -11,26 +11,15 @@ import pytest
 from lakesync.api.store.base import HotLog
 from lakesync.lakehouse.checkpoints import write_checkpoint
 from tests.api.conftest import Served
-from tests.api.helpers import Replica, WholeRowReplica, delta, token
+from tests.api.helpers import HANDOVER_OWNER_RULES, Replica, WholeRowReplica, delta, token
 
 ALICE, ROOT = token("alice"), token("root", role="admin")
-OWNER_RULES = {
-    "version": 1,
-    "buckets": [
-        {
-            "name": "mine",
-            "tables": ["todos"],
-            "handover": True,  # the tests give rows away (write access: WITH CHECK relaxed)
-            "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
-        }
-    ],
-}
 REPLICAS = [Replica, WholeRowReplica]
 
 
 @pytest.fixture
 def ruled(served: Served) -> Served:
-    r = served.gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=OWNER_RULES)
+    r = served.gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=HANDOVER_OWNER_RULES)
     assert r.status_code == 200, r.text
     return served
 

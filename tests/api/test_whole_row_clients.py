@@ -14,28 +14,17 @@ from lakesync.lakehouse.checkpoints import write_checkpoint
 from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT
 from lakesync.wsframes import decode_server_frame
 from tests.api.conftest import Served
-from tests.api.helpers import Replica, WholeRowReplica, auth, delta, token
+from tests.api.helpers import HANDOVER_OWNER_RULES, Replica, WholeRowReplica, auth, delta, token
 from tests.wire_json import as_json
 
 ALICE, BOB, ROOT = token("alice"), token("bob"), token("root", role="admin")
-OWNER_RULES = {
-    "version": 1,
-    "buckets": [
-        {
-            "name": "mine",
-            "tables": ["todos"],
-            "handover": True,  # the tests give rows away (write access: WITH CHECK relaxed)
-            "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
-        }
-    ],
-}
 Rows = dict[tuple[str, str], dict[str, Any]]
 
 
 @pytest.fixture
 def ruled(served: Served) -> Served:
     """The served gateway under ``owner = jwt:sub`` rules."""
-    r = served.gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=OWNER_RULES)
+    r = served.gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=HANDOVER_OWNER_RULES)
     assert r.status_code == 200, r.text
     return served
 
@@ -77,7 +66,7 @@ def test_rows_handed_over_and_back_follow_whole_row_last_writer_wins(ruled: Serv
         {"column": "owner", "op": "eq", "value": "nobody"}]}]}  # fmt: skip
     assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=none).status_code == 200
     check({})
-    assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=OWNER_RULES).status_code == 200
+    assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=HANDOVER_OWNER_RULES).status_code == 200
     check({("todos", "t1"): {"owner": "alice", "title": "new"}})
 
 

@@ -10,7 +10,7 @@ import httpx
 from lakesync.api.store.base import HotLog
 from lakesync.client import LakeSyncClient
 from lakesync.lakehouse.checkpoints import write_checkpoint
-from tests.api.helpers import auth, token
+from tests.api.helpers import HANDOVER_OWNER_RULES, auth, token
 from tests.wire_json import as_json
 
 TODOS: dict[str, Any] = {
@@ -19,17 +19,6 @@ TODOS: dict[str, Any] = {
         {"name": "owner", "type": "string"},
         {"name": "title", "type": "string"},
         {"name": "done", "type": "boolean"},
-    ],
-}
-OWNER_RULES = {
-    "version": 1,
-    "buckets": [
-        {
-            "name": "mine",
-            "tables": ["todos"],
-            "handover": True,  # the tests give rows away (write access: WITH CHECK relaxed)
-            "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
-        }
     ],
 }
 

@@ -13,14 +13,15 @@ import pytest
 
 from lakesync.client import LakeSyncClient
 from tests.api.helpers import auth, delta, token
-from tests.client.client_thread_gateway import OWNER_RULES, ThreadGateway
+from tests.api.helpers import HANDOVER_OWNER_RULES
+from tests.client.client_thread_gateway import ThreadGateway
 
 
 @pytest.fixture
 def gateway(thread_gateway: ThreadGateway) -> ThreadGateway:
     r = httpx.post(
         f"{thread_gateway.url}/v1/admin/sync-rules/gw1",
-        json=OWNER_RULES,
+        json=HANDOVER_OWNER_RULES,
         headers=auth(token("root", role="admin")),
     )
     assert r.status_code == 200, r.text
