@@ -42,6 +42,13 @@ from sqlglot.dialects.spark import Spark
 
 from lakesync.delta import validate_identifier
 from lakesync.destinations import DeleteMode
+from lakesync.schema import (
+    STAGING_DELETED,
+    STAGING_POSITION,
+    STAGING_PREFIX,
+    TIERING_TABLE,
+    WATERMARKS_TABLE,
+)
 
 __all__ = [
     "DIALECTS",
@@ -79,16 +86,15 @@ __all__ = [
 
 Dialect = Literal["postgres", "mysql", "bigquery", "spark"]
 
-WATERMARKS = "lakesync_watermarks"
+WATERMARKS = WATERMARKS_TABLE
 """Bookkeeping table in each destination: per (gateway, table) the lake position shipped."""
-TIERING = "lakesync_tiering"
+TIERING = TIERING_TABLE
 """Bookkeeping table in a destination with a hot window: per (gateway, table) the last
 lifecycle tiering's mark (see :func:`create_tiering`)."""
-DELETED = "_deleted"
+DELETED = STAGING_DELETED
 """Staging column: the row stopped being live."""
-POSITION = "_position"
+POSITION = STAGING_POSITION
 """Staging column: the row's lake position (landing ingest HLC)."""
-STAGING_PREFIX = "lakesync_stage_"
 
 NUL_REPLACEMENT = "\ufffd"
 """What U+0000 becomes in a PostgreSQL destination (see the module docstring)."""

@@ -66,7 +66,6 @@ from lakehouse.change_sets import (
 )
 from lakehouse.lifecycle import aged_rows, cutoff_hlc
 from lakehouse.models import (
-    DELETED_COLUMN,
     ChangeSetModel,
     prepare_project,
     table_columns,
@@ -78,7 +77,7 @@ from lakehouse.spark import spark_session
 from lakesync.config import Config
 from lakesync.destinations import DestinationSpec, shipped_on_their_own
 from lakesync.errors import LakeSyncError
-from lakesync.schema import TableSchema
+from lakesync.schema import DELETED_COLUMN, TableSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

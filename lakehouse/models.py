@@ -35,7 +35,7 @@ from sqlglot import exp
 from destinations.statements import Dialect, change_set_query
 from lakesync.destinations import DestinationSpec, receivers, shipped_on_their_own
 from lakesync.errors import ConfigError
-from lakesync.schema import TableSchema
+from lakesync.schema import DELETED_COLUMN, TableSchema
 
 __all__ = [
     "CHANGES_SUBDIR",
@@ -175,8 +175,6 @@ SINCE_PROPERTY = "lakesync.since"
 DRAINED_PROPERTY = "lakesync.drained"
 """Table property of a change-set model: the watermark a shipment of it left its destination at
 (cleared by a rebuild, like :data:`SINCE_PROPERTY`)."""
-DELETED_COLUMN = "_lakesync_deleted"
-"""A change-set model's flag column: the row stopped being live (Iceberg reserves ``_deleted``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -330,17 +330,19 @@ class SyncService:
 
     def _schemas(self, gateway_id: str) -> dict[str, TableSchema]:
         docs = self.store.list_docs(gateway_id, "schema")
-        return {name: parse_schema(body) for name, body in docs.items()}
+        return {name: parse_schema(body, stored=True) for name, body in docs.items()}
 
     async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:
         """Register or evolve (additively) a table schema, in one atomic read-modify-write so
         concurrent evolutions never drop each other's columns (the later one is refused)."""
 
         def change(old: dict[str, Any] | None) -> dict[str, Any]:
-            return schema_to_wire(schema if old is None else evolve(parse_schema(old), schema))
+            if old is None:
+                return schema_to_wire(schema)
+            return schema_to_wire(evolve(parse_schema(old, stored=True), schema))
 
         body = await _run(self.store.update_doc, gateway_id, "schema", schema.table, change)
-        return parse_schema(body)
+        return parse_schema(body, stored=True)
 
     async def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
         """Replace a gateway's sync rules; clients resync on their next pull."""
