@@ -168,13 +168,15 @@ def _compact(data_dir: Path | None) -> RunReply:
             lambda t: _log.info(
                 "compacted %s: %d → %d data files, %d → %d bytes", t.table, t.files_before,
                 t.files_after, t.bytes_before, t.bytes_after,
-            ),
+            ) if t.error is None else _log.error("maintenance of %s failed: %s", t.table, t.error),
         )
     except Exception as exc:  # reported; the worker serves the next request
         _log.exception("compaction failed")
         return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
     _log.info("compaction done in %.1f s", result.elapsed_s)
-    return RunReply(ok=True, elapsed_s=result.elapsed_s, compacted=result.tables)
+    failures = result.failures  # one table's failure is reported; the others were maintained
+    return RunReply(ok=not failures, error="; ".join(failures), elapsed_s=result.elapsed_s,
+                    compacted=result.tables)
 
 
 def main(argv: list[str] | None = None) -> int:
