@@ -40,7 +40,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -67,6 +67,7 @@ from lakehouse.change_sets import (
 from lakehouse.lifecycle import aged_rows, cutoff_hlc
 from lakehouse.models import (
     ChangeSetModel,
+    lake_tables,
     prepare_project,
     table_columns,
     write_change_set_models,
@@ -117,14 +118,23 @@ def materialise(
     on_result: Callable[[ShipResult], None] | None = None,
     metrics: DestinationMetrics | None = None,
     on_progress: Callable[[str, str], None] | None = None,
+    not_built: Mapping[str, str] | None = None,
 ) -> list[ShipResult]:
     """Ship every declared destination's tables, then tier those with a ``hot_window``; returns
     one result per (destination, table). ``on_progress`` gets the dbt nodes of a change-set
-    rebuild (as :func:`lakehouse.runner.dbt_invoke` reports them)."""
+    rebuild (as :func:`lakehouse.runner.dbt_invoke` reports them). ``not_built``: the tables
+    the pipeline run just before failed to build, with why
+    (:attr:`lakehouse.runner.PipelineResult.failed`): their current state is stale, so they
+    are reported failed and not shipped; the others ship."""
     results, report = _collector(on_result)
     now = datetime.now(UTC)
-    unbuilt = _build_stale_change_sets(settings, config, on_progress)
+    skipped = dict(not_built or {})
+    unbuilt = _build_stale_change_sets(settings, config, on_progress, skipped)
     for spec, dest, schema, columns in _declared_tables(settings, config, metrics, report):
+        if schema.table in skipped:
+            report(ShipResult(spec.name, schema.table,
+                              error=f"not built by the pipeline run: {skipped[schema.table]}"))
+            continue
         session = spark or spark_session(settings)
         fan_out = dest if isinstance(dest, FanOutDestination) else None
         target = (dest if fan_out is None else fan_out.primary).for_table(schema.table)
@@ -140,10 +150,14 @@ def materialise(
 
 
 def _build_stale_change_sets(
-    settings: LakeSettings, config: Config, on_progress: Callable[[str, str], None] | None
+    settings: LakeSettings,
+    config: Config,
+    on_progress: Callable[[str, str], None] | None,
+    not_built: Mapping[str, str],
 ) -> str | None:
     """Rebuild, in one dbt invocation, the change sets not built from their destination's
-    current watermark (none after a ``lakesync pipeline run`` that nothing shipped since).
+    current watermark (none after a ``lakesync pipeline run`` that nothing shipped since),
+    except those of ``not_built`` tables (their current state is stale).
     Returns dbt's error if that build failed (the shipments it concerns report it)."""
     from lakehouse.runner import PipelineError, dbt_invoke, registered_table_schemas
 
@@ -151,7 +165,7 @@ def _build_stale_change_sets(
     tables = table_columns(registered_table_schemas(settings, config))
     models = planned_change_sets(settings, config, tables)
     marks = read_watermarks(settings, config.destinations, models)
-    stale = stale_change_sets(settings, marks, models)
+    stale = [m for m in stale_change_sets(settings, marks, models) if m.table not in not_built]
     if not stale:
         return None
     # The same files `lakesync pipeline run` writes (unchanged files are not rewritten).
@@ -247,11 +261,13 @@ def _declared_tables(
     wanted: Callable[[DestinationSpec], bool] = lambda _: True,
 ) -> Iterator[tuple[DestinationSpec, Destination, TableSchema, list[tuple[str, str]]]]:
     """Each declared destination (with its routes and secondaries) and each table it ships, with
-    the table's lake columns; a destination that cannot be opened is reported and skipped."""
+    the table's lake columns; a destination that cannot be opened, and a table the lake cannot
+    build (:func:`~lakehouse.models.lake_tables`: a reserved name, columns typed differently by
+    two gateways), are reported and skipped."""
     require_lake(settings)
     by_gateway = schemas_by_gateway(settings, config)
     # The lake keeps one typed table per name (the union of every gateway's columns).
-    columns = table_columns(s for schemas in by_gateway.values() for s in schemas)
+    columns, unbuildable = lake_tables(s for schemas in by_gateway.values() for s in schemas)
 
     def open_one(spec: DestinationSpec) -> Destination:
         return open_destination(spec, lake=settings)
@@ -267,6 +283,9 @@ def _declared_tables(
             continue
         with dest:
             for schema in schemas:
+                if schema.table in unbuildable:
+                    report(ShipResult(spec.name, schema.table, error=unbuildable[schema.table]))
+                    continue
                 yield spec, dest, schema, list(columns[schema.table])
 
 
@@ -365,11 +384,15 @@ def _ship_table(
         return ShipResult(spec.name, table, error=exc.message,
                           elapsed_s=time.monotonic() - started)
     except Exception as exc:  # Spark's errors (Py4J, analysis) name no LakeSync type
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if type(exc).__module__.startswith(("pyspark", "py4j")):
-            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             return ShipResult(spec.name, table, error=f"Spark: {detail}",
                               elapsed_s=time.monotonic() - started)
-        raise
+        # Anything else is this table's failure too: logged with its trace, reported, and the
+        # other tables still ship.
+        _log.exception("shipping %s to %s failed", table, spec.name)
+        return ShipResult(spec.name, table, error=f"{type(exc).__name__}: {detail}",
+                          elapsed_s=time.monotonic() - started)
     return ShipResult(spec.name, table, count, position,
                       elapsed_s=time.monotonic() - started, steps=steps)
 

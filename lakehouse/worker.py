@@ -129,7 +129,10 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
         )
         # Then ship to the declared destinations, as `lakesync pipeline run` does.
         metrics = DestinationMetrics()
-        shipped = materialise(settings, config, metrics=metrics) if config.destinations else []
+        shipped = (
+            materialise(settings, config, metrics=metrics, not_built=result.failed)
+            if config.destinations else []
+        )
     except Exception as exc:  # one failed run is reported; the worker serves the next
         _log.exception("pipeline run failed")
         return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -139,10 +142,15 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
     for s in shipped:
         _log.info("shipped %s/%s: %d rows, %s", s.destination, s.table, s.rows,
                   f"failed: {s.error}" if s.error else "ok")
-    failed = [f"{s.destination}/{s.table}: {s.error}" for s in shipped if s.error]
+    # One table's failure is that table's: the others were built and shipped; the reply names
+    # each failed table once (a table not built is not shipped either).
+    failed = [f"table {t} not built: {why}" for t, why in result.failed.items()]
+    failed += [f"change set {m} not built: {why}" for m, why in result.failed_change_sets.items()]
+    failed += [f"shipping {s.destination}/{s.table}: {s.error}" for s in shipped
+               if s.error and s.table not in result.failed]
     return RunReply(
         ok=not failed,
-        error="; ".join(f"shipping {f}" for f in failed),
+        error="; ".join(failed),
         rows_merged=result.rows_merged,
         tables_updated=result.tables_updated,
         elapsed_s=result.elapsed_s,
