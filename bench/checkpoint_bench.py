@@ -1,10 +1,13 @@
 """Initial sync of a fresh client: through the checkpoint vs a plain pull from 0.
 
-A real ``python -m api`` process on a PostgreSQL store holds N rows (default 100,000) of one
-table. A fresh :class:`client.LakeSyncClient` (SQLite replica on disk) first syncs while the
+A real ``python -m lakesync.api`` process on a PostgreSQL store holds N rows (default 100,000) of
+one
+table. A fresh :class:`lakesync.client.LakeSyncClient` (SQLite replica on disk) first syncs while
+the
 gateway has no checkpoint (a plain pull from ``since=0``, pages of 10,000); then the benchmark
 publishes the store's rows as a checkpoint (as the gateway's lake job does after a pipeline run,
-:func:`lakehouse.checkpoints.write_checkpoint`, on the same store) and a second fresh client
+:func:`lakesync.lakehouse.checkpoints.write_checkpoint`, on the same store) and a second fresh
+client
 syncs through it. Printed: rows/s of both (wall time of ``sync()``, replica writes included;
 and the CPU seconds the client and the gateway process spent, the figure to compare on a shared
 machine), and the checkpoint stream alone (download and decode, no replica): rows/s and MiB/s. With
@@ -25,13 +28,13 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from api.store.postgres import PostgresHotLog
-from client import LakeSyncClient
-from client._auth import TokenProvider
-from client.transport import HttpTransport
-from lakehouse.checkpoints import write_checkpoint
+from lakesync.api.store.postgres import PostgresHotLog
+from lakesync.client import LakeSyncClient
+from lakesync.client._auth import TokenProvider
+from lakesync.client.transport import HttpTransport
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.lakehouse.checkpoints import write_checkpoint
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import auth, now_hlc, token
 from tests.conftest import PG_DSN

@@ -2,7 +2,8 @@
 
 Run from the repository root: ``.venv/bin/python -m bench.client_bench`` (add ``--rows`` /
 ``--writes`` to change sizes).
-The end-to-end part starts a gateway (``python -m api``) on a free port with a throwaway data
+The end-to-end part starts a gateway (``python -m lakesync.api``) on a free port with a throwaway
+data
 dir, seeds it with ``--rows`` rows over HTTP, then times a fresh client's ``sync()``; pass
 ``--url`` and ``--secret`` to use a running gateway instead, or ``--no-e2e`` to skip it.
 """
@@ -19,8 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from client import LakeSyncClient
-from client._store import LocalStore
+from lakesync.client import LakeSyncClient
+from lakesync.client._store import LocalStore
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, encode
 from lakesync.schema import parse_schema

@@ -1,9 +1,10 @@
 """Compaction: the lake's data files and bytes before and after ``lakesync compact``.
 
 N deltas (default 1,000,000) of one table are pushed into the gateway's SQLite hot log and
-landed by the :class:`~lakehouse.landing.LandingFlusher` in B batches (default 1,000: one
+landed by the :class:`~lakesync.lakehouse.landing.LandingFlusher` in B batches (default 1,000: one
 Iceberg commit, so at least one small data file, each), as a gateway flushing every few seconds
-would. Then :func:`lakehouse.compaction.compact` runs the maintenance macros on Spark through dbt
+would. Then :func:`lakesync.lakehouse.compaction.compact` runs the maintenance macros on Spark
+through dbt
 (``macros/maintenance.sql``) with the default retention. Printed per table: data files, bytes
 and snapshots before → after, the mean flush time per tenth of the batches, and the wall times
 of landing and compaction.
@@ -12,7 +13,7 @@ Measured at the default size (1,000,000 deltas in 1,000 batches; 2 cores shared 
 work, load average 8-16, so this process got 15-25 % of a core): the landing table went from
 1,000 data files (53.5 MiB) to 1 (40.7 MiB); landing took 718 s and 1,212 s of wall time in two
 runs, compaction 120 s and 236 s (the whole run: 198 and 208 s of CPU). Before the flusher
-committed through :class:`lakehouse._transaction.StagedTransaction`, landing alone passed
+committed through :class:`lakesync.lakehouse._transaction.StagedTransaction`, landing alone passed
 15 minutes at batch 840: pyiceberg deep-copied the whole table metadata about twenty times per
 commit, so a commit's CPU time grew 0.82 ms per snapshot the table held (26 ms at 10 snapshots,
 843 ms at 1,010); now 0.16 ms (14 → 177 ms). That remaining growth is Iceberg's own (each commit
@@ -30,15 +31,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from api.store.sqlite import SqliteHotLog
-from cli.compact import progress_line
-from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import open_catalog
-from lakehouse.compaction import compact
-from lakehouse.landing import LandingFlusher
-from lakehouse.settings import LakeSettings
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.cli.compact import progress_line
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, encode
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.compaction import compact
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.settings import LakeSettings
 
 ROWS = 10_000
 """Distinct row ids the deltas update (so later deltas are updates, as in a live table)."""

@@ -1,4 +1,4 @@
-"""Gateway benchmarks on loopback against a real ``python -m api`` process (durable store).
+"""Gateway benchmarks on loopback against a real ``python -m lakesync.api`` process (durable store).
 
 - push throughput: batches of 100 deltas, 1 and 8 concurrent clients, and (``--log-size``)
   one client's rate as the log grows;

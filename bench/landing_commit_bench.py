@@ -2,7 +2,8 @@
 
 Appends 10-row batches to a fresh landing table and, at 10, 260, 510 and 1,010 snapshots (or
 ``--at``), times 5 commits through pyiceberg's own ``Transaction`` and 5 through the flusher's
-:class:`lakehouse._transaction.StagedTransaction`, in process CPU time (steadier than wall time
+:class:`lakesync.lakehouse._transaction.StagedTransaction`, in process CPU time (steadier than wall
+time
 on a shared machine). Measured on a 2-core machine at load average 10-12: 26 → 843 ms per commit
 from 10 to 1,010 snapshots with ``Transaction``, 14 → 177 ms with ``StagedTransaction``.
 
@@ -19,12 +20,12 @@ from pathlib import Path
 
 from pyiceberg.table import Table, Transaction
 
-from lakehouse._transaction import StagedTransaction
-from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import POSITION_PROPERTY, ensure_landing_table, open_catalog
-from lakehouse.landing import landing_rows
-from lakehouse.settings import LakeSettings
 from lakesync.delta import RowDelta
+from lakesync.lakehouse._transaction import StagedTransaction
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import POSITION_PROPERTY, ensure_landing_table, open_catalog
+from lakesync.lakehouse.landing import landing_rows
+from lakesync.lakehouse.settings import LakeSettings
 
 ROWS = 10
 TIMED = 5

@@ -61,16 +61,16 @@ import psycopg
 import pymysql
 
 from bench.pipeline_bench import BASE_HLC, SCHEMA, ListHotLog, make_deltas
-from destinations.factory import mysql_params
-from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.materialise import materialise
-from lakehouse.runner import run_pipeline
-from lakehouse.settings import LakeSettings
-from lakehouse.spark import spark_session
 from lakesync.config import Config, GatewayConfig
-from lakesync.destinations import DestinationSpec
+from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.factory import mysql_params
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.materialise import materialise
+from lakesync.lakehouse.runner import run_pipeline
+from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -19,12 +19,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.runner import PipelineResult, run_pipeline
-from lakehouse.settings import LakeSettings
 from lakesync.delta import RowDelta
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.runner import PipelineResult, run_pipeline
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
 
 SCHEMA = parse_schema({"table": "items", "columns": [
@@ -153,7 +153,7 @@ def main() -> None:
         flusher.flush()
         increments.append((time.perf_counter() - t, *timed_run(settings, args.tests)))
 
-    from lakehouse.spark import spark_session
+    from lakesync.lakehouse.spark import spark_session
 
     spark = spark_session(settings)
     live = spark.sql("select count(*) as n from analytics.items").first()

@@ -4,10 +4,12 @@ Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K]
 
 1. **cold vs warm**: the same increments of M deltas (default 10,000, landed through the real
    SQLite hot log and flusher) merged by ``lakesync pipeline run`` in a new process each time (what
-   ``lakesync up`` did before the warm worker) and by one :class:`~lakehouse.worker.PipelineWorker`
+   ``lakesync up`` did before the warm worker) and by one
+   :class:`~lakesync.lakehouse.worker.PipelineWorker`
    (what it does now; its first run pays the start and is shown apart). Wall time per run, as
    ``lakesync up`` waits for it; the ratio is the figure to compare on a noisy machine.
-2. **freshness** (``--fresh N``, default 5): a real ``python -m api`` with flush and pipeline
+2. **freshness** (``--fresh N``, default 5): a real ``python -m lakesync.api`` with flush and
+pipeline
    intervals of 1 s; N times, push one row and poll ``analytics.<table>`` with DuckDB until it
    shows: push → visible p50 and max.
 """
@@ -25,17 +27,17 @@ from pathlib import Path
 
 import httpx
 
-from api.store import open_store
-from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.query import run_query
-from lakehouse.registry import publish_schemas
-from lakehouse.settings import LakeSettings
-from lakehouse.worker import PipelineWorker
+from lakesync.api.store import open_store
 from lakesync.delta import RowDelta
 from lakesync.errors import NotFoundError
 from lakesync.hlc import HLC, encode
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.query import run_query
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.worker import PipelineWorker
 from lakesync.schema import parse_schema
 from lakesync.wire import encode_push
 
@@ -74,7 +76,8 @@ def cold_vs_warm(root: Path, deltas: int, rounds: int) -> None:
                 started = time.perf_counter()
                 if mode == "cold":
                     subprocess.run(
-                        [sys.executable, "-m", "cli", "pipeline", "run", "--data-dir", str(data)],
+                        [sys.executable, "-m", "lakesync.cli", "pipeline", "run",
+                         "--data-dir", str(data)],
                         check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     )
                 else:

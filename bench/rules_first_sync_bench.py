@@ -2,7 +2,8 @@
 
 A gateway with the rule ``owner = jwt:sub`` holds one user's 100 rows among N rows of others
 (default N = 1,000, 10,000 and 100,000). For each size, a fresh client of that user pulls from
-``since=0`` over HTTP against a real ``python -m api`` process (durable SQLite store) and we
+``since=0`` over HTTP against a real ``python -m lakesync.api`` process (durable SQLite store) and
+we
 print the deltas and bytes it received and the wall time of its first sync (median of 5). The
 deltas and bytes must not grow with N: the client receives exactly its view. A client of a user
 who owns nothing is measured too (it must receive nothing).

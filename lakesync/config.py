@@ -11,9 +11,9 @@ overridden by its environment variable; an empty variable counts as unset:
 - ``server:`` (:class:`ServerConfig`, the gateway) and ``lake:`` (:class:`LakeConfig`): each key
   is overridden by ``LAKESYNC_`` + the key in capitals, e.g. ``server.rate_limit`` by
   ``LAKESYNC_RATE_LIMIT`` and ``lake.catalog_uri`` by ``LAKESYNC_CATALOG_URI``
-- ``destinations:``: where synced tables are materialised (:mod:`lakesync.destinations`); URLs
+- ``destinations:``: where synced tables are materialised (:mod:`lakesync.destination_specs`); URLs
   may take credentials from ``${VAR}`` / ``${file:PATH}``
-- ``connectors:``: outside systems polled into a gateway (:mod:`lakesync.connectors`), by name;
+- ``connectors:``: outside systems polled into a gateway (:mod:`lakesync.connector_specs`), by name;
   credentials likewise from ``${VAR}`` / ``${file:PATH}``
 - ``LAKESYNC_JWT_SECRET`` / ``LAKESYNC_JWT_SECRET_PREVIOUS``: token secrets (rotation), from the
   environment only, so they stay out of files that get committed
@@ -32,9 +32,9 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 import yaml
 
-from lakesync.connectors import ConnectorSpec, parse_connectors
+from lakesync.connector_specs import ConnectorSpec, parse_connectors
 from lakesync.delta import validate_gateway_id
-from lakesync.destinations import DestinationSpec, parse_destinations
+from lakesync.destination_specs import DestinationSpec, parse_destinations
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
@@ -94,7 +94,8 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``lake:``: catalog, warehouse, Spark target, jars and dbt project.
 
-    Unset values are derived by ``lakehouse.settings.LakeSettings`` (embedded SQLite catalog
+    Unset values are derived by ``lakesync.lakehouse.settings.LakeSettings`` (embedded SQLite
+    catalog
     and warehouse under the data dir, jars inside the active environment, the repository's dbt
     project).
     """
@@ -140,9 +141,10 @@ class Config(msgspec.Struct, frozen=True):
     pg_schema: str = "lakesync"
     lake: LakeConfig = LakeConfig()
     destinations: dict[str, DestinationSpec] = {}
-    """``destinations:`` (:mod:`lakesync.destinations`): where synced tables are materialised."""
+    """``destinations:`` (:mod:`lakesync.destination_specs`): where synced tables are
+    materialised."""
     connectors: dict[str, ConnectorSpec] = {}
-    """``connectors:`` (:mod:`lakesync.connectors`): outside systems the gateway polls."""
+    """``connectors:`` (:mod:`lakesync.connector_specs`): outside systems the gateway polls."""
 
 
 class _GatewayFile(msgspec.Struct, forbid_unknown_fields=True):

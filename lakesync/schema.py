@@ -16,6 +16,7 @@ __all__ = [
     "CHANGES_NAMESPACE",
     "DELETED_COLUMN",
     "LANDING_NAMESPACE",
+    "MAX_TABLE_NAME_LENGTH",
     "RESERVED_COLUMNS",
     "RESERVED_COLUMN_PREFIX",
     "RESERVED_COLUMN_REASONS",
@@ -89,6 +90,9 @@ WATERMARKS_TABLE = RESERVED_TABLE_PREFIX + "watermarks"
 """Each destination's table of the lake position shipped per gateway and table."""
 TIERING_TABLE = RESERVED_TABLE_PREFIX + "tiering"
 """A tiered destination's table of the last lifecycle tiering per gateway and table."""
+MAX_TABLE_NAME_LENGTH = 63 - len(STAGING_PREFIX)
+"""The longest table name: its staging table's name must fit the 63 characters PostgreSQL keeps
+of a name (it cuts longer ones, so two could meet)."""
 
 LANDING_NAMESPACE = "lakesync"
 """The lake's namespace of the landing table, the registry and the intermediate models."""
@@ -109,6 +113,12 @@ def reserved_name_problems(schema: TableSchema) -> list[str]:
             f"table name {schema.table!r} is reserved: names starting with "
             f"{RESERVED_TABLE_PREFIX!r} belong to LakeSync (each destination keeps its staging "
             "and bookkeeping tables under them); rename the table"
+        )
+    if len(schema.table) > MAX_TABLE_NAME_LENGTH:
+        problems.append(
+            f"table name {schema.table!r} is too long: at most {MAX_TABLE_NAME_LENGTH} "
+            f"characters, so that its destinations' staging table {STAGING_PREFIX}<table> fits "
+            "PostgreSQL's 63; rename the table"
         )
     for c in schema.columns:
         folded = c.name.lower()

@@ -1,5 +1,5 @@
 {#- Destination change sets: one generated model per declared destination and table
-    (lakehouse/models.py renders them), the rows changed or deleted since the destination's
+    (lakesync/lakehouse/models.py renders them), the rows changed or deleted since the destination's
     watermark. `lakesync pipeline run` and `lakesync materialise` read every destination's
     watermark and pass them as the var `lakesync_watermarks`: {destination: {table: position}}.
     A plain `dbt build` without it builds each change set from -1: every row. -#}

@@ -5,7 +5,7 @@
 
 {#- A cell's canonical JSON text (landing `value_json`) as the column's SQL type, with Spark
     built-ins only, so a plain `dbt build` needs no Python UDF. The same decoding as
-    spark_udfs/decode.py (fresh reads and destinations use those; a test holds them equal): a value
+    lakesync/spark_udfs/decode.py (fresh reads and destinations use those; a test holds them equal): a value
     of the wrong type for the column reads null; a `json` column keeps the canonical text. -#}
 {% macro lakesync_decode(type, expr) -%}
     {%- if type == 'string' -%}

@@ -75,7 +75,7 @@
 {#-
   How many of the landing table's newest snapshots must stay so that the newest one recording the
   hot-log position (`lakesync.flushed-through`) is still an ancestor of the current snapshot:
-  the flusher resumes from it (lakehouse.catalog.landing_state), and maintenance commits do not
+  the flusher resumes from it (lakesync.lakehouse.catalog.landing_state), and maintenance commits do not
   carry it. 1 for every other table.
 -#}
 {% macro lakesync_position_depth(table) %}

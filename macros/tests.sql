@@ -21,7 +21,7 @@
     checked: the invariant tests below read only landing rows past it, so a scheduled run checks
     its increment, not the whole history (which grows for as long as the lake lives). It is what
     the last successful run recorded as complete (`lakesync.covered` on int_rows_merged, written
-    by lakehouse/runner.py after dbt succeeded, so a run whose tests failed is checked again):
+    by lakesync/lakehouse/runner.py after dbt succeeded, so a run whose tests failed is checked again):
     the least of its position and the positions of gateways held back then. -1 (everything) on a
     full refresh, before the first successful run, and for a plain `dbt build` of a fresh lake.
     `relation`: a model in the schema of int_rows_merged. -#}

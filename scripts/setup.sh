@@ -49,17 +49,20 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.lakesync-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  log "installing lakesync[all,dev] into .venv (first time takes ~2 min: pyspark is large)"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -nt "$stamp" ]; then
+  # Exact versions from the lock (scripts/lock.sh), so every machine tests the same set; then
+  # the project itself, editable, without resolving anything again.
+  log "installing requirements.lock + lakesync (editable) into .venv (first time ~2 min: pyspark is large)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[all,dev]'
+  .venv/bin/python -m pip install -q -r requirements.lock
+  .venv/bin/python -m pip install -q --no-deps -e .
   touch "$stamp"
 fi
 
 # --- the lake: relocated Jackson jar + catalog tables ----------------------------------------
-if [ -f lakehouse/bootstrap.py ]; then
+if [ -f lakesync/lakehouse/bootstrap.py ]; then
   log "bootstrapping the lake (jars, catalog)"
-  .venv/bin/python -m lakehouse.bootstrap
+  .venv/bin/python -m lakesync.lakehouse.bootstrap
 fi
 
 # --- JavaScript oracle for the canonical-JSON tests ------------------------------------------

@@ -1,4 +1,4 @@
-"""A real gateway process (``python -m api``) on a loopback port: the one harness of the
+"""A real gateway process (``python -m lakesync.api``) on a loopback port: the one harness of the
 end-to-end tests and the benchmarks."""
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``python -m api`` with its own data dir; ``env`` adds or overrides variables (the JWT
+    """``python -m lakesync.api`` with its own data dir; ``env`` adds or overrides variables (the
+    JWT
     secret is :data:`SECRET` unless ``env`` sets ``LAKESYNC_JWT_SECRET``), ``config`` is passed
     as ``--config``. The port stays the same across :meth:`restart`."""
 
@@ -80,7 +81,7 @@ class ServerProcess:
                 [
                     sys.executable,
                     "-m",
-                    "api",
+                    "lakesync.api",
                     "--host",
                     "127.0.0.1",
                     "--port",

@@ -13,40 +13,31 @@ from pathlib import Path
 import vulture
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = [
-    "lakesync",
-    "api",
-    "client",
-    "connectors",
-    "destinations",
-    "lakehouse",
-    "cli",
-    "spark_udfs",
-]
+PACKAGES = ["lakesync"]  # the one import name: the core and every edge subpackage
 
 # (path, name): entry points called from outside the production packages.
 ENTRY_POINTS = {
     # Litestar calls DTO hooks and route handlers registered by decorator.
-    ("api/controllers/admin.py", "decode_bytes"),
-    ("api/controllers/sync.py", "decode_bytes"),
-    ("api/controllers/admin.py", "sync_rules"),
-    ("api/controllers/admin.py", "list_connectors"),
-    ("api/controllers/admin.py", "add_connector"),
-    ("api/controllers/admin.py", "connector_status"),
-    ("api/controllers/admin.py", "remove_connector"),
+    ("lakesync/api/controllers/admin.py", "decode_bytes"),
+    ("lakesync/api/controllers/sync.py", "decode_bytes"),
+    ("lakesync/api/controllers/admin.py", "sync_rules"),
+    ("lakesync/api/controllers/admin.py", "list_connectors"),
+    ("lakesync/api/controllers/admin.py", "add_connector"),
+    ("lakesync/api/controllers/admin.py", "connector_status"),
+    ("lakesync/api/controllers/admin.py", "remove_connector"),
     # typer commands registered by decorator or app.command(...)(fn).
-    ("cli/lake.py", "run_command"),
-    ("cli/lake.py", "as_of_command"),
-    ("cli/lake.py", "generate_command"),
-    ("cli/main.py", "_root"),
-    ("cli/main.py", "demo"),
+    ("lakesync/cli/lake.py", "run_command"),
+    ("lakesync/cli/lake.py", "as_of_command"),
+    ("lakesync/cli/lake.py", "generate_command"),
+    ("lakesync/cli/main.py", "_root"),
+    ("lakesync/cli/main.py", "demo"),
     # sqlglot calls a dialect generator's hooks by name.
-    ("destinations/statements.py", "placeholder_sql"),
+    ("lakesync/destinations/statements.py", "placeholder_sql"),
     # pyiceberg's transaction reads the property this subclass overrides.
-    ("lakehouse/_transaction.py", "table_metadata"),
+    ("lakesync/lakehouse/_transaction.py", "table_metadata"),
     # The client SDK's public API (README), called by applications.
-    ("client/_client.py", "to_pandas"),
-    ("client/_client.py", "on"),
+    ("lakesync/client/_client.py", "to_pandas"),
+    ("lakesync/client/_client.py", "on"),
 }
 
 

@@ -30,15 +30,15 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from client import Event, LakeSyncClient
-from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
-from lakehouse.settings import LakeSettings
 from lakesync.canonical import canonical_json
+from lakesync.client import Event, LakeSyncClient
 from lakesync.delta import delta_id
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.proto import lakesync_pb2 as pb
+from lakesync.spark_udfs.decode import json_to_double, json_to_json_text, json_to_string
 from lakesync.values import MAX_SAFE_MAGNITUDE, MAX_VALUE_DEPTH
 from lakesync.wsframes import TAG_BROADCAST, TAG_PUSH
-from spark_udfs.decode import json_to_double, json_to_json_text, json_to_string
 from tests.api.helpers import auth, now_hlc, token
 from tests.gateway_process import ServerProcess
 
@@ -418,8 +418,8 @@ SPARK_EXAMPLES: list[Any] = [
 @pytest.mark.spark
 @pytest.mark.dbt
 def test_models_hold_what_every_replica_holds(tmp_path: Path) -> None:
-    from lakehouse.query import run_query
-    from lakehouse.runner import run_pipeline
+    from lakesync.lakehouse.query import run_query
+    from lakesync.lakehouse.runner import run_pipeline
     from lakesync.schema import parse_schema
 
     deep: Any = {"k": 1.5}

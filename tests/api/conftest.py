@@ -11,10 +11,10 @@ import pytest
 from litestar.testing import TestClient
 from psycopg import sql
 
-from api.app import create_app
-from api.store.base import HotLog
-from api.store.postgres import PostgresHotLog
-from api.store.sqlite import SqliteHotLog
+from lakesync.api.app import create_app
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.postgres import PostgresHotLog
+from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
 from tests.api.helpers import Gateway, make_settings
 from tests.conftest import PG_DSN, require_postgres

@@ -11,7 +11,7 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from api.settings import GatewaySettings
+from lakesync.api.settings import GatewaySettings
 from lakesync.delta import RowDelta
 from lakesync.merge import MergedState
 from lakesync.tokens import mint_token

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
+from lakesync.api.app import create_app
 from tests.api.helpers import Gateway, auth, delta, make_settings, token
 
 SCHEMA = {

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.store.postgres import PostgresHotLog
-from lakehouse.checkpoints import BuiltCheckpoint, write_checkpoint
+from lakesync.api.store.postgres import PostgresHotLog
+from lakesync.lakehouse.checkpoints import BuiltCheckpoint, write_checkpoint
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import RowState, apply_delta

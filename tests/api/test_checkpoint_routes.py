@@ -15,11 +15,11 @@ import pytest
 from litestar.exceptions import WebSocketDisconnect
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.services.checkpoints import CheckpointGoneError, open_checkpoint
-from api.store.base import HotLog
-from api.store.sqlite import SqliteHotLog
-from lakehouse.checkpoints import write_checkpoint
+from lakesync.api.app import create_app
+from lakesync.api.services.checkpoints import CheckpointGoneError, open_checkpoint
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.lakehouse.checkpoints import write_checkpoint
 from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.hlc import HLC
 from lakesync.rules import parse_rules, visible

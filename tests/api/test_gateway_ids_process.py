@@ -13,9 +13,9 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from api.store.sqlite import SqliteHotLog
-from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
-from lakehouse.settings import LakeSettings
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.hlc import HLC
 from tests.api.helpers import SECRET, auth, delta, token
 from tests.gateway_process import ServerProcess

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.headers import DOCS_CSP, SECURITY_HEADERS, security_headers_middleware
+from lakesync.api.app import create_app
+from lakesync.api.headers import DOCS_CSP, SECURITY_HEADERS, security_headers_middleware
 from tests.api.helpers import Gateway, auth, make_settings, token
 
 

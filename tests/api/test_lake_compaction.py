@@ -1,6 +1,6 @@
 """``lakesync up`` schedules ``lakesync compact`` in its warm pipeline worker.
 
-Real parts: the gateway's SQLite hot log and landing flusher, :func:`api.lake.lake_jobs` with a
+Real parts: the gateway's SQLite hot log and landing flusher, :func:`lakesync.api.lake.lake_jobs` with a
 short compaction interval, the worker process running Spark and dbt.
 """
 
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from api.lake import lake_jobs
-from api.settings import GatewaySettings
-from api.store import open_store
-from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
-from lakehouse.compaction import data_files
-from lakehouse.landing import LandingFlusher
-from lakehouse.settings import LakeSettings
+from lakesync.api.lake import lake_jobs
+from lakesync.api.settings import GatewaySettings
+from lakesync.api.store import open_store
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.compaction import data_files
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from api.logs import REDACTED, JsonFormatter, RedactingFilter, redact
+from lakesync.api.logs import REDACTED, JsonFormatter, RedactingFilter, redact
 from tests.api.helpers import SECRET, token
 
 JWT = token("alice")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.store.postgres import PostgresHotLog
+from lakesync.api.app import create_app
+from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.store.postgres import PostgresHotLog
+from lakesync.api.app import create_app
+from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import merge_state

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.settings import GatewaySettings
+from lakesync.api.app import create_app
+from lakesync.api.settings import GatewaySettings
 from lakesync.config import load_config
 from lakesync.errors import ConfigError
 from tests.api.helpers import Gateway, Replica, delta, token

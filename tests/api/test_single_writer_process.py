@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
-from lakehouse.settings import LakeSettings
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.settings import LakeSettings
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import SECRET, auth, delta, token
 from tests.conftest import PG_DSN, require_postgres
@@ -35,7 +35,7 @@ def test_a_second_lakesync_up_on_one_data_dir_is_refused(tmp_path: Path) -> None
     env.pop("LAKESYNC_CONFIG", None)
     with ServerProcess(data) as first:
         assert first.proc is not None
-        command = [sys.executable, "-m", "cli", "up", "--data-dir", str(data)]
+        command = [sys.executable, "-m", "lakesync.cli", "up", "--data-dir", str(data)]
         second = subprocess.run(
             [*command, "--port", str(free_port())],
             env=env,

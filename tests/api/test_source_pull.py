@@ -13,10 +13,10 @@ import pytest
 import yaml
 from litestar.testing import TestClient
 
-from api.app import create_app
-from destinations.base import Destination, typed_change
+from lakesync.api.app import create_app
+from lakesync.destinations.base import Destination, typed_change
 from lakesync.config import GatewayConfig
-from lakesync.destinations import DestinationSpec
+from lakesync.destination_specs import DestinationSpec
 from lakesync.rules import parse_rules, rules_to_wire
 from lakesync.schema import parse_schema
 from lakesync.sources import source_client_id
@@ -160,7 +160,7 @@ def test_unknown_source_is_404_with_the_error_body(tmp_path: Path, crm: Destinat
 
 @pytest.mark.slow
 def test_a_gateway_process_serves_its_declared_source(tmp_path: Path, crm: Destination) -> None:
-    """``python -m api --config lakesync.yaml`` declaring the table as a destination and
+    """``python -m lakesync.api --config lakesync.yaml`` declaring the table as a destination and
     ``owner = jwt:sub`` rules: over HTTP each client pulls only its own rows of the source."""
     config = tmp_path / "lakesync.yaml"
     config.write_text(yaml.safe_dump({
@@ -188,9 +188,9 @@ def test_a_gateway_process_serves_its_declared_source(tmp_path: Path, crm: Desti
 
 
 def test_a_lake_source_is_read_from_the_gateways_own_lake(tmp_path: Path) -> None:
-    from destinations.factory import open_destination
-    from lakehouse.bootstrap import init_catalog_tables
-    from lakehouse.settings import LakeSettings
+    from lakesync.destinations.factory import open_destination
+    from lakesync.lakehouse.bootstrap import init_catalog_tables
+    from lakesync.lakehouse.settings import LakeSettings
 
     lake = LakeSettings.from_env(tmp_path, env={})
     init_catalog_tables(lake)

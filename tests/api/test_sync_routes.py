@@ -10,7 +10,7 @@ import jwt
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
+from lakesync.api.app import create_app
 from tests.api.helpers import (
     PREVIOUS_SECRET,
     SECRET,

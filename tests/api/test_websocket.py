@@ -9,7 +9,7 @@ import pytest
 from litestar.exceptions import WebSocketDisconnect
 from litestar.testing import TestClient
 
-from api.app import create_app
+from lakesync.api.app import create_app
 from lakesync.delta import VIEW_EVICTION_CLIENT
 from lakesync.merge import merge_state
 from lakesync.proto import lakesync_pb2 as pb

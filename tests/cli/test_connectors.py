@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.connectors import cursor_summary
+from lakesync.cli.connectors import cursor_summary
 from tests.api.helpers import SECRET
 from tests.cli.test_main import run_cli
 from tests.connectors.fake_jira import FakeJira

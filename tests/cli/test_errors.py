@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner, Result
 
-from cli.main import app, expected_failure
-from lakehouse.bootstrap import init_catalog_tables
-from lakehouse.catalog import ensure_landing_table, open_catalog
-from lakehouse.settings import LakeSettings
+from lakesync.cli.main import app, expected_failure
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
+from lakesync.lakehouse.settings import LakeSettings
 from tests.gateway_process import free_port
 
 
@@ -33,7 +33,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _lakesync(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).parent / "lakesync"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "cli"]
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "lakesync.cli"]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
     return subprocess.run(
         [*command, *args],

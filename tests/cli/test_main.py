@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cli.main import app, main
+from lakesync.cli.main import app, main
 from lakesync.tokens import verify_token
 
 SECRET = "cli-test-secret-long-enough-for-hs256-0123456789"
@@ -26,7 +26,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def lakesync_cmd() -> list[str]:
     script = Path(sys.executable).parent / "lakesync"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "lakesync.cli"]
 
 
 def run_cli(*args: str, secret: str | None) -> subprocess.CompletedProcess[str]:

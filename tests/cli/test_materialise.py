@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from lakehouse.bootstrap import init_catalog_tables
-from lakehouse.catalog import ensure_landing_table, open_catalog
-from lakehouse.settings import LakeSettings
+from lakesync.cli.main import app
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
+from lakesync.lakehouse.settings import LakeSettings
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +96,7 @@ def test_migrate_between_declared_destinations(tmp_path: Path) -> None:
     try:
         layout = source.layout("todos", [("title", "string")])
         source.ensure_table(layout)
-        from destinations.base import typed_change
+        from lakesync.destinations.base import typed_change
 
         source.apply_changes(layout, [typed_change(layout, "a", {"title": "hi"})])
         urls = {
@@ -136,7 +136,7 @@ def test_lifecycle_only_moves_aged_rows_out_of_postgres(tmp_path: Path, lake: Pa
 
     import psycopg
 
-    from destinations.base import typed_change
+    from lakesync.destinations.base import typed_change
     from lakesync.hlc import encode
     from tests.destinations.conftest import _drop, open_fresh
     from tests.lakehouse.merged_rows import write_rows_merged
@@ -190,7 +190,7 @@ def test_an_unreadable_lake_fails_tiering_of_that_table_only(tmp_path: Path, lak
     """The lake's row clocks cannot be read (a data file of ``int_rows_merged`` is gone): the
     table's tiering is reported failed with what to do, the command exits 1 after the others,
     no traceback reaches the user, and the destination's rows stay."""
-    from destinations.base import typed_change
+    from lakesync.destinations.base import typed_change
     from tests.destinations.conftest import _drop, open_fresh
     from tests.lakehouse.merged_rows import write_rows_merged
 

@@ -18,10 +18,10 @@ import httpx
 from litestar.testing import TestClient
 from litestar.testing.transport import TestClientTransport
 
-from api.app import create_app
-from client._auth import TokenProvider
-from client.errors import LakeSyncError, RateLimitedError
-from client.transport import HttpTransport
+from lakesync.api.app import create_app
+from lakesync.client._auth import TokenProvider
+from lakesync.client.errors import LakeSyncError, RateLimitedError
+from lakesync.client.transport import HttpTransport
 from lakesync.delta import RowDelta
 from lakesync.merge import merge_state
 from tests.api.helpers import make_settings, token

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from client import ActionRecord, AsyncLakeSyncClient, LakeSyncClient
-from client.errors import ConfigError
+from lakesync.client import ActionRecord, AsyncLakeSyncClient, LakeSyncClient
+from lakesync.client.errors import ConfigError
 
 
 def test_an_action_is_kept_until_a_gateway_answers(tmp_path: Path) -> None:

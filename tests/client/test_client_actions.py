@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from client import LakeSyncClient
-from client._backoff import Backoff
-from client._types import Event
+from lakesync.client import LakeSyncClient
+from lakesync.client._backoff import Backoff
+from lakesync.client._types import Event
 from tests.connectors.fake_jira import FakeJira
 from tests.gateway_process import ServerProcess
 

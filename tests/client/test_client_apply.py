@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client import Change, LakeSyncClient
-from client._store import LocalStore
-from client.errors import SchemaError
+from lakesync.client import Change, LakeSyncClient
+from lakesync.client._store import LocalStore
+from lakesync.client.errors import SchemaError
 from lakesync.delta import VIEW_EVICTION_CLIENT, Op, RowDelta
 from lakesync.hlc import HLC, encode
 from lakesync.merge import RowState, decode_row_state, merge_state
@@ -241,8 +241,8 @@ def test_crash_reopen_keeps_consistent_state(tmp_path: Path) -> None:
 
 CHILD_APPLY = """
 import os, signal, sys
-from client._store import LocalStore
-from client.errors import SchemaError
+from lakesync.client._store import LocalStore
+from lakesync.client.errors import SchemaError
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, encode
 from lakesync.schema import parse_schema

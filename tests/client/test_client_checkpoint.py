@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import msgspec
 import pytest
 
-from client import LakeSyncClient
-from client._auth import TokenProvider
-from client.errors import ConnectionFailedError
-from client.transport import HttpTransport
+from lakesync.client import LakeSyncClient
+from lakesync.client._auth import TokenProvider
+from lakesync.client.errors import ConnectionFailedError
+from lakesync.client.transport import HttpTransport
 from lakesync.delta import RowDelta
 from lakesync.hlc import encode
 from lakesync.tokens import mint_token

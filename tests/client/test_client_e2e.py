@@ -1,7 +1,7 @@
 """End-to-end: clients against a real gateway subprocess, over HTTP and WebSocket.
 
 The transport behaviour suite runs once per transport; the acceptance tests (convergence,
-offline column edits, crashes, realtime, reconnect) follow. They need ``api/__main__.py``; when
+offline column edits, crashes, realtime, reconnect) follow. They need ``lakesync/api/__main__.py``; when
 the gateway is missing they are skipped with a message saying so.
 """
 
@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client import Backoff, Event, LakeSyncClient
-from client._auth import TokenProvider
-from client.errors import ForbiddenError, SchemaError
-from client.transport import HttpTransport, Transport, WebSocketTransport
+from lakesync.client import Backoff, Event, LakeSyncClient
+from lakesync.client._auth import TokenProvider
+from lakesync.client.errors import ForbiddenError, SchemaError
+from lakesync.client.transport import HttpTransport, Transport, WebSocketTransport
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import merge_state
@@ -261,7 +261,7 @@ def test_offline_edits_to_different_columns_both_survive(
 CRASH_CHILD = textwrap.dedent(
     """
     import os, signal, sys
-    from client import LakeSyncClient
+    from lakesync.client import LakeSyncClient
     path, url, gw, token = sys.argv[1:5]
     todos = {"table": "todos", "columns": [{"name": "title", "type": "string"}]}
     c = LakeSyncClient(path, url=url, gateway_id=gw, token=token, schemas=[todos])
@@ -297,8 +297,8 @@ def test_kill_9_before_push_then_pushed_exactly_once(
 PULL_CRASH_CHILD = textwrap.dedent(
     """
     import os, signal, sys
-    from client import LakeSyncClient
-    from client._store import LocalStore
+    from lakesync.client import LakeSyncClient
+    from lakesync.client._store import LocalStore
     path, url, gw, token = sys.argv[1:5]
     saved = 0
     real = LocalStore._show
@@ -495,7 +495,7 @@ def test_readme_example_runs_as_written(gateway: ServerProcess, tmp_path: Path) 
 def test_async_client_round_trip(gateway: ServerProcess, gw_id: str) -> None:
     import asyncio
 
-    from client import AsyncLakeSyncClient
+    from lakesync.client import AsyncLakeSyncClient
 
     async def main() -> list[dict[str, Any]]:
         kw: dict[str, Any] = {"url": gateway.url, "gateway_id": gw_id, "schemas": [TODOS]}
@@ -524,7 +524,7 @@ def test_lost_push_ack_is_retried_without_duplicates(
 ) -> None:
     from client_tcp_proxy import FlakyProxy
 
-    from client.errors import ConnectionFailedError
+    from lakesync.client.errors import ConnectionFailedError
 
     proxy = FlakyProxy(gateway.port)
     try:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from client import LakeSyncClient
-from client.errors import (
+from lakesync.client import LakeSyncClient
+from lakesync.client.errors import (
     ClientClosedError,
     ConfigError,
     MissingExtraError,

@@ -18,12 +18,12 @@ import httpx
 import pytest
 import uvicorn
 
-from api.app import create_app
-from api.store.base import HotLog
-from api.store.sqlite import SqliteHotLog
-from client import LakeSyncClient
-from client._types import Event
-from lakehouse.checkpoints import write_checkpoint
+from lakesync.api.app import create_app
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.client import LakeSyncClient
+from lakesync.client._types import Event
+from lakesync.lakehouse.checkpoints import write_checkpoint
 from lakesync.hlc import HLC
 from tests.api.helpers import auth, delta, make_settings, token
 from tests.gateway_process import free_port

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from client import LakeSyncClient
+from lakesync.client import LakeSyncClient
 from lakesync.delta import RowDelta, is_view_eviction
 from lakesync.merge import MergedState, RowState, apply_delta
 from lakesync.rules import SyncRules, parse_rules, visible

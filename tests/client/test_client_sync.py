@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from litestar.testing import TestClient
 
-from client import Backoff, Event, LakeSyncClient
-from client.errors import (
+from lakesync.client import Backoff, Event, LakeSyncClient
+from lakesync.client.errors import (
     AuthError,
     BackpressureError,
     ConnectionFailedError,
@@ -164,7 +164,7 @@ def test_auth_error_is_not_retried(gw: InProcessGateway) -> None:
 CHILD = textwrap.dedent(
     """
     import os, signal, sys
-    from client import LakeSyncClient
+    from lakesync.client import LakeSyncClient
     c = LakeSyncClient(sys.argv[1], client_id="crashy",
                        schemas=[{"table": "t", "columns": [{"name": "a", "type": "string"}]}])
     c.insert("t", "r", {"a": "before the crash"})

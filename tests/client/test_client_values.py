@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from client import Event, LakeSyncClient
-from client._columns import to_sql_value
-from client.errors import ValidationError
+from lakesync.client import Event, LakeSyncClient
+from lakesync.client._columns import to_sql_value
+from lakesync.client.errors import ValidationError
 from lakesync.delta import CellError, delta_id
 from lakesync.proto import lakesync_pb2 as pb
 from lakesync.tokens import mint_token

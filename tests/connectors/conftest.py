@@ -12,13 +12,13 @@ from typing import Any
 import pymysql
 import pytest
 
-from api.metrics import GatewayMetrics
-from api.services.connectors import GatewaySink
-from api.services.hub import Hub
-from api.services.sync import SyncService
-from api.store.sqlite import SqliteHotLog
-from connectors import Poller, Source
-from lakesync.connectors import connector_client_id
+from lakesync.api.metrics import GatewayMetrics
+from lakesync.api.services.connectors import GatewaySink
+from lakesync.api.services.hub import Hub
+from lakesync.api.services.sync import SyncService
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.connector_specs import connector_client_id
+from lakesync.connectors import Poller, Source
 from lakesync.hlc import HLC
 from tests.api.helpers import make_settings
 
@@ -28,7 +28,7 @@ MYSQL_DSN = os.environ.get("LAKESYNC_TEST_MYSQL_DSN", "mysql://root@127.0.0.1:33
 def require_mysql() -> None:
     """Return when the test MariaDB/MySQL server answers; otherwise skip the calling test, or
     fail it when env ``CI`` is set (as :func:`tests.conftest.require_postgres` does)."""
-    from connectors.database import MysqlDialect
+    from lakesync.connectors.database import MysqlDialect
 
     try:
         MysqlDialect().connect(MYSQL_DSN).close()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
+from lakesync.api.app import create_app
 from tests.api.helpers import Gateway, auth, make_settings, token
 from tests.connectors.fake_jira import FakeJira
 from tests.connectors.fake_salesforce import FakeSalesforce

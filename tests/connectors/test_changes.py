@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors._changes import Chunk, changes_for
+from lakesync.connectors._changes import Chunk, changes_for
 from lakesync.merge import MergedState
 
 ROW_IDS = st.sampled_from(["a", "b", "c", "d"])

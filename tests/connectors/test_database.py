@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors import Source, open_source
-from connectors._values import column_type, json_value
-from connectors.database import MysqlDialect, PostgresDialect
-from lakesync.connectors import parse_connector
+from lakesync.connector_specs import parse_connector
+from lakesync.connectors import Source, open_source
+from lakesync.connectors._values import column_type, json_value
+from lakesync.connectors.database import MysqlDialect, PostgresDialect
 from tests.conftest import PG_DSN, require_postgres
 from tests.connectors.conftest import MYSQL_DSN, GatewayUnderTest, require_mysql
 from tests.connectors.test_jira import CrashAfter

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
+from lakesync.api.app import create_app
 from tests.api.helpers import Gateway, Replica, make_settings, token
 from tests.connectors.fake_jira import FakeJira
 
@@ -78,7 +78,7 @@ def test_a_registered_connector_feeds_clients_and_reports_status(
 def test_a_declared_connector_runs_with_the_app_and_its_secret_stays_hidden(
     tmp_path: Path, jira: FakeJira, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lakesync.connectors import parse_connector
+    from lakesync.connector_specs import parse_connector
 
     secret = tmp_path / "jira-token"
     secret.write_text("jira-api-token\n")
@@ -117,7 +117,7 @@ def test_a_declared_connector_runs_with_the_app_and_its_secret_stays_hidden(
 def test_metrics_without_gateway_labels_show_connector_totals(
     tmp_path: Path, jira: FakeJira
 ) -> None:
-    from lakesync.connectors import parse_connector
+    from lakesync.connector_specs import parse_connector
 
     declared = parse_connector(
         "jira1",

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from connectors import Chunk, Source
-from connectors.jira import JiraSource, jql_for
-from lakesync.connectors import JiraSpec, parse_connector
+from lakesync.connector_specs import JiraSpec, parse_connector
+from lakesync.connectors import Chunk, Source
+from lakesync.connectors.jira import JiraSource, jql_for
 from lakesync.schema import TableSchema
 from tests.connectors.conftest import GatewayUnderTest
 from tests.connectors.fake_jira import FakeJira

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from connectors import open_source
-from connectors.jira import JiraSource
-from lakesync.connectors import parse_connector
+from lakesync.connector_specs import parse_connector
+from lakesync.connectors import open_source
+from lakesync.connectors.jira import JiraSource
 from tests.connectors.conftest import GatewayUnderTest
 from tests.connectors.fake_jira import FakeJira
 from tests.connectors.test_database import SourceDb

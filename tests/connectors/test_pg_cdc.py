@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors import Source, open_source
-from connectors._decoding import RowChange, parse_change
-from lakesync.connectors import parse_connector
+from lakesync.connector_specs import parse_connector
+from lakesync.connectors import Source, open_source
+from lakesync.connectors._decoding import RowChange, parse_change
 from lakesync.errors import ConfigError
 from tests.conftest import PG_DSN, require_postgres
 from tests.connectors.conftest import GatewayUnderTest

@@ -10,9 +10,9 @@ from typing import Any
 import anyio.to_thread
 import pytest
 
-from api.services.connectors import GatewaySink
-from connectors import Chunk, Poller, Source
-from lakesync.connectors import connector_client_id
+from lakesync.api.services.connectors import GatewaySink
+from lakesync.connector_specs import connector_client_id
+from lakesync.connectors import Chunk, Poller, Source
 from lakesync.schema import TableSchema, parse_schema
 from tests.connectors.conftest import GatewayUnderTest
 

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors.salesforce import OBJECTS
+from lakesync.connectors.salesforce import OBJECTS
 from tests.connectors.fake_http import Reply, Request
 from tests.connectors.fake_salesforce import FakeSalesforce
 from tests.connectors.test_database import SourceDb

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from connectors.salesforce import OBJECTS, SalesforceSource, column_name, soql_for
-from lakesync.connectors import SalesforceSpec, parse_connector
+from lakesync.connector_specs import SalesforceSpec, parse_connector
+from lakesync.connectors.salesforce import OBJECTS, SalesforceSource, column_name, soql_for
 from tests.connectors.conftest import GatewayUnderTest
 from tests.connectors.fake_salesforce import FakeSalesforce
 from tests.connectors.test_jira import CrashAfter

@@ -21,11 +21,11 @@ import psycopg
 import pymysql
 import pytest
 
-from destinations.base import Destination
-from destinations.factory import mysql_params, open_destination
-from lakehouse.bootstrap import init_catalog_tables
-from lakehouse.settings import LakeSettings
-from lakesync.destinations import DeleteMode, DestinationSpec
+from lakesync.destination_specs import DeleteMode, DestinationSpec
+from lakesync.destinations.base import Destination
+from lakesync.destinations.factory import mysql_params, open_destination
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.settings import LakeSettings
 from tests.conftest import PG_DSN, require_postgres
 
 MYSQL_DSN = os.environ.get("LAKESYNC_TEST_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")

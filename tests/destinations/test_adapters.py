@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from destinations import base
-from destinations.base import Change, Destination, DestinationError, typed_change
+from lakesync.destinations import base
+from lakesync.destinations.base import Change, Destination, DestinationError, typed_change
 
 COLUMNS = [("title", "string"), ("done", "boolean"), ("score", "number"), ("meta", "json")]
 
@@ -177,7 +177,7 @@ def test_evict_removes_the_given_rows(destination: Destination) -> None:
 def test_evict_records_the_tiering_mark(destination: Destination) -> None:
     """With a mark, evict records it with the deletes (per table); a destination that tiers
     reads it back, the lake (no hot window) keeps none."""
-    from destinations.base import TieringMark
+    from lakesync.destinations.base import TieringMark
 
     layout = destination.layout("todos", COLUMNS)
     destination.ensure_table(layout)

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from destinations.base import Destination, normalise_row, typed_change
-from destinations.sql import SqlDestination
-from destinations.statements import storable_value
 from lakesync.delta import RowDelta
+from lakesync.destinations.base import Destination, normalise_row, typed_change
+from lakesync.destinations.sql import SqlDestination
+from lakesync.destinations.statements import storable_value
 from lakesync.merge import MergedState, merge_state
 from tests.destinations.conftest import _drop, open_fresh
 
@@ -121,7 +121,7 @@ def test_random_histories_materialise_to_merge_state(kind: str, delete_mode: str
 
 def _purge(dest: Destination) -> None:
     """Remove every row (soft-deleted ones too) through a hard-delete view of the table."""
-    from destinations.statements import TableLayout
+    from lakesync.destinations.statements import TableLayout
 
     hard = TableLayout("todos", COLUMNS, "hard")
     dest.apply_changes(hard, [typed_change(hard, r, None) for r in ("r1", "r2", "r3", "R1")])

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from destinations.base import typed_change
-from destinations.migrate import migrate_table
+from lakesync.destinations.base import typed_change
+from lakesync.destinations.migrate import migrate_table
 from tests.destinations.conftest import _drop, open_fresh
 
 COLUMNS = [("title", "string"), ("done", "boolean"), ("n", "number"), ("meta", "json")]

@@ -9,12 +9,12 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from destinations.base import Destination, DestinationError, typed_change
-from destinations.factory import mysql_params, open_destination
-from destinations.metrics import DestinationMetrics
-from destinations.routing import CompositeDestination, FanOutDestination, open_declared
 from lakesync.config import load_config
-from lakesync.destinations import DestinationSpec
+from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.base import Destination, DestinationError, typed_change
+from lakesync.destinations.factory import mysql_params, open_destination
+from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.destinations.routing import CompositeDestination, FanOutDestination, open_declared
 from tests.conftest import require_postgres
 from tests.destinations.conftest import (
     MYSQL_DSN,
@@ -165,8 +165,8 @@ def test_an_unreachable_route_fails_only_its_tables(pg_and_maria_urls: tuple[str
 
 @pytest.mark.parametrize("namespace", ["lakesync", "analytics", "lakesync_changes"])
 def test_a_lake_destination_cannot_ship_into_the_pipelines_namespaces(namespace: str) -> None:
-    from destinations.lake import lake_namespace
-    from lakesync.destinations import DestinationSpec
+    from lakesync.destination_specs import DestinationSpec
+    from lakesync.destinations.lake import lake_namespace
     from lakesync.errors import ConfigError
 
     spec = DestinationSpec("lake", f"lake://{namespace}", "gw1", name="export")

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from api.store.base import HotLog
-from api.store.sqlite import SqliteHotLog
-from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.settings import LakeSettings
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.settings import LakeSettings
 from tests.api.conftest import store
 
 __all__ = ["Lake", "append_in_order", "make_lake", "store"]
@@ -50,7 +50,7 @@ class Lake:
 
 
 def make_lake(root: Path, env: dict[str, str] | None = None) -> Lake:
-    from lakehouse.spark import spark_session
+    from lakesync.lakehouse.spark import spark_session
 
     settings = LakeSettings.from_env(root, env=env or {})
     bootstrap(settings)

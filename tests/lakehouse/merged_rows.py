@@ -7,9 +7,9 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
-from lakehouse.catalog import open_catalog
-from lakehouse.lifecycle import ROWS_MERGED
-from lakehouse.settings import LANDING_NAMESPACE, LakeSettings
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.lifecycle import ROWS_MERGED
+from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 
 RowClocks = tuple[str, str, str, int | None, int | None]
 """``(gateway_id, table_name, row_id, write_hlc, delete_hlc)``."""

@@ -6,9 +6,9 @@ import sqlite3
 import zipfile
 from pathlib import Path
 
-from lakehouse.bootstrap import bootstrap, build_jackson_jar
-from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
-from lakehouse.settings import LakeSettings
+from lakesync.lakehouse.bootstrap import bootstrap, build_jackson_jar
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.settings import LakeSettings
 
 
 def test_jackson_jar_is_relocated_and_reused(tmp_path: Path) -> None:

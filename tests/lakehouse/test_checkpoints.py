@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from client import LakeSyncClient
+from lakesync.client import LakeSyncClient
 from tests.api.helpers import auth, delta
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from lakehouse.catalog import open_catalog
-from lakehouse.registry import publish_schemas
-from lakehouse.runner import run_pipeline
+from lakesync.cli.main import app
 from lakesync.delta import RowDelta
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.runner import run_pipeline
 from lakesync.schema import parse_schema
 
 from .conftest import Lake

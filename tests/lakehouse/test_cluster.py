@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from lakehouse.runner import run_pipeline
 from lakesync.delta import RowDelta
+from lakesync.lakehouse.runner import run_pipeline
 from tests.conftest import PG_DSN, require_postgres
 from tests.gateway_process import free_port
 

@@ -18,19 +18,19 @@ from urllib.parse import urlparse
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from lakehouse.catalog import (
+from lakesync.cli.main import app
+from lakesync.delta import RowDelta
+from lakesync.lakehouse.catalog import (
     LANDED_LATE_PROPERTY,
     LANDING_IDENTIFIER,
     landing_state,
     open_catalog,
 )
-from lakehouse.compaction import compact
-from lakehouse.landing import LandingFlusher
-from lakehouse.models import prepare_project
-from lakehouse.registry import publish_schemas
-from lakehouse.runner import dbt_invoke, run_pipeline
-from lakesync.delta import RowDelta
+from lakesync.lakehouse.compaction import compact
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.models import prepare_project
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.runner import dbt_invoke, run_pipeline
 from lakesync.schema import parse_schema
 
 from .conftest import Lake, append_in_order

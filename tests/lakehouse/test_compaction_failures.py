@@ -12,8 +12,8 @@ from urllib.parse import urlparse
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
-from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.cli.main import app
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 
 from .conftest import Lake
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from connectors.jira import SCHEMAS, JiraSource
-from lakehouse.catalog import open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.runner import run_pipeline
 from lakesync.canonical import canonical_json
+from lakesync.connectors.jira import SCHEMAS, JiraSource
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.runner import run_pipeline
 from tests.connectors.conftest import GatewayUnderTest
 from tests.connectors.fake_jira import FakeJira
 from tests.connectors.test_jira import seed, spec

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.catalog import open_catalog
-from lakehouse.runner import COVERED_PROPERTY, PipelineError, run_pipeline
 from lakesync.delta import RowDelta
 from lakesync.hlc import encode
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.runner import COVERED_PROPERTY, PipelineError, run_pipeline
 from lakesync.schema import parse_schema
 
 from .conftest import Lake

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from api.store.sqlite import SqliteHotLog
-from cli.main import app
-from lakehouse.catalog import open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.query import run_query
-from lakehouse.registry import publish_schemas
-from lakehouse.runner import run_pipeline
+from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.canonical import canonical_json
+from lakesync.cli.main import app
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.query import run_query
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.runner import run_pipeline
 from lakesync.merge import merge_state
 from lakesync.schema import parse_schema
 from tests.api.helpers import now_hlc

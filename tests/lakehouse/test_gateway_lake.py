@@ -1,6 +1,7 @@
 """The gateway's lake jobs end to end: schemas registered on the gateway reach the pipeline.
 
-A real ``python -m api`` process with a short flush interval and a scheduled pipeline: a table
+A real ``python -m lakesync.api`` process with a short flush interval and a scheduled pipeline: a
+table
 registered only through the admin route (no ``lakesync.yaml`` anywhere) gets its
 ``analytics.<table>`` model from the scheduled ``lakesync pipeline run``, and a column added later
 through the admin route flows through to the model on a later scheduled run.
@@ -16,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from lakehouse.catalog import open_catalog
-from lakehouse.registry import registered_schemas
-from lakehouse.settings import LakeSettings
 from lakesync.errors import NotFoundError
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.registry import registered_schemas
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
 from tests.api.helpers import auth, delta, token
 from tests.gateway_process import ServerProcess
@@ -46,7 +47,7 @@ def _eventually(check: Callable[[], Any], what: str, log: Path, timeout: float =
 
 
 def _notes(settings: LakeSettings, columns: str) -> list[tuple[Any, ...]] | None:
-    from lakehouse.query import run_query
+    from lakesync.lakehouse.query import run_query
 
     try:
         result = run_query(

@@ -17,15 +17,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.store.base import HotLog
-from api.store.sqlite import SqliteHotLog
-from lakehouse.bootstrap import init_catalog_tables
-from lakehouse.catalog import LANDING_IDENTIFIER, flushed_position, open_catalog
-from lakehouse.landing import CRASH_ENV, LandingFlusher, landing_rows
-from lakehouse.settings import LakeSettings
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, flushed_position, open_catalog
+from lakesync.lakehouse.landing import CRASH_ENV, LandingFlusher, landing_rows
+from lakesync.lakehouse.settings import LakeSettings
 
 from .conftest import append_in_order
 
@@ -147,10 +147,10 @@ def _flush_in_child(settings: LakeSettings, log: Path, marks: Path, crash_at: st
     position it marks flushed."""
     code = (
         "import sys; from pathlib import Path\n"
-        "from api.store.sqlite import SqliteHotLog\n"
-        "from lakehouse.settings import LakeSettings\n"
-        "from lakehouse.catalog import open_catalog\n"
-        "from lakehouse.landing import LandingFlusher\n"
+        "from lakesync.api.store.sqlite import SqliteHotLog\n"
+        "from lakesync.lakehouse.settings import LakeSettings\n"
+        "from lakesync.lakehouse.catalog import open_catalog\n"
+        "from lakesync.lakehouse.landing import LandingFlusher\n"
         "from lakesync.hlc import HLC\n"
         "log = SqliteHotLog(Path(sys.argv[2]), HLC())\n"
         "def mark(position):\n"

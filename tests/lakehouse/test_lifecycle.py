@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from lakehouse.bootstrap import init_catalog_tables
-from lakehouse.catalog import open_catalog
-from lakehouse.lifecycle import aged_rows, cutoff_hlc
-from lakehouse.settings import LakeSettings
 from lakesync.hlc import decode, encode
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.lifecycle import aged_rows, cutoff_hlc
+from lakesync.lakehouse.settings import LakeSettings
 
 from .merged_rows import write_rows_merged
 
@@ -56,7 +56,7 @@ def test_rows_whose_last_change_is_older_than_the_moment_are_aged(tmp_path: Path
 def test_a_tiering_mark_leaves_out_the_rows_it_covers(tmp_path: Path) -> None:
     """The last tiering (cutoff C, watermark W) evicted every row last changed before C at a
     position up to W: the next one names only rows changed since C, or shipped since W."""
-    from destinations.base import TieringMark
+    from lakesync.destinations.base import TieringMark
 
     settings = LakeSettings.from_env(tmp_path, env={})
     init_catalog_tables(settings)

@@ -20,15 +20,15 @@ import psycopg
 import pymysql
 import pytest
 
-from destinations.base import normalise_row, typed_change
-from destinations.factory import mysql_params, open_destination
-from destinations.statements import Dialect, TableLayout, storable_value
-from lakehouse.materialise import materialise
-from lakehouse.runner import run_pipeline
 from lakesync.config import Config, GatewayConfig
 from lakesync.delta import RowDelta
-from lakesync.destinations import DestinationSpec
+from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.base import normalise_row, typed_change
+from lakesync.destinations.factory import mysql_params, open_destination
+from lakesync.destinations.statements import Dialect, TableLayout, storable_value
 from lakesync.hlc import encode
+from lakesync.lakehouse.materialise import materialise
+from lakesync.lakehouse.runner import run_pipeline
 from lakesync.merge import merge_state
 from lakesync.schema import parse_schema
 from tests.conftest import PG_DSN, require_postgres
@@ -212,9 +212,9 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     stays); the documented combined read, ``lakesync query`` over the lake's
     ``analytics.tiered``, returns the same rows as before; hot rows plus evicted rows are exactly
     those rows; a row changed again after its eviction is shipped back into the hot tier."""
-    from destinations.metrics import DestinationMetrics
-    from lakehouse.materialise import tier
-    from lakehouse.query import run_query
+    from lakesync.destinations.metrics import DestinationMetrics
+    from lakesync.lakehouse.materialise import tier
+    from lakesync.lakehouse.query import run_query
 
     gw = "gw_tier"
     pg_url, _ = databases
@@ -293,7 +293,7 @@ def test_a_secondary_that_missed_a_run_is_caught_up_by_the_next(
     """A fan-out secondary keeps its own watermark: while it is down (MariaDB on a closed port)
     the primary ships alone and the failure is counted; when it answers again, the next run
     ships it everything it missed, so it holds the same rows as the primary."""
-    from destinations.metrics import DestinationMetrics
+    from lakesync.destinations.metrics import DestinationMetrics
 
     gw = "gw_caught"
     pg_url, my_url = databases
@@ -354,7 +354,7 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     another watermark is rebuilt before shipping, never shipped; one that cannot be rebuilt
     fails its table only, and the next run converges; one shipped up to the destination's
     watermark serves it as empty while the lake has not changed."""
-    from lakehouse.catalog import open_catalog
+    from lakesync.lakehouse.catalog import open_catalog
 
     gw = "gw_models"
     pg_url, _ = databases

@@ -16,11 +16,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from destinations.factory import open_destination
-from lakehouse.runner import run_pipeline
 from lakesync.config import load_config
 from lakesync.delta import RowDelta
-from lakesync.destinations import DestinationSpec
+from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.factory import open_destination
+from lakesync.lakehouse.runner import run_pipeline
 from lakesync.schema import parse_schema
 
 from .conftest import Lake
@@ -39,7 +39,7 @@ COLUMNS = [(c.name, c.type) for c in SCHEMA.columns]
 def _materialise(config: Path, data_dir: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
     return subprocess.Popen(
-        [sys.executable, "-m", "cli", "materialise", "--config", str(config),
+        [sys.executable, "-m", "lakesync.cli", "materialise", "--config", str(config),
          "--data-dir", str(data_dir)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import sqlglot
 
-from lakehouse.models import (
+from lakesync.destination_specs import parse_destinations
+from lakesync.errors import ConfigError
+from lakesync.lakehouse.models import (
     ChangeSetModel,
     lake_tables,
     plan_change_sets,
@@ -19,8 +21,6 @@ from lakehouse.models import (
     write_change_set_models,
     write_models,
 )
-from lakesync.destinations import parse_destinations
-from lakesync.errors import ConfigError
 from lakesync.schema import parse_schema
 
 

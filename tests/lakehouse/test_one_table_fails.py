@@ -20,13 +20,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from api.store.sqlite import SqliteHotLog
-from cli.main import app
-from destinations.factory import mysql_params
-from lakehouse.catalog import open_catalog
-from lakehouse.registry import publish_schemas
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.cli.main import app
 from lakesync.delta import RowDelta
+from lakesync.destinations.factory import mysql_params
 from lakesync.hlc import HLC
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.registry import publish_schemas
 from lakesync.schema import TableSchema
 from tests.api.helpers import auth, token
 from tests.gateway_process import ServerProcess

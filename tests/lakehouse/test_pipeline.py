@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.runner import dbt_invoke, run_pipeline
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.runner import dbt_invoke, run_pipeline
 from lakesync.merge import MergedState
 from lakesync.schema import TableSchema, parse_schema
 
@@ -186,8 +186,8 @@ def _todo(row: str, client: str, hlc: int, op: str = "UPDATE", **cols: Any) -> R
 
 
 def test_time_travel_by_snapshot_and_by_hlc(lake: Lake) -> None:
-    from lakehouse.catalog import open_catalog
-    from lakehouse.runner import state_as_of_hlc
+    from lakesync.lakehouse.catalog import open_catalog
+    from lakesync.lakehouse.runner import state_as_of_hlc
 
     gw = "gw_time"
     first = [_todo("a", "c1", 10, "INSERT", title="v1", n=1), _todo("b", "c1", 11, "INSERT", n=2)]
@@ -236,7 +236,7 @@ def test_adding_a_column_flows_to_its_model(lake: Lake) -> None:
 
 
 def test_duckdb_reads_current_state_offline(lake: Lake) -> None:
-    from lakehouse.query import format_rows, run_query
+    from lakesync.lakehouse.query import format_rows, run_query
 
     # Its own rows: under xdist the module's lake may be fresh, without the other tests' tables.
     lake.land("gw_duckdb", [_todo("x", "c1", 30, "INSERT", title="t", n=3)])
@@ -263,7 +263,7 @@ def test_cli_pipeline_run_reads_schemas_from_config(
 
     from typer.testing import CliRunner
 
-    from cli.lake import pipeline_app, query_command
+    from lakesync.cli.lake import pipeline_app, query_command
 
     config = tmp_path / "lakesync.yaml"
     schemas = [{"table": s.table, "columns": [{"name": c.name, "type": c.type} for c in s.columns]}

@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from api.store.sqlite import SqliteHotLog
-from cli.main import main as lakesync
-from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.query import run_query
-from lakehouse.registry import publish_schemas
-from lakehouse.settings import LakeSettings
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.cli.main import main as lakesync
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.query import run_query
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.merge import merge_state
 from lakesync.schema import parse_schema
 
@@ -67,9 +67,11 @@ def _fresh_clone(into: Path) -> Path:
 
 
 def _readme_env(clone: Path, data: Path) -> dict[str, str]:
-    """The environment the README's `eval "$(python -m lakehouse.bootstrap --print-env)"` sets."""
+    """The environment the README's `eval "$(python -m lakesync.lakehouse.bootstrap --print-env)"`
+    sets."""
     out = subprocess.run(
-        [sys.executable, "-m", "lakehouse.bootstrap", "--data-dir", str(data), "--print-env"],
+        [sys.executable, "-m", "lakesync.lakehouse.bootstrap", "--data-dir", str(data),
+         "--print-env"],
         cwd=clone,
         check=True,
         capture_output=True,

@@ -13,16 +13,16 @@ import pytest
 from pyiceberg.table import Table
 from typer.testing import CliRunner, Result
 
-from api.store.sqlite import SqliteHotLog
-from cli.main import app
-from lakehouse.bootstrap import init_catalog_tables
-from lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.query import connect, run_query
-from lakehouse.settings import LakeSettings
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.cli.main import app
 from lakesync.delta import RowDelta
 from lakesync.errors import NotFoundError
 from lakesync.hlc import HLC
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.query import connect, run_query
+from lakesync.lakehouse.settings import LakeSettings
 
 from .conftest import append_in_order
 

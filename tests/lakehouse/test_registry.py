@@ -5,18 +5,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from api.store.sqlite import SqliteHotLog
-from lakehouse.bootstrap import init_catalog_tables
-from lakehouse.catalog import open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.registry import (
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.hlc import HLC
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.registry import (
     REGISTRY_IDENTIFIER,
     publish_schemas,
     registered_schemas,
     registry_rows,
 )
-from lakehouse.settings import LakeSettings
-from lakesync.hlc import HLC
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
 
 TODOS = parse_schema({"table": "todos", "columns": [{"name": "title", "type": "string"}]})
@@ -80,9 +80,9 @@ def test_gateway_lake_jobs_use_the_gateways_own_config(tmp_path: Path) -> None:
     import anyio
     import yaml
 
-    from api.lake import lake_jobs
-    from api.settings import GatewaySettings
-    from api.store import open_store
+    from lakesync.api.lake import lake_jobs
+    from lakesync.api.settings import GatewaySettings
+    from lakesync.api.store import open_store
     from lakesync.config import load_config
     from lakesync.hlc import HLC
     from lakesync.schema import schema_to_wire

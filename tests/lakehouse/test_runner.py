@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lakehouse import runner
-from lakehouse.bootstrap import bootstrap
-from lakehouse.models import prepare_project, write_models
-from lakehouse.settings import LakeSettings
+from lakesync.lakehouse import runner
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.models import prepare_project, write_models
+from lakesync.lakehouse.settings import LakeSettings
 
 
 def _models(settings: LakeSettings) -> set[str]:

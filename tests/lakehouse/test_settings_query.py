@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.query import QueryResult, format_rows
-from lakehouse.settings import LakeSettings
 from lakesync.errors import ConfigError
+from lakesync.lakehouse.query import QueryResult, format_rows
+from lakesync.lakehouse.settings import LakeSettings
 
 
 def test_embedded_defaults_live_under_the_data_dir(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The pure decoders behind the Spark UDFs (spark_udfs/decode.py)."""
+"""The pure decoders behind the Spark UDFs (lakesync/spark_udfs/decode.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from lakesync.hlc import encode
-from spark_udfs.decode import (
+from lakesync.spark_udfs.decode import (
     hlc_to_timestamp,
     json_to_boolean,
     json_to_double,

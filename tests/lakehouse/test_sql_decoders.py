@@ -1,6 +1,6 @@
 """The models decode cells with Spark built-ins (macros/current_state.sql), so a plain ``dbt
 build`` needs no Python UDF; fresh reads and destinations decode with the pure Python decoders
-(spark_udfs/decode.py). The two must agree on every canonical JSON text a cell can hold."""
+(lakesync/spark_udfs/decode.py). The two must agree on every canonical JSON text a cell can hold."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from lakesync.canonical import canonical_json
 from lakesync.hlc import encode
-from spark_udfs.decode import (
+from lakesync.spark_udfs.decode import (
     hlc_to_timestamp,
     json_to_boolean,
     json_to_double,

@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from api.store import open_store
-from lakehouse.bootstrap import bootstrap
-from lakehouse.catalog import open_catalog
-from lakehouse.landing import LandingFlusher
-from lakehouse.query import run_query
-from lakehouse.registry import publish_schemas
-from lakehouse.settings import LakeSettings
-from lakehouse.worker import PipelineWorker, RunReply, WorkerDiedError, _serve
+from lakesync.api.store import open_store
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, encode
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.query import run_query
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.worker import PipelineWorker, RunReply, WorkerDiedError, _serve
 from lakesync.schema import parse_schema
 
 NOTES = parse_schema({"table": "notes", "columns": [{"name": "body", "type": "string"}]})

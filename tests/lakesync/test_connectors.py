@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from lakesync.connectors import (
+from lakesync.connector_specs import (
     JiraSpec,
     PostgresSpec,
     SalesforceSpec,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lakesync.config import load_config
-from lakesync.destinations import DestinationSpec, redact_url, resolve_url
+from lakesync.destination_specs import DestinationSpec, redact_url, resolve_url
 from lakesync.errors import ConfigError
 
 YAML = """\
@@ -152,7 +152,7 @@ destinations:
 
 
 def test_routes_secondaries_and_hot_window_are_optional_keys(tmp_path: Path) -> None:
-    from lakesync.destinations import shipped_on_their_own
+    from lakesync.destination_specs import shipped_on_their_own
 
     dests = load(tmp_path, ROUTED)
     app = dests["app"]
@@ -167,7 +167,7 @@ def test_routes_secondaries_and_hot_window_are_optional_keys(tmp_path: Path) -> 
     ("90s", 90), ("15m", 900), ("12h", 43_200), ("1d", 86_400), ("2w", 1_209_600),
 ])
 def test_parse_window(window: str, seconds: int) -> None:
-    from lakesync.destinations import parse_window
+    from lakesync.destination_specs import parse_window
 
     assert parse_window(window) == seconds
 

@@ -1,4 +1,5 @@
-"""The protocol core stays pure: ``lakesync/`` imports no gateway, client, lakehouse or I/O library.
+"""The protocol core stays pure: the core modules of ``lakesync`` (its own modules and ``proto``,
+not the edge subpackages) import no gateway, client, lakehouse or I/O library.
 
 Two checks, because each misses what the other sees: the source of every module (its ``import``
 statements, lazy ones inside functions included) against an allow-list, and a fresh interpreter
@@ -26,26 +27,39 @@ FORBIDDEN_STDLIB = {
     "asyncio", "ftplib", "http", "multiprocessing", "selectors", "smtplib", "socket",
     "socketserver", "sqlite3", "ssl", "subprocess", "urllib",
 }
-# Packages of this project that sit at the edges, and the I/O libraries they use.
+# Subpackages of ``lakesync`` that sit at the edges (not part of the core).
+EDGES = {"api", "client", "cli", "lakehouse", "connectors", "destinations", "spark_udfs"}
+# The edge subpackages and the I/O libraries they use.
 FORBIDDEN = {
-    "api", "client", "cli", "lakehouse", "connectors", "spark_udfs",
+    *(f"lakesync.{edge}" for edge in EDGES),
     "httpx", "websockets", "litestar", "uvicorn", "psycopg", "psycopg_pool", "pymysql",
     "pyspark", "dbt", "duckdb", "pyiceberg", "pyarrow", "sqlalchemy", "requests", "rich", "typer",
 }
 
 
 def _core_modules() -> list[Path]:
-    return sorted(p for p in CORE.rglob("*.py") if not p.name.endswith("_pb2.py"))
+    return sorted(
+        p for p in CORE.rglob("*.py")
+        if not p.name.endswith("_pb2.py") and p.relative_to(CORE).parts[0] not in EDGES
+    )
+
+
+def _top(module: str) -> str:
+    """A module's top-level name, or ``lakesync.<sub>`` for this project's own modules."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "lakesync" and len(parts) > 1 else parts[0]
 
 
 def _imported(path: Path) -> set[str]:
-    """Top-level names of the modules ``path`` imports (relative imports are the core itself)."""
+    """Top-level names (``lakesync.<sub>`` for the project) of the modules ``path`` imports."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
         if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
+            names.update(_top(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
+            names.add(_top(node.module))
+            if node.module == "lakesync":
+                names.update(f"lakesync.{alias.name}" for alias in node.names)
     return names
 
 
@@ -57,9 +71,12 @@ def test_the_walk_sees_every_core_module() -> None:
 @pytest.mark.parametrize("path", _core_modules(), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_core_module_imports_only_the_core_the_stdlib_and_codecs(path: Path) -> None:
     imported = _imported(path) - {"lakesync", "__future__"}
+    edges = imported & FORBIDDEN
+    assert not edges, f"{path.name} imports {sorted(edges)}: not allowed in the pure core"
     outside = {
         name for name in imported
         if name not in sys.stdlib_module_names and name not in ALLOWED_THIRD_PARTY
+        and not name.startswith("lakesync.")
     }
     assert not outside, f"{path.name} imports {sorted(outside)}: not allowed in the pure core"
     io = imported & FORBIDDEN_STDLIB
@@ -75,7 +92,8 @@ def test_importing_the_whole_core_loads_no_edge_package() -> None:
     probe = (
         "import importlib, json, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
-        "print(json.dumps(sorted({n.split('.')[0] for n in sys.modules})))\n"
+        "print(json.dumps(sorted({'.'.join(n.split('.')[:2]) if n.startswith('lakesync.')"
+        " else n.split('.')[0] for n in sys.modules})))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True

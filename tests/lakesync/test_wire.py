@@ -45,7 +45,7 @@ def push_body(**changes: Any) -> bytes:
 
 
 def read_push(body: bytes) -> tuple[str, list[RowDelta], int | None]:
-    """What the gateway's push route does with a body (api.controllers.sync)."""
+    """What the gateway's push route does with a body (lakesync.api.controllers.sync)."""
     req = wire.decode_push_request(body)
     deltas, last = wire.push_deltas(req)
     return req.client_id, deltas, last

@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from api.actions import Action, ActionDispatcher
-from api.store.base import HotLog
-from connectors import ActionDescriptor, ActionError, ActionHandler
+from lakesync.api.actions import Action, ActionDispatcher
+from lakesync.api.store.base import HotLog
+from lakesync.connectors import ActionDescriptor, ActionError, ActionHandler
 
 SCHEMA = {
     "type": "object",

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
-from api.services.sync import SyncService
+from lakesync.api.app import create_app
+from lakesync.api.services.sync import SyncService
 from lakesync.config import GatewayConfig
 from lakesync.rules import parse_rules, rules_to_wire
 from lakesync.schema import parse_schema

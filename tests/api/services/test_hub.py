@@ -1,4 +1,4 @@
-"""The WebSocket fan-out (:mod:`api.services.hub`), with connections whose ``send`` the test
+"""The WebSocket fan-out (:mod:`lakesync.api.services.hub`), with connections whose ``send`` the test
 controls: a receiver that stops taking frames is closed with 1013 once its outbox is full,
 and the others are served on."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from api.services.hub import Connection, Hub
-from api.store.base import LogEntry, RulesRecord
+from lakesync.api.services.hub import Connection, Hub
+from lakesync.api.store.base import LogEntry, RulesRecord
 from tests.api.helpers import delta
 
 EVERYTHING = RulesRecord(None, 0)

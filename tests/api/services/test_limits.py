@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.services.limits import RateLimiter, TokenBucket
+from lakesync.api.services.limits import RateLimiter, TokenBucket
 
 
 class Clock:

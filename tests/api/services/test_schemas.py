@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from api.metrics import GatewayMetrics
-from api.services.hub import Hub
-from api.services.sync import SyncService
-from api.store.base import HotLog
+from lakesync.api.metrics import GatewayMetrics
+from lakesync.api.services.hub import Hub
+from lakesync.api.services.sync import SyncService
+from lakesync.api.store.base import HotLog
 from lakesync.errors import SchemaError
 from lakesync.schema import TableSchema, parse_schema
 from tests.api.helpers import make_settings

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from api.store.base import HotLog
-from api.store.postgres import PostgresHotLog
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from api.store.base import HotLog
+from lakesync.api.store.base import HotLog
 
 
 def test_concurrent_updates_of_one_document_lose_nothing(store: HotLog) -> None:

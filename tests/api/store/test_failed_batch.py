@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from api.store import _sql
-from api.store.base import HotLog, encode_state
+from lakesync.api.store import _sql
+from lakesync.api.store.base import HotLog, encode_state
 from lakesync.delta import RowDelta
 from lakesync.merge import RowState
 

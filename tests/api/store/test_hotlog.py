@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from api.store.base import HotLog
-from api.store.postgres import PostgresHotLog
-from api.store.sqlite import SqliteHotLog
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.postgres import PostgresHotLog
+from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, wall_clock_ms
 from lakesync.merge import merge_state

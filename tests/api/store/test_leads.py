@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from api.store.base import HotLog
-from api.store.postgres import PostgresHotLog
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.hlc import HLC
 from tests.conftest import PG_DSN
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api.store.base import HotLog
+from lakesync.api.store.base import HotLog
 from lakesync.delta import RowDelta
 
 

@@ -1,5 +1,0 @@
-"""``python -m cli``: the ``lakesync`` command."""
-
-from cli.main import run
-
-run()

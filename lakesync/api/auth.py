@@ -1,0 +1,58 @@
+"""Bearer-token authentication for HTTP and WebSocket handlers (JWT checks live in the core)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.params import FromPath
+
+from lakesync.api.services.sync import SyncService
+from lakesync.delta import validate_gateway_id
+from lakesync.errors import AuthError, ForbiddenError
+from lakesync.tokens import Claims, verify_token
+
+__all__ = ["bearer_token", "provide_admin_claims", "provide_claims", "provide_service"]
+
+
+def bearer_token(headers: Mapping[str, str], query: Mapping[str, Any]) -> str:
+    """The token of a request: ``Authorization: Bearer <t>``, else the ``token`` query parameter."""
+    header = headers.get("authorization")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthError("the Authorization header must be 'Bearer <token>'")
+        return token.strip()
+    from_query = query.get("token")
+    if isinstance(from_query, str) and from_query:
+        return from_query
+    raise AuthError("missing bearer token (Authorization header or ?token=)")
+
+
+def authenticate(connection: ASGIConnection[Any, Any, Any, Any], gw: str) -> Claims:
+    """Check the path's gateway id, then verify the connection's token for gateway ``gw``."""
+    validate_gateway_id(gw)
+    service: SyncService = connection.app.state.service
+    token = bearer_token(connection.headers, connection.query_params)
+    return verify_token(token, service.settings.jwt_secrets, gw)
+
+
+def provide_service(request: Request[Any, Any, Any]) -> SyncService:
+    """Dependency: the app's :class:`SyncService`."""
+    service: SyncService = request.app.state.service
+    return service
+
+
+def provide_claims(request: Request[Any, Any, Any], gw: FromPath[str]) -> Claims:
+    """Dependency: verified claims of a client (or admin) token for the path's gateway."""
+    return authenticate(request, gw)
+
+
+def provide_admin_claims(request: Request[Any, Any, Any], gw: FromPath[str]) -> Claims:
+    """Dependency: verified claims of an ``admin`` token for the path's gateway."""
+    claims = authenticate(request, gw)
+    if claims.get("role") != "admin":
+        raise ForbiddenError("this route needs a token with role 'admin'")
+    return claims

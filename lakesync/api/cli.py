@@ -1,0 +1,87 @@
+"""``lakesync up``: serve the gateway with uvicorn (graceful shutdown finishes in-flight pushes).
+
+Exposed as the plain typer-compatible function :func:`up`; ``lakesync/cli/main.py`` registers it with
+``app.command("up")(up)`` and ``python -m lakesync.api`` runs it standalone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from litestar import Litestar
+
+    from lakesync.api.settings import GatewaySettings
+    from lakesync.config import Config
+
+__all__ = ["up"]
+
+
+def up(
+    host: Annotated[str | None, typer.Option(help="Interface to listen on.")] = None,
+    port: Annotated[int | None, typer.Option(help="TCP port.")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Data directory (hot log, lake).")
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Path of lakesync.yaml.")] = None,
+) -> None:
+    """Serve the sync gateway (HTTP + WebSocket) until SIGINT/SIGTERM."""
+    import msgspec
+
+    from lakesync.api.app import create_app
+    from lakesync.api.datadir import hold_data_dir
+    from lakesync.api.lake import lake_jobs
+    from lakesync.api.logs import configure_logging
+    from lakesync.api.settings import GatewaySettings
+    from lakesync.api.store import open_store
+    from lakesync.destinations.metrics import DestinationMetrics
+    from lakesync.config import load_config
+    from lakesync.hlc import HLC
+
+    cfg = load_config(config)
+    if data_dir is not None:
+        cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
+    settings = GatewaySettings.from_config(cfg)
+    configure_logging(secrets=[*settings.jwt_secrets, cfg.lake.catalog_password or ""])
+    with contextlib.ExitStack() as stack:
+        if not settings.store_url.startswith(("postgresql://", "postgres://")):
+            # The embedded store serves one process: refuse a second one on this data dir.
+            stack.enter_context(hold_data_dir(settings.data_dir))
+        store = open_store(settings.store_url, settings.data_dir, HLC(), settings.pg_schema)
+        stack.enter_context(contextlib.closing(store))
+        shipping = DestinationMetrics()  # the scheduled runs' counts, on /metrics
+        flusher = stack.enter_context(lake_jobs(settings, store, cfg, shipping))
+        app = create_app(settings, store=store, flusher=flusher, shipping=shipping)
+        _serve(app, settings, cfg, host, port)
+
+
+def _serve(
+    app: Litestar, settings: GatewaySettings, cfg: Config, host: str | None, port: int | None
+) -> None:
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # /ready turns 503 and new pushes are refused while in-flight ones finish.
+            service = getattr(app.state, "service", None)
+            if service is not None:
+                service.draining = True
+            super().handle_exit(sig, frame)
+
+    server = _Server(
+        uvicorn.Config(
+            app,
+            host=host or cfg.server.host,
+            port=port or cfg.server.port,
+            timeout_graceful_shutdown=30,
+            log_config=None,
+            access_log=False,
+            ws_max_size=2 * settings.max_body_bytes,
+        )
+    )
+    server.run()

@@ -1,0 +1,211 @@
+"""Admin routes (role ``admin``): flush, schemas, sync rules, connectors, per-gateway metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio.to_thread
+import msgspec
+from litestar import Controller, Request, delete, get, post
+from litestar.di import NamedDependency, Provide
+from litestar.dto import DTOConfig, MsgspecDTO
+from litestar.params import FromPath, JSONBody
+
+from lakesync.api.auth import provide_admin_claims
+from lakesync.api.errors import ERROR_RESPONSES
+from lakesync.api.services.connectors import ConnectorService
+from lakesync.api.services.sync import SyncService
+from lakesync.rules import SyncRules, parse_rules
+from lakesync.schema import TableSchema, parse_schema
+from lakesync.tokens import Claims
+from lakesync.wire import decode_json_object
+
+__all__ = ["AdminController"]
+
+
+class FlushResponse(msgspec.Struct, rename="camel"):
+    """State of the landing flush for a gateway's store."""
+
+    flushed: bool
+    flushed_position: str
+    unflushed_bytes: int
+
+
+class RulesResponse(msgspec.Struct):
+    """The rules now in force (null = everything visible) and the stamp of their last change."""
+
+    rules: SyncRules | None
+    stamp: str
+
+
+class SchemaBody(MsgspecDTO[TableSchema]):
+    """A table schema body checked by the core: not a JSON object is 400, a bad schema 422
+    naming the problem; OpenAPI documents the body."""
+
+    config = DTOConfig(rename_strategy="camel")  # the schema's JSON names, as in SPEC §10
+
+    def decode_bytes(self, value: bytes) -> TableSchema:
+        """The checked schema of a body."""
+        return parse_schema(decode_json_object(value, "table schema"))
+
+
+class RulesBody(MsgspecDTO[SyncRules]):
+    """A sync rules body checked by the core (400 naming the problem); OpenAPI documents it."""
+
+    config = DTOConfig(max_nested_depth=2)  # buckets and their filters
+
+    def decode_bytes(self, value: bytes) -> SyncRules:
+        """The checked rules of a body."""
+        return parse_rules(decode_json_object(value, "sync rules"))
+
+
+class ConnectorsResponse(msgspec.Struct):
+    """Registered connector documents."""
+
+    connectors: list[dict[str, Any]]
+
+
+class GatewayMetricsResponse(msgspec.Struct, rename="camel"):
+    """Per-gateway counters and hot-log figures."""
+
+    gateway: str
+    pushes: int
+    pulls: int
+    deltas_stored: int
+    ws_connections: int
+    hot_log_head: str
+    unflushed_bytes: int
+
+
+def _connectors(request: Request[Any, Any, Any]) -> ConnectorService:
+    service: ConnectorService = request.app.state.connectors
+    return service
+
+
+class AdminController(Controller):
+    """``/v1/admin/…/{gw}``."""
+
+    path = "/v1/admin"
+    dependencies = {"claims": Provide(provide_admin_claims, sync_to_thread=False)}  # noqa: RUF012
+    tags = ["admin"]  # noqa: RUF012
+
+    @post("/flush/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
+    async def flush(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+        request: Request[Any, Any, Any],
+    ) -> FlushResponse:
+        """Flush the hot log to the landing table now, if a flusher is attached to the app."""
+        flusher = getattr(request.app.state, "flusher", None)
+        if flusher is not None:
+            await flusher(gw)
+        store = service.store
+        position = await anyio.to_thread.run_sync(store.flushed_position)
+        unflushed = await anyio.to_thread.run_sync(store.unflushed_bytes)
+        return FlushResponse(flusher is not None, str(position), unflushed)
+
+    @post(
+        "/schema/{gw:str}",
+        status_code=200,
+        responses=ERROR_RESPONSES,
+        dto=SchemaBody,
+        return_dto=None,
+    )
+    async def schema(
+        self,
+        gw: FromPath[str],
+        data: JSONBody[TableSchema],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+    ) -> TableSchema:
+        """Register a table schema or evolve it additively (422 otherwise)."""
+        return await service.put_schema(gw, data)
+
+    @post(
+        "/sync-rules/{gw:str}",
+        status_code=200,
+        responses=ERROR_RESPONSES,
+        dto=RulesBody,
+        return_dto=None,
+    )
+    async def sync_rules(
+        self,
+        gw: FromPath[str],
+        data: JSONBody[SyncRules],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+    ) -> RulesResponse:
+        """Replace the gateway's sync rules; clients resync on their next pull."""
+        record = await service.set_rules(gw, data)
+        return RulesResponse(record.rules, str(record.stamp))
+
+    @get("/connectors/{gw:str}", responses=ERROR_RESPONSES)
+    async def list_connectors(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        request: Request[Any, Any, Any],
+    ) -> ConnectorsResponse:
+        """Every connector of the gateway, declared or registered (credentials redacted)."""
+        return ConnectorsResponse(await _connectors(request).documents(gw))
+
+    @post("/connectors/{gw:str}", status_code=200, responses=ERROR_RESPONSES)
+    async def add_connector(
+        self,
+        gw: FromPath[str],
+        data: JSONBody[dict[str, Any]],
+        claims: NamedDependency[Claims],
+        request: Request[Any, Any, Any],
+    ) -> dict[str, Any]:
+        """Register (or replace) and start a connector: a ``name``, a ``type`` (``jira``,
+        ``salesforce``, ``postgres``, ``mysql``, ``postgres_cdc``) and the kind's keys; write
+        credentials as ``${VAR}`` (resolved from the gateway's environment) or
+        ``${file:PATH}``. The reply, like the list, shows credentials as ``***``."""
+        return await _connectors(request).register(gw, data)
+
+    @get("/connectors/{gw:str}/{name:str}/status", responses=ERROR_RESPONSES)
+    async def connector_status(
+        self,
+        gw: FromPath[str],
+        name: FromPath[str],
+        claims: NamedDependency[Claims],
+        request: Request[Any, Any, Any],
+    ) -> dict[str, Any]:
+        """A running connector's counters (polls, rows read, deltas pushed, backpressure
+        waits), timings, last error and stored cursor (404 if it does not run in this
+        process)."""
+        return await _connectors(request).status(gw, name)
+
+    @delete("/connectors/{gw:str}/{name:str}", status_code=204, responses=ERROR_RESPONSES)
+    async def remove_connector(
+        self,
+        gw: FromPath[str],
+        name: FromPath[str],
+        claims: NamedDependency[Claims],
+        request: Request[Any, Any, Any],
+    ) -> None:
+        """Stop and unregister a connector (404 if unknown)."""
+        await _connectors(request).unregister(gw, name)
+
+    @get("/metrics/{gw:str}", responses=ERROR_RESPONSES)
+    async def metrics(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+    ) -> GatewayMetricsResponse:
+        """Counters of this gateway since the process started, and hot-log figures."""
+        counts = service.metrics.count_of
+        head = await anyio.to_thread.run_sync(service.store.head)
+        unflushed = await anyio.to_thread.run_sync(service.store.unflushed_bytes)
+        return GatewayMetricsResponse(
+            gw,
+            counts(gw, "pushes"),
+            counts(gw, "pulls"),
+            counts(gw, "deltas"),
+            service.hub.count_for(gw),
+            str(head),
+            unflushed,
+        )

@@ -1,0 +1,121 @@
+"""Client sync routes (SPEC §5): push, pull, checkpoint (actions: lakesync.api.controllers.actions)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, get, post
+from litestar.di import NamedDependency, Provide
+from litestar.dto import DTOConfig, MsgspecDTO
+from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
+from litestar.response import Stream
+
+from lakesync.api.auth import provide_claims
+from lakesync.api.errors import ERROR_RESPONSES
+from lakesync.api.services.checkpoints import check_cursor, open_checkpoint
+from lakesync.api.services.sources import pull_source
+from lakesync.api.services.sync import SyncService
+from lakesync import hlc as _hlc
+from lakesync.checkpoint import CONTENT_TYPE
+from lakesync.errors import ValidationError
+from lakesync.tokens import Claims
+from lakesync.wire import (
+    PullResponse,
+    PushRequest,
+    PushResponse,
+    decode_push_request,
+    pull_response,
+    push_deltas,
+    push_response,
+)
+
+__all__ = ["PushBody", "SyncController"]
+
+
+class PushBody(MsgspecDTO[PushRequest]):
+    """A push body read by the core codec (:mod:`lakesync.wire`), not Litestar's: the bytes are
+    decoded once, straight into the typed request, and errors name the JSON path; OpenAPI still
+    documents the body."""
+
+    # The wire's names (clientId, rowId, …) and the deltas' column entries, as in SPEC §3/§5.
+    config = DTOConfig(rename_strategy="camel", max_nested_depth=2)
+
+    def decode_bytes(self, value: bytes) -> PushRequest:
+        """The typed push request of a body."""
+        return decode_push_request(value)
+
+
+def _int_param(raw: str | None, name: str, default: int) -> int:
+    if raw is None or raw == "":
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 20:
+        raise ValidationError(f"{name} must be a non-negative decimal integer, got {raw!r}")
+    return int(raw)
+
+
+class SyncController(Controller):
+    """``/v1/sync/{gw}/…``: every route needs a token for ``gw``."""
+
+    path = "/v1/sync/{gw:str}"
+    dependencies = {"claims": Provide(provide_claims, sync_to_thread=False)}  # noqa: RUF012
+    tags = ["sync"]  # noqa: RUF012
+
+    @post("/push", status_code=200, responses=ERROR_RESPONSES, dto=PushBody, return_dto=None)
+    async def push(
+        self,
+        gw: FromPath[str],
+        data: JSONBody[PushRequest],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+    ) -> PushResponse:
+        """Store a batch of deltas atomically (known deltaIds count as accepted, applied once)."""
+        service.check_rate(gw, str(claims["sub"]))
+        deltas, _ = push_deltas(data)  # the service checks the client id and the batch size
+        result = await service.push(gw, claims, data.client_id, deltas)
+        return push_response(result.server_hlc, result.accepted, result.stored)
+
+    @get("/pull", responses=ERROR_RESPONSES)
+    async def pull(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+        since: FromQuery[str | None] = None,
+        client_id: Annotated[str | None, QueryParameter(name="clientId")] = None,
+        limit: FromQuery[str | None] = None,
+        source: FromQuery[str | None] = None,
+    ) -> PullResponse:
+        """The deltas after ``since`` (the gateway's ingest cursor) that this client may see;
+        with ``source=NAME`` the rows of that declared source adapter instead, paged by their
+        ``synced_at`` (:mod:`lakesync.sources`)."""
+        service.check_rate(gw, str(claims["sub"]))
+        service.check_client(claims, client_id)
+        cursor = 0 if since is None or since == "" else _hlc.parse_cursor(since, "since")
+        settings = service.settings
+        n = _int_param(limit, "limit", settings.pull_default_limit)
+        if not 1 <= n <= settings.pull_max_limit:
+            raise ValidationError(f"limit must be between 1 and {settings.pull_max_limit}")
+        if source:
+            page = await pull_source(service, gw, source, claims, cursor, n)
+            return pull_response(page.deltas, page.server_hlc, page.has_more)
+        result = await service.pull(gw, claims, cursor, n)
+        await check_cursor(service, gw, cursor)
+        return pull_response(result.deltas, result.server_hlc, result.has_more)
+
+    @get("/checkpoint", responses=ERROR_RESPONSES, media_type=CONTENT_TYPE)
+    async def checkpoint(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+    ) -> Stream:
+        """Initial-sync checkpoint stream (SPEC §5): the frames this client may see, then pull
+        from ``X-Checkpoint-Hlc``; 404 while the gateway has no checkpoint."""
+        service.check_rate(gw, str(claims["sub"]))
+        service.check_client(claims, None)
+        opened = await open_checkpoint(service, gw, claims)
+        return Stream(
+            opened.frames,
+            media_type=CONTENT_TYPE,
+            headers={"X-Checkpoint-Hlc": str(opened.position)},
+        )

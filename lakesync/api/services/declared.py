@@ -1,0 +1,98 @@
+"""Apply the gateways declared in ``lakesync.yaml`` at start-up without undoing admin changes.
+
+The config file and the admin API both change a gateway's schemas and sync rules. The store
+keeps, next to each, the declaration last applied from the file (documents of kind
+``declared-schema`` and ``declared-rules``), so a restart can tell an edited file from an
+unchanged one:
+
+- **Schemas** merge additively (:func:`lakesync.schema.merge_declared`): columns added through
+  the admin API stay, new declared columns are added, and a conflicting declaration (another
+  type for a stored column) is a warning, never a failed start.
+- **Rules**: what the store holds wins (it may have been set through the admin API) unless the
+  file's rules changed since they were last applied; then the file's replace them, with a warning
+  naming both versions when they replace rules set through the admin API.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import anyio.to_thread
+import msgspec
+
+from lakesync.api.services.sync import SyncService
+from lakesync.config import GatewayConfig
+from lakesync.rules import SyncRules, rules_to_wire
+from lakesync.schema import TableSchema, merge_declared, parse_schema, schema_to_wire
+
+__all__ = ["apply_declared"]
+
+_log = logging.getLogger(__name__)
+
+SCHEMA_KIND = "declared-schema"
+RULES_KIND = "declared-rules"
+
+
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+async def apply_declared(service: SyncService, gateways: Mapping[str, GatewayConfig]) -> None:
+    """Bring the store in line with the declared ``gateways`` (see the module docstring)."""
+    for gw, gateway in gateways.items():
+        applied = await anyio.to_thread.run_sync(service.store.list_docs, gw, SCHEMA_KIND)
+        for schema in gateway.schemas:
+            await _apply_schema(service, gw, schema, applied.get(schema.table))
+        if gateway.rules is not None:
+            await _apply_rules(service, gw, gateway.rules)
+
+
+async def _apply_schema(
+    service: SyncService, gw: str, declared: TableSchema, applied: dict[str, Any] | None
+) -> None:
+    wire = schema_to_wire(declared)
+    if applied == wire:
+        return  # the file did not change: the stored schema (admin additions included) stands
+    conflicts: list[str] = []
+
+    def change(stored: dict[str, Any] | None) -> dict[str, Any]:
+        if stored is None:
+            return wire
+        last = None if applied is None else parse_schema(applied, stored=True)
+        merged, found = merge_declared(parse_schema(stored, stored=True), declared, last)
+        conflicts[:] = found
+        return schema_to_wire(merged)
+
+    store = service.store
+    await anyio.to_thread.run_sync(store.update_doc, gw, "schema", declared.table, change)
+    await anyio.to_thread.run_sync(store.put_doc, gw, SCHEMA_KIND, declared.table, wire)
+    for message in conflicts:
+        _log.warning("gateway %r: lakesync.yaml vs the stored schema: %s", gw, message)
+
+
+async def _apply_rules(service: SyncService, gw: str, declared: SyncRules) -> None:
+    store = service.store
+    wire = rules_to_wire(declared)
+    applied = (await anyio.to_thread.run_sync(store.list_docs, gw, RULES_KIND)).get("rules")
+    current = await anyio.to_thread.run_sync(store.get_rules, gw)
+    stored = None if current.rules is None else rules_to_wire(current.rules)
+    if applied is not None and applied["rules"] == wire:
+        if current.stamp and stored != wire:
+            _log.info(
+                "gateway %r: keeping the sync rules set through the admin API; lakesync.yaml's "
+                "are unchanged since they were applied",
+                gw,
+            )
+        return
+    if current.stamp and stored != wire and (applied is None or stored != applied["rules"]):
+        _log.warning(
+            "gateway %r: lakesync.yaml's sync rules changed since they were last applied and "
+            "replace the rules set through the admin API: stored %s, now %s",
+            gw,
+            _json(stored),
+            _json(wire),
+        )
+    await service.set_rules(gw, declared)
+    await anyio.to_thread.run_sync(store.put_doc, gw, RULES_KIND, "rules", {"rules": wire})

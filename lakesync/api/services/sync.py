@@ -1,0 +1,349 @@
+"""Push and pull for every gateway: validation, access, the hot log and broadcasts.
+
+Handlers (HTTP and WebSocket) decode their input, authenticate, and call :class:`SyncService`;
+it validates everything before storing anything, appends the batch atomically, and hands new
+entries to the :class:`~lakesync.api.services.hub.Hub`. Store calls run in worker threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio.to_thread
+
+from lakesync.api.metrics import GatewayMetrics
+from lakesync.api.services.hub import Connection, Hub
+from lakesync.api.services.limits import RateLimiter
+from lakesync.api.settings import GatewaySettings
+from lakesync.api.store.base import (
+    AppendResult,
+    HotLog,
+    LogNotice,
+    Page,
+    RowKey,
+    RowRecord,
+    RulesRecord,
+)
+from lakesync.delta import RowDelta, is_reserved_client
+from lakesync.errors import (
+    BackpressureError,
+    ForbiddenError,
+    RateLimitedError,
+    ValidationError,
+)
+from lakesync.hlc import HLC
+from lakesync.rules import SyncRules, lookups
+from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
+from lakesync.views import (
+    Reader,
+    RowHistory,
+    SnapshotCache,
+    ViewHistory,
+    check_write,
+    claims_hash,
+    effective_rules,
+    hidden_changed,
+    page_view,
+    resync_view,
+)
+
+__all__ = ["PullResult", "PushResult", "SyncService"]
+
+T = TypeVar("T")
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """A stored push: the ingest HLC after it, deltas counted as accepted, newly stored ones."""
+
+    server_hlc: int
+    accepted: int
+    stored: list[RowDelta]
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """A pull page: deltas for the client, the next cursor and whether more is waiting."""
+
+    deltas: list[RowDelta]
+    server_hlc: int
+    has_more: bool
+
+
+async def _run(fn: Callable[..., T], *args: Any) -> T:
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+class SyncService:
+    """The gateway's behaviour, shared by every gateway (tenant) the app serves."""
+
+    def __init__(
+        self,
+        store: HotLog,
+        settings: GatewaySettings,
+        metrics: GatewayMetrics,
+        hub: Hub,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.metrics = metrics
+        self.hub = hub
+        self.clock: HLC = store.clock
+        self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst)
+        self.draining = False
+        self._snapshot_caches: dict[str, SnapshotCache] = {}
+
+    def snapshots(self, gateway_id: str) -> SnapshotCache:
+        """The row-snapshot memo of one gateway."""
+        cache = self._snapshot_caches.get(gateway_id)
+        if cache is None:
+            cache = self._snapshot_caches[gateway_id] = SnapshotCache()
+        return cache
+
+    # -- guards ---------------------------------------------------------------------------------
+    def check_rate(self, gateway_id: str, client_id: str) -> None:
+        """Raise :class:`RateLimitedError` when this client exceeds its request rate."""
+        wait = self.limiter.take((gateway_id, client_id))
+        if wait > 0:
+            raise RateLimitedError("too many requests; slow down", retry_after=wait)
+
+    @staticmethod
+    def check_client(claims: Mapping[str, Any], client_id: str | None) -> str:
+        """The client id of a request, which must be the token's ``sub``."""
+        sub = str(claims["sub"])
+        if is_reserved_client(sub):
+            raise ForbiddenError(f"client id {sub!r} is reserved for gateways; use another sub")
+        if client_id is not None and client_id != sub:
+            raise ForbiddenError(f"clientId {client_id!r} does not match the token subject")
+        return sub
+
+    # -- push -----------------------------------------------------------------------------------
+    async def push(
+        self,
+        gateway_id: str,
+        claims: Mapping[str, Any],
+        client_id: str,
+        deltas: Sequence[RowDelta],
+        origin: Connection | None = None,
+    ) -> PushResult:
+        """Validate and store a batch; broadcast what is new. Nothing is stored on any error."""
+        with self.metrics.push_seconds.time():
+            sub = self.check_client(claims, client_id)
+            return await self._push(gateway_id, claims, sub, deltas, origin)
+
+    async def push_from_connector(
+        self, gateway_id: str, client_id: str, deltas: Sequence[RowDelta]
+    ) -> PushResult:
+        """A connector's batch, through the same validation, dedup, backpressure, landing and
+        broadcasts as a client's. ``client_id`` must be reserved for gateways (no client can
+        push as a connector); sync rules, which say what clients read and write, do not limit
+        what the gateway's own connectors bring in."""
+        if not is_reserved_client(client_id):
+            raise ForbiddenError(f"client id {client_id!r} is not a gateway's")
+        with self.metrics.push_seconds.time():
+            claims = {"sub": client_id, "role": "admin"}
+            return await self._push(gateway_id, claims, client_id, deltas, None)
+
+    async def _push(
+        self,
+        gateway_id: str,
+        claims: Mapping[str, Any],
+        sub: str,
+        deltas: Sequence[RowDelta],
+        origin: Connection | None,
+    ) -> PushResult:
+        if len(deltas) > self.settings.max_deltas:
+            raise ValidationError(
+                f"a push carries at most {self.settings.max_deltas} deltas, got {len(deltas)}"
+            )
+        for i, d in enumerate(deltas):
+            if d.client_id != sub:
+                raise ForbiddenError(
+                    f"deltas[{i}].clientId {d.client_id!r} does not match the token subject"
+                )
+        if self.draining:
+            raise BackpressureError("the gateway is shutting down; retry on another instance")
+        if not deltas:
+            return PushResult(await _run(self.store.head), 0, [])
+        rules, result = await _run(self._check_and_append, gateway_id, claims, deltas)
+        self.metrics.count(gateway_id, "pushes")
+        self.metrics.count(gateway_id, "deltas", len(result.stored))
+        if not result.stored or self.hub.count_for(gateway_id) == 0:
+            return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
+        # The batch is atomic: the states inside it were never visible, so all its deltas count
+        # as of its last ingest stamp.
+        end = result.stored[-1].ingest_hlc
+        later: dict[RowKey, list[tuple[int, RowDelta]]] = {}
+        for e in result.stored:
+            later.setdefault((e.delta.table, e.delta.row_id), []).append((end, e.delta))
+        history = {key: (before, later.get(key, [])) for key, before in result.before.items()}
+        self.hub.publish(
+            gateway_id,
+            result.stored,
+            result.rows,
+            rules,
+            origin,
+            self.snapshots(gateway_id),
+            history,
+        )
+        return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
+
+    def _check_and_append(
+        self, gateway_id: str, claims: Mapping[str, Any], deltas: Sequence[RowDelta]
+    ) -> tuple[RulesRecord, AppendResult]:
+        """Check a batch against the schemas, the clock, the rules and the backpressure limit,
+        then append it: the store calls of a push in one worker-thread call, not one each."""
+        schemas = self._schemas(gateway_id)
+        for d in deltas:
+            schema = schemas.get(d.table)
+            if schema is not None:
+                check_delta(schema, d)
+        # Drift check and clock merge: ingest stamps then exceed every client HLC in the batch.
+        self.clock.recv(max(d.hlc for d in deltas))
+        rules = self.store.get_rules(gateway_id)
+        applied = effective_rules(rules.rules, claims)
+        if applied is not None:
+            keys = list(dict.fromkeys((d.table, d.row_id) for d in deltas))
+            check_write(deltas, self.store.read_rows(gateway_id, keys), applied, claims)
+        limit = self.settings.backpressure_bytes
+        if limit > 0 and self.store.unflushed_bytes() > limit:
+            raise BackpressureError(
+                "the hot log is over its un-flushed size limit; retry after the next flush"
+            )
+        return rules, self.store.append(gateway_id, list(deltas))
+
+    # -- pull -----------------------------------------------------------------------------------
+    async def pull(
+        self,
+        gateway_id: str,
+        claims: Mapping[str, Any],
+        since: int,
+        limit: int,
+    ) -> PullResult:
+        """A page of what the client may see after ``since`` (see :mod:`lakesync.views`)."""
+        with self.metrics.pull_seconds.time():
+            return await self._pull(gateway_id, claims, since, limit)
+
+    async def _pull(
+        self, gateway_id: str, claims: Mapping[str, Any], since: int, limit: int
+    ) -> PullResult:
+        rules = await _run(self.store.get_rules, gateway_id)
+        raw = rules.stamp == 0
+        self.metrics.count(gateway_id, "pulls")
+        if raw:
+            page = await _run(self.store.read_page, gateway_id, since, limit, False)
+            return self._page_result([e.delta for e in page.entries], page, since)
+        client_id = str(claims["sub"])
+        view = await _run(
+            self.store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
+        )
+        stamp = max(rules.stamp, view)
+        reader = await self._reader(gateway_id, claims, rules.rules, stamp, since)
+        cache = self.snapshots(gateway_id)
+        if since < stamp:
+            snap = await self._resync_rows(gateway_id, reader)
+            history = await self._history(gateway_id, snap.rows, reader, snap.head)
+            deltas = resync_view(snap.rows, reader, cache, history)
+            return PullResult(deltas, max(snap.head, stamp, since), False)
+        page = await _run(self.store.read_page, gateway_id, since, limit, True)
+        history = await self._history(gateway_id, page.rows, reader, page.head)
+        return self._page_result(
+            page_view([e.delta for e in page.entries], page.rows, reader, False, cache, history),
+            page,
+            since,
+        )
+
+    async def _resync_rows(self, gateway_id: str, reader: Reader) -> Page:
+        """The rows a resync must look at: for a fresh client under rules with an equality
+        filter in every bucket, only the rows the filter-column index finds (its first sync
+        costs its view, not the gateway); otherwise every row."""
+        plan = None
+        if reader.since == 0 and reader.rules is not None:
+            plan = lookups(reader.rules, reader.claims)
+        if plan is not None:
+            found = await _run(
+                self.store.read_matching, gateway_id, plan, sorted(reader.written)
+            )
+            if found is not None:
+                return found
+        return await _run(self.store.read_all_rows, gateway_id)
+
+    @staticmethod
+    def _page_result(deltas: list[RowDelta], page: Page, since: int) -> PullResult:
+        if page.has_more:
+            return PullResult(deltas, page.entries[-1].ingest_hlc, True)
+        return PullResult(deltas, max(page.head, since), False)
+
+    async def _reader(
+        self,
+        gateway_id: str,
+        claims: Mapping[str, Any],
+        rules: SyncRules | None,
+        stamp: int,
+        since: int,
+    ) -> Reader:
+        """A client's read, with the history of its view since its cursor."""
+        client_id = str(claims["sub"])
+        versions, seen = await _run(self.store.view_history, gateway_id, client_id, since)
+        history = ViewHistory(versions, seen or [(0, dict(claims))])
+        written: frozenset[RowKey] = frozenset()
+        if since == 0:
+            written = frozenset(await _run(self.store.rows_written_by, gateway_id, client_id))
+        applied = effective_rules(rules, claims)
+        return Reader(client_id, claims, applied, stamp, since, history, written)
+
+    async def _history(
+        self, gateway_id: str, rows: Mapping[RowKey, RowRecord], reader: Reader, upto: int
+    ) -> RowHistory:
+        """The histories :func:`~lakesync.views.may_hold` needs for a read of ``rows``."""
+        keys = hidden_changed(rows, reader)
+        if not keys:
+            return {}
+        return await _run(self.store.row_history, gateway_id, keys, reader.since, upto)
+
+    async def view_stamp(self, gateway_id: str, claims: Mapping[str, Any]) -> int:
+        """Register a client's claims (WebSocket connect) and return its view stamp."""
+        return await _run(
+            self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(claims), claims
+        )
+
+    # -- cross-process broadcasts ---------------------------------------------------------------
+    async def relay(self, notice: LogNotice) -> None:
+        """Broadcast entries another process stored (PostgreSQL NOTIFY) to local sockets."""
+        if self.hub.count_for(notice.gateway_id) == 0:
+            return
+        gw = notice.gateway_id
+        page = await _run(self.store.read_range, gw, notice.after, notice.upto)
+        rules = await _run(self.store.get_rules, gw)
+        history = None
+        if rules.stamp:
+            history = await _run(
+                self.store.row_history, gw, list(page.rows), notice.after, page.head
+            )
+        self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw), history)
+
+    # -- admin ----------------------------------------------------------------------------------
+    async def schemas(self, gateway_id: str) -> dict[str, TableSchema]:
+        """The registered table schemas of a gateway."""
+        return await _run(self._schemas, gateway_id)
+
+    def _schemas(self, gateway_id: str) -> dict[str, TableSchema]:
+        docs = self.store.list_docs(gateway_id, "schema")
+        return {name: parse_schema(body, stored=True) for name, body in docs.items()}
+
+    async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:
+        """Register or evolve (additively) a table schema, in one atomic read-modify-write so
+        concurrent evolutions never drop each other's columns (the later one is refused)."""
+
+        def change(old: dict[str, Any] | None) -> dict[str, Any]:
+            if old is None:
+                return schema_to_wire(schema)
+            return schema_to_wire(evolve(parse_schema(old, stored=True), schema))
+
+        body = await _run(self.store.update_doc, gateway_id, "schema", schema.table, change)
+        return parse_schema(body, stored=True)
+
+    async def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
+        """Replace a gateway's sync rules; clients resync on their next pull."""
+        return await _run(self.store.set_rules, gateway_id, rules)

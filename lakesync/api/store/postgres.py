@@ -1,0 +1,301 @@
+"""The shared hot log on PostgreSQL (psycopg 3 + pool), for several gateway processes.
+
+Appends are serialised per store with a transaction-scoped advisory lock; the ingest HLCs are
+assigned inside the lock from ``max(HLC.now(), last stored + 1)``, and the lock is released only
+after the commit is visible, so ingest order equals commit order and readers never see a gap.
+Within a process the writes go through one writer thread that commits whatever is queued in one
+transaction (group commit, :mod:`lakesync.api.store._group`): one lock and one commit for many pushes.
+Each append sends a ``NOTIFY`` (delivered on commit) that the other processes turn into
+WebSocket broadcasts.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+from psycopg_pool import ConnectionPool, PoolClosed
+
+from lakesync.api.store._group import GroupCommit
+from lakesync.api.store._sql import (
+    ADDED_COLUMNS,
+    AFTER_COLUMNS_DDL,
+    LOG_COLUMNS,
+    SqlHotLog,
+    schema_ddl,
+)
+from lakesync.api.store.base import LogNotice, RowKey, RowRecord, decode_state
+from lakesync.hlc import HLC
+
+__all__ = ["PostgresHotLog"]
+
+_CHANNEL = "lakesync_hotlog"
+
+T = TypeVar("T")
+
+_COPY_LOG = f"COPY log ({LOG_COLUMNS}) FROM STDIN"
+_UPSERT_STATES = (
+    "INSERT INTO row_state (gw, tbl, row_id, state, last_ingest)"
+    " SELECT %s, t, r, s, i FROM unnest(%s::text[], %s::text[], %s::bytea[], %s::bigint[])"
+    " AS u(t, r, s, i) ON CONFLICT (gw, tbl, row_id)"
+    " DO UPDATE SET state = excluded.state, last_ingest = excluded.last_ingest"
+)
+
+_WRITTEN_AMONG = (
+    "SELECT k.t, k.r FROM unnest(%s::text[], %s::text[]) AS k(t, r) WHERE %s = ANY"
+    " (ARRAY(SELECT client_id FROM log WHERE gw = %s AND tbl = k.t AND row_id = k.r))"
+)
+"""Those of the keys a client has a log entry of. The sub-select runs once per key and names no
+client, so it probes the row index (log_row) for the key's entries: written as an IN list, a
+join or an EXISTS with the client in it, the planner may scan every entry of the client
+(log_client_hlc) instead, per checkpoint chunk, as it does on a log it has no statistics of
+yet (after a load, before autovacuum analyses it)."""
+
+_DDL = schema_ddl(integer="BIGINT", blob="BYTEA")
+
+
+class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
+    """The PostgreSQL implementation of :class:`HotLog` (see module docstring)."""
+
+    _for_update = " FOR UPDATE"
+
+    def __init__(self, dsn: str, clock: HLC, schema: str = "lakesync", pool_size: int = 8) -> None:
+        super().__init__(clock)
+        self._dsn = dsn
+        self._schema = schema
+        self.origin = uuid.uuid4().hex
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(hashtext('lakesync-ddl'))")
+            try:
+                ident = sql.Identifier(schema)
+                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+                conn.execute(_DDL)
+                for table, column, typ in ADDED_COLUMNS:
+                    conn.execute(
+                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
+                        f" {typ.format(integer='BIGINT')}"
+                    )
+                for statement in AFTER_COLUMNS_DDL:
+                    conn.execute(statement)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtext('lakesync-ddl'))")
+        self._pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=pool_size,
+            configure=self._configure,
+            open=True,
+            name=f"hotlog-{schema}",
+        )
+        self._listeners: list[threading.Thread] = []
+        self._stop = threading.Event()
+        # role -> (the session holding the role's advisory lock or trying to, whether it holds it)
+        self._leads: dict[str, tuple[psycopg.Connection[Any], bool]] = {}
+        self._leads_lock = threading.Lock()
+        # Group commit: the writes of this process share a transaction, its advisory lock and
+        # its commit (appends are serialised by the lock anyway).
+        self._writes: GroupCommit[psycopg.Connection[Any]] = GroupCommit(
+            f"hotlog-writer-{schema}",
+            self._pool.connection,
+            self._begin,
+            _rollback,
+            closed=lambda: PoolClosed("the hot log is closed"),  # 503, as a pool closed is
+        )
+        self._write(self.fill_added_columns)
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # Autocommit: every transaction below is explicit (_write() or _snapshot()).
+        conn.autocommit = True
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._pool.connection() as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
+    def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        # Autocommit: a single statement reads one snapshot without a BEGIN/COMMIT round trip.
+        return self._pool.connection()
+
+    def _write(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
+        return self._writes.write(op)
+
+    def _begin(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("BEGIN")
+        self._lock(conn)
+
+    def _lock(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"lakesync:{self._schema}",))
+
+    # -- statements -----------------------------------------------------------------------------
+    def _fetch(
+        self, conn: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()
+    ) -> list[Any]:
+        return conn.execute(_pg(query), params).fetchall()
+
+    def _execute(
+        self, conn: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()
+    ) -> int:
+        return conn.execute(_pg(query), params).rowcount
+
+    def _execute_many(
+        self, conn: psycopg.Connection[Any], query: str, rows: Sequence[Sequence[Any]]
+    ) -> None:
+        with conn.cursor() as cur:
+            cur.executemany(_pg(query), rows)
+
+    def _insert_log(self, conn: psycopg.Connection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+        # One COPY stream instead of a statement per delta.
+        with conn.cursor() as cur, cur.copy(_COPY_LOG) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def _save_states(
+        self, conn: psycopg.Connection[Any], gw: str, rows: Sequence[tuple[str, str, bytes, int]]
+    ) -> None:
+        # One statement over arrays instead of a statement per row.
+        conn.execute(
+            _UPSERT_STATES,
+            (
+                gw,
+                [r[0] for r in rows],
+                [r[1] for r in rows],
+                [r[2] for r in rows],
+                [r[3] for r in rows],
+            ),
+        )
+
+    def _rows(
+        self, conn: psycopg.Connection[Any], gw: str, keys: Sequence[RowKey]
+    ) -> dict[RowKey, RowRecord]:
+        # One statement, so it is consistent outside a snapshot too (see _connection).
+        if not keys:
+            return {}
+        cur = conn.execute(
+            "SELECT tbl, row_id, state, last_ingest FROM row_state"
+            " WHERE gw = %s AND (tbl, row_id) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+            (gw, [k[0] for k in keys], [k[1] for k in keys]),
+        )
+        return {(t, r): RowRecord(decode_state(s), int(li)) for t, r, s, li in cur}
+
+    def _written_among(
+        self, conn: psycopg.Connection[Any], gw: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        cur = conn.execute(
+            _WRITTEN_AMONG, ([k[0] for k in keys], [k[1] for k in keys], client_id, gw)
+        )
+        return {(str(t), str(r)) for t, r in cur}
+
+    def _appended(self, conn: psycopg.Connection[Any], gw: str, after: int, upto: int) -> None:
+        notice = {
+            "schema": self._schema,
+            "gw": gw,
+            "after": after,
+            "upto": upto,
+            "origin": self.origin,
+        }
+        # Delivered on commit, to every listening process (this one ignores its own origin).
+        conn.execute("SELECT pg_notify(%s, %s)", (_CHANNEL, json.dumps(notice)))
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def ping(self) -> None:
+        """See :meth:`HotLog.ping`."""
+        with self._pool.connection(timeout=2) as conn:
+            conn.execute("SELECT 1")
+
+    def listen(self, callback: Callable[[LogNotice], None]) -> None:
+        """Deliver other processes' append notices to ``callback`` from a background thread."""
+
+        def run() -> None:
+            while not self._stop.is_set():
+                try:
+                    with psycopg.connect(self._dsn, autocommit=True) as conn:
+                        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(_CHANNEL)))
+                        while not self._stop.is_set():
+                            for n in conn.notifies(timeout=0.5):
+                                notice = json.loads(n.payload)
+                                if (
+                                    notice["schema"] == self._schema
+                                    and notice["origin"] != self.origin
+                                ):
+                                    callback(
+                                        LogNotice(
+                                            notice["gw"],
+                                            int(notice["after"]),
+                                            int(notice["upto"]),
+                                            notice["origin"],
+                                        )
+                                    )
+                except psycopg.OperationalError:
+                    self._stop.wait(1.0)  # the server went away; reconnect shortly
+
+        thread = threading.Thread(target=run, name="hotlog-listen", daemon=True)
+        thread.start()
+        self._listeners.append(thread)
+
+    def lead(self, role: str) -> bool:
+        """See :meth:`HotLog.lead`: a session-level advisory lock on a connection of its own, held
+        until this store closes or that session dies (then another process takes the lead)."""
+        key = f"lakesync-lead:{self._schema}:{role}"
+        with self._leads_lock:
+            conn, held = self._leads.get(role, (None, False))
+            try:
+                if conn is None or conn.closed:
+                    conn, held = psycopg.connect(self._dsn, autocommit=True), False
+                    self._leads[role] = (conn, held)
+                if held:
+                    conn.execute("SELECT 1")  # the session lives, so it still holds the lock
+                    return True
+                row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
+            except psycopg.Error:
+                if conn is not None:
+                    conn.close()
+                self._leads.pop(role, None)
+                return False
+            held = bool(row and row[0])
+            self._leads[role] = (conn, held)
+            return held
+
+    @contextmanager
+    def exclusive(self, name: str) -> Iterator[None]:
+        """See :meth:`HotLog.exclusive`: a transaction-level advisory lock, released when the
+        block ends or its session dies."""
+        with self._pool.connection() as conn, conn.transaction():
+            key = f"lakesync-mutex:{self._schema}:{name}"
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
+            yield
+
+    def close(self) -> None:
+        """See :meth:`HotLog.close`."""
+        self._stop.set()
+        for t in self._listeners:
+            t.join(timeout=5)
+        with self._leads_lock:
+            for conn, _ in self._leads.values():
+                conn.close()
+            self._leads.clear()
+        self._writes.close()
+        self._pool.close()
+
+
+def _rollback(conn: psycopg.Connection[Any]) -> None:
+    # A connection that broke is discarded by the pool; nothing to roll back on it.
+    if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
+        conn.execute("ROLLBACK")
+
+
+def _pg(query: str) -> str:
+    """A shared ``?``-style statement in psycopg's ``%s`` style (the statements hold no ``%``)."""
+    return query.replace("?", "%s")

@@ -1,0 +1,127 @@
+"""``lakesync connectors``: the connectors of a running gateway and how each is doing.
+
+Reads the admin routes (``/v1/admin/connectors/{gw}`` and each connector's ``…/status``) with
+an admin token: ``--token``, else one minted from ``LAKESYNC_JWT_SECRET`` as ``lakesync token``
+does. A gateway that is not running or refuses the token is one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lakesync.cli.materialise import ConfigOption
+from lakesync.config import load_config
+from lakesync.errors import AuthError, ConfigError, LakeSyncError
+from lakesync.tokens import mint_token
+
+__all__ = ["connectors_command", "cursor_summary", "gateway_connectors"]
+
+_CLI_SUBJECT = "lakesync-cli"
+
+
+def cursor_summary(cursor: Any) -> str:
+    """A stored cursor in one short line: marks as they are, id lists as their length."""
+
+    def short(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: short(v) for k, v in value.items()}
+        if isinstance(value, list) and len(value) > 3:
+            return f"<{len(value)} ids>"
+        return value
+
+    return "-" if not cursor else json.dumps(short(cursor), separators=(",", ":"))
+
+
+def _when(epoch: float | None) -> str:
+    return "never" if epoch is None else f"{datetime.fromtimestamp(epoch, UTC):%Y-%m-%d %H:%M:%SZ}"
+
+
+def _error(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("error", response.reason_phrase))
+    except ValueError:
+        return response.reason_phrase
+
+
+def _get(http: httpx.Client, path: str) -> Any:
+    """The JSON body of a 200, None for a 404; a refused token or any other status raises a
+    :class:`LakeSyncError` saying what to do."""
+    response = http.get(path)
+    if response.status_code in (401, 403):
+        raise AuthError(
+            f"the gateway refused the token ({response.status_code}: {_error(response)}); pass "
+            "an admin token of this gateway with --token, or set LAKESYNC_JWT_SECRET to its secret"
+        )
+    if response.status_code == 404:
+        return None
+    if response.status_code != 200:
+        raise LakeSyncError(
+            f"the gateway answered {response.status_code} to GET {path}: {_error(response)}"
+        )
+    return response.json()
+
+
+def gateway_connectors(url: str, gw: str, token: str) -> list[dict[str, Any]]:
+    """Every connector of ``gw`` (credentials redacted) with ``status``: its status document,
+    or None when it does not run in that gateway process."""
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30) as http:
+        listed = _get(http, f"/v1/admin/connectors/{gw}") or {"connectors": []}
+        return [
+            {**doc, "status": _get(http, f"/v1/admin/connectors/{gw}/{doc['name']}/status")}
+            for doc in listed["connectors"]
+        ]
+
+
+def connectors_command(
+    gw: Annotated[str, typer.Option("--gw", help="Gateway id.")],
+    url: Annotated[
+        str | None,
+        typer.Option(help="Gateway URL (default: server.host and server.port of the config)."),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(help="An admin token of the gateway (default: minted from the secret)."),
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """List a gateway's connectors (declared and registered) with their last poll, cursor and
+    last error."""
+    loaded = load_config(Path(config) if config else None)
+    if token is None:
+        if not loaded.jwt_secrets:
+            raise ConfigError(
+                "LAKESYNC_JWT_SECRET is not set; export the gateway's secret or pass --token"
+            )
+        token = mint_token(loaded.jwt_secrets[0], _CLI_SUBJECT, gw, "admin", ttl_s=300)
+    url = url or f"http://{loaded.server.host}:{loaded.server.port}"
+    found = gateway_connectors(url, gw, token)
+    if not found:
+        Console(stderr=True).print(f"gateway {gw} has no connectors")
+        return
+    table = Table(title=f"connectors of {gw}")
+    for heading in ("name", "kind", "state", "polls", "last poll", "cursor", "last error"):
+        table.add_column(heading, overflow="fold")
+    for c in found:
+        s = c["status"]
+        if s is None:
+            table.add_row(c["name"], str(c.get("type")), "not running here", "-", "-", "-", "-")
+            continue
+        table.add_row(
+            c["name"],
+            str(c.get("type")),
+            s["state"],
+            f"{s['polls']} ({s['failed_polls']} failed)",
+            _when(s["last_poll_started"]),
+            cursor_summary(s.get("cursor")),
+            s["last_error"] or "-",
+        )
+    Console(width=200).print(table)

@@ -1,0 +1,247 @@
+"""Command-line edges of the lake: ``lakesync pipeline …`` and ``lakesync query``.
+
+Wire into ``lakesync/cli/main.py`` with ``app.add_typer(pipeline_app, name="pipeline")`` and
+``app.command("query")(query_command)``; its error boundary turns the errors these commands
+raise into one line on stderr. Heavy dependencies load inside the commands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lakesync.cli.materialise import ConfigOption, ship
+from lakesync.config import load_config
+from lakesync.lakehouse.settings import LakeSettings
+
+__all__ = ["DataDirOption", "FormatOption", "pipeline_app", "query_command"]
+
+pipeline_app = typer.Typer(
+    help="Lakehouse pipeline: landing → dbt on Spark → analytics.<table>.", no_args_is_help=True
+)
+
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Data dir (default $LAKESYNC_DATA_DIR or ./.lakesync)."),
+]
+FormatOption = Annotated[
+    str, typer.Option("--format", "-f", help="Output: table, json (one object per row), csv.")
+]
+
+
+@pipeline_app.command("run")
+def run_command(
+    data_dir: DataDirOption = None,
+    full_refresh: Annotated[
+        bool, typer.Option("--full-refresh", help="Rebuild every model from all landing data.")
+    ] = False,
+    no_tests: Annotated[
+        bool, typer.Option("--no-tests", help="Skip the dbt data tests (dbt run, not build).")
+    ] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Run the dbt build once: merge new landing deltas into the current-state tables, then
+    ship the changes to the destinations the configuration declares."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from lakesync.lakehouse.runner import PipelineError, run_pipeline
+
+    console = Console(stderr=True)
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,  # the spinner goes when the run ends: the summary or the error follows
+    ) as progress:
+        task = progress.add_task("starting Spark", total=None)
+        done = 0
+
+        def on_progress(node: str, status: str) -> None:
+            nonlocal done
+            if status == "started":
+                progress.update(task, description=f"{node} …")
+                return
+            done += 1
+            colour = "green" if status in ("success", "pass") else "red"
+            progress.console.print(f"  [{colour}]{status:>7}[/{colour}] {node}")
+            progress.update(task, description=f"{done} nodes done")
+
+        cfg = load_config(config)
+        settings = LakeSettings.from_config(cfg, data_dir)
+        result = run_pipeline(
+            settings=settings,
+            config=cfg,
+            full_refresh=full_refresh,
+            tests=not no_tests,
+            on_progress=on_progress,
+        )
+    summary = Table(title="pipeline run", show_header=False)
+    summary.add_row("rows merged", str(result.rows_merged))
+    summary.add_row("tables updated", ", ".join(result.tables_updated) or "none")
+    summary.add_row("models", str(len(result.models)))
+    summary.add_row("landing position", "none" if result.position is None else str(result.position))
+    summary.add_row("time", f"{result.elapsed_s:.1f} s")
+    for table, why in result.failed.items():
+        summary.add_row(f"[red]not built[/red] {table}", why)
+    for model, why in result.failed_change_sets.items():
+        summary.add_row(f"[red]not built[/red] {model}", why)
+    Console().print(summary)
+    if cfg.destinations:
+        # The tables built ship; those not built are reported failed (and make it exit 1).
+        ship(settings, cfg, not_built=result.failed)
+    failed = [f"{n}: {why}" for n, why in (*result.failed.items(),
+                                          *result.failed_change_sets.items())]
+    if failed:
+        raise PipelineError(
+            f"{len(failed)} tables or change sets were not built (the others were built and "
+            f"shipped): {'; '.join(failed)}"
+        )
+
+
+@pipeline_app.command("as-of")
+def as_of_command(
+    table: Annotated[str, typer.Argument(help="Synced table name.")],
+    hlc: Annotated[str, typer.Argument(help="HLC (decimal) to reconstruct the state at.")],
+    data_dir: DataDirOption = None,
+    fmt: FormatOption = "table",
+) -> None:
+    """Time travel by HLC: print TABLE's state from the landing deltas with hlc <= HLC."""
+    from lakesync import hlc as hlc_mod
+    from lakesync.lakehouse.query import QueryResult
+    from lakesync.lakehouse.runner import state_as_of_hlc
+
+    frame = state_as_of_hlc(
+        table, hlc_mod.parse(hlc, "hlc"), settings=LakeSettings.from_env(data_dir)
+    )
+    rows = frame.collect()
+    _print(QueryResult(list(frame.columns), [tuple(r) for r in rows]), fmt)
+
+
+@pipeline_app.command("generate")
+def generate_command(
+    data_dir: DataDirOption = None,
+    into: Annotated[
+        Path | None,
+        typer.Option(
+            "--into", help="Model directory (default: generated/ of the dbt project, git-ignored)."
+        ),
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Write the current-state model of every registered table, and the change-set model of
+    every declared destination and table, into the dbt project, so a plain `dbt build` from the
+    repo root builds the analytics tables and the change sets too."""
+    from lakesync.lakehouse.runner import generate_models
+
+    cfg = load_config(config)
+    result = generate_models(LakeSettings.from_config(cfg, data_dir), into, cfg)
+    names = ", ".join(result.models) or "none (no table is registered yet)"
+    typer.echo(f"{len(result.models)} models: {names}")
+
+
+def _parse_as_of(value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is not an ISO-8601 timestamp (e.g. 2026-11-22T10:00:00Z)",
+            param_hint="--as-of",
+        ) from None
+
+
+def _parse_snapshots(values: list[str]) -> dict[str, int]:
+    pins: dict[str, int] = {}
+    for value in values:
+        table, _, snapshot = (part.strip() for part in value.partition("="))
+        try:
+            snapshot_id = int(snapshot)
+        except ValueError:
+            snapshot_id = None
+        if not table or snapshot_id is None:
+            raise typer.BadParameter(
+                f"{value!r}: use TABLE=SNAPSHOT_ID, e.g. lakesync.landing=123",
+                param_hint="--snapshot",
+            )
+        if pins.setdefault(table, snapshot_id) != snapshot_id:
+            raise typer.BadParameter(f"{table} pinned twice", param_hint="--snapshot")
+    return pins
+
+
+def query_command(
+    sql: Annotated[str, typer.Argument(help="SQL over landing, lakesync.* and analytics.* tables")],
+    data_dir: DataDirOption = None,
+    fmt: FormatOption = "table",
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            "--as-of",
+            help="Show every table as of this ISO-8601 instant (naive means UTC), e.g. "
+            "2026-11-22T10:00:00Z; tables with no snapshot by then are absent.",
+        ),
+    ] = None,
+    snapshot: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--snapshot",
+            help="Pin a table to an Iceberg snapshot id: TABLE=ID, e.g. lakesync.landing=123 "
+            "(repeatable; wins over --as-of).",
+        ),
+    ] = None,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Include the deltas the pipeline has not merged yet (landing table and hot "
+            "log), merged with the same column-level LWW.",
+        ),
+    ] = False,
+) -> None:
+    """Run SQL over the lake's Iceberg tables with DuckDB (no Spark), e.g. analytics.todos."""
+    from lakesync.lakehouse.query import run_query
+
+    if fmt not in ("table", "json", "csv"):
+        raise typer.BadParameter("use table, json or csv", param_hint="--format")
+    if fresh and (as_of is not None or snapshot):
+        raise typer.BadParameter("--fresh reads now; drop --as-of/--snapshot", param_hint="--fresh")
+    instant = None if as_of is None else _parse_as_of(as_of)
+    pins = _parse_snapshots(snapshot or [])
+    settings = LakeSettings.from_env(data_dir)
+    with contextlib.ExitStack() as stack:
+        log = _hot_log(settings.data_dir, stack) if fresh else None
+        result = run_query(settings, sql, as_of=instant, snapshots=pins, fresh=fresh, hot_log=log)
+    _print(result, fmt)
+
+
+def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> Any:
+    """The gateway's hot log for a fresh read (None when this data dir has none)."""
+    from lakesync.api.store import open_store
+    from lakesync.hlc import HLC
+
+    cfg = load_config()
+    remote = cfg.store_url.startswith(("postgresql://", "postgres://"))
+    if not remote and cfg.store_url == "sqlite" and not (data_dir / "hotlog.sqlite3").exists():
+        return None
+    store = open_store(cfg.store_url, data_dir, HLC(), cfg.pg_schema)
+    stack.callback(store.close)
+    return store
+
+
+def _print(result: Any, fmt: str) -> None:
+    from lakesync.lakehouse.query import format_rows, table_cells
+
+    if fmt in ("json", "csv"):
+        for line in format_rows(result, "json" if fmt == "json" else "csv"):
+            sys.stdout.write(line + "\n")
+        return
+    table = Table(*result.columns)
+    for row in table_cells(result):
+        table.add_row(*row)
+    Console().print(table)

@@ -1,0 +1,148 @@
+"""``lakesync materialise``: ship the lake's change sets to the declared destinations.
+
+Also used by ``lakesync pipeline run``, which ships after dbt when the configuration declares
+destinations. Results print as one table; any failed destination or table makes the command
+exit 1 after the others were shipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from lakesync.config import Config, load_config
+from lakesync.errors import LakeSyncError
+from lakesync.lakehouse.settings import LakeSettings
+
+__all__ = ["ConfigOption", "MaterialiseError", "materialise_command", "migrate_command", "ship"]
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", help="Path of lakesync.yaml (default $LAKESYNC_CONFIG or ./lakesync.yaml)."
+    ),
+]
+
+
+class MaterialiseError(LakeSyncError):
+    """Some destinations or tables failed; the others were shipped."""
+
+    code = "MATERIALISE_ERROR"
+    status = 502
+
+
+def ship(
+    settings: LakeSettings,
+    config: Config,
+    lifecycle_only: bool = False,
+    not_built: Mapping[str, str] | None = None,
+) -> None:
+    """Ship every declared destination (then tier those with a ``hot_window``) and print what
+    happened; raise :class:`MaterialiseError` naming the failures, after shipping everything
+    else. ``lifecycle_only`` runs the tiering alone (no Spark); ``not_built`` are the tables
+    the pipeline run before failed to build (reported failed, not shipped)."""
+    from lakesync.lakehouse.materialise import ShipResult, materialise, tier
+
+    if not config.destinations:
+        Console(stderr=True).print(
+            "no destinations declared: add a destinations: section to lakesync.yaml"
+        )
+        return
+    with Console(stderr=True).status("starting Spark …") as status:
+        def shipped(r: ShipResult) -> None:
+            status.update(f"{r.destination}/{r.table} done …")
+
+        def building(node: str, state: str) -> None:
+            status.update(f"building change set {node} …" if state == "started"
+                          else f"{node}: {state} …")
+
+        results = (tier(settings, config, on_result=shipped) if lifecycle_only
+                   else materialise(settings, config, on_result=shipped, on_progress=building,
+                                    not_built=not_built))
+    table = Table(title="lifecycle" if lifecycle_only else "materialise")
+    for heading in ("destination", "table", "rows", "evicted", "watermark", "time", "status"):
+        table.add_column(heading)
+    for r in results:
+        table.add_row(
+            r.destination, r.table, str(r.rows), str(r.evicted),
+            "none" if r.position is None else str(r.position), f"{r.elapsed_s:.1f} s",
+            "[red]failed[/red]" if r.error else "[green]ok[/green]",
+        )
+    Console().print(table)
+    for r in results:
+        if r.secondary_failures:
+            Console(stderr=True).print(
+                f"warning: {r.destination}/{r.table}: {r.secondary_failures} writes to fan-out "
+                "secondaries failed (logged above; the primary has the rows)"
+            )
+    failed = [f"{r.destination}/{r.table}: {r.error}" for r in results if r.error]
+    if failed:
+        raise MaterialiseError(
+            f"{len(failed)} of {len(results)} shipments failed (the rest were shipped; "
+            f"fix these and run lakesync materialise again): {'; '.join(failed)}"
+        )
+
+
+def materialise_command(
+    config: ConfigOption = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Data dir (default $LAKESYNC_DATA_DIR or ./.lakesync)."),
+    ] = None,
+    lifecycle_only: Annotated[
+        bool,
+        typer.Option(
+            "--lifecycle-only",
+            help="Only tier: remove rows whose last change is older than each destination's "
+            "hot_window (no Spark).",
+        ),
+    ] = False,
+) -> None:
+    """Ship each destination's changes since its watermark (no dbt run: see pipeline run), then
+    move rows whose last change is older than a destination's hot_window out of it (the lake
+    keeps them)."""
+    cfg = load_config(config)
+    ship(LakeSettings.from_config(cfg, data_dir), cfg, lifecycle_only)
+
+
+def migrate_command(
+    source: Annotated[str, typer.Option("--from", help="Destination to copy from (its name).")],
+    target: Annotated[str, typer.Option("--to", help="Destination to copy into (its name).")],
+    table: Annotated[
+        list[str] | None, typer.Option("--table", help="Only this table (repeatable).")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Copy tables between two declared destinations (idempotent: run it again to finish).
+
+    The tables and their columns are the source gateway's schemas in the configuration.
+    """
+    from lakesync.destinations.factory import open_destination
+    from lakesync.destinations.migrate import migrate_table
+    from lakesync.errors import ConfigError
+
+    cfg = load_config(config)
+    for name in (source, target):
+        if name not in cfg.destinations:
+            known = ", ".join(sorted(cfg.destinations)) or "none declared"
+            raise ConfigError(f"no destination {name!r} in the configuration ({known})")
+    spec = cfg.destinations[source]
+    gateway = cfg.gateways.get(spec.gateway)
+    schemas = [s for s in (gateway.schemas if gateway else []) if spec.ships(s.table)]
+    if table:
+        schemas = [s for s in schemas if s.table in table]
+    if not schemas:
+        raise ConfigError(
+            f"no table schemas for gateway {spec.gateway!r} in the configuration: declare them "
+            "under gateways: so migrate knows the columns"
+        )
+    with open_destination(spec) as src, open_destination(cfg.destinations[target]) as dst:
+        for schema in schemas:
+            columns = [(c.name, c.type) for c in schema.columns]
+            n = migrate_table(src, dst, schema.table, columns, schema.external_id_column)
+            Console().print(f"{schema.table}: {n} rows from {source} to {target}")

@@ -1,0 +1,32 @@
+"""LakeSync Python client: an offline-first SQLite replica with a durable outbox.
+
+``LakeSyncClient`` (and its asyncio twin ``AsyncLakeSyncClient``) keeps a local copy of a
+gateway's tables, applies local writes at once and syncs them over HTTP or WebSocket with
+column-level last-writer-wins merging (SPEC §4). Needs only the ``client`` extra.
+"""
+
+from lakesync.client._actions import ActionRecord
+from lakesync.client._async import AsyncLakeSyncClient
+from lakesync.client._backoff import Backoff
+from lakesync.client._client import LakeSyncClient
+from lakesync.client._store import DeadLetter
+from lakesync.client._sync import SyncReport
+from lakesync.client._types import Change, Event, SyncStatus
+from lakesync.client._watch import Watch
+from lakesync.client.transport import HttpTransport, Transport, WebSocketTransport
+
+__all__ = [
+    "ActionRecord",
+    "AsyncLakeSyncClient",
+    "Backoff",
+    "Change",
+    "DeadLetter",
+    "Event",
+    "HttpTransport",
+    "LakeSyncClient",
+    "SyncReport",
+    "SyncStatus",
+    "Transport",
+    "Watch",
+    "WebSocketTransport",
+]

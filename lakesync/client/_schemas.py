@@ -1,0 +1,165 @@
+"""Table schemas of the replica: declared ones, and columns learned from remote deltas."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Sequence
+
+from lakesync.client._columns import (
+    SQL_TYPES,
+    decode_json,
+    encode_json,
+    infer_type,
+)
+from lakesync.client._replica import _PREFIX, ReplicaFile, _q
+from lakesync.delta import RowDelta
+from lakesync.errors import SchemaError
+from lakesync.schema import (
+    ColumnSpec,
+    TableSchema,
+    evolve,
+    parse_schema,
+    schema_to_wire,
+)
+
+_log = logging.getLogger(__name__)
+
+
+class SchemaStore(ReplicaFile):
+    """The replica's tables: their schemas, versions and SQL tables."""
+
+    def __init__(self, path: str, schemas: Sequence[TableSchema] = ()) -> None:
+        super().__init__(path)
+        self._schemas: dict[str, TableSchema] = {}
+        self._skipped: set[str] = set()
+        with self._tx() as c:
+            for tbl, spec in c.execute("SELECT tbl, spec FROM _ls_schemas").fetchall():
+                self._schemas[tbl] = parse_schema(decode_json(spec), stored=True)
+            for schema in schemas:
+                self._declare(c, schema)
+
+    # -- schemas --------------------------------------------------------------------------
+
+    def schema(self, table: str) -> TableSchema:
+        """The schema of a local table; :class:`SchemaError` if the table is unknown."""
+        try:
+            return self._schemas[table]
+        except KeyError:
+            raise SchemaError(
+                f"unknown table {table!r}: pass its schema to the client (schemas=[...])"
+            ) from None
+
+    def schemas(self) -> dict[str, TableSchema]:
+        """Every local table's schema."""
+        return dict(self._schemas)
+
+    def _declare(self, c: sqlite3.Connection, schema: TableSchema) -> None:
+        if schema.table.startswith(_PREFIX):
+            raise SchemaError(f"table names starting with {_PREFIX!r} are reserved by the client")
+        old = self._schemas.get(schema.table)
+        if old is None:
+            clash = [t for t in self._schemas if t.lower() == schema.table.lower()]
+            if clash:
+                raise SchemaError(
+                    f"table {schema.table!r} differs from local table {clash[0]!r} only in case; "
+                    "SQLite table names are case-insensitive"
+                )
+            cols = ", ".join(f"{_q(s.name)} {SQL_TYPES[s.type]}" for s in schema.columns)
+            c.execute(
+                f"CREATE TABLE IF NOT EXISTS {_q(schema.table)} "
+                f"(row_id TEXT PRIMARY KEY{', ' if cols else ''}{cols})"
+            )
+            self._store_schema(c, schema, 1)
+            return
+        # Columns learned from remote deltas stay even when the app's schema omits them.
+        declared = {s.name for s in schema.columns}
+        kept = [s for s in old.columns if s.name not in declared]
+        merged = TableSchema(
+            schema.table,
+            [*schema.columns, *kept],
+            schema.primary_key,
+            schema.soft_delete,
+            schema.external_id_column,
+        )
+        evolve(old, merged)
+        added = [s for s in merged.columns if s.name not in old.column_types()]
+        existing = {"row_id", *(name.lower() for name in old.column_types())}
+        for spec in added:
+            if spec.name.lower() in existing:
+                raise SchemaError(
+                    f"column {spec.name!r} of {schema.table!r} differs from an existing column "
+                    "only in case; SQLite column names are case-insensitive"
+                )
+        if added or schema_to_wire(merged) != schema_to_wire(old):
+            for s in added:
+                c.execute(
+                    f"ALTER TABLE {_q(schema.table)} ADD COLUMN {_q(s.name)} {SQL_TYPES[s.type]}"
+                )
+            version = c.execute(
+                "SELECT version FROM _ls_schemas WHERE tbl = ?", (schema.table,)
+            ).fetchone()[0]
+            self._store_schema(c, merged, int(version) + 1)
+
+    def _store_schema(self, c: sqlite3.Connection, schema: TableSchema, version: int) -> None:
+        c.execute(
+            "INSERT INTO _ls_schemas (tbl, version, spec, updated_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(tbl) DO UPDATE SET version = excluded.version, spec = excluded.spec, "
+            "updated_at = excluded.updated_at",
+            (schema.table, version, encode_json(schema_to_wire(schema)), time.time()),
+        )
+        self._schemas[schema.table] = schema
+
+    def _learn_all(self, c: sqlite3.Connection, deltas: Sequence[RowDelta]) -> list[RowDelta]:
+        """The deltas this replica can hold, after making room for them (:meth:`_learn`). Deltas
+        naming the same table and columns get the same answer, so each such shape is learnt
+        once per batch (a checkpoint frame repeats a few shapes thousands of times)."""
+        kept: list[RowDelta] = []
+        shapes: dict[tuple[str, tuple[str, ...]], bool] = {}
+        for d in deltas:
+            shape = (d.table, tuple([cv.column for cv in d.columns]))
+            ok = shapes.get(shape)
+            if ok is None:
+                ok = shapes[shape] = self._learn(c, d)
+            if ok:
+                kept.append(d)
+        return kept
+
+    def _learn(self, c: sqlite3.Connection, delta: RowDelta) -> bool:
+        """Make room for a remote delta naming a table or columns this replica lacks.
+
+        Returns False for a delta this replica cannot hold: a table whose name is reserved
+        here or differs from a local table only in case (SQLite names are case-insensitive).
+        A column that collides the same way keeps its clock and value in ``_ls_cells`` but
+        gets no SQL column, so it never blocks the page.
+        """
+        old = self._schemas.get(delta.table)
+        if old is None:
+            folded = delta.table.lower()
+            if folded.startswith(_PREFIX) or any(t.lower() == folded for t in self._schemas):
+                if delta.table not in self._skipped:
+                    self._skipped.add(delta.table)
+                    _log.warning("ignoring remote table %r: its name is taken locally", delta.table)
+                return False
+        known = old.column_types() if old is not None else {}
+        taken = {"row_id", *(name.lower() for name in known)}
+        new_cols: list[ColumnSpec] = []
+        for cv in delta.columns:
+            if cv.column.lower() not in taken:
+                taken.add(cv.column.lower())
+                new_cols.append(ColumnSpec(cv.column, infer_type(cv.value)))
+        if old is None:
+            self._declare(c, TableSchema(delta.table, new_cols))
+        elif new_cols:
+            self._declare(
+                c,
+                TableSchema(
+                    old.table,
+                    [*old.columns, *new_cols],
+                    old.primary_key,
+                    old.soft_delete,
+                    old.external_id_column,
+                ),
+            )
+        return True

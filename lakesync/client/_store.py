@@ -1,0 +1,107 @@
+"""The local replica: one SQLite file holding user tables, cell clocks, outbox and cursors.
+
+Layout (all bookkeeping tables start with ``_ls_``, which user tables may not):
+
+- one table per synced table: ``row_id TEXT PRIMARY KEY`` plus one column per schema column,
+  holding the *visible* merged row (what ``query()`` reads);
+- ``_ls_rows``: per row its *remote* state (what the gateway sent) as one encoded
+  :class:`~lakesync.merge.RowState` (each cell's winning value and ``(hlc, client_id)``, the
+  greatest write clock and the tombstone), and the base of the last view eviction applied to
+  it; one SQLite row per synced row, so a bulk load writes two rows per row (this and the user
+  table's). Replicas of the earlier per-cell layout (``_ls_cells``) are folded into it when
+  opened;
+- ``_ls_outbox``: local deltas the gateway has not acknowledged, or acknowledged (``acked``, the
+  push reply's server HLC) but not yet sent back by a pull, in write order, with their row;
+- ``_ls_dead_letters``: deltas the gateway refused for good;
+- ``_ls_cursors``: per gateway the server ingest HLC pulled up to;
+- ``_ls_schemas``: each table's schema and version; ``_ls_meta``: client id and last HLC.
+
+**Pending writes win until the gateway has them.** A user table shows, per row, the core merge
+of the remote state and the row's outbox deltas: remote deltas change only the remote state and
+the visible row is recomputed over the outbox, so an unsynced local edit loses only to a cell
+with a higher clock, whatever arrives (HTTP pull, WebSocket broadcast, a gateway's row
+snapshot), and across restarts. An acknowledged write stays in the outbox (marked ``acked``, no
+longer pushed) until a pull page commits a cursor at or past its ack's server HLC: by then the
+remote state holds it (or the row left the view), so a snapshot or broadcast that arrives in
+between cannot hide it. A refused write (dead letter) leaves the outbox and its row is
+recomputed without it. A gateway's *view eviction* (:func:`lakesync.delta.is_view_eviction`)
+makes the replica forget the row's remote state: the row left this client's view, or the
+gateway re-sends it with its real clocks. An eviction whose base (its HLC, an ingest stamp) is
+not above the last one applied to the row is stale (a broadcast overtaken by a pull): it and the
+rest of that row's snapshot in the same batch are skipped.
+
+Every method runs in one transaction: a local write commits its data, outbox entry and the HLC
+together; a pulled page commits its rows with the cursor. The merge itself is the core's
+:func:`lakesync.merge.apply_delta`; this module only loads and stores its states.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lakesync.client._columns import (
+    encode_json,
+)
+from lakesync.client._outbox import DeadLetter, OutboxEntry, OutboxStore
+from lakesync.client.errors import ValidationError
+
+__all__ = ["DeadLetter", "LocalStore", "OutboxEntry"]
+
+# Actions query() allows: reading only (sqlite3 authorizer action codes).
+_READ_ACTIONS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, 33}  # 33 = RECURSIVE
+)
+
+
+class LocalStore(OutboxStore):
+    """The SQLite replica behind a client; thread-safe (one connection behind a lock). Its
+    concerns live in layers: the file (:mod:`lakesync.client._replica`), schemas
+    (:mod:`lakesync.client._schemas`), rows (:mod:`lakesync.client._rows`), the outbox (:mod:`lakesync.client._outbox`);
+    read-only queries are here."""
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def query(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> list[dict[str, Any]]:
+        """Run a read-only SQL statement; rows as dicts with values decoded to JSON types."""
+        return self.query_tables(sql, params)[0]
+
+    def query_tables(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> tuple[list[dict[str, Any]], frozenset[str]]:
+        """Like :meth:`query`, also naming the tables the statement reads (lower case)."""
+        tables: set[str] = set()
+
+        def authorize(action: int, arg1: str | None, *_: object) -> int:
+            if action == sqlite3.SQLITE_READ and arg1:
+                tables.add(arg1.lower())
+            return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
+
+        with self._lock:
+            conn = self.conn
+            # Setting an authorizer expires cached statements, so every query is re-checked.
+            conn.set_authorizer(authorize)
+            try:
+                cur = conn.execute(sql, _bind(params))
+                names = [d[0] for d in cur.description or ()]
+                rows = cur.fetchall()
+            except sqlite3.DatabaseError as exc:
+                if "not authorized" in str(exc):
+                    raise ValidationError(
+                        "query() is read-only; change rows with insert/update/delete so the "
+                        "changes are synced"
+                    ) from None
+                raise ValidationError(f"query failed: {exc}") from None
+            finally:
+                conn.set_authorizer(None)
+        return [dict(zip(names, row, strict=True)) for row in rows], frozenset(tables)
+
+
+def _bind(params: Sequence[Any] | Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
+    # Bind JSON-typed parameters the way the columns store them (dicts/lists as JSON text).
+    if isinstance(params, Mapping):
+        return {k: encode_json(v) if isinstance(v, dict | list) else v for k, v in params.items()}
+    return [encode_json(v) if isinstance(v, dict | list) else v for v in params]

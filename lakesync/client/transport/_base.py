@@ -1,0 +1,152 @@
+"""The one interface every transport implements, and the values it exchanges."""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from lakesync.client._types import Event
+from lakesync.delta import CellError, CellErrorHandler, RowDelta
+from lakesync.errors import (
+    ConfigError,
+    LakeSyncError,
+    RateLimitedError,
+    code_for_status,
+    error_for_code,
+)
+
+__all__ = [
+    "BroadcastHandler",
+    "Checkpoint",
+    "EventHandler",
+    "PullPage",
+    "PushResult",
+    "Transport",
+    "gateway_error",
+]
+
+BroadcastHandler = Callable[[list[RowDelta]], None]
+EventHandler = Callable[[Event], None]
+"""Receives the events reading served deltas reports (a value the replica cannot hold)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PullPage:
+    """One pull reply: deltas after the cursor, the new cursor, and whether more pages follow."""
+
+    deltas: list[RowDelta]
+    server_hlc: int
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """The gateway's acknowledgement of a push batch."""
+
+    server_hlc: int
+    accepted: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """An initial-sync snapshot: pages of deltas and the server HLC to pull from afterwards."""
+
+    server_hlc: int
+    pages: Iterator[list[RowDelta]]
+
+
+class Transport(ABC):
+    """Moves deltas between a client and one gateway.
+
+    Implementations raise :mod:`lakesync.errors` types for gateway errors (rebuilt from the
+    SPEC error body), :class:`lakesync.client.errors.ConnectionFailedError` when the gateway cannot be
+    reached, and refresh the token once on a 401 before giving up with ``AuthError``.
+    """
+
+    #: Whether the gateway pushes other clients' deltas to this transport as they happen.
+    realtime: bool = False
+    _on_event: EventHandler | None = None
+    #: Where reading served deltas reports each value the replica cannot hold.
+    _cell_errors: CellErrorHandler | None = None
+
+    @abstractmethod
+    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
+        """Send one atomic batch; returns once the gateway stored every delta of it."""
+
+    @abstractmethod
+    def pull(self, client_id: str, since: int, limit: int) -> PullPage:
+        """Fetch the deltas ingested after server HLC ``since`` (at most ``limit``)."""
+
+    @abstractmethod
+    def checkpoint(self) -> Checkpoint | None:
+        """Open the gateway's initial-sync checkpoint, or None when it has none (404)."""
+
+    def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """POST actions (SPEC §5 ``/action``); their results in order. Transports that cannot
+        reach that route raise :class:`ConfigError`."""
+        raise ConfigError(f"{type(self).__name__} cannot run actions")
+
+    def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:  # noqa: B027
+        """Receive realtime broadcasts (a no-op for transports without them)."""
+
+    def set_reconnect_handler(self, handler: Callable[[], None] | None) -> None:  # noqa: B027
+        """Be told when a dropped realtime connection is back (to catch up by pulling)."""
+
+    def set_event_handler(self, handler: EventHandler | None) -> None:
+        """Receive events about served deltas that do not stop syncing: a ``value_error`` for
+        each value the replica cannot hold (that cell reads null: see
+        :func:`lakesync.delta.read_delta`)."""
+        self._on_event = handler
+        self._cell_errors = None if handler is None else _value_errors(handler)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the last exchange with the gateway succeeded."""
+        return True
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections and threads (idempotent)."""
+
+
+def _value_errors(handler: EventHandler) -> CellErrorHandler:
+    """Report each cell a trusted read could not hold as a ``value_error`` event."""
+
+    def report(e: CellError) -> None:
+        handler(
+            Event(
+                "value_error",
+                f"{e.table}/{e.row_id!r} column {e.column!r} of delta {e.delta_id} cannot be "
+                f"held by this replica and reads null: {e.reason}",
+                {
+                    "table": e.table,
+                    "row_id": e.row_id,
+                    "column": e.column,
+                    "delta_id": e.delta_id,
+                    "error": e.reason,
+                },
+            )
+        )
+
+    return report
+
+
+def gateway_error(status: int, body: bytes, retry_after: str | None = None) -> LakeSyncError:
+    """The typed error for a gateway error reply (SPEC §5 body ``{"error", "code"}``)."""
+    try:
+        obj = msgspec.json.decode(body)
+        code, message = str(obj["code"]), str(obj["error"])
+    except (msgspec.DecodeError, KeyError, TypeError):
+        code = code_for_status(status)
+        message = f"gateway answered HTTP {status}: {body[:200].decode('utf-8', 'replace')}"
+    err = error_for_code(code, message, status)
+    if isinstance(err, RateLimitedError) and retry_after is not None:
+        with contextlib.suppress(ValueError):
+            err.retry_after = max(0.0, float(retry_after))
+    return err
+

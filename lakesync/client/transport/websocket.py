@@ -1,0 +1,411 @@
+"""WebSocket transport (SPEC §9): binary protobuf frames, realtime broadcasts, reconnects.
+
+One connection per client, held by websockets' own reconnecting client (``async for ws in
+connect(...)``) on an event loop in a background thread. Requests (push, pull) are serialised:
+a request sends its frame and waits for the next untagged reply. The loop owns the socket's
+receive side: replies go to the waiting request, ``0x03`` broadcasts go straight to the
+broadcast handler. When the connection drops while realtime delivery is wanted, websockets
+reconnects (failed attempts wait :class:`Backoff` delays) and the reconnect handler then pulls
+what was missed (broadcasts never move the cursor, so nothing is lost and the pull re-delivers
+idempotently).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from lakesync.client._auth import TokenProvider
+from lakesync.client._backoff import Backoff
+from lakesync.client.errors import (
+    AuthError,
+    BackpressureError,
+    ConnectionFailedError,
+    ForbiddenError,
+    LakeSyncError,
+    RateLimitedError,
+    ValidationError,
+)
+from lakesync.client.transport._base import (
+    BroadcastHandler,
+    Checkpoint,
+    EventHandler,
+    PullPage,
+    PushResult,
+    Transport,
+    gateway_error,
+)
+from lakesync.client.transport.http import HttpTransport
+from lakesync.delta import RowDelta
+from lakesync.errors import code_for_status, error_for_code
+from lakesync.wsframes import ServerFrame, decode_server_frame, encode_pull, encode_push
+
+__all__ = ["WebSocketTransport"]
+
+_log = logging.getLogger(__name__)
+_Reply = ServerFrame | LakeSyncError
+
+
+class WebSocketTransport(Transport):
+    """Push and pull over ``ws(s)://…/v1/sync/{gw}/ws``; checkpoints still come over HTTP."""
+
+    realtime = True
+
+    def __init__(
+        self,
+        url: str,
+        gateway_id: str,
+        tokens: TokenProvider,
+        timeout: float = 30.0,
+        backoff: Backoff | None = None,
+    ) -> None:
+        base = url.rstrip("/")
+        scheme, _, rest = base.partition("://")
+        ws_scheme = {"http": "ws", "https": "wss"}.get(scheme, scheme)
+        self._url = f"{ws_scheme}://{rest}/v1/sync/{gateway_id}/ws"
+        self._tokens = tokens
+        self._timeout = timeout
+        self._backoff = backoff or Backoff()
+        self._http = HttpTransport(url, gateway_id, tokens, timeout)
+        self._ws: ClientConnection | None = None
+        self._replies: queue.Queue[_Reply] = queue.Queue()
+        self._request_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._closed = False
+        self._drops = 0
+        self._refresh_lock = threading.Lock()
+        self._on_broadcast: BroadcastHandler | None = None
+        self._on_reconnect: Callable[[], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._session: concurrent.futures.Future[None] | None = None
+        self._waiters: list[concurrent.futures.Future[ClientConnection]] = []
+        self._failure: LakeSyncError | None = None
+        self._wake = asyncio.Event()
+
+    # -- Transport ------------------------------------------------------------------------
+
+    def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:
+        """Apply broadcasts with ``handler`` (called on the connection's thread)."""
+        self._on_broadcast = handler
+
+    def set_reconnect_handler(self, handler: Callable[[], None] | None) -> None:
+        """Call ``handler`` (on a thread of its own) after a dropped connection is re-opened."""
+        self._on_reconnect = handler
+
+    def set_event_handler(self, handler: EventHandler | None) -> None:
+        """Report value errors of replies, broadcasts (connection thread) and checkpoints."""
+        super().set_event_handler(handler)
+        self._http.set_event_handler(handler)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the socket is open."""
+        return self._ws is not None
+
+    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
+        """Send a ``0x01`` SyncPush and wait for its reply."""
+        reply = self._request(encode_push(client_id, deltas, last_seen_hlc))
+        return PushResult(reply.server_hlc, len(deltas))
+
+    def pull(self, client_id: str, since: int, limit: int) -> PullPage:
+        """Send a ``0x02`` SyncPull and wait for its reply."""
+        reply = self._request(encode_pull(client_id, since, limit))
+        return PullPage(reply.deltas, reply.server_hlc, reply.has_more)
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint route is HTTP only."""
+        return self._http.checkpoint()
+
+    def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The action route is HTTP only."""
+        return self._http.actions(client_id, actions)
+
+    def connect(self) -> None:
+        """Open the socket now (it is otherwise opened by the first request)."""
+        self._ensure()
+
+    def close(self) -> None:
+        """Close the socket, stop reconnecting and stop the connection's thread."""
+        with self._state_lock:
+            self._closed = True
+            loop, session, thread = self._loop, self._session, self._thread
+            self._loop = self._session = self._thread = None
+        if loop is not None and thread is not None:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._stop(session), loop).result(self._timeout)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(self._timeout)
+            if not thread.is_alive():
+                loop.close()
+        self._ws = None
+        self._http.close()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _ensure(self) -> ClientConnection:
+        """The open connection, else the outcome of the next attempt to open one: a new
+        session's first, or a reconnecting session's (woken from its wait after a drop). A
+        session between failed attempts fails the request at once, as an unreachable gateway."""
+        waiter: concurrent.futures.Future[ClientConnection] = concurrent.futures.Future()
+        with self._state_lock:
+            if self._closed:
+                raise ConnectionFailedError("the transport is closed")
+            if self._ws is not None:
+                return self._ws
+            if self._session is not None and not self._session.done():
+                if self._failure is not None:
+                    raise ConnectionFailedError(f"the WebSocket is reconnecting: {self._failure}")
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(self._wake.set)
+            else:
+                if self._loop is None:
+                    self._loop = asyncio.new_event_loop()
+                    self._thread = threading.Thread(
+                        target=self._loop.run_forever, name="lakesync-ws", daemon=True
+                    )
+                    self._thread.start()
+                self._session = asyncio.run_coroutine_threadsafe(self._hold(), self._loop)
+            self._waiters.append(waiter)
+        return waiter.result()
+
+    def _settle(self, outcome: ClientConnection | LakeSyncError) -> None:
+        """Give the requests waiting for a connection the attempt's outcome."""
+        with self._state_lock:
+            waiters, self._waiters = self._waiters, []
+            if isinstance(outcome, ClientConnection):
+                self._ws, self._failure = outcome, None
+            else:
+                self._failure = outcome
+        for waiter in waiters:
+            if isinstance(outcome, ClientConnection):
+                waiter.set_result(outcome)
+            else:
+                waiter.set_exception(outcome)
+
+    async def _stop(self, session: concurrent.futures.Future[None] | None) -> None:
+        """Close the connection (its session then ends), or cancel a session that is
+        connecting or waiting to reconnect; then finish the reconnecting iterators."""
+        ws = self._ws
+        if ws is not None:
+            await ws.close()
+        if session is not None and not session.done():
+            session.cancel()
+            await asyncio.sleep(0)  # let the cancellation reach the session's task
+        await asyncio.get_running_loop().shutdown_asyncgens()
+
+    async def _hold(self) -> None:
+        """Hold the connection: open it, serve it, and while realtime delivery is wanted
+        reopen it after a drop (websockets' reconnecting iterator; a reopened connection calls
+        the reconnect handler). Every attempt's outcome goes to the waiting requests."""
+        refreshed = established = False
+
+        def retry_or_raise(exc: Exception) -> Exception | None:
+            # websockets asks this for every failed attempt: None retries after a backoff delay.
+            nonlocal refreshed
+            err = _open_error(exc, self._url)
+            if err is None:
+                return exc  # not a connection failure: a bug, raised as it is
+            if isinstance(err, AuthError) and not refreshed and self._tokens.refreshable:
+                refreshed = True
+                self._tokens.refresh()
+                return None
+            self._settle(err)
+            if not established or self._closed or isinstance(err, AuthError | ForbiddenError):
+                return err
+            _log.info("WebSocket reconnect attempt failed: %s", err)
+            return None
+
+        try:
+            async for ws in connect(
+                self._url,
+                additional_headers=_BearerHeader(self._tokens),
+                open_timeout=self._timeout,
+                max_size=None,
+                compression=None,
+                process_exception=retry_or_raise,
+                reconnect_delays=self._delays,
+            ):
+                refreshed = False
+                used = self._tokens.token
+                self._settle(ws)
+                if established:
+                    self._catch_up()
+                established = True
+                err = await self._serve(ws)
+                if not (self._keeps_open(err, used) or (self._waiters and not self._closed)):
+                    return
+                # Drops in a row without traffic (a gateway at its cap) wait longer each
+                # time; a request wakes the wait to reconnect at once.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._backoff.delay(self._drops))
+                self._wake.clear()
+                self._drops += 1
+        except LakeSyncError as exc:
+            _log.info("WebSocket connection given up: %s", exc)
+        finally:
+            self._settle(ConnectionFailedError("the WebSocket connection was given up"))
+
+    def _delays(self) -> Generator[float]:
+        """Waits between failed connection attempts: the client's backoff."""
+        for attempt in itertools.count(self._drops):
+            yield self._backoff.delay(attempt)
+
+    def _keeps_open(self, err: LakeSyncError, used: str) -> bool:
+        """Whether to reconnect after the connection closed with ``err``."""
+        if self._closed or self._on_broadcast is None:
+            return False
+        if isinstance(err, ForbiddenError):
+            return False
+        # A bad token cannot be fixed by reconnecting unless a fresh one can be had.
+        return not isinstance(err, AuthError) or self._refresh_if_stale(used)
+
+    def _catch_up(self) -> None:
+        """Run the reconnect handler on a thread of its own: its pulls need this loop."""
+        handler = self._on_reconnect
+        if handler is None:
+            return
+
+        def run() -> None:
+            try:
+                handler()
+            except Exception:
+                _log.exception("catch-up after reconnect failed")
+
+        threading.Thread(target=run, name="lakesync-ws-catch-up", daemon=True).start()
+
+    async def _serve(self, ws: ClientConnection) -> LakeSyncError:
+        """Route the connection's frames until it closes; the close as an error."""
+        try:
+            async for message in ws:
+                self._drops = 0
+                self._deliver(message)
+        except ConnectionClosed:
+            pass
+        err = _close_error(ws)
+        self._replies.put(err)
+        with self._state_lock:
+            if self._ws is ws:
+                self._ws = None
+        return err
+
+    def _deliver(self, message: str | bytes) -> None:
+        if isinstance(message, str):
+            self._replies.put(ConnectionFailedError("unexpected text frame"))
+            return
+        try:
+            frame = decode_server_frame(message, self._cell_errors)
+        except ValidationError as exc:
+            self._replies.put(exc)
+            return
+        if not frame.broadcast:
+            self._replies.put(frame)
+        elif self._on_broadcast is not None:
+            try:
+                self._on_broadcast(frame.deltas)
+            except Exception:
+                # The cursor did not move, so the next pull brings these deltas again.
+                _log.exception("applying a WebSocket broadcast failed")
+
+    def _refresh_if_stale(self, used: str) -> bool:
+        """Ask for a new token unless someone already replaced ``used``; False if impossible."""
+        if not self._tokens.refreshable:
+            return False
+        with self._refresh_lock:
+            if self._tokens.token == used:
+                self._tokens.refresh()
+        return True
+
+    def _request(self, frame: bytes) -> ServerFrame:
+        for attempt in range(2):
+            used = self._tokens.token
+            try:
+                return self._request_once(frame)
+            except AuthError:
+                # The gateway accepts the socket, then closes it with 4401 for a bad token.
+                if attempt == 1 or not self._refresh_if_stale(used):
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _request_once(self, frame: bytes) -> ServerFrame:
+        with self._request_lock:
+            ws = self._ensure()
+            while not self._replies.empty():  # leftovers of an earlier connection or request
+                self._replies.get_nowait()
+            loop = ws.loop
+            try:
+                asyncio.run_coroutine_threadsafe(ws.send(frame), loop).result(self._timeout)
+            except ConnectionClosed as exc:
+                raise _close_error(ws) from exc
+            except TimeoutError:
+                asyncio.run_coroutine_threadsafe(ws.close(), loop)
+                raise ConnectionFailedError(
+                    f"the gateway took no frame within {self._timeout} s"
+                ) from None
+            try:
+                reply = self._replies.get(timeout=self._timeout)
+            except queue.Empty:
+                asyncio.run_coroutine_threadsafe(ws.close(), loop)
+                raise ConnectionFailedError(
+                    f"no reply from the gateway within {self._timeout} s"
+                ) from None
+            if isinstance(reply, LakeSyncError):
+                raise reply
+            return reply
+
+
+class _BearerHeader(Mapping[str, str]):
+    """The handshake's ``Authorization`` header, read afresh for every connection attempt."""
+
+    def __init__(self, tokens: TokenProvider) -> None:
+        self._tokens = tokens
+
+    def __getitem__(self, key: str) -> str:
+        if key != "Authorization":
+            raise KeyError(key)
+        return f"Bearer {self._tokens.token}"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("Authorization",))
+
+    def __len__(self) -> int:
+        return 1
+
+
+def _open_error(exc: Exception, url: str) -> LakeSyncError | None:
+    """The error of a failed connection attempt (the gateway's refusal, or unreachable); None
+    for an exception that is no connection failure."""
+    if isinstance(exc, InvalidStatus):
+        return gateway_error(exc.response.status_code, bytes(exc.response.body or b""))
+    if isinstance(exc, OSError | TimeoutError | InvalidHandshake | ConnectionClosed | EOFError):
+        return ConnectionFailedError(f"cannot open WebSocket {url}: {exc}")
+    return None
+
+
+def _close_error(ws: ClientConnection) -> LakeSyncError:
+    """The error a request gets when the gateway closes the socket under it.
+
+    The gateway closes with ``4000 + HTTP status`` for SPEC errors (4401 bad token, 4403
+    forbidden, 4422 schema, 4429 rate limited, …), 1008 when frames come too fast, 1013 when
+    it is full or the receiver is too slow, 1001 when it shuts down.
+    """
+    code, reason = ws.close_code, ws.close_reason or ""
+    if code is not None and 4000 <= code < 5000:
+        status = code - 4000
+        message = reason or f"the gateway closed the WebSocket with code {code}"
+        return error_for_code(code_for_status(status), message, status)
+    if code == 1008:
+        return RateLimitedError(reason or "WebSocket frame rate limit exceeded")
+    if code == 1013:
+        return BackpressureError(reason or "the gateway is busy")
+    return ConnectionFailedError(f"WebSocket closed (code {code}): {reason}")

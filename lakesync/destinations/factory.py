@@ -1,0 +1,99 @@
+"""Open a declared destination: resolve its URL, load its driver, connect.
+
+A missing driver is an error naming the ``pip install`` extra; a URL that names no database,
+dataset or namespace says what it should look like.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from lakesync.destination_specs import DestinationSpec, resolve_url
+from lakesync.destinations.base import Destination, DestinationError
+from lakesync.errors import ConfigError
+
+if TYPE_CHECKING:
+    from lakesync.lakehouse.settings import LakeSettings
+
+__all__ = ["mysql_params", "open_destination"]
+
+
+def _read_file(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8")
+
+
+def _missing(kind: str, module: str) -> DestinationError:
+    return DestinationError(
+        f"the {kind} destination needs the {module} package: "
+        "pip install 'lakesync[destinations]'"
+    )
+
+
+def mysql_params(url: str) -> dict[str, object]:
+    """PyMySQL connection arguments from ``mysql://user:password@host:port/db``."""
+    parts = urlsplit(url)
+    database = parts.path.lstrip("/")
+    if not database:
+        raise ConfigError("a mysql url names its database: mysql://user:password@host:3306/db")
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "database": unquote(database),
+    }
+
+
+def open_destination(
+    spec: DestinationSpec,
+    env: Mapping[str, str] | None = None,
+    lake: LakeSettings | None = None,
+) -> Destination:
+    """Connect to the destination ``spec`` declares (its URL's references taken from ``env``,
+    default the process environment). A ``lake`` destination lives in the catalog of ``lake``
+    (default: the lake the configuration in ``env`` names)."""
+    env = os.environ if env is None else env
+    url = resolve_url(spec, env, _read_file)
+    if spec.kind == "postgres":
+        try:
+            import psycopg
+        except ImportError:
+            raise _missing("postgres", "psycopg") from None
+        from lakesync.destinations.sql import SqlDestination
+
+        return SqlDestination(
+            spec, "postgres", lambda: psycopg.connect(url, connect_timeout=10),
+            (psycopg.Error,), url,
+        )
+    if spec.kind == "mysql":
+        try:
+            import pymysql
+        except ImportError:
+            raise _missing("mysql", "PyMySQL") from None
+        from lakesync.destinations.sql import SqlDestination
+
+        params = mysql_params(url)
+
+        def connect() -> object:
+            return pymysql.connect(
+                **params,
+                charset="utf8mb4", autocommit=False, connect_timeout=10,
+                init_command="SET time_zone = '+00:00'",
+            )
+
+        return SqlDestination(spec, "mysql", connect, (pymysql.MySQLError,), url)
+    if spec.kind == "bigquery":
+        from lakesync.destinations.bigquery import BigQueryDestination
+
+        return BigQueryDestination.from_url(spec, url, env)
+    from lakesync.destinations.lake import LakeDestination, lake_namespace
+    from lakesync.lakehouse.catalog import open_catalog, require_lake
+    from lakesync.lakehouse.settings import LakeSettings
+
+    settings = lake or LakeSettings.from_env(None, env)
+    require_lake(settings)
+    return LakeDestination(spec, open_catalog(settings), lake_namespace(spec, url))

@@ -1,0 +1,266 @@
+"""The lake itself as a destination: Iceberg tables in a namespace of the lake's catalog.
+
+URL: ``lake://NAMESPACE`` (an identifier; not the lake's own ``lakesync``, ``analytics`` or
+``lakesync_changes`` namespaces, which the pipeline owns). Each table has the SPEC §11 layout as
+Iceberg columns (json and ``props`` as JSON text, ``synced_at`` / ``deleted_at`` as UTC
+timestamps). A change set is applied to the table's rows and written back with one Iceberg
+overwrite; the watermark is a table property (``lakesync.watermark.<gateway>``) set in the same
+Iceberg transaction, so rows and watermark commit together or not at all. The overwrite rewrites
+the whole table: this adapter is meant for exports of modest size next to the lake's own
+``analytics`` tables.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from lakesync.delta import validate_identifier
+from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.base import (
+    Change,
+    Destination,
+    DestinationError,
+    TieringMark,
+    latest_per_row,
+    normalise_row,
+)
+from lakesync.destinations.statements import TableLayout
+from lakesync.errors import ConfigError, LakeSyncError
+from lakesync.schema import RESERVED_NAMESPACES
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+__all__ = ["LakeDestination", "lake_namespace"]
+
+WATERMARK_PROPERTY = "lakesync.watermark."
+
+
+def lake_namespace(spec: DestinationSpec, url: str) -> str:
+    """The namespace of a ``lake://NAMESPACE`` URL, checked."""
+    namespace = urlsplit(url).netloc
+    try:
+        validate_identifier(namespace, "lake namespace")
+    except LakeSyncError:
+        raise ConfigError(
+            f"destination {spec.name!r}: a lake url is lake://namespace (an identifier)"
+        ) from None
+    if namespace.lower() in RESERVED_NAMESPACES:
+        raise ConfigError(
+            f"destination {spec.name!r}: namespace {namespace!r} belongs to the pipeline; "
+            "ship into a namespace of your own, e.g. lake://exports"
+        )
+    return namespace
+
+
+def _iceberg_type(kind: str) -> Any:
+    from pyiceberg.types import BooleanType, DoubleType, StringType, TimestamptzType
+
+    return {
+        "number": DoubleType(),
+        "boolean": BooleanType(),
+        "timestamp": TimestamptzType(),
+    }.get(kind, StringType())
+
+
+def _fields(layout: TableLayout) -> list[tuple[str, str]]:
+    """(name, kind) of every column the layout's table holds, in order."""
+    out = [("row_id", "string"), *layout.columns, ("props", "string"), ("synced_at", "timestamp")]
+    if layout.delete == "soft":
+        out.append(("deleted_at", "timestamp"))
+    return out
+
+
+class LakeDestination(Destination):
+    """Tables in one namespace of the lake's Iceberg catalog (pyiceberg)."""
+
+    def __init__(self, spec: DestinationSpec, catalog: Catalog, namespace: str) -> None:
+        self.spec = spec
+        self._catalog = catalog
+        self._namespace = namespace
+
+    def _where(self) -> str:
+        return f"destination {self.spec.name!r} (lake namespace {self._namespace})"
+
+    @contextmanager
+    def _failing(self, what: str) -> Iterator[None]:
+        # pyiceberg, pyarrow and the catalog's SQL driver raise their own types.
+        try:
+            yield
+        except LakeSyncError:
+            raise
+        except Exception as exc:
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise DestinationError(f"{self._where()}: {what} failed: {detail}") from None
+
+    def _identifier(self, table: str) -> str:
+        return f"{self._namespace}.{table}"
+
+    def _load(self, table: str) -> Table | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self._catalog.load_table(self._identifier(table))
+        except NoSuchTableError:
+            return None
+
+    def layout(
+        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+    ) -> TableLayout:
+        return TableLayout(table, list(columns), self.spec.delete, external_id, (self._namespace,))
+
+    def ensure_table(self, layout: TableLayout) -> None:
+        from pyiceberg.schema import Schema
+        from pyiceberg.types import NestedField
+
+        with self._failing(f"creating table {layout.table!r}"):
+            self._catalog.create_namespace_if_not_exists(self._namespace)
+            found = self._load(layout.table)
+            if found is None:
+                fields = [
+                    NestedField(i, name, _iceberg_type(kind), required=False)
+                    for i, (name, kind) in enumerate(_fields(layout), start=1)
+                ]
+                self._catalog.create_table_if_not_exists(
+                    self._identifier(layout.table), Schema(*fields)
+                )
+                return
+            have = set(found.schema().column_names)
+            missing = [(n, k) for n, k in _fields(layout) if n not in have]
+            if missing:
+                with found.update_schema() as update:
+                    for name, kind in missing:
+                        update.add_column(name, _iceberg_type(kind))
+
+    def _table(self, layout: TableLayout) -> Table:
+        found = self._load(layout.table)
+        if found is None:
+            raise DestinationError(
+                f"{self._where()}: table {layout.table!r} does not exist (ensure_table first)"
+            )
+        return found
+
+    def apply_changes(
+        self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
+    ) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        what = f"applying changes to {layout.table!r}"
+        with self._failing(what):
+            _check_json(layout, changes, f"{self._where()}: {what} failed")
+            latest = latest_per_row(changes)
+            table = self._table(layout)
+            current = table.scan().to_arrow()
+            # Only the changed rows go through Python; the others stay Arrow columns.
+            ids = pa.array([c.row_id for c in latest], type=current.schema.field("row_id").type)
+            changed = pc.is_in(current["row_id"], value_set=ids)
+            rows = {r["row_id"]: r for r in current.filter(changed).to_pylist()}
+            _apply(layout, rows, latest, datetime.now(UTC))
+            data = pa.concat_tables([
+                current.filter(pc.invert(changed)),
+                pa.Table.from_pylist(list(rows.values()), schema=current.schema),
+            ])
+            with table.transaction() as tx:
+                if current.num_rows == 0:
+                    tx.append(data)  # nothing to replace (overwrite would warn of that)
+                else:
+                    tx.overwrite(data)
+                if position is not None:
+                    tx.set_properties({WATERMARK_PROPERTY + self.spec.gateway: str(position)})
+
+    def _rows(self, layout: TableLayout, what: str) -> list[dict[str, Any]]:
+        names = [n for n, _ in _fields(layout)]
+        with self._failing(what):
+            found = self._table(layout).scan(selected_fields=tuple(names)).to_arrow()
+        return [normalise_row(layout, r) for r in found.select(names).to_pylist()]
+
+    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
+        return sorted(self._rows(layout, f"reading {layout.table!r}"), key=lambda r: r["row_id"])
+
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        rows = self._rows(layout, f"reading changes of {layout.table!r}")
+        changed = sorted(
+            (r for r in rows if r["synced_at"] > since), key=lambda r: (r["synced_at"], r["row_id"])
+        )
+        if limit is not None and len(changed) > limit:
+            cut = changed[limit - 1]["synced_at"]
+            changed = [r for r in changed if r["synced_at"] <= cut]
+        return changed
+
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
+        """(A lake destination has no hot window: ``mark`` is not kept.)"""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not row_ids:
+            return 0
+        with self._failing(f"evicting old rows of {layout.table!r}"):
+            table = self._table(layout)
+            current = table.scan().to_arrow()
+            old = pc.is_in(current["row_id"], value_set=pa.array(row_ids, pa.string()))
+            kept = current.filter(pc.invert(old))
+            if kept.num_rows < current.num_rows:
+                table.overwrite(kept)
+        return int(current.num_rows - kept.num_rows)
+
+    def watermark(self, table: str) -> int | None:
+        with self._failing("reading the watermark"):
+            found = self._load(table)
+        if found is None:
+            return None
+        value = found.properties.get(WATERMARK_PROPERTY + self.spec.gateway)
+        return None if value is None else int(value)
+
+
+def _check_json(layout: TableLayout, changes: Sequence[Change], prefix: str) -> None:
+    """Refuse a change set with a json value that is not JSON text, as the databases do."""
+    for change in changes:
+        for name, kind in layout.columns:
+            value = change.values.get(name)
+            if kind == "json" and value is not None:
+                try:
+                    json.loads(value)
+                except (TypeError, ValueError):
+                    raise DestinationError(
+                        f"{prefix}: row {change.row_id!r}: {name} is not JSON"
+                    ) from None
+
+
+def _apply(
+    layout: TableLayout,
+    rows: dict[str, dict[str, Any]],
+    changes: Sequence[Change],
+    now: datetime,
+) -> None:
+    """Apply ``changes`` to ``rows`` (by row id) in place, as the SQL upsert and delete do:
+    a live change writes every column and clears ``deleted_at``, keeping ``props``; a delete
+    marks the row (soft, once) or removes it (hard)."""
+    for change in changes:
+        old = rows.get(change.row_id)
+        if change.deleted:
+            if old is None:
+                continue
+            if layout.delete == "hard":
+                del rows[change.row_id]
+            elif old.get("deleted_at") is None:
+                old.update(deleted_at=now, synced_at=now)
+            continue
+        row: dict[str, Any] = (
+            dict(old) if old is not None else {"row_id": change.row_id, "props": "{}"}
+        )
+        row.update({n: change.values.get(n) for n in layout.column_names})
+        row["synced_at"] = now
+        if layout.delete == "soft":
+            row["deleted_at"] = None
+        rows[change.row_id] = row

@@ -1,0 +1,266 @@
+"""PostgreSQL (psycopg) and MySQL/MariaDB (PyMySQL): one DB-API destination, two dialects.
+
+Both drivers take ``%(name)s`` parameters, so the statements of
+:mod:`lakesync.destinations.statements`
+run as built. A change set is applied in one transaction: the staging table is filled, one
+set-based upsert and one delete run from it, and the watermark moves, all or nothing; the
+staging table is truncated afterwards. PostgreSQL gets its values through
+:func:`lakesync.destinations.statements.storable_value` (U+0000 becomes U+FFFD, which its ``text``
+and
+``jsonb`` refuse), so every change set it is given can land, including ``lakesync migrate``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from lakesync.destination_specs import DestinationSpec, redact_url
+from lakesync.destinations import statements as st
+from lakesync.destinations.base import (
+    Change,
+    Destination,
+    DestinationError,
+    TieringMark,
+    eviction_batches,
+    latest_per_row,
+    normalise_row,
+)
+from lakesync.destinations.statements import TableLayout
+
+__all__ = ["JdbcTarget", "SqlDestination", "jdbc_target"]
+
+
+@dataclass(frozen=True)
+class JdbcTarget:
+    """Where Spark's JDBC writer loads a staging table: URL, driver and credentials."""
+
+    url: str
+    properties: dict[str, str] = field(repr=False)
+
+
+_JDBC = {
+    # Spark picks its SQL dialect by URL prefix: jdbc:mysql gets MySQL's backtick quoting; the
+    # MariaDB driver accepts that prefix. Batched inserts are rewritten into multi-row ones.
+    "mysql": ("jdbc:mysql", 3306, "org.mariadb.jdbc.Driver",
+              "permitMysqlScheme&rewriteBatchedStatements=true"),
+    "postgres": ("jdbc:postgresql", 5432, "org.postgresql.Driver", "reWriteBatchedInserts=true"),
+}
+
+
+def jdbc_target(dialect: Literal["postgres", "mysql"], url: str) -> JdbcTarget:
+    """The JDBC form of a ``postgresql://`` or ``mysql://`` URL (host, port, database, user,
+    password; other options are not carried over)."""
+    prefix, port, driver, options = _JDBC[dialect]
+    parts = urlsplit(url)
+    database = unquote(parts.path.lstrip("/"))
+    properties = {"driver": driver, "user": unquote(parts.username or "")}
+    if parts.password:
+        properties["password"] = unquote(parts.password)
+    host = parts.hostname or "127.0.0.1"
+    return JdbcTarget(
+        f"{prefix}://{host}:{parts.port or port}/{database}?{options}", properties
+    )
+
+
+class SqlDestination(Destination):
+    """A PostgreSQL or MySQL/MariaDB database reached with a DB-API connection."""
+
+    def __init__(
+        self,
+        spec: DestinationSpec,
+        dialect: Literal["postgres", "mysql"],
+        connect: Callable[[], Any],
+        errors: tuple[type[BaseException], ...],
+        url: str,
+    ) -> None:
+        self.spec = spec
+        self.dialect: Literal["postgres", "mysql"] = dialect
+        self._errors = errors
+        self._where = redact_url(url)
+        self.jdbc = jdbc_target(dialect, url)
+        try:
+            self._conn = connect()
+        except errors as exc:
+            raise DestinationError(
+                f"destination {spec.name!r}: cannot connect to {self._where}: {_first_line(exc)}"
+                " (is the server running and the url right?)"
+            ) from None
+        self._bookkept = False
+
+    def layout(
+        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+    ) -> TableLayout:
+        return TableLayout(table, list(columns), self.spec.delete, external_id)
+
+    @contextmanager
+    def _transaction(self, what: str) -> Iterator[Any]:
+        cur = self._conn.cursor()
+        try:
+            yield cur
+            self._conn.commit()
+        except self._errors as exc:
+            self._conn.rollback()
+            raise DestinationError(
+                f"destination {self.spec.name!r} ({self._where}): {what} failed: "
+                f"{_first_line(exc)}"
+            ) from None
+        except BaseException:
+            self._conn.rollback()
+            raise
+        finally:
+            cur.close()
+
+    def _columns(self, cur: Any, table: str) -> list[str]:
+        cur.execute(
+            "select column_name from information_schema.columns where table_name = %(t)s"
+            + (" and table_schema = current_schema()" if self.dialect == "postgres"
+               else " and table_schema = database()"),
+            {"t": table},
+        )
+        return [str(r[0]) for r in cur.fetchall()]
+
+    def ensure_table(self, layout: TableLayout) -> None:
+        with self._transaction(f"creating table {layout.table!r}") as cur:
+            if not self._bookkept:
+                cur.execute(st.create_watermarks(self.dialect))
+            cur.execute(st.create_table(layout, self.dialect))
+            for alter in st.add_columns(layout, self._columns(cur, layout.table), self.dialect):
+                cur.execute(alter)
+            # Staging holds nothing between runs: recreate it in the current shape.
+            cur.execute(st.drop_staging(layout, self.dialect))
+            cur.execute(st.create_staging(layout, self.dialect))
+        self._bookkept = True
+
+    def prepare_staging(self, layout: TableLayout) -> None:
+        """Empty the staging table before an outside loader (Spark's JDBC writer) fills it."""
+        self._empty_staging(layout)
+
+    def _empty_staging(self, layout: TableLayout) -> None:
+        # A TRUNCATE of its own: constant time (a DELETE writes every row away) and outside the
+        # apply transaction, which MySQL's implicit commit would split.
+        with self._transaction(f"emptying the staging table of {layout.table!r}") as cur:
+            cur.execute(st.truncate_staging(layout, self.dialect))
+
+    def apply_staged(self, layout: TableLayout) -> tuple[int, int | None]:
+        """Apply what a bulk loader put in the staging table, advance the watermark to the
+        greatest staged ``_position``: one transaction; then empty the staging table. Returns
+        the number of rows applied and that position (nothing staged: ``(0, None)``)."""
+        with self._transaction(f"applying changes to {layout.table!r}") as cur:
+            cur.execute(st.staged_summary(layout, self.dialect))
+            row = cur.fetchone()
+            count = int(row[0]) if row else 0
+            if count == 0:
+                return 0, None
+            position = None if row[1] is None else int(row[1])
+            self._apply_staged(cur, layout, position)
+        self._empty_staging(layout)
+        return count, position
+
+    def _apply_staged(self, cur: Any, layout: TableLayout, position: int | None) -> None:
+        now = {"now": _now(self.dialect)}
+        cur.execute(st.upsert_from_staging(layout, self.dialect), now)
+        cur.execute(st.apply_deletes(layout, self.dialect), now)
+        if position is not None:
+            cur.execute(st.write_watermark(self.dialect), {
+                "gateway_id": self.spec.gateway, "table_name": layout.table,
+                "position": position, **now,
+            })
+
+    def apply_changes(
+        self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
+    ) -> None:
+        insert = st.insert_staging(layout, self.dialect)
+        params = [_staged_params(layout, c, self.dialect) for c in latest_per_row(changes)]
+        with self._transaction(f"applying changes to {layout.table!r}") as cur:
+            cur.execute(st.clear_staging(layout, self.dialect))
+            if params:
+                cur.executemany(insert, params)
+            self._apply_staged(cur, layout, position)
+        self._empty_staging(layout)
+
+    def _query(self, sql: str, params: dict[str, Any], what: str) -> list[dict[str, Any]]:
+        with self._transaction(what) as cur:
+            cur.execute(sql, params)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
+        rows = self._query(st.select_rows(layout, self.dialect), {}, f"reading {layout.table!r}")
+        return [normalise_row(layout, r) for r in rows]
+
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        since_param = since if self.dialect == "postgres" else _naive_utc(since)
+        params: dict[str, Any] = {"since": since_param}
+        if limit is not None:
+            params["limit"] = limit
+        rows = self._query(
+            st.select_changes(layout, self.dialect, limit is not None), params,
+            f"reading changes of {layout.table!r}",
+        )
+        return [normalise_row(layout, r) for r in rows]
+
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
+        evicted = 0
+        with self._transaction(f"evicting old rows of {layout.table!r}") as cur:
+            for params in eviction_batches(row_ids):
+                cur.execute(st.delete_rows(layout, self.dialect, len(params)), params)
+                evicted += int(cur.rowcount)
+            if mark is not None:
+                cur.execute(st.create_tiering(self.dialect))
+                cur.execute(st.write_tiering(self.dialect), {
+                    "gateway_id": self.spec.gateway, "table_name": layout.table,
+                    "cutoff": mark.cutoff, "position": mark.position,
+                    "now": _now(self.dialect),
+                })
+        return evicted
+
+    def tiering_mark(self, table: str) -> TieringMark | None:
+        with self._transaction("reading the tiering mark") as cur:
+            cur.execute(st.create_tiering(self.dialect))
+            cur.execute(st.read_tiering(self.dialect),
+                        {"gateway_id": self.spec.gateway, "table_name": table})
+            row = cur.fetchone()
+        return None if row is None else TieringMark(int(row[0]), int(row[1]))
+
+    def watermark(self, table: str) -> int | None:
+        with self._transaction("reading the watermark") as cur:
+            if not self._bookkept:
+                cur.execute(st.create_watermarks(self.dialect))
+            cur.execute(st.read_watermark(self.dialect),
+                        {"gateway_id": self.spec.gateway, "table_name": table})
+            row = cur.fetchone()
+        self._bookkept = True
+        return None if row is None else int(row[0])
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _now(dialect: str) -> datetime:
+    now = datetime.now(UTC)
+    return now if dialect == "postgres" else _naive_utc(now)
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    # MySQL DATETIME has no zone: the session runs in UTC and is given naive UTC times.
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def _staged_params(layout: TableLayout, change: Change, dialect: st.Dialect) -> dict[str, Any]:
+    params: dict[str, Any] = {"c0": change.row_id, "deleted": change.deleted}
+    for i, (name, kind) in enumerate(layout.columns, start=1):
+        params[f"c{i}"] = st.storable_value(kind, change.values.get(name), dialect)
+    return params
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,239 @@
+"""pyiceberg access to the shared JDBC catalog, and the landing table's schema.
+
+pyiceberg's ``SqlCatalog`` and Spark's ``JdbcCatalog`` share the same catalog tables (old layout,
+created by the bootstrap), so the catalog name must equal Spark's (``lake``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from lakesync.errors import NotFoundError
+from lakesync.lakehouse.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+__all__ = [
+    "CHANGE_KEYS",
+    "HELD_PROPERTY",
+    "LANDED_LATE_PROPERTY",
+    "LANDING_IDENTIFIER",
+    "LATE_SEQUENCE_PROPERTY",
+    "POSITION_PROPERTY",
+    "changes_data",
+    "ensure_landing_table",
+    "flushed_position",
+    "landing_schema",
+    "landing_state",
+    "late_landing_sequence",
+    "open_catalog",
+    "remember_late_landings",
+    "require_lake",
+]
+
+LANDING_IDENTIFIER = f"{LANDING_NAMESPACE}.{LANDING_TABLE}"
+CHANGE_KEYS = (
+    "added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files"
+)
+"""Snapshot summary keys counting the files a commit added or removed."""
+
+
+def changes_data(snapshot: Snapshot) -> bool:
+    """Whether ``snapshot`` added or removed any data or delete file (a MERGE that matched
+    nothing commits a snapshot that changes none)."""
+    props = snapshot.summary.additional_properties if snapshot.summary else {}
+    return any(int(props.get(key, "0")) > 0 for key in CHANGE_KEYS)
+
+# Snapshot summary key: the hot-log position (ingest HLC) the landing table is complete through.
+POSITION_PROPERTY = "lakesync.flushed-through"
+# Next to it when some gateways' rows could not be written: JSON {gateway id: the position that
+# gateway is complete through}; its entries after that wait in the hot log (see landing.py).
+HELD_PROPERTY = "lakesync.held-back"
+# On a commit of a held-back gateway's entries that land after later ones: the lowest ingest HLC
+# among them. Incremental models may have passed it: the pipeline then rebuilds them in full.
+LANDED_LATE_PROPERTY = "lakesync.landed-late"
+# Landing table property: the greatest sequence number of a commit that landed rows late, kept by
+# compaction before it may expire that commit's snapshot (the pipeline then still rebuilds).
+LATE_SEQUENCE_PROPERTY = "lakesync.landed-late-sequence"
+
+
+class _QuietV0Layout(logging.Filter):
+    """Drop pyiceberg's notice about the old catalog layout: it is deliberate (STACK.md trap 2)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "v0 schema" not in record.getMessage()
+
+
+logging.getLogger("pyiceberg.catalog.sql").addFilter(_QuietV0Layout())
+
+
+def open_catalog(settings: LakeSettings) -> SqlCatalog:
+    """A pyiceberg ``SqlCatalog`` over the same catalog tables and warehouse Spark uses."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    props: dict[str, Any] = {
+        "uri": settings.sqlalchemy_uri(),
+        "warehouse": settings.warehouse,
+        "init_catalog_tables": "false",
+    }
+    return SqlCatalog(CATALOG_NAME, **props)
+
+
+def require_lake(settings: LakeSettings) -> None:
+    """Raise :class:`NotFoundError` saying how to make a lake when the embedded catalog is absent.
+
+    Readers call this before :func:`open_catalog`: SQLite would otherwise create an empty file
+    and fail later with an error about missing catalog tables.
+    """
+    if not settings.is_sqlite:
+        return
+    import sqlite3
+
+    path = settings.sqlite_path
+    found = False
+    if path.is_file():
+        con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        try:
+            found = con.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'iceberg_tables'"
+            ).fetchone() is not None
+        finally:
+            con.close()
+    if not found:
+        root = settings.data_dir
+        raise NotFoundError(
+            f"no lake in {root}: make one with `lakesync demo --data-dir {root}` or by running "
+            f"the gateway there (`lakesync up --data-dir {root}`), or pass --data-dir (or set "
+            "LAKESYNC_DATA_DIR) to the data dir of an existing lake"
+        )
+
+
+def landing_schema() -> Any:
+    """Iceberg schema of ``lakesync.landing``: one row per accepted delta.
+
+    ``hlc`` is the client HLC, a uint64: stored as ``decimal(20,0)`` because values ≥ 2^63 do not
+    fit a signed long. ``ingest_hlc`` is the gateway's own ingest clock (wall time now, so < 2^63)
+    and is a long; it is the landing position and what dbt increments filter on. ``columns_json`` is
+    the delta's ``[{column, value}]`` list as JSON; ``cells`` holds the same cells with each value
+    JSON-encoded on its own, so strings, numbers, booleans, null and nested JSON stay
+    distinguishable in SQL.
+    """
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (
+        DecimalType,
+        ListType,
+        LongType,
+        NestedField,
+        StringType,
+        StructType,
+        TimestamptzType,
+    )
+
+    cell = StructType(
+        NestedField(13, "column", StringType(), required=True),
+        NestedField(14, "value_json", StringType(), required=True),
+    )
+    return Schema(
+        NestedField(1, "gateway_id", StringType(), required=True),
+        NestedField(2, "ingest_hlc", LongType(), required=True),
+        NestedField(3, "delta_id", StringType(), required=True),
+        NestedField(4, "op", StringType(), required=True),
+        NestedField(5, "table_name", StringType(), required=True),
+        NestedField(6, "row_id", StringType(), required=True),
+        NestedField(7, "client_id", StringType(), required=True),
+        NestedField(8, "hlc", DecimalType(20, 0), required=True),
+        NestedField(9, "columns_json", StringType(), required=True),
+        NestedField(10, "cells", ListType(12, cell, element_required=True), required=True),
+        NestedField(11, "ingested_at", TimestamptzType(), required=True),
+    )
+
+
+def ensure_landing_table(catalog: Catalog) -> Table:
+    """Create the ``lakesync`` namespace and the landing table if missing; return the table.
+
+    Partitioned by gateway (per-tenant queries read only their files); files are written in ingest
+    order, so per-file min/max stats on ``ingest_hlc`` prune incremental reads. (A day transform
+    would need the optional ``pyiceberg-core`` wheel for appends.)
+    """
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    with contextlib.suppress(NamespaceAlreadyExistsError):
+        catalog.create_namespace(LANDING_NAMESPACE)
+    if catalog.table_exists(LANDING_IDENTIFIER):
+        return catalog.load_table(LANDING_IDENTIFIER)
+    spec = PartitionSpec(
+        PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(), name="gateway_id")
+    )
+    try:
+        return catalog.create_table(
+            LANDING_IDENTIFIER,
+            schema=landing_schema(),
+            partition_spec=spec,
+            properties={"format-version": "2", "write.parquet.compression-codec": "zstd"},
+        )
+    except TableAlreadyExistsError:
+        return catalog.load_table(LANDING_IDENTIFIER)
+
+
+def landing_state(table: Table) -> tuple[int | None, dict[str, int]]:
+    """The hot-log position the table is complete through and the held-back gateways (each with
+    the position it alone is complete through), per the newest snapshot recording a position.
+
+    Walks back from the current snapshot because maintenance commits (compaction, expiry) do not
+    carry the properties; ``(None, {})`` when nothing was ever flushed.
+    """
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        summary = snapshot.summary
+        props = summary.additional_properties if summary is not None else {}
+        if POSITION_PROPERTY in props:
+            held = json.loads(props.get(HELD_PROPERTY, "{}"))
+            return int(props[POSITION_PROPERTY]), {gw: int(p) for gw, p in held.items()}
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+    return None, {}
+
+
+def flushed_position(table: Table) -> int | None:
+    """The hot-log position the table is complete through (None when nothing was flushed)."""
+    return landing_state(table)[0]
+
+
+def late_landing_sequence(table: Table) -> int:
+    """The greatest sequence number of a landing commit that landed rows late (-1: none), from the
+    snapshots the table still holds and from :data:`LATE_SEQUENCE_PROPERTY` (snapshots expire)."""
+    late = [
+        int(snap.sequence_number or 0)
+        for snap in table.snapshots()
+        if snap.summary is not None and LANDED_LATE_PROPERTY in snap.summary.additional_properties
+    ]
+    return max([*late, int(table.properties.get(LATE_SEQUENCE_PROPERTY, "-1"))])
+
+
+def remember_late_landings(catalog: Catalog, attempts: int = 5) -> None:
+    """Record the landing table's newest late commit in :data:`LATE_SEQUENCE_PROPERTY` before
+    maintenance may expire its snapshot, so a pipeline that has not run since still rebuilds.
+    A concurrent flush is retried against the table as it then is."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for attempt in range(attempts):
+        table = catalog.load_table(LANDING_IDENTIFIER)
+        newest = late_landing_sequence(table)
+        if newest <= int(table.properties.get(LATE_SEQUENCE_PROPERTY, "-1")):
+            return
+        try:
+            with table.transaction() as tx:
+                tx.set_properties({LATE_SEQUENCE_PROPERTY: str(newest)})
+            return
+        except CommitFailedException:
+            if attempt == attempts - 1:
+                raise

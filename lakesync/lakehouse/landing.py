@@ -1,0 +1,336 @@
+"""Move accepted deltas from the gateway's hot log into the Iceberg landing table, exactly once.
+
+The flusher is the landing table's only writer. Each batch is one Iceberg commit whose snapshot
+summary records the hot-log position (ingest HLC) the table is complete through
+(:data:`~lakesync.lakehouse.catalog.POSITION_PROPERTY`), in the same atomic commit as the rows. On
+start
+and before every batch the flusher reads that position back from the table, so:
+
+- a crash before the commit leaves neither rows nor position: the batch is read again;
+- a crash after the commit but before the hot log heard about it (``mark_flushed``) leaves rows and
+  position together: the next read starts after them, and the hot log is told again.
+
+Either way every deltaId lands exactly once.
+
+One tenant cannot stop the others: when a batch cannot be written, the flusher writes it again
+gateway by gateway in one commit, and a gateway whose rows still fail is *held back*. The commit
+records it (:data:`~lakesync.lakehouse.catalog.HELD_PROPERTY`: the position that gateway is complete
+through) while the position moves on for everyone else; its entries wait in the hot log, and each
+flush first retries them, in ingest order, releasing the gateway once it caught up. Rows that land
+that late carry ingest positions the incremental models may have passed: their commit says so
+(:data:`~lakesync.lakehouse.catalog.LANDED_LATE_PROPERTY`), and the next pipeline run rebuilds the
+models in full so they take them in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Protocol
+
+from lakesync.canonical import canonical_json
+from lakesync.delta import RowDelta
+from lakesync.lakehouse.catalog import (
+    HELD_PROPERTY,
+    LANDED_LATE_PROPERTY,
+    POSITION_PROPERTY,
+    ensure_landing_table,
+    landing_state,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table, Transaction
+
+__all__ = [
+    "CRASH_ENV",
+    "FlushResult",
+    "HotLogSource",
+    "LandingFlusher",
+    "landing_rows",
+]
+
+LogEntry = tuple[int, str, RowDelta]
+"""One hot-log entry: ``(ingest_hlc, gateway_id, delta)``."""
+
+_log = logging.getLogger(__name__)
+
+# Test hook: name a step ("before_commit" or "after_commit") and the process SIGKILLs itself there,
+# which is the only faithful way to test what a crash leaves behind.
+CRASH_ENV = "LAKESYNC_LANDING_CRASH_AT"
+
+
+class HotLogSource(Protocol):
+    """What the flusher reads: the gateway's hot log in strictly increasing ingest HLC order."""
+
+    def read_log(self, after: int, limit: int, gateway_id: str | None = None) -> list[LogEntry]:
+        """Entries with ``ingest_hlc > after`` (of one gateway, if given), oldest first, at most
+        ``limit``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FlushResult:
+    """What one :meth:`LandingFlusher.flush` call committed, and the gateways held back after it."""
+
+    rows: int
+    commits: int
+    position: int | None
+    held: tuple[str, ...] = ()
+
+
+def landing_rows(entries: Sequence[LogEntry], ingested_at: datetime) -> pa.Table:
+    """Hot-log entries as an Arrow table in the landing schema (pure: no I/O)."""
+    import pyarrow as pa
+
+    from lakesync.lakehouse.catalog import landing_schema
+
+    cells = [
+        [{"column": c.column, "value_json": canonical_json(c.value)} for c in d.columns]
+        for _, _, d in entries
+    ]
+    # The canonical JSON of the [{column, value}] list, assembled from the per-cell texts (keys
+    # "column" < "value" already sorted; column names are validated identifiers, nothing to
+    # escape): encoding each value once halves the flusher's CPU time.
+    columns_json = [
+        "[" + ",".join(f'{{"column":"{c["column"]}","value":{c["value_json"]}}}' for c in row) + "]"
+        for row in cells
+    ]
+    data: dict[str, list[Any]] = {
+        "gateway_id": [gw for _, gw, _ in entries],
+        "ingest_hlc": [pos for pos, _, _ in entries],
+        "delta_id": [d.delta_id for _, _, d in entries],
+        "op": [d.op for _, _, d in entries],
+        "table_name": [d.table for _, _, d in entries],
+        "row_id": [d.row_id for _, _, d in entries],
+        "client_id": [d.client_id for _, _, d in entries],
+        "hlc": [Decimal(d.hlc) for _, _, d in entries],
+        "columns_json": columns_json,
+        "cells": cells,
+        "ingested_at": [ingested_at] * len(entries),
+    }
+    schema = landing_schema().as_arrow()
+    return pa.Table.from_pydict(data, schema=schema)
+
+
+def _properties(through: int, held: dict[str, int], late: int | None = None) -> dict[str, str]:
+    """The snapshot summary of a landing commit: the position, any held-back gateways, and the
+    lowest ingest HLC of rows landing late."""
+    props = {POSITION_PROPERTY: str(through)}
+    if held:
+        props[HELD_PROPERTY] = json.dumps(held, sort_keys=True)
+    if late is not None:
+        props[LANDED_LATE_PROPERTY] = str(late)
+    return props
+
+
+def _crash_point(step: str) -> None:
+    if os.environ.get(CRASH_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class LandingFlusher:
+    """Append hot-log entries to ``lakesync.landing`` in batches, one Iceberg commit per batch.
+
+    ``mark_flushed`` (optional) tells the hot log how far the lake is durable, e.g. so it can count
+    un-flushed data for backpressure; it is called after each commit and again on start, with the
+    position every gateway but the held-back ones is complete through (a held-back gateway must
+    not push every tenant into backpressure).
+    ``before_flush`` (optional) runs at the start of every flush, under the same lock: the gateway
+    publishes its registered schemas there (:mod:`lakesync.lakehouse.registry`). ``exclusive``
+    (optional) is entered around every flush too: a mutex shared with the other processes that
+    may flush the same landing table (each then starts from the position the last one committed).
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        source: HotLogSource,
+        *,
+        batch_size: int = 50_000,
+        mark_flushed: Callable[[int], None] | None = None,
+        before_flush: Callable[[], object] | None = None,
+        exclusive: Callable[[], AbstractContextManager[object]] = nullcontext,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._catalog = catalog
+        self._source = source
+        self._batch_size = batch_size
+        self._mark_flushed = mark_flushed
+        self._before_flush = before_flush
+        self._exclusive = exclusive
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._table: Table = ensure_landing_table(catalog)
+
+    def _state(self) -> tuple[int | None, dict[str, int]]:
+        self._table = self._table.refresh()
+        return landing_state(self._table)
+
+    def position(self) -> int | None:
+        """The hot-log position the landing table is complete through (from the table itself)."""
+        return self._state()[0]
+
+    def flush(self, max_batches: int | None = None) -> FlushResult:
+        """Commit everything the hot log holds past the landing position (or ``max_batches``);
+        entries appended while the flush runs may wait for the next one.
+
+        Thread-safe; answers once the batches are committed (what the admin flush route needs).
+        """
+        with self._lock, self._exclusive():
+            if self._before_flush is not None:
+                self._before_flush()
+            rows = commits = 0
+            pos, held = self._state()
+            if pos is not None and self._mark_flushed is not None:
+                # The previous run may have died between its commit and this notification.
+                self._mark_flushed(pos)
+            for gw in sorted(held):
+                assert pos is not None  # a gateway is held back only by a commit with a position
+                while gw in held and (max_batches is None or commits < max_batches):
+                    landed = self._catch_up(gw, pos, held)
+                    if landed is None:
+                        break
+                    rows += landed
+                    commits += 1
+            while max_batches is None or commits < max_batches:
+                entries = self._source.read_log(pos if pos is not None else -1, self._batch_size)
+                if not entries:
+                    break
+                landed = self._land(entries, pos, held)
+                pos = entries[-1][0]
+                rows += landed
+                commits += 1
+                if len(entries) < self._batch_size:
+                    # The tail of the log as this flush found it: what pushes append meanwhile
+                    # waits for the next flush, rather than a flush that never ends chasing
+                    # the tail with ever smaller commits (each commit costs more than its rows).
+                    break
+            return FlushResult(rows, commits, pos, tuple(sorted(held)))
+
+    def _land(self, entries: Sequence[LogEntry], pos: int | None, held: dict[str, int]) -> int:
+        """Commit a batch read past ``pos`` and move the position to its end; the entries of
+        held-back gateways are left out, and a gateway whose rows cannot be written joins them
+        (``held`` is updated). Returns the rows landed."""
+        through = entries[-1][0]
+        ready = [e for e in entries if e[1] not in held]
+        tx = self._transaction()
+        try:
+            # Rows and position land in one snapshot: the commit is the only point of no return.
+            tx.append(
+                landing_rows(ready, self._clock()),
+                snapshot_properties=_properties(through, held),
+            )
+        except Exception:
+            tx = self._transaction()
+            ready = self._isolate(tx, ready, -1 if pos is None else pos, held)
+            tx.append(
+                landing_rows([], self._clock()), snapshot_properties=_properties(through, held)
+            )
+        self._finish(tx, through)
+        return len(ready)
+
+    def _isolate(
+        self, tx: Transaction, entries: Sequence[LogEntry], pos: int, held: dict[str, int]
+    ) -> list[LogEntry]:
+        """Append ``entries`` to ``tx`` gateway by gateway; hold back (from ``pos``) each gateway
+        whose rows cannot be written. Returns the entries appended."""
+        groups: dict[str, list[LogEntry]] = {}
+        for e in entries:
+            groups.setdefault(e[1], []).append(e)
+        appended: list[LogEntry] = []
+        for gw, group in groups.items():
+            try:
+                tx.append(landing_rows(group, self._clock()))
+            except Exception as exc:
+                held[gw] = pos
+                _log.error(
+                    "landing: the rows of gateway %r cannot be written (%s); holding back its "
+                    "entries after ingest %d in the hot log, the other gateways go on",
+                    gw,
+                    exc,
+                    pos,
+                )
+            else:
+                appended.extend(group)
+        return appended
+
+    def _catch_up(self, gw: str, pos: int, held: dict[str, int]) -> int | None:
+        """Commit one batch of a held-back gateway's entries up to ``pos`` (in ingest order),
+        releasing the gateway once none are left. Returns the rows landed, None on failure."""
+        entries = self._source.read_log(held[gw], self._batch_size, gateway_id=gw)
+        backlog = [e for e in entries if e[0] <= pos]
+        after = dict(held)
+        if len(entries) < self._batch_size or len(backlog) < len(entries):
+            del after[gw]
+        else:
+            after[gw] = backlog[-1][0]
+        tx = self._transaction()
+        try:
+            late = backlog[0][0] if backlog else None
+            tx.append(
+                landing_rows(backlog, self._clock()),
+                snapshot_properties=_properties(pos, after, late),
+            )
+        except Exception as exc:
+            _log.error(
+                "landing: gateway %r is still held back, its entries after ingest %d wait in the "
+                "hot log: %s",
+                gw,
+                held[gw],
+                exc,
+            )
+            return None
+        self._finish(tx, pos)
+        held.clear()
+        held.update(after)
+        if backlog:
+            _log.warning(
+                "landing: held-back entries of gateway %r (through ingest %d) landed late; the "
+                "next pipeline run rebuilds the models in full to take them in",
+                gw,
+                backlog[-1][0],
+            )
+        return len(backlog)
+
+    def _transaction(self) -> Transaction:
+        # Not the table's own: one whose commit cost does not grow with the table's history.
+        from lakesync.lakehouse._transaction import StagedTransaction
+
+        return StagedTransaction(self._table)
+
+    def _finish(self, tx: Transaction, through: int) -> None:
+        _crash_point("before_commit")
+        self._table = tx.commit_transaction()
+        _crash_point("after_commit")
+        if self._mark_flushed is not None:
+            self._mark_flushed(through)
+
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        interval_s: float = 5.0,
+        lead: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Flush every ``interval_s`` seconds until ``stop`` is set (batching by age and size),
+        each time ``lead()`` says this process is the one to (several may share a hot log)."""
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                if lead():
+                    self.flush()
+            except Exception:
+                # A failed batch is not lost (the position did not move): log it and retry later.
+                _log.exception("landing flush failed; retrying in %.0f s", interval_s)
+            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))

@@ -1,0 +1,451 @@
+"""Run the dbt project on Spark in this process: landing → cells/rows → ``analytics.<table>``.
+
+The runner builds the Spark session (so dbt-spark's ``getOrCreate()`` reuses it), writes the
+generated per-table models from the registered schemas, then calls
+``dbtRunner().invoke(["build", ...])`` (models and data tests).
+
+dbt parses the project once per process and project state: the parsed manifest is kept (keyed by
+the per-data-dir project and a digest of every project file and of the profile's environment)
+and handed to the next invocation, so a warm process (``lakesync.lakehouse.worker``) pays dbt's
+parse only
+when a model, macro or setting changed (a new table or column rewrites a generated model).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakesync.config import Config
+from lakesync.errors import LakeSyncError
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import (
+    changes_data,
+    landing_state,
+    late_landing_sequence,
+    open_catalog,
+    require_lake,
+)
+from lakesync.lakehouse.change_sets import (
+    build_vars,
+    drop_undeclared,
+    planned_change_sets,
+    read_watermarks,
+)
+from lakesync.lakehouse.models import (
+    GENERATED,
+    LINKED,
+    GeneratedModels,
+    lake_tables,
+    model_name,
+    prepare_project,
+    table_columns,
+    write_change_set_models,
+    write_models,
+)
+from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
+from lakesync.lakehouse.spark import spark_session
+from lakesync.schema import TableSchema
+
+_log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "PipelineError",
+    "PipelineResult",
+    "ProgressCallback",
+    "dbt_invoke",
+    "generate_models",
+    "registered_table_schemas",
+    "run_pipeline",
+    "state_as_of_hlc",
+]
+
+ProgressCallback = Callable[[str, str], None]
+"""Called with ``(node name, status)``: status ``started`` then ``success``/``error``/``pass``/…"""
+
+
+class PipelineError(LakeSyncError):
+    """A dbt node failed; the message names the failed nodes."""
+
+    code = "PIPELINE_ERROR"
+    status = 500
+
+    def __init__(self, message: str, failed_models: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.failed_models: dict[str, str] = dict(failed_models or {})
+        """Each failed model (a failed data test counts for the model it tests) and why; empty
+        when the failure names no node (a parse or run-operation failure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineResult:
+    """Summary of one pipeline run."""
+
+    rows_merged: int
+    """Landing rows (deltas) read by this run's increment."""
+    tables_updated: list[str]
+    """``analytics`` tables that got a new Iceberg snapshot."""
+    elapsed_s: float
+    models: list[str] = field(default_factory=list)
+    """Every generated current-state model."""
+    change_sets: list[str] = field(default_factory=list)
+    """The destination change-set models built (one per declared destination and table)."""
+    position: int | None = None
+    """Landing position (ingest HLC) the models are complete through."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Tables this run did not build, and why: a reserved name, a column typed differently by
+    two gateways, or their current-state model (or one of its data tests) failed. Their change
+    sets must not ship (:func:`lakehouse.materialise.materialise`'s ``not_built``); every other
+    table was built."""
+    failed_change_sets: dict[str, str] = field(default_factory=dict)
+    """Change-set models that failed, and why (shipping rebuilds them or reports them)."""
+
+
+def registered_table_schemas(
+    settings: LakeSettings, config: Config | None = None
+) -> list[TableSchema]:
+    """Every registered schema: the ones the gateways published to ``lakesync.table_schemas``
+    (admin routes and their ``lakesync.yaml``) plus those in ``config`` (default: this process's
+    ``lakesync.yaml``), both kept, so :func:`~lakesync.lakehouse.models.table_columns` unions a
+    column
+    the configuration has and the published schema not yet."""
+    from lakesync.config import load_config
+    from lakesync.lakehouse.registry import registered_schemas
+
+    config = config or load_config()
+    published = [s for _, s in registered_schemas(open_catalog(settings))]
+    return [*published, *(s for gw in config.gateways.values() for s in gw.schemas)]
+
+
+def generate_models(
+    settings: LakeSettings, directory: Path | None = None, config: Config | None = None
+) -> GeneratedModels:
+    """Write the current-state model of every registered table and the change-set model of
+    every destination ``config`` declares (default: this process's ``lakesync.yaml``) into
+    ``directory`` (default: the dbt project's own ``generated/`` model path, which git ignores),
+    so a plain ``dbt build`` from the project builds the marts and change sets too
+    (``lakesync pipeline generate``). ``models`` of the result lists both kinds."""
+    from lakesync.config import load_config
+
+    require_lake(settings)
+    config = config or load_config()
+    tables = table_columns(registered_table_schemas(settings, config))
+    into = directory or settings.dbt_project_dir / GENERATED
+    generated = write_models(into, tables)
+    changes = write_change_set_models(into, planned_change_sets(settings, config, tables))
+    return GeneratedModels([*generated.models, *changes], generated.changed)
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for profiles.yml only while dbt runs, then restore them, so one
+    lake's settings never leak into the next ``LakeSettings.from_env``."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+_manifests: dict[Path, tuple[str, Any]] = {}
+"""This process's parsed dbt manifest per dbt project directory, as parsed (never handed to dbt
+itself), with the digest (:func:`_project_digest`) of the project state it was parsed from."""
+
+
+def _project_digest(settings: LakeSettings, env: dict[str, str]) -> str:
+    """A digest of what dbt's parse reads: the project's files (linked and generated), the
+    profile, and the environment the profile renders with."""
+    run_dir = settings.dbt_run_project_dir
+    digest = hashlib.sha256(json.dumps(sorted(env.items())).encode())
+    roots = [run_dir / name for name in (*LINKED, GENERATED)]
+    files = [settings.dbt_project_dir / "profiles.yml"]
+    for root in roots:
+        files += [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    for path in files:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def dbt_invoke(
+    settings: LakeSettings, args: Sequence[str], on_progress: ProgressCallback | None = None
+) -> Any:
+    """Invoke dbt in-process on the project with this data dir's target and log paths.
+
+    The project is parsed only when it changed since this process last parsed it (see the
+    module docstring). Returns dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt
+    fails.
+    """
+    from dbt.cli.main import dbtRunner
+
+    prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
+    errors: list[str] = []  # e.g. a run-operation's failure, which names no node
+
+    def callback(event: Any) -> None:
+        name = event.info.name
+        if event.info.level == "error":
+            errors.append(event.info.msg)
+        if on_progress is None or name not in ("NodeStart", "NodeFinished"):
+            return
+        node = event.data.node_info
+        on_progress(node.node_name, "started" if name == "NodeStart" else node.node_status)
+
+    common = [
+        "--project-dir", str(settings.dbt_run_project_dir),
+        "--profiles-dir", str(settings.dbt_project_dir),
+        "--target-path", str(settings.dbt_dir / "target"),
+        "--log-path", str(settings.dbt_dir / "logs"),
+        "--quiet",
+    ]
+    env = {**settings.dbt_env(), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    with _environment(env):
+        digest = _project_digest(settings, env)
+        kept = _manifests.get(settings.dbt_run_project_dir)
+        manifest: Any = kept[1] if kept is not None and kept[0] == digest else None
+        if manifest is None:
+            parsed = dbtRunner(callbacks=[callback]).invoke(["parse", *common])
+            if not parsed.success:
+                detail = " ".join(errors) or str(parsed.exception)
+                raise PipelineError(f"dbt parse failed: {detail}")
+            manifest = parsed.result
+            _manifests[settings.dbt_run_project_dir] = (digest, manifest)
+        # dbt compiles into the manifest it is given (an ephemeral model's CTE, once injected,
+        # is not injected again): every invocation gets its own copy of the parsed one.
+        fresh = manifest.deepcopy()
+        result = dbtRunner(manifest=fresh, callbacks=[callback]).invoke([*args, *common])
+    if not result.success:
+        failed = []
+        models: dict[str, str] = {}
+        for r in getattr(result.result, "results", None) or []:
+            node = getattr(r, "node", None)  # None for a run-operation: see ``errors``
+            if node is not None and str(r.status) in ("error", "fail", "runtime error"):
+                failed.append(f"{node.name}: {r.message}")
+                # A data test fails the model it tests (``model.<project>.<name>``).
+                attached = getattr(node, "attached_node", None)
+                model = attached.rsplit(".", 1)[-1] if attached else node.name
+                models.setdefault(model, f"{node.name}: {r.message}")
+        detail = "; ".join(failed) or " ".join(errors) or str(result.exception)
+        raise PipelineError(f"dbt {args[0]} failed: {detail}", models)
+    return result
+
+
+def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[int, bool]]:
+    """Per analytics table: snapshot id → whether that snapshot changed any data file."""
+    catalog = open_catalog(settings)
+    out: dict[str, dict[int, bool]] = {}
+    for t in tables:
+        ident = f"{ANALYTICS_NAMESPACE}.{t}"
+        snaps = catalog.load_table(ident).snapshots() if catalog.table_exists(ident) else []
+        out[t] = {snap.snapshot_id: changes_data(snap) for snap in snaps}
+    return out
+
+
+CONSUMED_PROPERTY = "lakesync.landing-sequence"
+"""Table property of ``int_rows_merged``: the sequence number of the landing snapshot the last
+pipeline run started from (every landing commit up to it was read by the models)."""
+
+
+COVERED_PROPERTY = "lakesync.covered"
+"""Table property of ``int_rows_merged``: what the last successful pipeline run is complete
+through, as JSON ``{"position": P, "held": {gateway: P_gw}}`` (the landing state it started
+from): every delta of a gateway ingested at or before ``held.get(gateway, position)`` is merged
+into the models. Checkpoints record it (:mod:`lakesync.lakehouse.checkpoints`)."""
+
+
+def _landing_sequence(settings: LakeSettings) -> tuple[int, bool, str | None]:
+    """The landing table's current snapshot sequence number, whether a commit after the one
+    the models last started from landed rows late (a held-back gateway that caught up: rows
+    behind the models' ingest watermark, which only a full rebuild takes in), and the landing
+    state of that snapshot as :data:`COVERED_PROPERTY` records it (None before any flush)."""
+    catalog = open_catalog(settings)
+    landing = catalog.load_table(f"{LANDING_NAMESPACE}.landing")
+    current = landing.current_snapshot()
+    seq = 0 if current is None else int(current.sequence_number or 0)
+    position, held = landing_state(landing)
+    covered = None if position is None else json.dumps({"position": position, "held": held})
+    merged = f"{LANDING_NAMESPACE}.int_rows_merged"
+    if not catalog.table_exists(merged):
+        return seq, False, covered
+    consumed = int(catalog.load_table(merged).properties.get(CONSUMED_PROPERTY, "-1"))
+    return seq, late_landing_sequence(landing) > consumed, covered
+
+
+def _mark_consumed(settings: LakeSettings, seq: int, covered: str | None) -> None:
+    catalog = open_catalog(settings)
+    table = catalog.load_table(f"{LANDING_NAMESPACE}.int_rows_merged")
+    props = {CONSUMED_PROPERTY: str(seq)}
+    if covered is not None:
+        props[COVERED_PROPERTY] = covered
+    with table.transaction() as tx:
+        tx.set_properties(props)
+
+
+def _position(spark: SparkSession) -> int | None:
+    if not spark.catalog.tableExists(f"{LANDING_NAMESPACE}.int_rows_merged"):
+        return None
+    row = spark.sql(
+        f"select max(last_ingest_hlc) as p from {LANDING_NAMESPACE}.int_rows_merged"
+    ).first()
+    return None if row is None or row["p"] is None else int(row["p"])
+
+
+def run_pipeline(
+    data_dir: Path | str | None = None,
+    *,
+    settings: LakeSettings | None = None,
+    schemas: Sequence[TableSchema] | None = None,
+    config: Config | None = None,
+    full_refresh: bool = False,
+    tests: bool = True,
+    on_progress: ProgressCallback | None = None,
+) -> PipelineResult:
+    """Build every model once: read new landing rows, merge them, refresh ``analytics.<table>``,
+    and build the change set of each destination ``config`` declares (default: this process's
+    ``lakesync.yaml``) from the watermark it is at (:mod:`lakesync.lakehouse.change_sets`; a
+    destination
+    whose watermark cannot be read keeps its last change set).
+
+    ``schemas`` defaults to :func:`registered_table_schemas`; a table
+    whose column list changed since the last run is rebuilt in full. ``tests`` runs the data
+    tests after each model (``dbt build``). One table's failure is that table's: a table the
+    lake cannot build (:func:`~lakehouse.models.lake_tables`) gets no model, and a failing
+    current-state or change-set model (or data test) fails only itself and what depends on it
+    (dbt skips those); both are reported in the result (``failed``, ``failed_change_sets``)
+    and logged. Raises :class:`PipelineError` when a model every table needs fails.
+    """
+    from lakesync.config import load_config
+
+    started = time.monotonic()
+    settings = settings or LakeSettings.from_env(data_dir)
+    config = config or load_config()
+    bootstrap(settings)
+    tables, failed = lake_tables(
+        registered_table_schemas(settings, config) if schemas is None else schemas
+    )
+    for table, why in failed.items():
+        _log.error("table %s is not built: %s", table, why)
+    generated_dir = prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
+    generated = write_models(generated_dir, tables)
+    change_sets = planned_change_sets(settings, config, tables)
+    write_change_set_models(generated_dir, change_sets)
+    marks = read_watermarks(settings, config.destinations, change_sets)
+    for name, error in marks.unreadable.items():
+        _log.warning("change set %s not built: its destination's watermark is unreadable (%s)",
+                     name, error)
+    spark = spark_session(settings)
+    before_pos = _position(spark)
+    landing_seq, late, covered = _landing_sequence(settings)
+    if late and not full_refresh:
+        _log.warning("rows landed late (a held-back gateway caught up): rebuilding the models")
+        full_refresh = True
+    landing = f"{LANDING_NAMESPACE}.landing"
+    pending_sql = f"select count(*) as n from {landing}"
+    if before_pos is not None and not full_refresh:
+        pending_sql += f" where ingest_hlc > {before_pos}"
+    pending_row = spark.sql(pending_sql).first()
+    pending = int(pending_row["n"]) if pending_row is not None else 0
+    before = _snapshots(settings, list(tables))
+
+    # Unit tests check the SQL, not the data: CI runs them (`dbt test --select test_type:unit`).
+    args = ["build", "--exclude-resource-type", "unit_test"] if tests else ["run"]
+    if change_sets:
+        args += build_vars(marks, change_sets)
+    # A model's `+` also names its change sets and data tests.
+    changed = [f"{name}+" for name in generated.changed]
+    exclude = [f"{name}+" for name in marks.unreadable]
+    if full_refresh:
+        args.append("--full-refresh")
+    else:
+        exclude += changed
+    if exclude:
+        args += ["--exclude", *exclude]
+    owners = {model_name(t): t for t in tables}
+    change_set_names = {m.name for m in change_sets}
+    failed_change_sets: dict[str, str] = {}
+
+    def build(dbt_args: list[str]) -> None:
+        """One dbt invocation; a failure of per-table models is those tables' (recorded)."""
+        try:
+            dbt_invoke(settings, dbt_args, on_progress)
+        except PipelineError as exc:
+            shared = [m for m in exc.failed_models if m not in owners and m not in change_set_names]
+            if not exc.failed_models or shared:
+                raise  # a model every table needs (or dbt itself) failed
+            for model, why in exc.failed_models.items():
+                if model in owners:
+                    failed.setdefault(owners[model], why)
+                else:
+                    failed_change_sets.setdefault(model, why)
+                _log.error("model %s failed (the other tables are built): %s", model, why)
+
+    build(args)
+    if changed and not full_refresh:
+        # New columns: rebuild those tables so cells that landed before the change show up.
+        rebuild = [*args[: args.index("--exclude")], "--full-refresh", "--select", *changed]
+        if marks.unreadable:
+            rebuild += ["--exclude", *(f"{name}+" for name in marks.unreadable)]
+        build(rebuild)
+
+    _mark_consumed(settings, landing_seq, covered)
+    drop_undeclared(settings, spark, change_sets)
+    after = _snapshots(settings, list(tables))
+    # A MERGE that matched nothing still commits an empty snapshot: count only real changes.
+    updated = sorted(
+        t for t in tables
+        if any(changed for sid, changed in after[t].items() if sid not in before[t])
+    )
+    return PipelineResult(
+        rows_merged=pending,
+        tables_updated=updated,
+        elapsed_s=time.monotonic() - started,
+        models=[model_name(t) for t in sorted(tables)],
+        position=_position(spark),
+        change_sets=sorted(m.name for m in change_sets if m.name not in marks.unreadable),
+        failed=failed,
+        failed_change_sets=failed_change_sets,
+    )
+
+
+def state_as_of_hlc(
+    table: str,
+    hlc: int,
+    *,
+    settings: LakeSettings,
+    schemas: Sequence[TableSchema] | None = None,
+) -> Any:
+    """Time travel by HLC: ``table``'s state from the landing deltas with ``hlc <=`` the given one.
+
+    Compiles the project's ``lakesync_state_as_of`` macro (the same merge macros as the models)
+    with dbt and runs it on Spark; returns a Spark DataFrame with the current-state columns.
+    (Time travel by snapshot needs no dbt: ``select * from analytics.T version as of <id>``.)
+    """
+    require_lake(settings)
+    tables, failed = lake_tables(
+        registered_table_schemas(settings) if schemas is None else schemas
+    )
+    if table in failed:
+        raise PipelineError(f"table {table!r} is not built: {failed[table]}")
+    if table not in tables:
+        raise PipelineError(f"table {table!r} has no registered schema")
+    cols = [{"name": n, "type": t} for n, t in tables[table]]
+    write_models(prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir), tables)
+    spark = spark_session(settings)
+    inline = f"{{{{ lakesync_state_as_of({json.dumps(table)}, {json.dumps(cols)}, {int(hlc)}) }}}}"
+    # dbt prints an inline compile's SQL to stdout even with --quiet; the caller prints rows.
+    result = dbt_invoke(settings, ["compile", "--inline", inline, "--log-level", "none"])
+    return spark.sql(result.result.results[0].node.compiled_code)

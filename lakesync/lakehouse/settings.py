@@ -1,0 +1,256 @@
+"""One typed settings object for the lake: catalog, warehouse, jars and Spark's target.
+
+Everything the pipeline, the flusher, queries and the bootstrap need to agree on is derived here,
+from the data dir plus the ``lake:`` section of the configuration, so pyiceberg, Spark and DuckDB
+always see the same catalog. ``lakesync.config`` reads and validates ``lakesync.yaml`` and the
+environment (each ``lake:`` key is overridden by ``LAKESYNC_`` + the key in capitals); unset
+values are derived here:
+
+- ``data_dir`` (``LAKESYNC_DATA_DIR``, default ``./.lakesync``): embedded layout
+  ``D/catalog.db``, ``D/warehouse``.
+- ``catalog_uri``: ``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``
+  (default: the SQLite file); ``catalog_user`` / ``catalog_password``: JDBC credentials.
+- ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``).
+- ``spark_master`` (default ``local[2]``); ``spark_cores_max`` / ``spark_executor_memory``:
+  sizing on a cluster master.
+- ``jars_dir``: where the bootstrap writes built jars
+  (default ``<sys.prefix>/share/lakesync/jars``).
+- ``dbt_project_dir``: the dbt project (default: the repository root).
+- ``snapshot_retention`` (seconds, default 7 days), ``snapshot_retain_last`` (default 1),
+  ``orphan_file_age`` (seconds, default 3 days): Iceberg maintenance (``macros/maintenance.sql``,
+  ``lakesync compact``): snapshots younger than the retention stay, so time travel to them
+  answers.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+from lakesync.config import Config, LakeConfig, load_config
+from lakesync.errors import ConfigError
+from lakesync.schema import ANALYTICS_NAMESPACE, CHANGES_NAMESPACE, LANDING_NAMESPACE
+
+__all__ = [
+    "ANALYTICS_NAMESPACE",
+    "CATALOG_NAME",
+    "CHANGES_NAMESPACE",
+    "LANDING_NAMESPACE",
+    "LANDING_TABLE",
+    "LakeSettings",
+    "default_jars_dir",
+    "profile_spark_conf",
+]
+
+CATALOG_NAME = "lake"
+LANDING_TABLE = "landing"
+
+SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
+POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+MARIADB_JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
+ICEBERG_RUNTIME_JAR_NAME = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+JACKSON_JAR_NAME = "iceberg-shaded-jackson-2.15.2.jar"
+
+
+def default_jars_dir() -> Path:
+    """Directory for jars built at setup time: inside the active environment (per venv, stable)."""
+    return Path(sys.prefix) / "share" / "lakesync" / "jars"
+
+
+def default_dbt_project_dir() -> Path:
+    """The dbt project (``dbt_project.yml``, ``models/``, ``macros/``) the package carries:
+    ``lakesync/dbt_project``, which links to the repository root's files in a checkout and holds
+    copies of them in an installed wheel."""
+    return Path(__file__).resolve().parents[1] / "dbt_project"
+
+
+def iceberg_runtime_jar() -> Path:
+    """The Iceberg Spark runtime jar shipped by the ``snowpark-connect-deps-iceberg`` wheel."""
+    import snowpark_connect_deps_iceberg
+
+    return Path(snowpark_connect_deps_iceberg.get_jars_dir()) / ICEBERG_RUNTIME_JAR_NAME
+
+
+@dataclass(frozen=True)
+class LakeSettings:
+    """Catalog, warehouse, jars and Spark target shared by every lake component."""
+
+    data_dir: Path
+    catalog_uri: str
+    warehouse: str
+    catalog_user: str | None = None
+    catalog_password: str | None = None
+    spark_master: str = LakeConfig().spark_master
+    spark_cores_max: int | None = None
+    spark_executor_memory: str | None = None
+    jars_dir: Path = field(default_factory=default_jars_dir)
+    dbt_project_dir: Path = field(default_factory=default_dbt_project_dir)
+    shuffle_partitions: int = 4
+    snapshot_retention_s: float = LakeConfig().snapshot_retention
+    snapshot_retain_last: int = LakeConfig().snapshot_retain_last
+    orphan_file_age_s: float = LakeConfig().orphan_file_age
+
+    @classmethod
+    def from_env(
+        cls, data_dir: Path | str | None = None, env: Mapping[str, str] | None = None
+    ) -> LakeSettings:
+        """Settings for ``data_dir`` (else the configured data dir) and the ``lake:`` configuration.
+
+        The configuration is ``lakesync.config.load_config(None, env)``: ``env`` (default
+        ``os.environ``) over ``lakesync.yaml``; an explicit ``data_dir`` wins over both.
+        """
+        return cls.from_config(load_config(None, env), data_dir)
+
+    @classmethod
+    def from_config(cls, config: Config, data_dir: Path | str | None = None) -> LakeSettings:
+        """Settings from an already resolved configuration (e.g. ``lakesync up --config X``'s);
+        an explicit ``data_dir`` wins over the configured one."""
+        root = Path(data_dir or config.data_dir).resolve()
+        lake = config.lake
+        return cls(
+            data_dir=root,
+            catalog_uri=lake.catalog_uri or f"jdbc:sqlite:{root / 'catalog.db'}",
+            warehouse=lake.warehouse or (root / "warehouse").as_uri(),
+            catalog_user=lake.catalog_user or None,
+            catalog_password=lake.catalog_password or None,
+            spark_master=lake.spark_master,
+            spark_cores_max=lake.spark_cores_max,
+            spark_executor_memory=lake.spark_executor_memory or None,
+            jars_dir=Path(lake.jars_dir) if lake.jars_dir else default_jars_dir(),
+            dbt_project_dir=(
+                Path(lake.dbt_project_dir) if lake.dbt_project_dir else default_dbt_project_dir()
+            ),
+            snapshot_retention_s=lake.snapshot_retention,
+            snapshot_retain_last=lake.snapshot_retain_last,
+            orphan_file_age_s=lake.orphan_file_age,
+        )
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether the catalog lives in an embedded SQLite file."""
+        return self.catalog_uri.startswith("jdbc:sqlite:")
+
+    @property
+    def sqlite_path(self) -> Path:
+        """Path of the SQLite catalog file (only meaningful when :attr:`is_sqlite`)."""
+        return Path(self.catalog_uri.removeprefix("jdbc:sqlite:"))
+
+    @property
+    def warehouse_path(self) -> Path | None:
+        """Local filesystem path of the warehouse, or None when it is not a ``file:`` URI."""
+        parts = urlsplit(self.warehouse)
+        return Path(parts.path) if parts.scheme == "file" else None
+
+    @property
+    def jackson_jar(self) -> Path:
+        """The relocated Jackson jar the Iceberg runtime needs (built by the bootstrap)."""
+        return self.jars_dir / JACKSON_JAR_NAME
+
+    @property
+    def spark_jars(self) -> list[Path]:
+        """Every jar Spark needs on ``spark.jars``, driver and executors alike."""
+        # PostgreSQL and MariaDB drivers also load destinations' staging tables (materialise).
+        return [
+            iceberg_runtime_jar(), self.jackson_jar, SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR,
+            MARIADB_JDBC_JAR,
+        ]
+
+    def sqlalchemy_uri(self) -> str:
+        """The same catalog as a SQLAlchemy URL for pyiceberg's ``SqlCatalog``."""
+        if self.is_sqlite:
+            return f"sqlite:///{self.sqlite_path}"
+        if self.catalog_uri.startswith("jdbc:postgresql://"):
+            rest = self.catalog_uri.removeprefix("jdbc:postgresql://")
+            auth = ""
+            if self.catalog_user:
+                auth = quote(self.catalog_user, safe="")
+                if self.catalog_password:
+                    auth += ":" + quote(self.catalog_password, safe="")
+                auth += "@"
+            return f"postgresql+psycopg://{auth}{rest}"
+        raise ConfigError(
+            f"unsupported catalog URI {self.catalog_uri!r} (jdbc:sqlite: or jdbc:postgresql:)"
+        )
+
+    def dbt_env(self) -> dict[str, str]:
+        """Environment ``profiles.yml`` reads (it only uses ``env_var()``), for this target: the
+        profile's defaults apply to what is left out."""
+        env = {
+            "LAKESYNC_DATA_DIR": str(self.data_dir),
+            "LAKESYNC_SPARK_MASTER": self.spark_master,
+            "LAKESYNC_SPARK_JARS": ",".join(str(p) for p in self.spark_jars),
+            "LAKESYNC_CATALOG_URI": self.catalog_uri,
+            "LAKESYNC_WAREHOUSE": self.warehouse,
+            "PYSPARK_PYTHON": sys.executable,
+            # Iceberg maintenance (macros/maintenance.sql), in whole seconds.
+            "LAKESYNC_SNAPSHOT_RETENTION": str(int(self.snapshot_retention_s)),
+            "LAKESYNC_SNAPSHOT_RETAIN_LAST": str(self.snapshot_retain_last),
+            "LAKESYNC_ORPHAN_FILE_AGE": str(int(self.orphan_file_age_s)),
+        }
+        if self.catalog_user:
+            env["LAKESYNC_CATALOG_USER"] = self.catalog_user
+        if self.catalog_password:
+            env["LAKESYNC_CATALOG_PASSWORD"] = self.catalog_password
+        if self.spark_cores_max:
+            env["LAKESYNC_SPARK_CORES_MAX"] = str(self.spark_cores_max)
+        if self.spark_executor_memory:
+            env["LAKESYNC_SPARK_EXECUTOR_MEMORY"] = self.spark_executor_memory
+        env["LAKESYNC_SHUFFLE_PARTITIONS"] = str(self.shuffle_partitions)
+        # Keep Spark's own (unused) warehouse dir out of the working directory.
+        env["LAKESYNC_SPARK_WAREHOUSE_DIR"] = (self.data_dir / "spark-warehouse").as_uri()
+        return env
+
+    @property
+    def dbt_dir(self) -> Path:
+        """dbt's working files for this data dir: generated models, target/, logs/."""
+        return self.data_dir / "dbt"
+
+    @property
+    def spark_log(self) -> Path:
+        """Where the Spark driver's own log lines go (see ``lakesync.lakehouse.spark``)."""
+        return self.data_dir / "spark.log"
+
+    @property
+    def dbt_run_project_dir(self) -> Path:
+        """The per-data-dir dbt project: links to the repository's project plus generated models."""
+        return self.dbt_dir / "project"
+
+    def spark_conf(self) -> dict[str, str]:
+        """Spark settings (STACK.md: Iceberg JDBC catalog ``lake`` as the default catalog).
+
+        One source: the ``server_side_parameters`` of the shipped ``profiles.yml``, which a
+        plain ``dbt build`` reads too, rendered here with :meth:`dbt_env`; a value that renders
+        empty (credentials not set) is left out.
+        """
+        return profile_spark_conf(self.dbt_project_dir / "profiles.yml", self.dbt_env())
+
+
+def profile_spark_conf(profile: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """The Spark settings of ``profile`` (a dbt ``profiles.yml``: its target's
+    ``server_side_parameters``), each value rendered as dbt renders it, ``env_var()`` reading
+    ``env``; values that render empty are left out."""
+    import jinja2
+    import yaml
+
+    try:
+        doc = yaml.safe_load(profile.read_text(encoding="utf-8"))
+        target = doc["lakesync"]["outputs"][doc["lakesync"]["target"]]
+        params = dict(target["server_side_parameters"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as exc:
+        raise ConfigError(
+            f"cannot read the Spark settings (lakesync target's server_side_parameters) from "
+            f"{profile}: {exc!r}; restore the shipped profiles.yml"
+        ) from None
+
+    def env_var(name: str, default: str | None = None) -> str:
+        value = env.get(name, default)
+        if value is None:
+            raise ConfigError(f"{profile} reads {name}, which is not set")
+        return value
+
+    jinja = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
+    conf = {str(k): jinja.from_string(str(v)).render(env_var=env_var) for k, v in params.items()}
+    return {k: v for k, v in conf.items() if v}

@@ -1,0 +1,318 @@
+"""A warm pipeline: one long-lived process keeps its Spark session and dbt between runs.
+
+``lakesync up`` with a pipeline interval starts ``python -m lakesync.lakehouse.worker --data-dir
+D`` once
+and asks it for each scheduled run over a pipe, so a run costs the work, not a JVM start, the
+Iceberg catalog's warm-up and dbt's import (``bench/pipeline_warm_bench.py`` measures both). The
+run itself is what ``lakesync pipeline run`` does: :func:`lakesync.lakehouse.runner.run_pipeline`,
+then,
+when the configuration declares ``destinations:``,
+:func:`lakesync.lakehouse.materialise.materialise`
+(a run whose shipping partly failed is reported as failed, naming each failed table).
+
+The same worker also runs ``lakesync compact`` (:func:`lakesync.lakehouse.compaction.compact`) on
+its warm
+session when asked (``RunRequest(kind="compact")``, :meth:`PipelineWorker.compact`): the gateway
+schedules it every ``compaction_interval`` seconds, between pipeline runs.
+
+Protocol, one JSON object per line: the parent writes :class:`RunRequest` to the worker's stdin,
+the worker answers :class:`RunReply` on its stdout. Everything else the worker, dbt, Spark or the
+JVM print goes to its stderr (the gateway points it at ``<data dir>/pipeline.log``): file
+descriptor 1 is moved there at start, so no stray line can corrupt a reply. A failed run is a
+reply with ``ok: false`` and the worker stays up for the next one; the worker exits when its stdin
+closes (the gateway stopped). Settings are read again for every run, but a live Spark session keeps
+the Spark settings it started with: a changed ``lake.spark_*`` needs a gateway restart.
+
+:class:`PipelineWorker` is the parent's side: it starts the process on first use, restarts it
+after a crash (that run is reported as failed), and terminates it on shutdown. Each run's Iceberg
+commits are atomic, so a run killed at any point is picked up by the next one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Literal
+
+import msgspec
+
+from lakesync.lakehouse.compaction import TableCompaction
+
+__all__ = [
+    "PipelineWorker", "RunReply", "RunRequest", "SecondaryFailures", "WorkerDiedError", "main"
+]
+
+_log = logging.getLogger(__name__)
+
+LOG_ROTATE_BYTES = 16 << 20
+"""``pipeline.log`` is moved to ``pipeline.log.1`` when a worker starts and it is larger."""
+
+
+class RunRequest(msgspec.Struct, forbid_unknown_fields=True):
+    """Ask the worker for one pipeline run, or (``kind="compact"``) one ``lakesync compact``."""
+
+    full_refresh: bool = False
+    tests: bool = True
+    kind: Literal["pipeline", "compact"] = "pipeline"
+
+
+class SecondaryFailures(msgspec.Struct):
+    """A run's failed writes to one fan-out secondary (``lakesync_destination_secondary_failures``
+    in the gateway's ``/metrics``)."""
+
+    destination: str
+    secondary: str
+    count: int
+
+
+class RunReply(msgspec.Struct):
+    """One run's outcome: the :class:`~lakesync.lakehouse.runner.PipelineResult` fields, or the
+    error."""
+
+    ok: bool
+    error: str = ""
+    rows_merged: int = 0
+    tables_updated: list[str] = []
+    elapsed_s: float = 0.0
+    position: int | None = None
+    rows_shipped: int = 0
+    """Rows applied to the declared destinations after the dbt run (``destinations:``)."""
+    compacted: list[TableCompaction] = []
+    """A compaction's per-table figures (:func:`lakesync.lakehouse.compaction.compact`)."""
+    secondary_failures: list[SecondaryFailures] = []
+    """Failed writes to fan-out secondaries while shipping (the gateway counts them)."""
+
+
+class WorkerDiedError(RuntimeError):
+    """The worker process exited during a run (killed, out of memory); the next run restarts it."""
+
+
+_request_decoder = msgspec.json.Decoder(RunRequest)
+_reply_decoder = msgspec.json.Decoder(RunReply)
+_encoder = msgspec.json.Encoder()
+
+
+def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
+    for line in requests:
+        if not line.strip():
+            continue
+        try:
+            request = _request_decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            reply = RunReply(ok=False, error=f"bad request: {exc}")
+        else:
+            reply = _compact(data_dir) if request.kind == "compact" else _run(data_dir, request)
+        replies.write(_encoder.encode(reply).decode() + "\n")
+        replies.flush()
+
+
+def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
+    """One pipeline run, then shipping to the declared destinations."""
+    from lakesync.config import load_config
+    from lakesync.destinations.metrics import DestinationMetrics
+    from lakesync.lakehouse.materialise import materialise
+    from lakesync.lakehouse.runner import run_pipeline
+    from lakesync.lakehouse.settings import LakeSettings
+
+    _log.info("pipeline run started")
+    try:
+        config = load_config(None)
+        settings = LakeSettings.from_config(config, data_dir)
+        result = run_pipeline(
+            settings=settings,
+            config=config,
+            full_refresh=request.full_refresh,
+            tests=request.tests,
+            on_progress=lambda node, status: _log.info("%-8s %s", status, node),
+        )
+        # Then ship to the declared destinations, as `lakesync pipeline run` does.
+        metrics = DestinationMetrics()
+        shipped = (
+            materialise(settings, config, metrics=metrics, not_built=result.failed)
+            if config.destinations else []
+        )
+    except Exception as exc:  # one failed run is reported; the worker serves the next
+        _log.exception("pipeline run failed")
+        return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+    _log.info(
+        "pipeline run done: %d deltas merged in %.1f s", result.rows_merged, result.elapsed_s
+    )
+    for s in shipped:
+        _log.info("shipped %s/%s: %d rows, %s", s.destination, s.table, s.rows,
+                  f"failed: {s.error}" if s.error else "ok")
+    # One table's failure is that table's: the others were built and shipped; the reply names
+    # each failed table once (a table not built is not shipped either).
+    failed = [f"table {t} not built: {why}" for t, why in result.failed.items()]
+    failed += [f"change set {m} not built: {why}" for m, why in result.failed_change_sets.items()]
+    failed += [f"shipping {s.destination}/{s.table}: {s.error}" for s in shipped
+               if s.error and s.table not in result.failed]
+    return RunReply(
+        ok=not failed,
+        error="; ".join(failed),
+        rows_merged=result.rows_merged,
+        tables_updated=result.tables_updated,
+        elapsed_s=result.elapsed_s,
+        position=result.position,
+        rows_shipped=sum(s.rows for s in shipped),
+        secondary_failures=[
+            SecondaryFailures(d, s, n)
+            for (d, s), n in metrics.secondary_failure_counts().items()
+        ],
+    )
+
+
+def _compact(data_dir: Path | None) -> RunReply:
+    """One ``lakesync compact`` on this worker's Spark session."""
+    from lakesync.config import load_config
+    from lakesync.lakehouse.compaction import compact
+    from lakesync.lakehouse.settings import LakeSettings
+
+    _log.info("compaction started")
+    try:
+        result = compact(
+            LakeSettings.from_config(load_config(None), data_dir),
+            lambda t: _log.info(
+                "compacted %s: %d → %d data files, %d → %d bytes", t.table, t.files_before,
+                t.files_after, t.bytes_before, t.bytes_after,
+            ) if t.error is None else _log.error("maintenance of %s failed: %s", t.table, t.error),
+        )
+    except Exception as exc:  # reported; the worker serves the next request
+        _log.exception("compaction failed")
+        return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+    _log.info("compaction done in %.1f s", result.elapsed_s)
+    failures = result.failures  # one table's failure is reported; the others were maintained
+    return RunReply(ok=not failures, error="; ".join(failures), elapsed_s=result.elapsed_s,
+                    compacted=result.tables)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lakesync.lakehouse.worker [--data-dir D]``: serve run requests until stdin
+    closes."""
+    parser = argparse.ArgumentParser(
+        prog="python -m lakesync.lakehouse.worker", description=__doc__
+    )
+    parser.add_argument("--data-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    # Replies get their own copy of fd 1; fd 1 itself (print, dbt, the JVM) goes to stderr.
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        _serve(args.data_dir, sys.stdin, replies)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+class PipelineWorker:
+    """The gateway's side of the worker: ``run()`` one pipeline run, ``close()`` at shutdown."""
+
+    def __init__(
+        self, data_dir: Path, log_path: Path, env: Mapping[str, str] | None = None
+    ) -> None:
+        self._data_dir = data_dir
+        self.log_path = log_path
+        self._env = dict(os.environ if env is None else env)
+        self._proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id while it runs."""
+        return None if self._proc is None or self._proc.poll() is not None else self._proc.pid
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self.log_path.exists() and self.log_path.stat().st_size > LOG_ROTATE_BYTES:
+            self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
+        with self.log_path.open("a") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lakesync.lakehouse.worker",
+                 "--data-dir", str(self._data_dir)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self._env,
+                text=True, encoding="utf-8", bufsize=1,
+            )
+        lines: queue.Queue[str | None] = queue.Queue()
+        stdout = proc.stdout
+        assert stdout is not None
+
+        def pump() -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, name="pipeline-worker-replies", daemon=True).start()
+        self._proc, self._lines = proc, lines
+        _log.info("pipeline worker started (pid %d, log %s)", proc.pid, self.log_path)
+        return proc
+
+    def run(
+        self, stop: threading.Event | None = None, *, full_refresh: bool = False
+    ) -> RunReply | None:
+        """One run; ``None`` if ``stop`` was set meanwhile (the worker is then terminated).
+
+        Raises :class:`WorkerDiedError` if the worker exits during the run.
+        """
+        return self._ask(RunRequest(full_refresh=full_refresh), stop)
+
+    def compact(self, stop: threading.Event | None = None) -> RunReply | None:
+        """One compaction (``lakesync compact``), like :meth:`run`; figures in ``compacted``."""
+        return self._ask(RunRequest(kind="compact"), stop)
+
+    def _ask(self, request: RunRequest, stop: threading.Event | None) -> RunReply | None:
+        proc = self._proc if self._proc is not None and self._proc.poll() is None else None
+        proc = proc or self._start()
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(_encoder.encode(request).decode() + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # it died: the reply pump reports EOF below
+        while True:
+            try:
+                line = self._lines.get(timeout=0.5)
+            except queue.Empty:
+                if stop is not None and stop.is_set():
+                    self.close()
+                    return None
+                continue
+            if line is None:
+                code = proc.wait()
+                self._proc = None
+                raise WorkerDiedError(f"the pipeline worker exited with code {code} during a run")
+            try:
+                return _reply_decoder.decode(line)
+            except msgspec.DecodeError:
+                _log.warning("pipeline worker printed a line that is not a reply: %r", line[:200])
+
+    def close(self, timeout: float = 20.0) -> None:
+        """Stop the worker: close its stdin, then terminate, then kill."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            proc.wait(2.0)
+            return
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
