@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Literal
 
 import msgspec
@@ -11,7 +13,21 @@ from lakesync.errors import SchemaError
 from lakesync.hints import explain
 
 __all__ = [
+    "ANALYTICS_NAMESPACE",
+    "CHANGES_NAMESPACE",
+    "DELETED_COLUMN",
+    "LANDING_NAMESPACE",
+    "MAX_TABLE_NAME_LENGTH",
     "RESERVED_COLUMNS",
+    "RESERVED_COLUMN_PREFIX",
+    "RESERVED_COLUMN_REASONS",
+    "RESERVED_NAMESPACES",
+    "RESERVED_TABLE_PREFIX",
+    "STAGING_DELETED",
+    "STAGING_POSITION",
+    "STAGING_PREFIX",
+    "TIERING_TABLE",
+    "WATERMARKS_TABLE",
     "ColumnSpec",
     "ColumnType",
     "TableSchema",
@@ -20,25 +36,103 @@ __all__ = [
     "evolve",
     "merge_declared",
     "parse_schema",
+    "reserved_name_problems",
     "schema_to_wire",
     "widened",
 ]
 
 ColumnType = Literal["string", "number", "boolean", "json", "null"]
-# Names every replica and destination adds itself (docs/protocol.md §11, the lake's
-# current-state tables).
-RESERVED_COLUMNS = frozenset(
-    {
-        "row_id",
-        "gateway_id",
-        "props",
-        "synced_at",
-        "deleted_at",
-        "_hlc",
-        "_changed_at",
-        "_ingest_hlc",
-    }
-)
+
+# Reserved names: every name LakeSync uses for itself, in one place. A schema naming one is
+# refused at registration (admin route, lakesync.yaml, connectors); one registered before a name
+# was reserved loads, and the pipeline and shipping fail that table alone, naming the problem
+# (:func:`reserved_name_problems`). Names fold case: Spark, MySQL and the lake compare them so.
+_ICEBERG = "an Iceberg metadata column (Spark reads it instead of the table's column)"
+RESERVED_COLUMN_REASONS: Mapping[str, str] = MappingProxyType({
+    "row_id": "every replica and destination keys rows by it (docs/protocol.md §11)",
+    "gateway_id": "the lake's tables keep each row's gateway in it",
+    "props": "destinations keep their own JSON column of that name (docs/protocol.md §11)",
+    "synced_at": "destinations record when a row was shipped in it (docs/protocol.md §11)",
+    "deleted_at": "destinations with soft delete mark deleted rows in it (docs/protocol.md §11)",
+    "_hlc": "the lake's current-state tables keep each row's last-change clock in it",
+    "_changed_at": "the lake's current-state tables keep each row's last-change time in it",
+    "_ingest_hlc": "the lake's current-state tables keep each row's landing position in it",
+    "_deleted": f"{_ICEBERG}, and the destinations' staging flag of a deleted row",
+    "_position": "the destinations' staging tables keep each row's lake position in it",
+    "_lakesync_deleted": "the change sets flag deleted rows with it",
+    "_file": _ICEBERG,
+    "_pos": _ICEBERG,
+    "_spec_id": _ICEBERG,
+    "_partition": _ICEBERG,
+    "_row_id": _ICEBERG,
+    "_last_updated_sequence_number": _ICEBERG,
+    "_change_type": _ICEBERG,
+    "_change_ordinal": _ICEBERG,
+    "_commit_snapshot_id": _ICEBERG,
+})
+"""Column names a table cannot have, each with why."""
+RESERVED_COLUMNS = frozenset(RESERVED_COLUMN_REASONS)
+RESERVED_COLUMN_PREFIX = "_lakesync_"
+"""Columns starting so are kept for LakeSync's own (future) columns."""
+DELETED_COLUMN = "_lakesync_deleted"
+"""A change set's flag column: the row stopped being live."""
+STAGING_DELETED = "_deleted"
+"""A destination staging table's flag column: the row stopped being live."""
+STAGING_POSITION = "_position"
+"""A destination staging table's column: the row's lake position (landing ingest HLC)."""
+
+RESERVED_TABLE_PREFIX = "lakesync_"
+"""Table names starting so belong to LakeSync: each destination keeps its staging tables
+(:data:`STAGING_PREFIX`) and bookkeeping tables (:data:`WATERMARKS_TABLE`,
+:data:`TIERING_TABLE`) next to the shipped tables, so a user table of such a name would be
+overwritten."""
+STAGING_PREFIX = RESERVED_TABLE_PREFIX + "stage_"
+"""A destination's staging table of table ``t`` is ``lakesync_stage_t``."""
+WATERMARKS_TABLE = RESERVED_TABLE_PREFIX + "watermarks"
+"""Each destination's table of the lake position shipped per gateway and table."""
+TIERING_TABLE = RESERVED_TABLE_PREFIX + "tiering"
+"""A tiered destination's table of the last lifecycle tiering per gateway and table."""
+MAX_TABLE_NAME_LENGTH = 63 - len(STAGING_PREFIX)
+"""The longest table name: its staging table's name must fit the 63 characters PostgreSQL keeps
+of a name (it cuts longer ones, so two could meet)."""
+
+LANDING_NAMESPACE = "lakesync"
+"""The lake's namespace of the landing table, the registry and the intermediate models."""
+ANALYTICS_NAMESPACE = "analytics"
+"""The lake's namespace of the current-state tables (``analytics.<table>``)."""
+CHANGES_NAMESPACE = "lakesync_changes"
+"""The lake's namespace of the destinations' change sets."""
+RESERVED_NAMESPACES = frozenset({LANDING_NAMESPACE, ANALYTICS_NAMESPACE, CHANGES_NAMESPACE})
+"""The lake's own namespaces: a ``kind: lake`` destination ships into another."""
+
+
+def reserved_name_problems(schema: TableSchema) -> list[str]:
+    """Why ``schema`` cannot be built or shipped: one message per reserved name it uses (its
+    table name, its columns), naming the name and why; empty when it uses none."""
+    problems: list[str] = []
+    if schema.table.lower().startswith(RESERVED_TABLE_PREFIX):
+        problems.append(
+            f"table name {schema.table!r} is reserved: names starting with "
+            f"{RESERVED_TABLE_PREFIX!r} belong to LakeSync (each destination keeps its staging "
+            "and bookkeeping tables under them); rename the table"
+        )
+    if len(schema.table) > MAX_TABLE_NAME_LENGTH:
+        problems.append(
+            f"table name {schema.table!r} is too long: at most {MAX_TABLE_NAME_LENGTH} "
+            f"characters, so that its destinations' staging table {STAGING_PREFIX}<table> fits "
+            "PostgreSQL's 63; rename the table"
+        )
+    for c in schema.columns:
+        folded = c.name.lower()
+        why = RESERVED_COLUMN_REASONS.get(folded)
+        if why is None and folded.startswith(RESERVED_COLUMN_PREFIX):
+            why = f"names starting with {RESERVED_COLUMN_PREFIX!r} belong to LakeSync"
+        if why is not None:
+            problems.append(
+                f"column name {c.name!r} of table {schema.table!r} is reserved: {why}; "
+                "rename the column"
+            )
+    return problems
 
 
 class ColumnSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -64,8 +158,12 @@ class TableSchema(
         return {c.name: c.type for c in self.columns}
 
 
-def parse_schema(obj: object) -> TableSchema:
-    """Validate a table schema document; :class:`SchemaError` names the problem."""
+def parse_schema(obj: object, *, stored: bool = False) -> TableSchema:
+    """Validate a table schema document; :class:`SchemaError` names the problem.
+
+    A reserved name (:func:`reserved_name_problems`) is refused too, unless ``stored``: a
+    schema read back from a store or the lake's registry was registered before, perhaps before
+    the name was reserved, and must load (the pipeline then fails that table alone)."""
     try:
         schema = msgspec.convert(obj, TableSchema)
     except msgspec.ValidationError as exc:
@@ -75,8 +173,6 @@ def parse_schema(obj: object) -> TableSchema:
     for c in schema.columns:
         validate_identifier(c.name, f"column name in table {schema.table!r}")
         folded = c.name.lower()
-        if folded in RESERVED_COLUMNS:
-            raise SchemaError(f"column name {c.name!r} is reserved; rename the column")
         if folded in seen:
             raise SchemaError(f"column {c.name!r} appears twice in {schema.table!r}")
         seen.add(folded)
@@ -84,6 +180,9 @@ def parse_schema(obj: object) -> TableSchema:
     for extra in (*(schema.primary_key or []), schema.external_id_column):
         if extra is not None and extra != "row_id" and extra not in names:
             raise SchemaError(f"{schema.table!r} refers to unknown column {extra!r}")
+    problems = [] if stored else reserved_name_problems(schema)
+    if problems:
+        raise SchemaError("; ".join(problems))
     return schema
 
 
@@ -160,7 +259,7 @@ def merge_declared(
             )
         options = _options(declared)
     merged = TableSchema(stored.table, columns, *options)
-    return parse_schema(schema_to_wire(merged)), conflicts
+    return parse_schema(schema_to_wire(merged), stored=True), conflicts
 
 
 def check_value(column: str, typ: str, value: Any) -> None:

@@ -185,7 +185,7 @@ class SchemaPublisher:
         if docs == self._last:
             return False
         changed = publish_schemas(
-            self._catalog, [(gw, parse_schema(body)) for gw, _, body in docs]
+            self._catalog, [(gw, parse_schema(body, stored=True)) for gw, _, body in docs]
         )
         self._last = docs
         return changed

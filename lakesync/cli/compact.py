@@ -31,7 +31,10 @@ def _size(n: int) -> str:
 
 
 def progress_line(t: TableCompaction) -> str:
-    """One table's figures: ``lakesync.landing: 1000 → 4 files, 5.1 MiB → 3.2 MiB, …``."""
+    """One table's figures: ``lakesync.landing: 1000 → 4 files, 5.1 MiB → 3.2 MiB, …``, or
+    ``TABLE: failed: WHY``."""
+    if t.error is not None:
+        return f"{t.table}: failed: {t.error}"
     return (
         f"{t.table}: {t.files_before} → {t.files_after} data files, "
         f"{_size(t.bytes_before)} → {_size(t.bytes_after)}, "
@@ -41,8 +44,10 @@ def progress_line(t: TableCompaction) -> str:
 
 def compact_command(data_dir: DataDirOption = None, config: ConfigOption = None) -> None:
     """Compact small data files, rewrite manifests, expire snapshots older than
-    lake.snapshot_retention and remove orphan files, for the landing table and every model."""
-    from lakesync.lakehouse.compaction import compact
+    lake.snapshot_retention and remove orphan files, for the landing table and every model.
+    A table whose maintenance fails is listed and the others are maintained; the command then
+    exits 1."""
+    from lakesync.lakehouse.compaction import CompactionError, compact
 
     settings = LakeSettings.from_config(load_config(config), data_dir)
     out = Console(highlight=False)
@@ -53,4 +58,11 @@ def compact_command(data_dir: DataDirOption = None, config: ConfigOption = None)
             status.update(f"compacting (done: {table.table})")
 
         result = compact(settings, on_progress)
-    out.print(f"{len(result.tables)} tables maintained in {result.elapsed_s:.1f} s")
+    failures = result.failures
+    done = len(result.tables) - len(failures)
+    out.print(f"{done} tables maintained in {result.elapsed_s:.1f} s")
+    if failures:
+        raise CompactionError(
+            f"{len(failures)} of {len(result.tables)} tables failed their maintenance (the rest "
+            f"were maintained): {'; '.join(failures)}"
+        )

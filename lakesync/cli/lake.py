@@ -53,7 +53,7 @@ def run_command(
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from lakesync.lakehouse.catalog import require_lake
-    from lakesync.lakehouse.runner import run_pipeline
+    from lakesync.lakehouse.runner import PipelineError, run_pipeline
 
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
@@ -94,9 +94,21 @@ def run_command(
     summary.add_row("models", str(len(result.models)))
     summary.add_row("landing position", "none" if result.position is None else str(result.position))
     summary.add_row("time", f"{result.elapsed_s:.1f} s")
+    for table, why in result.failed.items():
+        summary.add_row(f"[red]not built[/red] {table}", why)
+    for model, why in result.failed_change_sets.items():
+        summary.add_row(f"[red]not built[/red] {model}", why)
     Console().print(summary)
     if cfg.destinations:
-        ship(settings, cfg)
+        # The tables built ship; those not built are reported failed (and make it exit 1).
+        ship(settings, cfg, not_built=result.failed)
+    failed = [f"{n}: {why}" for n, why in (*result.failed.items(),
+                                          *result.failed_change_sets.items())]
+    if failed:
+        raise PipelineError(
+            f"{len(failed)} tables or change sets were not built (the others were built and "
+            f"shipped): {'; '.join(failed)}"
+        )
 
 
 @pipeline_app.command("as-of")

@@ -7,6 +7,7 @@ exit 1 after the others were shipped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -36,10 +37,16 @@ class MaterialiseError(LakeSyncError):
     status = 502
 
 
-def ship(settings: LakeSettings, config: Config, lifecycle_only: bool = False) -> None:
+def ship(
+    settings: LakeSettings,
+    config: Config,
+    lifecycle_only: bool = False,
+    not_built: Mapping[str, str] | None = None,
+) -> None:
     """Ship every declared destination (then tier those with a ``hot_window``) and print what
     happened; raise :class:`MaterialiseError` naming the failures, after shipping everything
-    else. ``lifecycle_only`` runs the tiering alone (no Spark)."""
+    else. ``lifecycle_only`` runs the tiering alone (no Spark); ``not_built`` are the tables
+    the pipeline run before failed to build (reported failed, not shipped)."""
     from lakesync.lakehouse.materialise import ShipResult, materialise, tier
 
     if not config.destinations:
@@ -56,7 +63,8 @@ def ship(settings: LakeSettings, config: Config, lifecycle_only: bool = False) -
                           else f"{node}: {state} …")
 
         results = (tier(settings, config, on_result=shipped) if lifecycle_only
-                   else materialise(settings, config, on_result=shipped, on_progress=building))
+                   else materialise(settings, config, on_result=shipped, on_progress=building,
+                                    not_built=not_built))
     table = Table(title="lifecycle" if lifecycle_only else "materialise")
     for heading in ("destination", "table", "rows", "evicted", "watermark", "time", "status"):
         table.add_column(heading)

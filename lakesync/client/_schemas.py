@@ -36,7 +36,7 @@ class SchemaStore(ReplicaFile):
         self._skipped: set[str] = set()
         with self._tx() as c:
             for tbl, spec in c.execute("SELECT tbl, spec FROM _ls_schemas").fetchall():
-                self._schemas[tbl] = parse_schema(decode_json(spec))
+                self._schemas[tbl] = parse_schema(decode_json(spec), stored=True)
             for schema in schemas:
                 self._declare(c, schema)
 

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 BIGQUERY_TYPES: dict[str, str] = {
-    # Numbers a double holds (INT64 beyond ±2^53 rounds, as every number does: SPEC §1).
+    # Numbers a double holds (INT64 beyond ±2^53 rounds, as every number does: docs/protocol.md §1).
     "INTEGER": "number",
     "INT64": "number",
     "FLOAT": "number",

@@ -31,6 +31,7 @@ from lakesync.destinations.base import (
 )
 from lakesync.destinations.statements import TableLayout
 from lakesync.errors import ConfigError, LakeSyncError
+from lakesync.schema import RESERVED_NAMESPACES
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LakeDestination", "lake_namespace"]
 
-_RESERVED = frozenset({"lakesync", "analytics", "lakesync_changes"})
 WATERMARK_PROPERTY = "lakesync.watermark."
 
 
@@ -51,7 +51,7 @@ def lake_namespace(spec: DestinationSpec, url: str) -> str:
         raise ConfigError(
             f"destination {spec.name!r}: a lake url is lake://namespace (an identifier)"
         ) from None
-    if namespace in _RESERVED:
+    if namespace.lower() in RESERVED_NAMESPACES:
         raise ConfigError(
             f"destination {spec.name!r}: namespace {namespace!r} belongs to the pipeline; "
             "ship into a namespace of your own, e.g. lake://exports"

@@ -42,6 +42,13 @@ from sqlglot.dialects.spark import Spark
 
 from lakesync.delta import validate_identifier
 from lakesync.destination_specs import DeleteMode
+from lakesync.schema import (
+    STAGING_DELETED,
+    STAGING_POSITION,
+    STAGING_PREFIX,
+    TIERING_TABLE,
+    WATERMARKS_TABLE,
+)
 
 __all__ = [
     "DIALECTS",
@@ -79,16 +86,15 @@ __all__ = [
 
 Dialect = Literal["postgres", "mysql", "bigquery", "spark"]
 
-WATERMARKS = "lakesync_watermarks"
+WATERMARKS = WATERMARKS_TABLE
 """Bookkeeping table in each destination: per (gateway, table) the lake position shipped."""
-TIERING = "lakesync_tiering"
+TIERING = TIERING_TABLE
 """Bookkeeping table in a destination with a hot window: per (gateway, table) the last
 lifecycle tiering's mark (see :func:`create_tiering`)."""
-DELETED = "_deleted"
+DELETED = STAGING_DELETED
 """Staging column: the row stopped being live."""
-POSITION = "_position"
+POSITION = STAGING_POSITION
 """Staging column: the row's lake position (landing ingest HLC)."""
-STAGING_PREFIX = "lakesync_stage_"
 
 NUL_REPLACEMENT = "\ufffd"
 """What U+0000 becomes in a PostgreSQL destination (see the module docstring)."""
@@ -610,9 +616,8 @@ def select_change_set(
     files past the position) and run as parallel tasks. With ``destination``, the values are
     those :func:`storable_value` gives for that dialect (the executors map them). The generated
     change-set dbt models (:func:`lakesync.lakehouse.models.render_change_set_model`) are the same
-    query
-    (:func:`change_set_query`) with ``ref()`` calls and the destination's watermark in place of
-    the parameters.
+    query (:func:`change_set_query`) with ``ref()`` calls and the destination's watermark in place
+    of the parameters.
     """
     for part in (*rows, *current):
         validate_identifier(part, "lake namespace or table")

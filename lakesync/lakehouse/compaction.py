@@ -2,10 +2,9 @@
 
 :func:`compact` runs the ``lakesync_maintain_table`` macro (``macros/maintenance.sql``: Iceberg's
 ``rewrite_data_files``, ``rewrite_manifests``, ``expire_snapshots`` and ``remove_orphan_files``
-procedures) as a ``dbt run-operation`` for the landing table and every other table of the
-landing, ``analytics`` and ``lakesync_changes`` namespaces, one table at a time, on the process's
-Spark session (the one :func:`lakesync.lakehouse.runner.run_pipeline` uses), and reports each
-table's data
+procedures) as a ``dbt run-operation`` for the landing table and every other table of the landing,
+``analytics`` and ``lakesync_changes`` namespaces, one table at a time, on the process's Spark
+session (the one :func:`lakesync.lakehouse.runner.run_pipeline` uses), and reports each table's data
 files and bytes before and after. ``lakesync compact`` calls it; ``lakesync up`` asks its warm
 pipeline worker for it every ``compaction_interval`` seconds (:mod:`lakesync.lakehouse.worker`).
 
@@ -14,6 +13,9 @@ Safe while the flusher appends to the landing table: every procedure commits opt
 the landing snapshot recording the flushed position is never expired (see the macro), and a
 late landing's mark outlives its snapshot
 (:func:`lakesync.lakehouse.catalog.remember_late_landings`).
+
+One table's failed maintenance is that table's: it is reported (``error`` of its
+:class:`TableCompaction`) and every other table is still maintained.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import (
     LANDING_IDENTIFIER,
@@ -47,7 +50,21 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["CompactionResult", "TableCompaction", "compact", "data_files", "maintained_tables"]
+__all__ = [
+    "CompactionError",
+    "CompactionResult",
+    "TableCompaction",
+    "compact",
+    "data_files",
+    "maintained_tables",
+]
+
+
+class CompactionError(LakeSyncError):
+    """Some tables' maintenance failed; the others were maintained."""
+
+    code = "COMPACTION_ERROR"
+    status = 500
 
 
 class TableCompaction(msgspec.Struct, frozen=True):
@@ -60,6 +77,8 @@ class TableCompaction(msgspec.Struct, frozen=True):
     bytes_after: int
     snapshots_before: int
     snapshots_after: int
+    error: str | None = None
+    """Why its maintenance failed (the figures after are then those before), else None."""
 
 
 class CompactionResult(msgspec.Struct, frozen=True):
@@ -67,6 +86,11 @@ class CompactionResult(msgspec.Struct, frozen=True):
 
     tables: list[TableCompaction]
     elapsed_s: float
+
+    @property
+    def failures(self) -> list[str]:
+        """``table: error`` of each table whose maintenance failed."""
+        return [f"{t.table}: {t.error}" for t in self.tables if t.error is not None]
 
 
 CompactionProgress = Callable[[TableCompaction], None]
@@ -90,6 +114,11 @@ def maintained_tables(settings: LakeSettings) -> list[str]:
 
 def data_files(table: Table) -> tuple[int, int]:
     """The data files (not delete files) the current snapshot reads: their count and bytes."""
+    snapshot = table.current_snapshot()
+    # pyiceberg's inspect.files() fails on a snapshot that lists no manifest (an empty change
+    # set's, a table whose rows were all removed): such a table has no data file.
+    if snapshot is None or not snapshot.manifests(table.io):
+        return 0, 0
     files = table.inspect.files().select(["content", "file_size_in_bytes"]).to_pylist()
     sizes = [f["file_size_in_bytes"] for f in files if f["content"] == 0]
     return len(sizes), sum(sizes)
@@ -117,15 +146,42 @@ def _maintain(settings: LakeSettings, table: str) -> None:
             return
 
 
+def _maintain_one(settings: LakeSettings, name: str) -> TableCompaction:
+    """Maintain one table and measure it; a failure is that table's, in its result."""
+    catalog = open_catalog(settings)
+    files_before = bytes_before = snapshots_before = 0
+    try:
+        before = catalog.load_table(name)
+        files_before, bytes_before = data_files(before)
+        snapshots_before = len(before.snapshots())
+        _maintain(settings, name)
+        after = catalog.load_table(name)
+        files_after, bytes_after = data_files(after)
+    except Exception as exc:  # dbt, Spark, pyiceberg or pyarrow: this table's, reported
+        _log.exception("maintenance of %s failed; the other tables are maintained", name)
+        detail = exc.message if isinstance(exc, LakeSyncError) else f"{type(exc).__name__}: {exc}"
+        return TableCompaction(name, files_before, files_before, bytes_before, bytes_before,
+                               snapshots_before, snapshots_before, detail)
+    return TableCompaction(
+        table=name,
+        files_before=files_before,
+        files_after=files_after,
+        bytes_before=bytes_before,
+        bytes_after=bytes_after,
+        snapshots_before=snapshots_before,
+        snapshots_after=len(after.snapshots()),
+    )
+
+
 def compact(
     settings: LakeSettings, on_progress: CompactionProgress | None = None
 ) -> CompactionResult:
     """Maintain every table of the lake once (see the module docstring); returns the figures.
 
-    Raises :class:`~lakesync.errors.NotFoundError` when the data dir holds no lake, and
-    :class:`~lakesync.lakehouse.runner.PipelineError` when a procedure fails (a table's maintenance
-    that
-    lost a race with a concurrent commit is run again, up to :data:`RACE_ATTEMPTS` times).
+    Raises :class:`~lakesync.errors.NotFoundError` when the data dir holds no lake. A table
+    whose maintenance fails (after :data:`RACE_ATTEMPTS` runs when it lost a race with a
+    concurrent commit) is reported in its :class:`TableCompaction` (``error``; see
+    :attr:`CompactionResult.failures`) and the next tables are maintained all the same.
     """
     started = time.monotonic()
     require_lake(settings)
@@ -137,20 +193,7 @@ def compact(
     remember_late_landings(catalog)
     done: list[TableCompaction] = []
     for name in maintained_tables(settings):
-        before = catalog.load_table(name)
-        files_before, bytes_before = data_files(before)
-        _maintain(settings, name)
-        after = catalog.load_table(name)
-        files_after, bytes_after = data_files(after)
-        table = TableCompaction(
-            table=name,
-            files_before=files_before,
-            files_after=files_after,
-            bytes_before=bytes_before,
-            bytes_after=bytes_after,
-            snapshots_before=len(before.snapshots()),
-            snapshots_after=len(after.snapshots()),
-        )
+        table = _maintain_one(settings, name)
         done.append(table)
         if on_progress is not None:
             on_progress(table)

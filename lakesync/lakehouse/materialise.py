@@ -2,46 +2,43 @@
 
 Per destination and table, the change set is a dbt model
 (``lakesync_changes.changes__<destination>__<table>``, :mod:`lakesync.lakehouse.change_sets`): the
-live
-rows of ``analytics.<table>`` and the rows gone from ``int_rows_merged`` past the destination's
+live rows of ``analytics.<table>`` and the rows gone from ``int_rows_merged`` past the destination's
 watermark, two scans and no join (:func:`lakesync.destinations.statements.change_set_query`).
-``lakesync pipeline run`` builds them in its own ``dbt build`` from the watermarks read just
-before; here, the change sets not built from their destination's current watermark are first
-rebuilt in one dbt invocation. Then per table: read the watermark, check the change set was built
-from it, have Spark's executors write the change set in parallel over JDBC into the
-destination's staging table, then one set-based upsert and delete apply it and the watermark
-moves, in one destination transaction. For BigQuery the executors write the change set as
-newline-delimited JSON files, bulk-loaded into its staging table by one load job, then one
-``MERGE`` and a delete apply it and the watermark moves (no transaction there; a re-run
-converges). Other destinations (the lake) get the change set through the driver. A run killed
-at any point leaves the watermark where the last commit put it; the next run ships the same
-rows again, which converges (each row carries its whole state). One failing destination or
-table is reported and never stops the others. For a PostgreSQL destination the change-set
-model maps U+0000 to U+FFFD, which its ``text`` and ``jsonb`` refuse
+``lakesync pipeline run`` builds them in its own ``dbt build`` from the watermarks read just before;
+here, the change sets not built from their destination's current watermark are first rebuilt in one
+dbt invocation. Then per table: read the watermark, check the change set was built from it, have
+Spark's executors write the change set in parallel over JDBC into the destination's staging table,
+then one set-based upsert and delete apply it and the watermark moves, in one destination
+transaction. For BigQuery the executors write the change set as newline-delimited JSON files,
+bulk-loaded into its staging table by one load job, then one ``MERGE`` and a delete apply it and the
+watermark moves (no transaction there; a re-run converges). Other destinations (the lake) get the
+change set through the driver. A run killed at any point leaves the watermark where the last commit
+put it; the next run ships the same rows again, which converges (each row carries its whole state).
+One failing destination or table is reported and never stops the others. For a PostgreSQL
+destination the change-set model maps U+0000 to U+FFFD, which its ``text`` and ``jsonb`` refuse
 (:mod:`lakesync.destinations.statements`).
 
-A destination with ``routes`` ships each routed table into the destination its route names; one
-with ``secondaries`` ships to its primary first, then to each secondary from the secondary's own
+A destination with ``routes`` ships each routed table into the destination its route names; one with
+``secondaries`` ships to its primary first, then to each secondary from the secondary's own
 watermark (kept in the secondary, like any destination's), so a secondary that missed change sets
 (down, table dropped) is caught up by the next run; a secondary's failure is logged, counted in
 :class:`~lakesync.destinations.metrics.DestinationMetrics` and in the result's
-``secondary_failures``, and
-fails nothing. Destinations named by another's routes or secondaries are shipped only through it.
+``secondary_failures``, and fails nothing. Destinations named by another's routes or secondaries are
+shipped only through it.
 
-Lifecycle tiering: after a table shipped, a destination with a ``hot_window`` loses the rows
-whose last change (their greatest cell or tombstone clock in the lake,
-:mod:`lakesync.lakehouse.lifecycle`)
-is older than the window, however recently they were shipped; the lake's ``analytics.<table>``
-keeps every row, so ``lakesync query`` over it still answers for hot and cold rows alike. A row
-that changes again is shipped again (its whole state) and is hot once more. :func:`tier` runs the
-tiering alone (``lakesync materialise --lifecycle-only``).
+Lifecycle tiering: after a table shipped, a destination with a ``hot_window`` loses the rows whose
+last change (their greatest cell or tombstone clock in the lake,
+:mod:`lakesync.lakehouse.lifecycle`) is older than the window, however recently they were shipped;
+the lake's ``analytics.<table>`` keeps every row, so ``lakesync query`` over it still answers for
+hot and cold rows alike. A row that changes again is shipped again (its whole state) and is hot once
+more. :func:`tier` runs the tiering alone (``lakesync materialise --lifecycle-only``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -67,8 +64,8 @@ from lakesync.lakehouse.change_sets import (
 )
 from lakesync.lakehouse.lifecycle import aged_rows, cutoff_hlc
 from lakesync.lakehouse.models import (
-    DELETED_COLUMN,
     ChangeSetModel,
+    lake_tables,
     prepare_project,
     table_columns,
     write_change_set_models,
@@ -76,7 +73,7 @@ from lakesync.lakehouse.models import (
 )
 from lakesync.lakehouse.settings import CHANGES_NAMESPACE, LakeSettings
 from lakesync.lakehouse.spark import spark_session
-from lakesync.schema import TableSchema
+from lakesync.schema import DELETED_COLUMN, TableSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -117,14 +114,23 @@ def materialise(
     on_result: Callable[[ShipResult], None] | None = None,
     metrics: DestinationMetrics | None = None,
     on_progress: Callable[[str, str], None] | None = None,
+    not_built: Mapping[str, str] | None = None,
 ) -> list[ShipResult]:
     """Ship every declared destination's tables, then tier those with a ``hot_window``; returns
     one result per (destination, table). ``on_progress`` gets the dbt nodes of a change-set
-    rebuild (as :func:`lakesync.lakehouse.runner.dbt_invoke` reports them)."""
+    rebuild (as :func:`lakesync.lakehouse.runner.dbt_invoke` reports them). ``not_built``: the
+    tables the pipeline run just before failed to build, with why
+    (:attr:`lakesync.lakehouse.runner.PipelineResult.failed`): their current state is stale, so
+    they are reported failed and not shipped; the others ship."""
     results, report = _collector(on_result)
     now = datetime.now(UTC)
-    unbuilt = _build_stale_change_sets(settings, config, on_progress)
+    skipped = dict(not_built or {})
+    unbuilt = _build_stale_change_sets(settings, config, on_progress, skipped)
     for spec, dest, schema, columns in _declared_tables(settings, config, metrics, report):
+        if schema.table in skipped:
+            report(ShipResult(spec.name, schema.table,
+                              error=f"not built by the pipeline run: {skipped[schema.table]}"))
+            continue
         session = spark or spark_session(settings)
         fan_out = dest if isinstance(dest, FanOutDestination) else None
         target = (dest if fan_out is None else fan_out.primary).for_table(schema.table)
@@ -140,10 +146,14 @@ def materialise(
 
 
 def _build_stale_change_sets(
-    settings: LakeSettings, config: Config, on_progress: Callable[[str, str], None] | None
+    settings: LakeSettings,
+    config: Config,
+    on_progress: Callable[[str, str], None] | None,
+    not_built: Mapping[str, str],
 ) -> str | None:
     """Rebuild, in one dbt invocation, the change sets not built from their destination's
-    current watermark (none after a ``lakesync pipeline run`` that nothing shipped since).
+    current watermark (none after a ``lakesync pipeline run`` that nothing shipped since),
+    except those of ``not_built`` tables (their current state is stale).
     Returns dbt's error if that build failed (the shipments it concerns report it)."""
     from lakesync.lakehouse.runner import PipelineError, dbt_invoke, registered_table_schemas
 
@@ -151,7 +161,7 @@ def _build_stale_change_sets(
     tables = table_columns(registered_table_schemas(settings, config))
     models = planned_change_sets(settings, config, tables)
     marks = read_watermarks(settings, config.destinations, models)
-    stale = stale_change_sets(settings, marks, models)
+    stale = [m for m in stale_change_sets(settings, marks, models) if m.table not in not_built]
     if not stale:
         return None
     # The same files `lakesync pipeline run` writes (unchanged files are not rewritten).
@@ -247,11 +257,13 @@ def _declared_tables(
     wanted: Callable[[DestinationSpec], bool] = lambda _: True,
 ) -> Iterator[tuple[DestinationSpec, Destination, TableSchema, list[tuple[str, str]]]]:
     """Each declared destination (with its routes and secondaries) and each table it ships, with
-    the table's lake columns; a destination that cannot be opened is reported and skipped."""
+    the table's lake columns; a destination that cannot be opened, and a table the lake cannot
+    build (:func:`~lakesync.lakehouse.models.lake_tables`: a reserved name, columns typed
+    differently by two gateways), are reported and skipped."""
     require_lake(settings)
     by_gateway = schemas_by_gateway(settings, config)
     # The lake keeps one typed table per name (the union of every gateway's columns).
-    columns = table_columns(s for schemas in by_gateway.values() for s in schemas)
+    columns, unbuildable = lake_tables(s for schemas in by_gateway.values() for s in schemas)
 
     def open_one(spec: DestinationSpec) -> Destination:
         return open_destination(spec, catalog=lake_catalog(settings))
@@ -267,6 +279,9 @@ def _declared_tables(
             continue
         with dest:
             for schema in schemas:
+                if schema.table in unbuildable:
+                    report(ShipResult(spec.name, schema.table, error=unbuildable[schema.table]))
+                    continue
                 yield spec, dest, schema, list(columns[schema.table])
 
 
@@ -351,11 +366,15 @@ def _ship_table(
         return ShipResult(spec.name, table, error=exc.message,
                           elapsed_s=time.monotonic() - started)
     except Exception as exc:  # Spark's errors (Py4J, analysis) name no LakeSync type
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if type(exc).__module__.startswith(("pyspark", "py4j")):
-            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             return ShipResult(spec.name, table, error=f"Spark: {detail}",
                               elapsed_s=time.monotonic() - started)
-        raise
+        # Anything else is this table's failure too: logged with its trace, reported, and the
+        # other tables still ship.
+        _log.exception("shipping %s to %s failed", table, spec.name)
+        return ShipResult(spec.name, table, error=f"{type(exc).__name__}: {detail}",
+                          elapsed_s=time.monotonic() - started)
     return ShipResult(spec.name, table, count, position,
                       elapsed_s=time.monotonic() - started, steps=steps)
 

@@ -36,13 +36,14 @@ from sqlglot import exp
 from lakesync.destination_specs import DestinationSpec, receivers, shipped_on_their_own
 from lakesync.destinations.statements import POSITION, Dialect, change_set_query
 from lakesync.errors import ConfigError
-from lakesync.schema import TableSchema
+from lakesync.schema import DELETED_COLUMN, TableSchema, reserved_name_problems
 
 __all__ = [
     "CHANGES_SUBDIR",
     "ChangeSetModel",
     "GeneratedModels",
     "TableColumns",
+    "lake_tables",
     "model_name",
     "plan_change_sets",
     "prepare_project",
@@ -68,10 +69,19 @@ def model_name(table: str) -> str:
     return f"analytics__{table}"
 
 
-def table_columns(schemas: Iterable[TableSchema]) -> dict[str, list[tuple[str, str]]]:
-    """Union the schemas of every gateway by table name; a column typed differently is an error."""
+def lake_tables(
+    schemas: Iterable[TableSchema],
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:
+    """Union the schemas of every gateway by table name: the columns of each table the lake can
+    build, and why each other table cannot (a reserved name, registered before it was
+    reserved; a column two gateways type differently). One such table never stops the others."""
     out: dict[str, list[tuple[str, str]]] = {}
+    failed: dict[str, str] = {}
     for schema in schemas:
+        problems = reserved_name_problems(schema)
+        if problems:
+            failed.setdefault(schema.table, "; ".join(problems))
+            continue
         cols = out.setdefault(schema.table, [])
         known = dict(cols)
         for c in schema.columns:
@@ -79,11 +89,17 @@ def table_columns(schemas: Iterable[TableSchema]) -> dict[str, list[tuple[str, s
                 cols.append((c.name, c.type))
                 known[c.name] = c.type
             elif known[c.name] != c.type:
-                raise ConfigError(
-                    f"table {schema.table!r}: column {c.name!r} is {known[c.name]} in one gateway "
-                    f"and {c.type} in another; the lake keeps one typed table per name"
-                )
-    return out
+                failed.setdefault(schema.table, (
+                    f"table {schema.table!r}: column {c.name!r} is {known[c.name]} in one "
+                    f"gateway and {c.type} in another; the lake keeps one typed table per name"
+                ))
+    return {t: cols for t, cols in out.items() if t not in failed}, failed
+
+
+def table_columns(schemas: Iterable[TableSchema]) -> dict[str, list[tuple[str, str]]]:
+    """The columns of every table the lake can build (:func:`lake_tables`; the others are left
+    out)."""
+    return lake_tables(schemas)[0]
 
 
 def render_model(table: str, columns: list[tuple[str, str]]) -> str:
@@ -203,8 +219,6 @@ SINCE_PROPERTY = "lakesync.since"
 DRAINED_PROPERTY = "lakesync.drained"
 """Table property of a change-set model: the watermark a shipment of it left its destination at
 (cleared by a rebuild, like :data:`SINCE_PROPERTY`)."""
-DELETED_COLUMN = "_lakesync_deleted"
-"""A change-set model's flag column: the row stopped being live (Iceberg reserves ``_deleted``)."""
 
 
 @dataclass(frozen=True, slots=True)

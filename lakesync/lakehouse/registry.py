@@ -95,7 +95,7 @@ def ensure_registry_table(catalog: Catalog) -> Table:
 def _read(table: Table) -> list[RegisteredSchema]:
     arrow = table.scan(selected_fields=("gateway_id", "schema_json")).to_arrow()
     return [
-        (gw, parse_schema(json.loads(raw)))
+        (gw, parse_schema(json.loads(raw), stored=True))
         for gw, raw in zip(
             arrow.column("gateway_id").to_pylist(),
             arrow.column("schema_json").to_pylist(),

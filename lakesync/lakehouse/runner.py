@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +44,7 @@ from lakesync.lakehouse.models import (
     GENERATED,
     LINKED,
     GeneratedModels,
+    lake_tables,
     model_name,
     prepare_project,
     table_columns,
@@ -80,6 +81,12 @@ class PipelineError(LakeSyncError):
     code = "PIPELINE_ERROR"
     status = 500
 
+    def __init__(self, message: str, failed_models: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.failed_models: dict[str, str] = dict(failed_models or {})
+        """Each failed model (a failed data test counts for the model it tests) and why; empty
+        when the failure names no node (a parse or run-operation failure)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PipelineResult:
@@ -96,6 +103,13 @@ class PipelineResult:
     """The destination change-set models built (one per declared destination and table)."""
     position: int | None = None
     """Landing position (ingest HLC) the models are complete through."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Tables this run did not build, and why: a reserved name, a column typed differently by
+    two gateways, or their current-state model (or one of its data tests) failed. Their change
+    sets must not ship (:func:`lakehouse.materialise.materialise`'s ``not_built``); every other
+    table was built."""
+    failed_change_sets: dict[str, str] = field(default_factory=dict)
+    """Change-set models that failed, and why (shipping rebuilds them or reports them)."""
 
 
 def registered_table_schemas(
@@ -216,12 +230,17 @@ def dbt_invoke(
         result = dbtRunner(manifest=fresh, callbacks=[callback]).invoke([*args, *common])
     if not result.success:
         failed = []
+        models: dict[str, str] = {}
         for r in getattr(result.result, "results", None) or []:
             node = getattr(r, "node", None)  # None for a run-operation: see ``errors``
             if node is not None and str(r.status) in ("error", "fail", "runtime error"):
                 failed.append(f"{node.name}: {r.message}")
+                # A data test fails the model it tests (``model.<project>.<name>``).
+                attached = getattr(node, "attached_node", None)
+                model = attached.rsplit(".", 1)[-1] if attached else node.name
+                models.setdefault(model, f"{node.name}: {r.message}")
         detail = "; ".join(failed) or " ".join(errors) or str(result.exception)
-        raise PipelineError(f"dbt {args[0]} failed: {detail}")
+        raise PipelineError(f"dbt {args[0]} failed: {detail}", models)
     return result
 
 
@@ -303,7 +322,11 @@ def run_pipeline(
 
     ``schemas`` defaults to :func:`registered_table_schemas`; a table
     whose column list changed since the last run is rebuilt in full. ``tests`` runs the data
-    tests after each model (``dbt build``). Raises :class:`PipelineError` if a model or test fails.
+    tests after each model (``dbt build``). One table's failure is that table's: a table the
+    lake cannot build (:func:`~lakehouse.models.lake_tables`) gets no model, and a failing
+    current-state or change-set model (or data test) fails only itself and what depends on it
+    (dbt skips those); both are reported in the result (``failed``, ``failed_change_sets``)
+    and logged. Raises :class:`PipelineError` when a model every table needs fails.
     """
     from lakesync.config import load_config
 
@@ -311,9 +334,11 @@ def run_pipeline(
     settings = settings or LakeSettings.from_env(data_dir)
     config = config or load_config()
     bootstrap(settings)
-    tables = table_columns(
+    tables, failed = lake_tables(
         registered_table_schemas(settings, config) if schemas is None else schemas
     )
+    for table, why in failed.items():
+        _log.error("table %s is not built: %s", table, why)
     generated_dir = prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
     generated = write_models(generated_dir, tables)
     change_sets = planned_change_sets(settings, config, tables)
@@ -349,13 +374,32 @@ def run_pipeline(
         exclude += changed
     if exclude:
         args += ["--exclude", *exclude]
-    dbt_invoke(settings, args, on_progress)
+    owners = {model_name(t): t for t in tables}
+    change_set_names = {m.name for m in change_sets}
+    failed_change_sets: dict[str, str] = {}
+
+    def build(dbt_args: list[str]) -> None:
+        """One dbt invocation; a failure of per-table models is those tables' (recorded)."""
+        try:
+            dbt_invoke(settings, dbt_args, on_progress)
+        except PipelineError as exc:
+            shared = [m for m in exc.failed_models if m not in owners and m not in change_set_names]
+            if not exc.failed_models or shared:
+                raise  # a model every table needs (or dbt itself) failed
+            for model, why in exc.failed_models.items():
+                if model in owners:
+                    failed.setdefault(owners[model], why)
+                else:
+                    failed_change_sets.setdefault(model, why)
+                _log.error("model %s failed (the other tables are built): %s", model, why)
+
+    build(args)
     if changed and not full_refresh:
         # New columns: rebuild those tables so cells that landed before the change show up.
         rebuild = [*args[: args.index("--exclude")], "--full-refresh", "--select", *changed]
         if marks.unreadable:
             rebuild += ["--exclude", *(f"{name}+" for name in marks.unreadable)]
-        dbt_invoke(settings, rebuild, on_progress)
+        build(rebuild)
 
     _mark_consumed(settings, landing_seq, covered)
     drop_undeclared(settings, spark, change_sets)
@@ -372,6 +416,8 @@ def run_pipeline(
         models=[model_name(t) for t in sorted(tables)],
         position=_position(spark),
         change_sets=sorted(m.name for m in change_sets if m.name not in marks.unreadable),
+        failed=failed,
+        failed_change_sets=failed_change_sets,
     )
 
 
@@ -389,7 +435,11 @@ def state_as_of_hlc(
     (Time travel by snapshot needs no dbt: ``select * from analytics.T version as of <id>``.)
     """
     require_lake(settings)
-    tables = table_columns(registered_table_schemas(settings) if schemas is None else schemas)
+    tables, failed = lake_tables(
+        registered_table_schemas(settings) if schemas is None else schemas
+    )
+    if table in failed:
+        raise PipelineError(f"table {table!r} is not built: {failed[table]}")
     if table not in tables:
         raise PipelineError(f"table {table!r} has no registered schema")
     cols = [{"name": n, "type": t} for n, t in tables[table]]

@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit
 
 from lakesync.config import Config, LakeConfig, load_config
 from lakesync.errors import ConfigError
+from lakesync.schema import ANALYTICS_NAMESPACE, CHANGES_NAMESPACE, LANDING_NAMESPACE
 
 __all__ = [
     "ANALYTICS_NAMESPACE",
@@ -45,11 +46,7 @@ __all__ = [
 ]
 
 CATALOG_NAME = "lake"
-LANDING_NAMESPACE = "lakesync"
 LANDING_TABLE = "landing"
-ANALYTICS_NAMESPACE = "analytics"
-CHANGES_NAMESPACE = "lakesync_changes"
-"""The destinations' change-set models (:mod:`lakesync.lakehouse.change_sets`)."""
 
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")

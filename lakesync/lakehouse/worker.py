@@ -134,7 +134,10 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
         )
         # Then ship to the declared destinations, as `lakesync pipeline run` does.
         metrics = DestinationMetrics()
-        shipped = materialise(settings, config, metrics=metrics) if config.destinations else []
+        shipped = (
+            materialise(settings, config, metrics=metrics, not_built=result.failed)
+            if config.destinations else []
+        )
     except Exception as exc:  # one failed run is reported; the worker serves the next
         _log.exception("pipeline run failed")
         return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
@@ -144,10 +147,15 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
     for s in shipped:
         _log.info("shipped %s/%s: %d rows, %s", s.destination, s.table, s.rows,
                   f"failed: {s.error}" if s.error else "ok")
-    failed = [f"{s.destination}/{s.table}: {s.error}" for s in shipped if s.error]
+    # One table's failure is that table's: the others were built and shipped; the reply names
+    # each failed table once (a table not built is not shipped either).
+    failed = [f"table {t} not built: {why}" for t, why in result.failed.items()]
+    failed += [f"change set {m} not built: {why}" for m, why in result.failed_change_sets.items()]
+    failed += [f"shipping {s.destination}/{s.table}: {s.error}" for s in shipped
+               if s.error and s.table not in result.failed]
     return RunReply(
         ok=not failed,
-        error="; ".join(f"shipping {f}" for f in failed),
+        error="; ".join(failed),
         rows_merged=result.rows_merged,
         tables_updated=result.tables_updated,
         elapsed_s=result.elapsed_s,
@@ -173,13 +181,15 @@ def _compact(data_dir: Path | None) -> RunReply:
             lambda t: _log.info(
                 "compacted %s: %d → %d data files, %d → %d bytes", t.table, t.files_before,
                 t.files_after, t.bytes_before, t.bytes_after,
-            ),
+            ) if t.error is None else _log.error("maintenance of %s failed: %s", t.table, t.error),
         )
     except Exception as exc:  # reported; the worker serves the next request
         _log.exception("compaction failed")
         return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
     _log.info("compaction done in %.1f s", result.elapsed_s)
-    return RunReply(ok=True, elapsed_s=result.elapsed_s, compacted=result.tables)
+    failures = result.failures  # one table's failure is reported; the others were maintained
+    return RunReply(ok=not failures, error="; ".join(failures), elapsed_s=result.elapsed_s,
+                    compacted=result.tables)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -192,7 +192,7 @@ def test_json_strings_from_postgres_stay_strings_and_fail_no_pull(
 def test_a_hand_kept_row_with_invalid_json_reads_as_null_and_fails_no_pull(
     tmp_path: Path,
 ) -> None:
-    """A MariaDB table kept by a team in the SPEC §11 layout, its json column plain text with a
+    """A MariaDB table kept by a team in the docs/protocol.md §11 layout, its json column plain text with a
     value that is not JSON: that cell reads as null, every other cell and row arrives."""
     dest, db = open_fresh("mysql")
     try:

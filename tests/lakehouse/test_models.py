@@ -13,6 +13,7 @@ from lakesync.destination_specs import parse_destinations
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.models import (
     ChangeSetModel,
+    lake_tables,
     plan_change_sets,
     prepare_project,
     render_change_set_model,
@@ -31,11 +32,28 @@ def _schema(table: str, **cols: str):  # type: ignore[no-untyped-def]
     return parse_schema({"table": table, "columns": columns})
 
 
-def test_table_columns_unions_gateways_and_rejects_type_conflicts() -> None:
+def test_table_columns_unions_gateways_and_leaves_out_only_the_conflicting_table() -> None:
     merged = table_columns([_schema("t", a="string"), _schema("t", a="string", b="number")])
     assert merged == {"t": [("a", "string"), ("b", "number")]}
-    with pytest.raises(ConfigError, match="column 'a'"):
-        table_columns([_schema("t", a="string"), _schema("t", a="number")])
+    columns, failed = lake_tables(
+        [_schema("t", a="string"), _schema("u", a="number"), _schema("t", a="number")]
+    )
+    assert columns == {"u": [("a", "number")]}
+    assert list(failed) == ["t"] and "column 'a' is string in one gateway" in failed["t"]
+
+
+def test_a_stored_schema_with_a_reserved_name_fails_its_table_alone() -> None:
+    stored = [
+        parse_schema({"table": "todos", "columns": [{"name": "_deleted", "type": "boolean"}]},
+                     stored=True),
+        parse_schema({"table": "lakesync_stage_x", "columns": [{"name": "a", "type": "string"}]},
+                     stored=True),
+        _schema("notes", body="string"),
+    ]
+    columns, failed = lake_tables(stored)
+    assert columns == {"notes": [("body", "string")]}
+    assert "column name '_deleted' of table 'todos' is reserved" in failed["todos"]
+    assert "table name 'lakesync_stage_x' is reserved" in failed["lakesync_stage_x"]
 
 
 def test_render_model_calls_the_macro_with_the_columns() -> None:

@@ -95,6 +95,12 @@ def test_reserved_column_names_are_rejected(name: str) -> None:
         parse_schema({"table": "t", "columns": [{"name": name, "type": "string"}]})
 
 
+def test_a_table_name_too_long_for_its_staging_table_is_refused() -> None:
+    assert parse_schema({**TODOS, "table": "t" * 48}).table == "t" * 48
+    with pytest.raises(SchemaError, match="too long: at most 48 characters"):
+        parse_schema({**TODOS, "table": "t" * 49})
+
+
 def test_primary_key_may_name_row_id() -> None:
     assert parse_schema({**TODOS, "primaryKey": ["row_id"]}).primary_key == ["row_id"]
 

@@ -84,8 +84,8 @@ def _apply_schema(
     def change(stored: dict[str, Any] | None) -> dict[str, Any]:
         if stored is None:
             return wire
-        last = None if applied is None else parse_schema(applied)
-        merged, found = merge_declared(parse_schema(stored), declared, last)
+        last = None if applied is None else parse_schema(applied, stored=True)
+        merged, found = merge_declared(parse_schema(stored, stored=True), declared, last)
         conflicts[:] = found
         return schema_to_wire(merged)
 

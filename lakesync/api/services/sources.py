@@ -24,7 +24,7 @@ from lakesync.errors import NotFoundError
 from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.rules import tables_for
-from lakesync.schema import TableSchema
+from lakesync.schema import TableSchema, reserved_name_problems
 from lakesync.sources import SourcePage, SourceRow, page_source, source_row
 from lakesync.views import effective_rules
 
@@ -86,9 +86,12 @@ async def pull_source(
     rules = effective_rules((await anyio.to_thread.run_sync(
         service.store.get_rules, gateway_id)).rules, claims)
     readable = tables_for(rules, claims)
+    # A table using a reserved name (registered before it was) is never shipped: it has
+    # nothing to serve, and its name may be a destination's own staging table.
     schemas = [
         s for s in (await service.schemas(gateway_id)).values()
         if spec.ships(s.table) and (readable is None or s.table in readable)
+        and not reserved_name_problems(s)
     ]
     service.metrics.count(gateway_id, "pulls")
     rows, more = await anyio.to_thread.run_sync(

@@ -375,7 +375,7 @@ class SyncService:
 
     def _schemas(self, gateway_id: str) -> dict[str, TableSchema]:
         docs = self.store.list_docs(gateway_id, "schema")
-        return {name: parse_schema(body) for name, body in docs.items()}
+        return {name: parse_schema(body, stored=True) for name, body in docs.items()}
 
     async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:
         """Register or evolve (additively) a table schema, in one atomic read-modify-write so
@@ -384,7 +384,7 @@ class SyncService:
         others = await self.schemas(gateway_id)
 
         def change(old: dict[str, Any] | None) -> dict[str, Any]:
-            new = schema if old is None else evolve(parse_schema(old), schema)
+            new = schema if old is None else evolve(parse_schema(old, stored=True), schema)
             try:
                 # Only the first schema of a gateway whose rules were set while it had none can
                 # leave them naming what no schema has: adding tables or columns cannot.
@@ -398,7 +398,7 @@ class SyncService:
             return schema_to_wire(new)
 
         body = await _run(self.store.update_doc, gateway_id, "schema", schema.table, change)
-        return parse_schema(body)
+        return parse_schema(body, stored=True)
 
     async def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
         """Replace a gateway's sync rules; clients resync on their next pull. Rules naming a
