@@ -16,7 +16,8 @@ import pytest
 from lakesync.client import LakeSyncClient
 from lakesync.client._types import Event
 from tests.api.helpers import auth, delta, token
-from tests.client.client_thread_gateway import OWNER_RULES, ThreadGateway
+from tests.api.helpers import HANDOVER_OWNER_RULES
+from tests.client.client_thread_gateway import ThreadGateway
 
 
 def _rows(c: LakeSyncClient) -> list[dict[str, Any]]:
@@ -35,7 +36,7 @@ def test_an_expired_cursor_resyncs_from_the_checkpoint_keeping_pending_writes(
     if rules:
         r = httpx.post(
             f"{gateway.url}/v1/admin/sync-rules/gw1",
-            json=OWNER_RULES,
+            json=HANDOVER_OWNER_RULES,
             headers=auth(token("root", role="admin")),
         )
         assert r.status_code == 200
