@@ -55,12 +55,14 @@ __all__ = [
     "TableReadSpec",
     "connector_client_id",
     "connector_kind",
+    "connector_tables",
     "may_run",
     "parse_connector",
     "parse_connectors",
     "parse_start",
     "redact",
     "resolve_secrets",
+    "tables_by_gateway",
 ]
 
 CONNECTOR_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -349,6 +351,35 @@ def parse_connectors(raw: Mapping[str, Any], where: str) -> dict[str, ConnectorS
 def connector_kind(spec: ConnectorSpec) -> str:
     """The ``kind`` tag of a spec (``jira``, ``postgres``, …)."""
     return str(spec.__struct_config__.tag)
+
+
+SALESFORCE_TABLES = ("sf_accounts", "sf_contacts", "sf_opportunities", "sf_leads")
+"""The gateway tables a ``salesforce`` connector fills."""
+
+
+def connector_tables(spec: ConnectorSpec) -> list[str]:
+    """The gateway tables ``spec``'s connector fills. Their schemas register at its first poll
+    (the source knows the columns), so sync rules may name them before that
+    (:func:`lakesync.rules.check_rules`' ``pending``)."""
+    match spec:
+        case JiraSpec():
+            return ["jira_issues", *(["jira_comments"] if spec.comments else []),
+                    *(["jira_projects"] if spec.projects else [])]
+        case SalesforceSpec():
+            return list(SALESFORCE_TABLES)
+        case PostgresCdcSpec():
+            return list(spec.tables.values())
+        case TableReadSpec() | CloudWatchLogsSpec():
+            return [spec.table]
+    return []
+
+
+def tables_by_gateway(connectors: Mapping[str, ConnectorSpec]) -> dict[str, set[str]]:
+    """Per gateway, the tables its ``connectors`` fill (:func:`connector_tables`)."""
+    out: dict[str, set[str]] = {}
+    for spec in connectors.values():
+        out.setdefault(spec.gateway, set()).update(connector_tables(spec))
+    return out
 
 
 def _check_actions(kind: str, grants: Sequence[ActionGrant]) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -118,17 +118,23 @@ def parse_rules(obj: object) -> SyncRules:
     return rules
 
 
-def check_rules(rules: SyncRules | None, schemas: Mapping[str, TableSchema]) -> None:
+def check_rules(
+    rules: SyncRules | None,
+    schemas: Mapping[str, TableSchema],
+    pending: Collection[str] = (),
+) -> None:
     """Raise :class:`SchemaError` naming the bucket, the table and the column (with the nearest
     registered name) when ``rules`` name a table ``schemas`` lacks, or filter a bucket's table on
     a column it lacks (a bucket over every table: on a column no table has). A gateway without
-    schemas (``schemas`` empty) is schemaless: nothing is checked."""
+    schemas (``schemas`` empty) is schemaless: nothing is checked. ``pending`` tables (a declared
+    connector fills them, and their schema registers and grows as it polls) may be named before
+    they have a schema, and their columns are not checked (the source brings them)."""
     if rules is None or not schemas:
         return
     for bucket in rules.buckets:
         where = f"sync rules bucket {bucket.name!r}"
         for table in bucket.tables:
-            if table not in schemas:
+            if table not in schemas and table not in pending:
                 raise SchemaError(
                     f"{where} names table {table!r}, which has no registered schema"
                     f"{suggestion(table, schemas, 'tables')} (register a table's schema before "
@@ -136,7 +142,7 @@ def check_rules(rules: SyncRules | None, schemas: Mapping[str, TableSchema]) -> 
                 )
         for f in bucket.filters:
             if bucket.tables:
-                for table in bucket.tables:
+                for table in (t for t in bucket.tables if t in schemas and t not in pending):
                     columns = schemas[table].column_types()
                     if f.column not in columns:
                         raise SchemaError(
@@ -145,7 +151,7 @@ def check_rules(rules: SyncRules | None, schemas: Mapping[str, TableSchema]) -> 
                         )
                 continue
             everywhere = {c for s in schemas.values() for c in s.column_types()}
-            if f.column not in everywhere:
+            if f.column not in everywhere and not pending:
                 raise SchemaError(
                     f"{where} (every table) filters on column {f.column!r}, which no registered "
                     f"table has{suggestion(f.column, everywhere, 'columns')}"

@@ -247,7 +247,7 @@ def push(stack: Stack, payload: bytes, over_ws: bool) -> Outcome:
         )
         reply = r.json()
         if r.status_code != 200:
-            assert set(reply) == {"error", "code"}, reply
+            assert set(reply) == {"error", "code", "requestId"}, reply
             return Outcome(r.status_code, reply["code"], None)
         return Outcome(200, None, reply["deltas"][0])
     ws = stack.ws_pusher()

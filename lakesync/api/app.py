@@ -70,7 +70,7 @@ def create_app(
         )
         # `lakesync up` has applied and checked them before serving (a refused start is then
         # one error line); this applies them for apps built on their own, and is idempotent.
-        await anyio.to_thread.run_sync(apply_declared, hot, settings.gateways)
+        await anyio.to_thread.run_sync(apply_declared, hot, settings.gateways, settings.connectors)
         service = SyncService(hot, settings, metrics_, hub)
         app.state.service = service
         connectors = ConnectorService(

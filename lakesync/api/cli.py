@@ -55,7 +55,7 @@ def up(
             stack.enter_context(hold_data_dir(settings.data_dir))
         store = open_store(settings.store_url, settings.data_dir, HLC(), settings.pg_schema)
         stack.enter_context(contextlib.closing(store))
-        apply_declared(store, settings.gateways)  # a mistake there refuses the start, exit 2
+        apply_declared(store, settings.gateways, settings.connectors)  # a mistake: exit 2
         shipping = DestinationMetrics()  # the scheduled runs' counts, on /metrics
         flusher = stack.enter_context(lake_jobs(settings, store, cfg, shipping))
         app = create_app(settings, store=store, flusher=flusher, shipping=shipping)

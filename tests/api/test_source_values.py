@@ -24,6 +24,7 @@ from lakesync.destinations.base import Destination, typed_change
 from lakesync.destinations.factory import mysql_params, open_destination
 from lakesync.destinations.sql import SqlDestination
 from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.config import GatewayConfig
 from lakesync.destination_specs import DestinationSpec
@@ -105,11 +106,15 @@ def _fresh(kind: str, data_dir: Path) -> tuple[Destination, str]:
     lake = LakeSettings.from_env(data_dir, env={})
     init_catalog_tables(lake)
     spec = DestinationSpec("lake", "lake://exports", "gw1", name="src")
-    return open_destination(spec, env={}, lake=lake), str(data_dir)
+    return open_destination(spec, env={}, catalog=lake_catalog(lake)), str(data_dir)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
+# The kinds a gateway serves as a source (the tests' own SQLite kind is not one).
+SOURCE_KINDS = [k for k in KINDS if k != "sqlite"]
+
+
+@pytest.mark.parametrize("kind", SOURCE_KINDS)
 def test_values_pulled_from_a_source_equal_the_values_shipped(
     tmp_path: Path, kind: str
 ) -> None:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lakesync.connector_specs import parse_connectors, tables_by_gateway
 from lakesync.errors import SchemaError, ValidationError
 from lakesync.rules import (
     SyncRules,
@@ -390,3 +391,27 @@ def test_rules_over_registered_names_and_schemaless_gateways_pass() -> None:
     check_rules(_mine([], "owner"), SCHEMAS)
     check_rules(None, SCHEMAS)
     check_rules(_mine(["anything"], "at_all"), {})  # no schema: nothing to check against
+
+
+def test_tables_a_connector_fills_may_be_named_before_their_schema_registers() -> None:
+    """A connector's table registers its schema as the connector polls (a CloudWatch ``parse:
+    json`` table grows with the fields it finds): rules may name it, and its columns, at once."""
+    rules = _mine(["todos", "logs"], "owner")
+    with pytest.raises(SchemaError, match="table 'logs'"):
+        check_rules(rules, SCHEMAS)
+    check_rules(rules, SCHEMAS, pending={"logs"})
+    logs = parse_schema({"table": "logs", "columns": [{"name": "message", "type": "string"}]})
+    check_rules(rules, {**SCHEMAS, "logs": logs}, pending={"logs"})  # its columns come later
+    with pytest.raises(SchemaError, match="column 'ownr'"):  # declared tables are still checked
+        check_rules(_mine(["todos", "logs"], "ownr"), SCHEMAS, pending={"logs"})
+
+
+def test_connector_tables_name_what_each_kind_fills() -> None:
+    specs = parse_connectors({
+        "j": {"kind": "jira", "gateway": "gw1", "url": "https://x.atlassian.net", "email": "a@b.c",
+              "token": "t", "jql": "project = X", "comments": False},
+        "cw": {"kind": "cloudwatch_logs", "gateway": "gw2", "log_groups": ["/svc"],
+               "table": "events"},
+    }, "lakesync.yaml")
+    assert tables_by_gateway(specs) == {"gw1": {"jira_issues", "jira_projects"},
+                                        "gw2": {"events"}}

@@ -28,6 +28,7 @@ import msgspec
 
 from lakesync.api.store.base import HotLog
 from lakesync.config import GatewayConfig
+from lakesync.connector_specs import ConnectorSpec, tables_by_gateway
 from lakesync.errors import ConfigError, SchemaError
 from lakesync.rules import SyncRules, check_rules, rules_to_wire
 from lakesync.schema import TableSchema, merge_declared, parse_schema, schema_to_wire
@@ -44,27 +45,34 @@ def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def apply_declared(store: HotLog, gateways: Mapping[str, GatewayConfig]) -> None:
+def apply_declared(
+    store: HotLog,
+    gateways: Mapping[str, GatewayConfig],
+    connectors: Mapping[str, ConnectorSpec] | None = None,
+) -> None:
     """Bring the store in line with the declared ``gateways`` (see the module docstring), then
-    :func:`check_gateways`. Runs store calls: call it from a worker thread in async code."""
+    :func:`check_gateways` (the tables the declared ``connectors`` fill count as known). Runs
+    store calls: call it from a worker thread in async code."""
     for gw, gateway in gateways.items():
         applied = store.list_docs(gw, SCHEMA_KIND)
         for schema in gateway.schemas:
             _apply_schema(store, gw, schema, applied.get(schema.table))
         if gateway.rules is not None:
             _apply_rules(store, gw, gateway.rules)
-    check_gateways(store)
+    check_gateways(store, connectors or {})
 
 
-def check_gateways(store: HotLog) -> None:
+def check_gateways(store: HotLog, connectors: Mapping[str, ConnectorSpec]) -> None:
     """Raise :class:`ConfigError` when the rules of a gateway with schemas name a table or
-    column no schema of it has (naming the gateway, the bucket, the table and the column)."""
+    column no schema of it has (naming the gateway, the bucket, the table and the column); a
+    table one of its ``connectors`` fills is known before its schema registers."""
+    pending = tables_by_gateway(connectors)
     schemas: dict[str, dict[str, TableSchema]] = {}
     for gw, name, body in store.docs_of_kind("schema"):
         schemas.setdefault(gw, {})[name] = parse_schema(body)
     for gw, tables in schemas.items():
         try:
-            check_rules(store.get_rules(gw).rules, tables)
+            check_rules(store.get_rules(gw).rules, tables, pending.get(gw, set()))
         except SchemaError as exc:
             raise ConfigError(
                 f"gateway {gw!r}: {exc.message}; fix gateways.{gw}.rules in lakesync.yaml "

@@ -36,6 +36,7 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
+from lakesync.connector_specs import tables_by_gateway
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
@@ -388,7 +389,7 @@ class SyncService:
             try:
                 # Only the first schema of a gateway whose rules were set while it had none can
                 # leave them naming what no schema has: adding tables or columns cannot.
-                check_rules(rules, {**others, new.table: new})
+                check_rules(rules, {**others, new.table: new}, self._connector_tables(gateway_id))
             except SchemaError as exc:
                 raise SchemaError(
                     f"cannot register {new.table!r}: the gateway's sync rules, set while it had "
@@ -403,5 +404,9 @@ class SyncService:
     async def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
         """Replace a gateway's sync rules; clients resync on their next pull. Rules naming a
         table or column the gateway's schemas lack are refused (:func:`check_rules`)."""
-        check_rules(rules, await self.schemas(gateway_id))
+        check_rules(rules, await self.schemas(gateway_id), self._connector_tables(gateway_id))
         return await _run(self.store.set_rules, gateway_id, rules)
+
+    def _connector_tables(self, gateway_id: str) -> set[str]:
+        """The tables the gateway's declared connectors fill (their schemas come as they poll)."""
+        return tables_by_gateway(self.settings.connectors).get(gateway_id, set())
