@@ -109,11 +109,11 @@ def _fresh(kind: str, data_dir: Path) -> tuple[Destination, str]:
     return open_destination(spec, env={}, catalog=lake_catalog(lake)), str(data_dir)
 
 
-@pytest.mark.slow
 # The kinds a gateway serves as a source (the tests' own SQLite kind is not one).
 SOURCE_KINDS = [k for k in KINDS if k != "sqlite"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", SOURCE_KINDS)
 def test_values_pulled_from_a_source_equal_the_values_shipped(
     tmp_path: Path, kind: str
