@@ -1,7 +1,9 @@
-"""``python -m lakesync.api [--host --port --data-dir --config]``: the gateway without the lakesync CLI."""
+"""``python -m lakesync.api [--host --port --data-dir --config]``: the gateway alone, the same
+command as ``lakesync up``, with the CLI's error handling (an expected failure, such as a
+mistake in ``lakesync.yaml``, is one ``error:`` line and exit 2, not a traceback)."""
 
-import typer
+import sys
 
-from lakesync.api.cli import up
+from lakesync.cli.main import main
 
-typer.run(up)
+sys.exit(main(["up", *sys.argv[1:]]))
