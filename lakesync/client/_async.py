@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from lakesync.client._actions import ActionRecord
 from lakesync.client._client import LakeSyncClient, Params
+from lakesync.client._store import DeadLetter
 from lakesync.client._sync import SyncReport
-from lakesync.client._types import Change, SyncStatus
+from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch
+from lakesync.schema import TableSchema
+
+if TYPE_CHECKING:
+    import pandas  # type: ignore[import-untyped]
+    import pyarrow
 
 __all__ = ["AsyncLakeSyncClient"]
 
@@ -53,6 +59,34 @@ class AsyncLakeSyncClient:
     async def query(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
         """See :meth:`LakeSyncClient.query`."""
         return await asyncio.to_thread(self.sync_client.query, sql, params)
+
+    async def get(self, table: str, row_id: str) -> dict[str, Any] | None:
+        """See :meth:`LakeSyncClient.get`."""
+        return await asyncio.to_thread(self.sync_client.get, table, row_id)
+
+    async def to_arrow(self, sql: str, params: Params = ()) -> pyarrow.Table:
+        """See :meth:`LakeSyncClient.to_arrow`."""
+        return await asyncio.to_thread(self.sync_client.to_arrow, sql, params)
+
+    async def to_pandas(self, sql: str, params: Params = ()) -> pandas.DataFrame:
+        """See :meth:`LakeSyncClient.to_pandas`."""
+        return await asyncio.to_thread(self.sync_client.to_pandas, sql, params)
+
+    def on(self, kind: str, callback: Callable[[Event], None]) -> Callable[[], None]:
+        """See :meth:`LakeSyncClient.on` (the callback runs on the thread that syncs)."""
+        return self.sync_client.on(kind, callback)
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        """See :meth:`LakeSyncClient.dead_letters`."""
+        return await asyncio.to_thread(self.sync_client.dead_letters)
+
+    async def requeue_dead_letters(self) -> int:
+        """See :meth:`LakeSyncClient.requeue_dead_letters`."""
+        return await asyncio.to_thread(self.sync_client.requeue_dead_letters)
+
+    def schemas(self) -> dict[str, TableSchema]:
+        """See :meth:`LakeSyncClient.schemas`."""
+        return self.sync_client.schemas()
 
     async def sync(self, retries: int | None = None) -> SyncReport:
         """See :meth:`LakeSyncClient.sync`."""
