@@ -36,9 +36,6 @@ ENTRY_POINTS = {
     ("lakesync/destinations/statements.py", "placeholder_sql"),
     # pyiceberg's transaction reads the property this subclass overrides.
     ("lakesync/lakehouse/_transaction.py", "table_metadata"),
-    # The client SDK's public API (README), called by applications.
-    ("lakesync/client/_client.py", "to_pandas"),
-    ("lakesync/client/_client.py", "on"),
 }
 
 
