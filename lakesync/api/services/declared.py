@@ -69,7 +69,7 @@ def check_gateways(store: HotLog, connectors: Mapping[str, ConnectorSpec]) -> No
     pending = tables_by_gateway(connectors)
     schemas: dict[str, dict[str, TableSchema]] = {}
     for gw, name, body in store.docs_of_kind("schema"):
-        schemas.setdefault(gw, {})[name] = parse_schema(body)
+        schemas.setdefault(gw, {})[name] = parse_schema(body, stored=True)
     for gw, tables in schemas.items():
         try:
             check_rules(store.get_rules(gw).rules, tables, pending.get(gw, set()))
