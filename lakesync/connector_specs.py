@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -42,6 +43,10 @@ __all__ = [
     "ACTION_TYPES",
     "BIGQUERY_URL",
     "CONNECTOR_NAME",
+    "JIRA_COMMENTS",
+    "JIRA_ISSUES",
+    "JIRA_PROJECTS",
+    "SALESFORCE_TABLES",
     "ActionGrant",
     "BigQuerySpec",
     "CloudWatchLogsSpec",
@@ -353,8 +358,15 @@ def connector_kind(spec: ConnectorSpec) -> str:
     return str(spec.__struct_config__.tag)
 
 
-SALESFORCE_TABLES = ("sf_accounts", "sf_contacts", "sf_opportunities", "sf_leads")
-"""The gateway tables a ``salesforce`` connector fills."""
+JIRA_ISSUES, JIRA_COMMENTS, JIRA_PROJECTS = "jira_issues", "jira_comments", "jira_projects"
+"""The gateway tables a ``jira`` connector fills (comments and projects as configured)."""
+SALESFORCE_TABLES: Mapping[str, str] = MappingProxyType({
+    "Account": "sf_accounts",
+    "Contact": "sf_contacts",
+    "Opportunity": "sf_opportunities",
+    "Lead": "sf_leads",
+})
+"""The gateway table a ``salesforce`` connector fills per Salesforce object."""
 
 
 def connector_tables(spec: ConnectorSpec) -> list[str]:
@@ -363,10 +375,10 @@ def connector_tables(spec: ConnectorSpec) -> list[str]:
     (:func:`lakesync.rules.check_rules`' ``pending``)."""
     match spec:
         case JiraSpec():
-            return ["jira_issues", *(["jira_comments"] if spec.comments else []),
-                    *(["jira_projects"] if spec.projects else [])]
+            return [JIRA_ISSUES, *([JIRA_COMMENTS] if spec.comments else []),
+                    *([JIRA_PROJECTS] if spec.projects else [])]
         case SalesforceSpec():
-            return list(SALESFORCE_TABLES)
+            return list(SALESFORCE_TABLES.values())
         case PostgresCdcSpec():
             return list(spec.tables.values())
         case TableReadSpec() | CloudWatchLogsSpec():

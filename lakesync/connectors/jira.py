@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from lakesync.connector_specs import JiraSpec
+from lakesync.connector_specs import JIRA_COMMENTS, JIRA_ISSUES, JIRA_PROJECTS, JiraSpec
 from lakesync.connectors._changes import split_rows
 from lakesync.connectors._cursor import later, parse_time
 from lakesync.connectors._http import check, request, segment
@@ -116,9 +116,9 @@ def _schema(
 
 
 SCHEMAS = (
-    _schema("jira_issues", _ISSUE, {}),
-    _schema("jira_comments", _COMMENT, {"issue_id": "string", "issue_key": "string"}),
-    _schema("jira_projects", _PROJECT, {}),
+    _schema(JIRA_ISSUES, _ISSUE, {}),
+    _schema(JIRA_COMMENTS, _COMMENT, {"issue_id": "string", "issue_key": "string"}),
+    _schema(JIRA_PROJECTS, _PROJECT, {}),
 )
 
 
@@ -177,8 +177,8 @@ class JiraSource(Source):
         return [s for s in SCHEMAS if self._wanted(s.table)]
 
     def _wanted(self, table: str) -> bool:
-        return table == "jira_issues" or (
-            self.spec.comments if table == "jira_comments" else self.spec.projects
+        return table == JIRA_ISSUES or (
+            self.spec.comments if table == JIRA_COMMENTS else self.spec.projects
         )
 
     async def aclose(self) -> None:
@@ -215,11 +215,11 @@ class JiraSource(Source):
                 guard.page(rows, last)
                 seen.add(rows)
                 for part in split_rows(rows, self.spec.chunk_rows):
-                    yield Chunk("jira_projects", part)
+                    yield Chunk(JIRA_PROJECTS, part)
                 if last:
                     break
                 start = guard.follow(start + len(values))
-            yield Chunk("jira_projects", keep_only=seen, cursor=_copy(state))
+            yield Chunk(JIRA_PROJECTS, keep_only=seen, cursor=_copy(state))
 
     async def _search(self, jql: str, fields: str) -> AsyncIterator[list[dict[str, Any]]]:
         token: str | None = None
@@ -249,14 +249,14 @@ class JiraSource(Source):
                 rows = dict(flatten_issue(i) for i in part)
                 for row in rows.values():
                     state["updated"] = later(state["updated"], row["updated"])
-                yield Chunk("jira_issues", rows, cursor=_copy(state))
+                yield Chunk(JIRA_ISSUES, rows, cursor=_copy(state))
 
     async def _comments(
         self, issues: Sequence[Mapping[str, Any]], state: dict[str, Any]
     ) -> AsyncIterator[Chunk]:
         """Every comment of ``issues``, and deletes for comments gone from them (cursor left
         to the issues' chunk that follows, so a restart re-reads these)."""
-        chunk = Chunk("jira_comments")
+        chunk = Chunk(JIRA_COMMENTS)
         for issue in issues:
             comments = [c async for c in self._issue_comments(issue)]
             now = dict(flatten_comment(issue, c) for c in comments)
@@ -272,7 +272,7 @@ class JiraSource(Source):
                     chunk.upserts[comment_id] = row
                 if len(chunk.upserts) + len(chunk.deletes) == self.spec.chunk_rows:
                     yield chunk
-                    chunk = Chunk("jira_comments")
+                    chunk = Chunk(JIRA_COMMENTS)
         if chunk.upserts or chunk.deletes:
             yield chunk
 
@@ -313,8 +313,8 @@ class JiraSource(Source):
             gone = seen.missing(list(state["issues"]))
             comments = [c for issue_id in gone for c in state["issues"].pop(issue_id)]
             for ids in _split_ids(comments, self.spec.chunk_rows):
-                yield Chunk("jira_comments", deletes=ids)
-            yield Chunk("jira_issues", keep_only=seen, cursor=_copy(state))
+                yield Chunk(JIRA_COMMENTS, deletes=ids)
+            yield Chunk(JIRA_ISSUES, keep_only=seen, cursor=_copy(state))
 
 
 def _copy(state: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from lakesync.connector_specs import SalesforceSpec
+from lakesync.connector_specs import SALESFORCE_TABLES, SalesforceSpec
 from lakesync.connectors._changes import split_rows
 from lakesync.connectors._cursor import later, parse_time
 from lakesync.connectors._http import SourceHTTPError, check, request, segment
@@ -38,7 +38,7 @@ _COMMON = {"Name": "string", "OwnerId": "string", "CreatedDate": "string"}
 _COMMON |= {"LastModifiedDate": "string"}
 OBJECTS: dict[str, tuple[str, dict[str, str]]] = {
     "Account": (
-        "sf_accounts",
+        SALESFORCE_TABLES["Account"],
         _COMMON
         | {
             "Type": "string",
@@ -50,7 +50,7 @@ OBJECTS: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
     "Contact": (
-        "sf_contacts",
+        SALESFORCE_TABLES["Contact"],
         _COMMON
         | {
             "FirstName": "string",
@@ -62,7 +62,7 @@ OBJECTS: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
     "Opportunity": (
-        "sf_opportunities",
+        SALESFORCE_TABLES["Opportunity"],
         _COMMON
         | {
             "StageName": "string",
@@ -75,7 +75,7 @@ OBJECTS: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
     "Lead": (
-        "sf_leads",
+        SALESFORCE_TABLES["Lead"],
         _COMMON
         | {
             "FirstName": "string",
