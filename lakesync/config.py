@@ -105,8 +105,8 @@ class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """
 
     catalog_uri: str | None = None
-    """``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``."""
-    """Unset: ``jdbc:sqlite:`` on ``catalog.db`` in the data dir."""
+    """``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``; unset: ``jdbc:sqlite:`` on
+    ``catalog.db`` in the data dir."""
     catalog_user: str | None = None
     """User of a PostgreSQL catalog."""
     catalog_password: str | None = None

@@ -378,7 +378,7 @@ def connector_tables(spec: ConnectorSpec) -> list[str]:
             return [JIRA_ISSUES, *([JIRA_COMMENTS] if spec.comments else []),
                     *([JIRA_PROJECTS] if spec.projects else [])]
         case SalesforceSpec():
-            return list(SALESFORCE_TABLES.values())
+            return [SALESFORCE_TABLES[o] for o in spec.objects]
         case PostgresCdcSpec():
             return list(spec.tables.values())
         case TableReadSpec() | CloudWatchLogsSpec():

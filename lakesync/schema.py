@@ -212,10 +212,10 @@ def evolve(old: TableSchema, new: TableSchema) -> TableSchema:
 def widened(stored: TableSchema, new: TableSchema) -> TableSchema:
     """``stored`` with the columns only ``new`` has appended and ``new``'s type for the ones
     both have (so :func:`evolve` still refuses a type change); ``new``'s options."""
-    by_name = {c.name: c for c in new.columns}
-    have = {c.name for c in stored.columns}
-    columns = [by_name.get(c.name, c) for c in stored.columns]
-    columns += [c for c in new.columns if c.name not in have]
+    by_name = {c.name.lower(): c for c in new.columns}  # names fold case, as everywhere
+    have = {c.name.lower() for c in stored.columns}
+    columns = [by_name.get(c.name.lower(), c) for c in stored.columns]
+    columns += [c for c in new.columns if c.name.lower() not in have]
     return msgspec.structs.replace(new, columns=columns)
 
 

@@ -41,7 +41,10 @@ def serve_in_thread(app: Any) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, port=port, log_config=None, access_log=False))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
+    deadline = time.monotonic() + 60
     while not server.started:
+        # uvicorn exits its thread when it cannot bind: fail instead of waiting for ever.
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.01)
     try:
         yield f"http://127.0.0.1:{port}"

@@ -47,10 +47,12 @@ def create_app(
     store: HotLog | None = None,
     flusher: Flusher | None = None,
     shipping: DestinationMetrics | None = None,
+    declared_applied: bool = False,
 ) -> Litestar:
     """Build the gateway app. Without ``store`` it opens (and closes) the one the settings
     name; ``flusher(gw)``, if given, serves ``POST /v1/admin/flush/{gw}``; ``shipping`` (the
-    scheduled pipeline's destination counters) is shown on ``/metrics``."""
+    scheduled pipeline's destination counters) is shown on ``/metrics``; the declared
+    configuration is applied at start unless ``declared_applied`` (the caller did)."""
     metrics_ = GatewayMetrics(by_gateway=settings.metrics_gateway_labels)
     if shipping is not None:
         metrics_.registry.register(shipping)
@@ -68,9 +70,12 @@ def create_app(
             settings.ws_max_connections_per_gateway,
             settings.ws_max_connections_per_client,
         )
-        # `lakesync up` has applied and checked them before serving (a refused start is then
-        # one error line); this applies them for apps built on their own, and is idempotent.
-        await anyio.to_thread.run_sync(apply_declared, hot, settings.gateways, settings.connectors)
+        if not declared_applied:
+            # `lakesync up` applies and checks the declared config before serving (a refused
+            # start is then one error line); an app built on its own applies it here.
+            await anyio.to_thread.run_sync(
+                apply_declared, hot, settings.gateways, settings.connectors
+            )
         service = SyncService(hot, settings, metrics_, hub)
         app.state.service = service
         connectors = ConnectorService(

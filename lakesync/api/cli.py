@@ -58,7 +58,8 @@ def up(
         apply_declared(store, settings.gateways, settings.connectors)  # a mistake: exit 2
         shipping = DestinationMetrics()  # the scheduled runs' counts, on /metrics
         flusher = stack.enter_context(lake_jobs(settings, store, cfg, shipping))
-        app = create_app(settings, store=store, flusher=flusher, shipping=shipping)
+        app = create_app(settings, store=store, flusher=flusher, shipping=shipping,
+                         declared_applied=True)
         _serve(app, settings, cfg, host, port)
 
 

@@ -94,20 +94,16 @@ def run_command(
     summary.add_row("models", str(len(result.models)))
     summary.add_row("landing position", "none" if result.position is None else str(result.position))
     summary.add_row("time", f"{result.elapsed_s:.1f} s")
-    for table, why in result.failed.items():
-        summary.add_row(f"[red]not built[/red] {table}", why)
-    for model, why in result.failed_change_sets.items():
-        summary.add_row(f"[red]not built[/red] {model}", why)
+    for failure in result.failures:
+        summary.add_row("[red]not built[/red]", failure)
     Console().print(summary)
     if cfg.destinations:
         # The tables built ship; those not built are reported failed (and make it exit 1).
         ship(settings, cfg, not_built=result.failed)
-    failed = [f"{n}: {why}" for n, why in (*result.failed.items(),
-                                          *result.failed_change_sets.items())]
-    if failed:
+    if result.failures:
         raise PipelineError(
-            f"{len(failed)} tables or change sets were not built (the others were built and "
-            f"shipped): {'; '.join(failed)}"
+            f"{len(result.failures)} tables or change sets were not built (the others were "
+            f"built and shipped): {'; '.join(result.failures)}"
         )
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -448,11 +447,8 @@ class JiraActions(ActionHandler):
             page = await self._send("GET", path, params=query) or {}
             comments = page.get("comments", [])
             for comment in comments:
-                marks = {
-                    (p.get("key"), json.dumps(p.get("value"), sort_keys=True))
-                    for p in comment.get("properties", [])
-                }
-                if (ACTION_PROPERTY, json.dumps({"key": key})) in marks:
+                if any(p.get("key") == ACTION_PROPERTY and p.get("value") == {"key": key}
+                       for p in comment.get("properties", [])):
                     return _ids(comment)
             last = start + len(comments) >= page.get("total", 0)
             guard.page((str(c.get("id")) for c in comments), last)

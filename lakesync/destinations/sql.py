@@ -100,7 +100,6 @@ class SqlDestination(Destination):
             ) from None
         self._bookkept = False
         # psycopg decodes json/jsonb itself; PyMySQL hands JSON over as text.
-        self._json_decoded = dialect == "postgres"
 
     def layout(
         self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
@@ -210,7 +209,7 @@ class SqlDestination(Destination):
 
     def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
         rows = self._query(st.select_rows(layout, self.dialect), {}, f"reading {layout.table!r}")
-        return [normalise_row(layout, r, json_decoded=self._json_decoded) for r in rows]
+        return [normalise_row(layout, r, json_decoded=self.dialect == "postgres") for r in rows]
 
     def read_changes(
         self, layout: TableLayout, since: datetime, limit: int | None = None
@@ -223,7 +222,7 @@ class SqlDestination(Destination):
             st.select_changes(layout, self.dialect, limit is not None), params,
             f"reading changes of {layout.table!r}",
         )
-        return [normalise_row(layout, r, json_decoded=self._json_decoded) for r in rows]
+        return [normalise_row(layout, r, json_decoded=self.dialect == "postgres") for r in rows]
 
     def evict(
         self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None

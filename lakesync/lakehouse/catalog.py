@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 LANDING_IDENTIFIER = f"{LANDING_NAMESPACE}.{LANDING_TABLE}"
+ROWS_MERGED_IDENTIFIER = f"{LANDING_NAMESPACE}.int_rows_merged"
+"""The merged models' row clocks (the dbt model ``int_rows_merged``)."""
 CHANGE_KEYS = (
     "added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files"
 )

@@ -46,6 +46,7 @@ from lakesync.lakehouse.settings import (
 from lakesync.lakehouse.spark import spark_session
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
 _log = logging.getLogger(__name__)
@@ -97,12 +98,11 @@ CompactionProgress = Callable[[TableCompaction], None]
 """Called after each table with its before/after figures."""
 
 
-def maintained_tables(settings: LakeSettings) -> list[str]:
+def maintained_tables(catalog: Catalog) -> list[str]:
     """The landing table first, then every other table of the landing, ``analytics`` and
     ``lakesync_changes`` namespaces (the registry, the intermediate and the current-state models,
     the destinations' change sets: rebuilt by every run, their old snapshots expire here),
     sorted."""
-    catalog = open_catalog(settings)
     others = sorted(
         ".".join(ident)
         for namespace in (LANDING_NAMESPACE, ANALYTICS_NAMESPACE, CHANGES_NAMESPACE)
@@ -146,9 +146,8 @@ def _maintain(settings: LakeSettings, table: str) -> None:
             return
 
 
-def _maintain_one(settings: LakeSettings, name: str) -> TableCompaction:
+def _maintain_one(catalog: Catalog, settings: LakeSettings, name: str) -> TableCompaction:
     """Maintain one table and measure it; a failure is that table's, in its result."""
-    catalog = open_catalog(settings)
     files_before = bytes_before = snapshots_before = 0
     try:
         before = catalog.load_table(name)
@@ -192,8 +191,8 @@ def compact(
     # mark on the table, so the next run still rebuilds the models.
     remember_late_landings(catalog)
     done: list[TableCompaction] = []
-    for name in maintained_tables(settings):
-        table = _maintain_one(settings, name)
+    for name in maintained_tables(catalog):
+        table = _maintain_one(catalog, settings, name)
         done.append(table)
         if on_progress is not None:
             on_progress(table)

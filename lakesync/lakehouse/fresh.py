@@ -27,11 +27,11 @@ import msgspec
 
 from lakesync.canonical import canonical_json
 from lakesync.delta import ColumnValue, RowDelta
-from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, landing_state
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ROWS_MERGED_IDENTIFIER, landing_state
 from lakesync.lakehouse.checkpoints import covered_by, lake_rows
 from lakesync.lakehouse.landing import HotLogSource
 from lakesync.lakehouse.models import table_columns
-from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
+from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LakeSettings
 from lakesync.merge import RowState, apply_delta
 from lakesync.spark_udfs.decode import (
     hlc_to_timestamp,
@@ -57,7 +57,6 @@ _DECODE = {
 }
 _SQL_TYPE = {"string": "VARCHAR", "number": "DOUBLE", "boolean": "BOOLEAN", "json": "VARCHAR"}
 _cells = msgspec.json.Decoder(list[ColumnValue])
-_MERGED_ROWS = f"{LANDING_NAMESPACE}.int_rows_merged"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +88,7 @@ def _positions(pinned: Mapping[str, PinnedTable]) -> _Positions:
     gap). ``int_rows_merged`` was loaded before the other models
     (:func:`lakesync.lakehouse.query.connect`), so they hold at least what it says is covered;
     more is harmless (merging is idempotent)."""
-    rows = pinned.get(_MERGED_ROWS)
+    rows = pinned.get(ROWS_MERGED_IDENTIFIER)
     covered = None if rows is None else covered_by(rows.table)
     merged, merged_held = (None, {}) if covered is None else covered
     landing = pinned.get(LANDING_IDENTIFIER)
@@ -130,17 +129,12 @@ def _model_rows(
 ) -> dict[Key, tuple[RowState, int]]:
     """The merged models' state of the rows ``keys`` names and of every row of ``tables``
     (rows they lack are left out)."""
-    if not con.execute(
-        "select 1 from duckdb_views() where schema_name = ? and view_name = 'int_rows_merged'",
-        [LANDING_NAMESPACE],
-    ).fetchall():
-        return {}
     gateways = {gw for gw, _, _ in keys}
     if tables:
         gateways.update(
             gw
             for (gw,) in con.execute(
-                f"select distinct gateway_id from {_MERGED_ROWS}"
+                f"select distinct gateway_id from {ROWS_MERGED_IDENTIFIER}"
                 " where list_contains(?, table_name)",
                 [sorted(tables)],
             ).fetchall()
@@ -173,7 +167,7 @@ def freshen(
     unbuilt = {t for t, table in stored.items() if table is None}
     deltas = _unmerged(con, at, LANDING_IDENTIFIER in pinned, log)
     keys = {(gw, d.table, d.row_id) for gw, _, d in deltas}
-    states = _model_rows(con, keys, unbuilt)
+    states = _model_rows(con, keys, unbuilt) if ROWS_MERGED_IDENTIFIER in pinned else {}
     fresh = {k: v for k, v in states.items() if k[1] in unbuilt}
     for gw, ingest, d in deltas:
         key = (gw, d.table, d.row_id)

@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from lakesync.destinations.base import TieringMark
 from lakesync.hlc import encode
-from lakesync.lakehouse.settings import LANDING_NAMESPACE
+from lakesync.lakehouse.catalog import ROWS_MERGED_IDENTIFIER
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
 __all__ = ["aged_rows", "cutoff_hlc"]
 
-ROWS_MERGED = f"{LANDING_NAMESPACE}.int_rows_merged"
 
 
 def cutoff_hlc(before: datetime) -> int:
@@ -57,10 +56,10 @@ def aged_rows(
     # EqualTo's own __init__ takes (term, literal); mypy sees pydantic's field signature instead.
     equal: Any = EqualTo
 
-    if not catalog.table_exists(ROWS_MERGED):
+    if not catalog.table_exists(ROWS_MERGED_IDENTIFIER):
         return []
     rows = (
-        catalog.load_table(ROWS_MERGED)
+        catalog.load_table(ROWS_MERGED_IDENTIFIER)
         .scan(
             row_filter=And(equal("gateway_id", gateway_id), equal("table_name", table)),
             selected_fields=("row_id", "write_hlc", "delete_hlc", "last_ingest_hlc"),

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakesync.errors import NotFoundError
-from lakesync.lakehouse.catalog import open_catalog, require_lake
+from lakesync.lakehouse.catalog import ROWS_MERGED_IDENTIFIER, open_catalog, require_lake
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 
 if TYPE_CHECKING:
@@ -103,7 +103,6 @@ class PinnedTable:
     scan: str
 
 
-_MERGED_ROWS = f"{LANDING_NAMESPACE}.int_rows_merged"
 
 
 def _connect(
@@ -120,7 +119,7 @@ def _connect(
     idents = [ident for ns in catalog.list_namespaces() for ident in catalog.list_tables(ns)]
     # The merged rows first: a fresh read takes the position they cover as merged, and every
     # model view loaded after them is at least that new (lakehouse.fresh).
-    idents.sort(key=lambda ident: ".".join(ident) != _MERGED_ROWS)
+    idents.sort(key=lambda ident: ".".join(ident) != ROWS_MERGED_IDENTIFIER)
     loaded = {".".join(ident): catalog.load_table(ident) for ident in idents}
     known = sorted(loaded)
     unknown = sorted(set(snapshots) - set(known))

@@ -111,6 +111,13 @@ class PipelineResult:
     failed_change_sets: dict[str, str] = field(default_factory=dict)
     """Change-set models that failed, and why (shipping rebuilds them or reports them)."""
 
+    @property
+    def failures(self) -> list[str]:
+        """One line per table and change set this run did not build, and why."""
+        return [*(f"table {t} not built: {why}" for t, why in self.failed.items()),
+                *(f"change set {m} not built: {why}"
+                  for m, why in self.failed_change_sets.items())]
+
 
 def registered_table_schemas(
     settings: LakeSettings, config: Config | None = None
@@ -334,11 +341,12 @@ def run_pipeline(
     settings = settings or LakeSettings.from_env(data_dir)
     config = config or load_config()
     bootstrap(settings)
-    tables, failed = lake_tables(
+    tables, unbuildable = lake_tables(
         registered_table_schemas(settings, config) if schemas is None else schemas
     )
-    for table, why in failed.items():
+    for table, why in unbuildable.items():
         _log.error("table %s is not built: %s", table, why)
+    failed = dict(unbuildable)
     generated_dir = prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
     generated = write_models(generated_dir, tables)
     change_sets = planned_change_sets(settings, config, tables)
@@ -401,9 +409,11 @@ def run_pipeline(
             rebuild += ["--exclude", *(f"{name}+" for name in marks.unreadable)]
         build(rebuild)
 
-    # A table that failed (its model or its data tests) leaves the covered position where it
-    # was, so the next run checks the same increment again instead of passing over it.
-    _mark_consumed(settings, landing_seq, None if failed else covered)
+    # A table whose model or data tests failed leaves the covered position where it was, so
+    # the next run checks the same increment again instead of passing over it. A table the
+    # lake cannot build at all (a reserved name) has no model to check: it must not hold the
+    # position back for good.
+    _mark_consumed(settings, landing_seq, None if failed.keys() - unbuildable.keys() else covered)
     drop_undeclared(settings, spark, change_sets)
     after = _snapshots(settings, list(tables))
     # A MERGE that matched nothing still commits an empty snapshot: count only real changes.

@@ -149,8 +149,7 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
                   f"failed: {s.error}" if s.error else "ok")
     # One table's failure is that table's: the others were built and shipped; the reply names
     # each failed table once (a table not built is not shipped either).
-    failed = [f"table {t} not built: {why}" for t, why in result.failed.items()]
-    failed += [f"change set {m} not built: {why}" for m, why in result.failed_change_sets.items()]
+    failed = result.failures
     failed += [f"shipping {s.destination}/{s.table}: {s.error}" for s in shipped
                if s.error and s.table not in result.failed]
     return RunReply(

@@ -191,7 +191,7 @@ def test_cloudwatch_logs_killed_mid_poll(tmp_path: Path) -> None:
     group.put("web-1", [{"level": "ERROR", "n": i} for i in range(600)])
     group.put("web-2", [f"plain {i}" for i in range(200)])
     with LogsProxy(group.endpoint) as proxy:
-        proxy.delay = 0.1  # a poll long enough to be killed in
+        proxy.delay = 0.5  # a poll long enough to be killed in, on a loaded machine too
         declared = {"kind": "cloudwatch_logs", "interval": 3600, "log_groups": [group.name]}
         declared |= {"endpoint": proxy.url, "region": "us-east-1", "parse": "json"}
         declared |= {"access_key_id": "test", "secret_access_key": "test", "chunk_rows": 20}

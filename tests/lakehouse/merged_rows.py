@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
+from lakesync.lakehouse.catalog import ROWS_MERGED_IDENTIFIER as ROWS_MERGED
 from lakesync.lakehouse.catalog import open_catalog
-from lakesync.lakehouse.lifecycle import ROWS_MERGED
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 
 RowClocks = tuple[str, str, str, int | None, int | None]

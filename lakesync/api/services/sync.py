@@ -187,7 +187,7 @@ class SyncService:
             raise BackpressureError("the gateway is shutting down; retry on another instance")
         if not deltas:
             return PushResult(await _run(self.store.head), 0, [])
-        rules, result = await _run(self._check_and_append, gateway_id, claims, deltas)
+        result = await _run(self._check_and_append, gateway_id, claims, deltas)
         self.metrics.count(gateway_id, "pushes")
         self.metrics.count(gateway_id, "deltas", len(result.stored))
         if not result.stored or self.hub.count_for(gateway_id) == 0:
@@ -199,11 +199,12 @@ class SyncService:
         for e in result.stored:
             later.setdefault((e.delta.table, e.delta.row_id), []).append((end, e.delta))
         history = {key: (before, later.get(key, [])) for key, before in result.before.items()}
+        assert result.rules is not None  # an append that stored entries read them
         self.hub.publish(
             gateway_id,
             result.stored,
             result.rows,
-            rules,
+            result.rules,
             origin,
             self.snapshots(gateway_id),
             history,
@@ -212,7 +213,7 @@ class SyncService:
 
     def _check_and_append(
         self, gateway_id: str, claims: Mapping[str, Any], deltas: Sequence[RowDelta]
-    ) -> tuple[RulesRecord, AppendResult]:
+    ) -> AppendResult:
         """Check a batch against the schemas, the clock and the backpressure limit, then append
         it, the append judging its write access under the writers' lock: the store calls of a
         push in one worker-thread call, not one each."""
@@ -223,13 +224,12 @@ class SyncService:
                 check_delta(schema, d)
         # Drift check and clock merge: ingest stamps then exceed every client HLC in the batch.
         self.clock.recv(max(d.hlc for d in deltas))
-        rules = self.store.get_rules(gateway_id)
         limit = self.settings.backpressure_bytes
         if limit > 0 and self.store.unflushed_bytes() > limit:
             raise BackpressureError(
                 "the hot log is over its un-flushed size limit; retry after the next flush"
             )
-        return rules, self.store.append(gateway_id, list(deltas), _write_access(claims, deltas))
+        return self.store.append(gateway_id, list(deltas), _write_access(claims, deltas))
 
     # -- pull -----------------------------------------------------------------------------------
     async def pull(
@@ -382,14 +382,16 @@ class SyncService:
         """Register or evolve (additively) a table schema, in one atomic read-modify-write so
         concurrent evolutions never drop each other's columns (the later one is refused)."""
         rules = (await _run(self.store.get_rules, gateway_id)).rules
-        others = await self.schemas(gateway_id)
+        # Only the first schema of a gateway whose rules were set while it had none can leave
+        # them naming what no schema has: adding tables or columns to a gateway cannot.
+        first = rules is not None and not await self.schemas(gateway_id)
 
         def change(old: dict[str, Any] | None) -> dict[str, Any]:
             new = schema if old is None else evolve(parse_schema(old, stored=True), schema)
+            if not first:
+                return schema_to_wire(new)
             try:
-                # Only the first schema of a gateway whose rules were set while it had none can
-                # leave them naming what no schema has: adding tables or columns cannot.
-                check_rules(rules, {**others, new.table: new}, self._connector_tables(gateway_id))
+                check_rules(rules, {new.table: new}, self._connector_tables(gateway_id))
             except SchemaError as exc:
                 raise SchemaError(
                     f"cannot register {new.table!r}: the gateway's sync rules, set while it had "

@@ -320,7 +320,8 @@ class SqlHotLog(HotLog, Generic[C]):
             return AppendResult([], len(deltas), last)
         keys = touched_keys(new)
         states = {k: r.state for k, r in self._rows(conn, gw, keys).items()}
-        rules = self._current_rules(conn, gw)
+        record = self._rules_record(conn, gw)
+        rules = record.rules
         if check is not None:
             check(rules, new, states)
         first = next_ingest(self.clock, last)
@@ -361,7 +362,7 @@ class SqlHotLog(HotLog, Generic[C]):
         head = entries[-1].ingest_hlc
         self._appended(conn, gw, first - 1, head)
         rows = {k: RowRecord(states[k], last_ingest[k]) for k in keys}
-        return AppendResult(entries, len(deltas), head, rows, before)
+        return AppendResult(entries, len(deltas), head, rows, before, record)
 
     # -- pull -----------------------------------------------------------------------------------
     def read_page(self, gateway_id: str, after: int, limit: int, with_rows: bool) -> Page:
@@ -485,11 +486,11 @@ class SqlHotLog(HotLog, Generic[C]):
         self._execute_many(conn, INSERT_TRIMMED_WRITER, sorted(writers))
 
     # -- the filter-column index ----------------------------------------------------------------
-    def _current_rules(self, conn: C, gw: str) -> SyncRules | None:
-        """The current rules of ``gw``, which its index follows (None: it has none, nothing is
-        indexed)."""
-        raw = self._fetch(conn, "SELECT rules FROM gateway_rules WHERE gw = ?", (gw,))
-        return self._rules(raw[0][0]) if raw else None
+    def _rules_record(self, conn: C, gw: str) -> RulesRecord:
+        """The current rules of ``gw`` (which its index follows; None: it has none, nothing is
+        indexed) and their stamp."""
+        raw = self._fetch(conn, "SELECT rules, stamp FROM gateway_rules WHERE gw = ?", (gw,))
+        return RulesRecord(self._rules(raw[0][0]), int(raw[0][1])) if raw else RulesRecord(None, 0)
 
     def _rules(self, raw: bytes | str | memoryview | None) -> SyncRules | None:
         """A stored rules document, parsed once per distinct body (every push reads them)."""
@@ -785,10 +786,7 @@ class SqlHotLog(HotLog, Generic[C]):
     def get_rules(self, gateway_id: str) -> RulesRecord:
         """See :meth:`HotLog.get_rules`."""
         with self._connection() as conn:
-            raw = self._fetch(
-                conn, "SELECT rules, stamp FROM gateway_rules WHERE gw = ?", (gateway_id,)
-            )
-        return RulesRecord(self._rules(raw[0][0]), int(raw[0][1])) if raw else RulesRecord(None, 0)
+            return self._rules_record(conn, gateway_id)
 
     def set_rules(self, gateway_id: str, rules: SyncRules | None) -> RulesRecord:
         """See :meth:`HotLog.set_rules`."""

@@ -55,13 +55,22 @@ class LogEntry(NamedTuple):
     delta: RowDelta
 
 
+class RulesRecord(msgspec.Struct, frozen=True):
+    """A gateway's sync rules (None = everything visible) and the ingest stamp of their last
+    change (0 = rules were never set)."""
+
+    rules: SyncRules | None
+    stamp: int
+
+
 class AppendResult(msgspec.Struct, frozen=True):
     """Outcome of an atomic push append.
 
     ``stored`` are the newly stored entries (known deltaIds are skipped), ``accepted`` counts
     stored plus duplicates, ``head`` is the store's ingest head after the append and ``rows``
     holds the merged state after the append of every row a new delta touched, ``before`` its
-    state before (an empty state for a new row).
+    state before (an empty state for a new row); ``rules`` are the gateway's rules the append
+    judged and indexed under (read in its transaction).
     """
 
     stored: list[LogEntry]
@@ -69,6 +78,7 @@ class AppendResult(msgspec.Struct, frozen=True):
     head: int
     rows: dict[RowKey, RowRecord] = msgspec.field(default_factory=dict)
     before: dict[RowKey, RowState] = msgspec.field(default_factory=dict)
+    rules: RulesRecord | None = None
 
 
 class Page(msgspec.Struct, frozen=True):
@@ -79,14 +89,6 @@ class Page(msgspec.Struct, frozen=True):
     rows: dict[RowKey, RowRecord]
     head: int
     has_more: bool
-
-
-class RulesRecord(msgspec.Struct, frozen=True):
-    """A gateway's sync rules (None = everything visible) and the ingest stamp of their last
-    change (0 = rules were never set)."""
-
-    rules: SyncRules | None
-    stamp: int
 
 
 class CheckpointInfo(msgspec.Struct, frozen=True):
