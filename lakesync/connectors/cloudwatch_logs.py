@@ -34,6 +34,7 @@ from botocore.exceptions import ClientError
 
 from lakesync.connector_specs import CloudWatchLogsSpec, parse_start
 from lakesync.connectors._changes import Chunk
+from lakesync.connectors._paging import PageGuard
 from lakesync.connectors.base import Source
 from lakesync.delta import validate_identifier
 from lakesync.errors import LakeSyncError
@@ -45,7 +46,6 @@ __all__ = [
     "BASE_COLUMNS",
     "MAX_FIELDS",
     "CloudWatchLogsSource",
-    "LogsPagingError",
     "RetentionWindow",
     "event_row",
 ]
@@ -71,10 +71,6 @@ ATTEMPTS = 8
 RETRIED = frozenset({"ThrottlingException", "ServiceUnavailableException"})
 
 _TIME_DIGITS = 13  # epoch milliseconds, zero-padded: row ids sort by event time
-
-
-class LogsPagingError(Exception):
-    """``FilterLogEvents`` handed out a ``nextToken`` it had already given in the same read."""
 
 
 def _iso(ms: int | None) -> str | None:
@@ -234,7 +230,9 @@ class CloudWatchLogsSource(Source):
         token = state.get("token")
         since = int(state["since"]) if token else self._since(state, first, cutoff)
         high = state.get("high")
-        seen: set[str] = set()
+        # Only follow(): FilterLogEvents may answer an empty page that has a nextToken.
+        guard = PageGuard(f"log group {group!r}")
+        resumed = bool(token)  # a stored token, which the server may have let expire
         while True:
             args: dict[str, Any] = {
                 "logGroupName": group,
@@ -250,11 +248,11 @@ class CloudWatchLogsSource(Source):
             try:
                 page = await self._page(args)
             except ClientError as exc:
-                if not (token and not seen and _code(exc) == "InvalidParameterException"):
+                if not (resumed and _code(exc) == "InvalidParameterException"):
                     raise
                 # A stored token no longer accepted (they expire): read from ``since`` again.
                 _log.warning("log group %s: stored nextToken refused; reading again", group)
-                token = None
+                token, resumed = None, False
                 continue
             chunk = Chunk(self.spec.table)
             for event in page.get("events", []):
@@ -267,13 +265,10 @@ class CloudWatchLogsSource(Source):
                 high = ts if high is None else max(high, ts)
                 row_id, row = event_row(group, event)
                 chunk.upserts[row_id] = row | self._extracted(row["message"], chunk)
+            resumed = False
             token = page.get("nextToken")
-            if token in seen:
-                raise LogsPagingError(
-                    f"log group {group!r}: FilterLogEvents repeated a nextToken; poll ended"
-                )
             if token:
-                seen.add(token)
+                guard.follow(token)
                 reads[key] = {"since": since, "token": token, **_high(high)}
             else:
                 reads[key] = {"high": high} if high is not None else {"since": since}

@@ -17,10 +17,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from lakesync.connector_specs import CloudWatchLogsSpec, parse_connector
+from lakesync.connectors import PagingError
 from lakesync.connectors.cloudwatch_logs import (
     ATTEMPTS,
     CloudWatchLogsSource,
-    LogsPagingError,
     RetentionWindow,
 )
 from tests.connectors.conftest import GatewayUnderTest, require_cloudwatch
@@ -163,7 +163,7 @@ def test_a_repeated_next_token_ends_the_poll(
 ) -> None:
     group.put("web-1", [f"event {i}" for i in range(30)])
     proxy.repeat_token = True
-    with pytest.raises(LogsPagingError, match="repeated a nextToken"):
+    with pytest.raises(PagingError, match="repeats an earlier next-page token"):
         gateway.poll(source(group.spec(proxy.url, chunk_rows=10)))
     assert proxy.calls == 2  # the second page named the first's token again: no third call
 

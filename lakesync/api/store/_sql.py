@@ -461,14 +461,13 @@ class SqlHotLog(HotLog, Generic[C]):
         )
         return {(str(t), str(r)): decode_state(st) for t, r, st in raw}
 
-    def _keep_trimmed(self, conn: C, gw: str, bound: int) -> None:
-        """Keep what the log entries of ``gw`` up to ``bound`` (about to be trimmed) still tell:
-        each row's state merged from them (where :meth:`row_history` starts) and which clients
-        wrote which rows (a checkpoint evicts those, :meth:`rows_written_among`)."""
+    def _keep_trimmed(self, conn: C, gw: str, bodies: Sequence[Any]) -> None:
+        """Keep what the log entries of ``gw`` about to be trimmed (their ``bodies``, in ingest
+        order) still tell: each row's state merged from them (where :meth:`row_history` starts)
+        and which clients wrote which rows (a checkpoint evicts those,
+        :meth:`rows_written_among`)."""
         deltas: dict[RowKey, list[RowDelta]] = {}
-        for (body,) in self._fetch(
-            conn, "SELECT body FROM log WHERE gw = ? AND ingest <= ? ORDER BY ingest", (gw, bound)
-        ):
+        for body in bodies:
             d = decode_delta(body)
             deltas.setdefault((d.table, d.row_id), []).append(d)
         if not deltas:
@@ -756,16 +755,18 @@ class SqlHotLog(HotLog, Generic[C]):
             if cp is None:
                 return 0
             bound = min(upto, cp.position, self._counter(conn, "flushed"))
+            # Ingest stamps are unique: these are exactly the entries up to the bound below.
             raw = self._fetch(
                 conn,
-                "SELECT ingest FROM log WHERE gw = ? AND ingest <= ? ORDER BY ingest LIMIT ?",
+                "SELECT ingest, body FROM log WHERE gw = ? AND ingest <= ? ORDER BY ingest"
+                " LIMIT ?",
                 (gateway_id, bound, limit),
             )
             if len(raw) == limit:
                 bound = int(raw[-1][0])
             if bound <= cp.trimmed:
                 return 0
-            self._keep_trimmed(conn, gateway_id, bound)
+            self._keep_trimmed(conn, gateway_id, [body for _, body in raw])
             # The horizon moves in the same transaction as the deletion: a pull that read before
             # it and checks the horizon after its read never misses what was deleted.
             self._execute(

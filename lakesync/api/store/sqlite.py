@@ -164,21 +164,14 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
         self, conn: sqlite3.Connection, gw: str, client_id: str, keys: Sequence[RowKey]
     ) -> set[RowKey]:
         # SQLite probes the row index (gw, tbl, row_id) for each id of an IN list.
-        by_table: dict[str, list[str]] = {}
-        for t, r in keys:
-            by_table.setdefault(t, []).append(r)
-        found: set[RowKey] = set()
-        for t, ids in by_table.items():
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                for (r,) in conn.execute(
-                    "SELECT DISTINCT row_id FROM log WHERE gw = ? AND tbl = ?"
-                    f" AND row_id IN ({marks}) AND client_id = ?",
-                    (gw, t, *chunk, client_id),
-                ):
-                    found.add((t, str(r)))
-        return found
+        rows = self._by_keys(
+            conn,
+            "SELECT DISTINCT tbl, row_id FROM log WHERE gw = ? AND client_id = ?"
+            " AND tbl = ? AND row_id IN",
+            (gw, client_id),
+            keys,
+        )
+        return {(str(t), str(r)) for t, r in rows}
 
     # -- lifecycle ------------------------------------------------------------------------------
     def ping(self) -> None:
