@@ -33,7 +33,7 @@ from typing import Any
 
 import msgspec
 
-from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta, delta_id
+from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta
 from lakesync.proto import lakesync_pb2 as pb
 from lakesync.rules import visible
 from lakesync.views import Reader, RowKey, RowRecord, row_state_deltas, whole_row_snapshot
@@ -70,10 +70,8 @@ def _fields(deltas: Sequence[RowDelta]) -> bytes:
 
 
 def _eviction(table: str, row_id: str, base: int) -> bytes:
-    """A view eviction at ``base`` as an encoded ``SyncResponse.deltas`` field: built directly,
-    as its table and row id were checked when the row was ingested (one per row served)."""
-    did = delta_id(VIEW_EVICTION_CLIENT, base, table, row_id, ())
-    return _fields([RowDelta("DELETE", table, row_id, VIEW_EVICTION_CLIENT, (), base, did)])
+    """A view eviction at ``base`` as an encoded ``SyncResponse.deltas`` field."""
+    return _fields([RowDelta.of_stored("DELETE", table, row_id, VIEW_EVICTION_CLIENT, {}, base)])
 
 
 def _stored(key: RowKey, rec: RowRecord) -> _Row:

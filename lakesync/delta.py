@@ -163,6 +163,17 @@ class RowDelta(msgspec.Struct, frozen=True, gc=False):
         did = _identity_id(client_id, hlc, table, row_id, [(c.column, c.value) for c in cols])
         return cls(op, table, row_id, client_id, cols, hlc, did)
 
+    @classmethod
+    def of_stored(
+        cls, op: Op, table: str, row_id: str, client_id: str, columns: Mapping[str, Any], hlc: int
+    ) -> RowDelta:
+        """A delta of what the gateway already holds (a row's merged cells, a view eviction or
+        entry): its names and values were checked when they were ingested, so only the deltaId
+        is computed (serving builds one per row served)."""
+        cols = tuple(ColumnValue(k, v) for k, v in columns.items())
+        did = _identity_id(client_id, hlc, table, row_id, [(c.column, c.value) for c in cols])
+        return cls(op, table, row_id, client_id, cols, hlc, did)
+
     def values(self) -> dict[str, Any]:
         """The delta's columns as a ``{column: value}`` dict."""
         return {c.column: c.value for c in self.columns}

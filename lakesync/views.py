@@ -59,7 +59,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from lakesync.canonical import canonical_json
-from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT, RowDelta
+from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT, Op, RowDelta
 from lakesync.merge import Clock, RowState, apply_delta
 from lakesync.rules import SyncRules, visible
 
@@ -222,10 +222,10 @@ def whole_row_snapshot(
     """A row snapshot for a client without view evictions: an eviction at ``base``, then, when
     the row is shown (``values``, its visible columns, not None), an ``INSERT`` of all of them
     at ``base`` from :data:`~lakesync.delta.VIEW_ENTRY_CLIENT`. See the module docstring."""
-    eviction = RowDelta.create("DELETE", table, row_id, VIEW_EVICTION_CLIENT, {}, base)
+    eviction = RowDelta.of_stored("DELETE", table, row_id, VIEW_EVICTION_CLIENT, {}, base)
     if values is None:
         return [eviction]
-    return [eviction, RowDelta.create("INSERT", table, row_id, VIEW_ENTRY_CLIENT, values, base)]
+    return [eviction, RowDelta.of_stored("INSERT", table, row_id, VIEW_ENTRY_CLIENT, values, base)]
 
 
 def row_state_deltas(table: str, row_id: str, state: RowState, shown: bool) -> list[RowDelta]:
@@ -235,12 +235,11 @@ def row_state_deltas(table: str, row_id: str, state: RowState, shown: bool) -> l
     out = []
     tomb = state.tombstone
     if tomb is not None and (shown or not state.live):
-        out.append(RowDelta.create("DELETE", table, row_id, tomb[1], {}, tomb[0]))
+        out.append(RowDelta.of_stored("DELETE", table, row_id, tomb[1], {}, tomb[0]))
     if shown:
         for i, ((hlc, client), cells) in enumerate(_groups(state)):
-            out.append(
-                RowDelta.create("INSERT" if i == 0 else "UPDATE", table, row_id, client, cells, hlc)
-            )
+            op: Op = "INSERT" if i == 0 else "UPDATE"
+            out.append(RowDelta.of_stored(op, table, row_id, client, cells, hlc))
     return out
 
 
