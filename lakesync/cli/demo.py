@@ -3,7 +3,9 @@
 Starts a local gateway (``lakesync up`` in a subprocess, SQLite hot log under the data dir), has
 two offline-first clients edit the same rows (different columns, same column, a delete), syncs
 them until they converge, flushes the hot log into the Iceberg landing table, runs the dbt
-pipeline on local Spark and prints the merged ``analytics.todos`` table read back with DuckDB.
+pipeline on local Spark (:func:`lakesync.lakehouse.pipeline.run_and_ship`, as ``lakesync pipeline
+run`` does; the demo declares no destinations) and prints the merged ``analytics.todos`` table
+read back with DuckDB.
 """
 
 from __future__ import annotations
@@ -106,8 +108,9 @@ def _show(console: Console, title: str, rows: list[dict[str, Any]]) -> None:
 def run_demo(data_dir: Path) -> None:
     """Run the whole flow once under ``data_dir`` and print what each stage produced."""
     from lakesync.client import LakeSyncClient
+    from lakesync.config import load_config
+    from lakesync.lakehouse.pipeline import NodeProgress, PipelineEvent, run_and_ship
     from lakesync.lakehouse.query import run_query
-    from lakesync.lakehouse.runner import run_pipeline
     from lakesync.lakehouse.settings import LakeSettings
     from lakesync.schema import parse_schema
 
@@ -162,20 +165,25 @@ def run_demo(data_dir: Path) -> None:
         console.print(f"flushed: {reply.json()}")
 
     console.rule("4. dbt on Spark: column-level LWW merge")
+    # The lake the demo's gateway flushed into: its configuration, this data dir.
+    cfg = load_config(config)
+    settings = LakeSettings.from_config(cfg, data_dir)
     with console.status("starting Spark") as status:
 
-        def on_progress(node: str, state: str) -> None:
-            if state == "started":
-                status.update(f"dbt: {node}")
+        def on_event(event: PipelineEvent) -> None:
+            if isinstance(event, NodeProgress) and event.status == "started":
+                status.update(f"dbt: {event.node}")
 
-        result = run_pipeline(data_dir, schemas=[parse_schema(TODOS)], on_progress=on_progress)
+        result = run_and_ship(
+            settings, cfg, schemas=[parse_schema(TODOS)], observer=on_event
+        ).built
     console.print(
         f"merged {result.rows_merged} deltas, updated {', '.join(result.tables_updated) or '-'} "
         f"in {result.elapsed_s:.1f} s"
     )
     console.rule("5. analytics.todos, read with DuckDB")
     result_q = run_query(
-        LakeSettings.from_env(data_dir),
+        settings,
         f"select row_id, title, done, owner from analytics.todos "
         f"where row_id like '{run_tag}-%' order by row_id",
     )

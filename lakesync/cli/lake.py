@@ -11,16 +11,20 @@ import contextlib
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from lakesync.cli.materialise import ConfigOption, ship
+from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
 from lakesync.config import load_config
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.settings import LakeSettings
+
+if TYPE_CHECKING:
+    from lakesync.lakehouse.pipeline import PipelineEvent
+    from lakesync.lakehouse.runner import PipelineResult
 
 __all__ = ["DataDirOption", "FormatOption", "dbt_project", "pipeline_app", "query_command"]
 
@@ -50,44 +54,79 @@ def run_command(
 ) -> None:
     """Run the dbt build once: merge new landing deltas into the current-state tables, then
     ship the changes to the destinations the configuration declares."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from lakesync.lakehouse.catalog import require_lake
-    from lakesync.lakehouse.runner import PipelineError, run_pipeline
+    from lakesync.lakehouse.pipeline import run_and_ship
+    from lakesync.lakehouse.runner import PipelineError
 
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
     # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only the
     # commands that make a lake (`lakesync up`, `lakesync demo`) create one.
     require_lake(settings)
-    console = Console(stderr=True)
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,  # the spinner goes when the run ends: the summary or the error follows
-    ) as progress:
-        task = progress.add_task("starting Spark", total=None)
-        done = 0
-
-        def on_progress(node: str, status: str) -> None:
-            nonlocal done
-            if status == "started":
-                progress.update(task, description=f"{node} …")
-                return
-            done += 1
-            colour = "green" if status in ("success", "pass") else "red"
-            progress.console.print(f"  [{colour}]{status:>7}[/{colour}] {node}")
-            progress.update(task, description=f"{done} nodes done")
-
-        result = run_pipeline(
-            settings=settings,
-            config=cfg,
-            full_refresh=full_refresh,
-            tests=not no_tests,
-            on_progress=on_progress,
+    with contextlib.ExitStack() as stack:
+        run = run_and_ship(settings, cfg, full_refresh=full_refresh, tests=not no_tests,
+                           observer=_RunView(stack, ships=bool(cfg.destinations)))
+    if cfg.destinations:
+        # The tables built ship; those not built are reported failed (and make it exit 1).
+        report_shipments(run.shipped)
+    if run.built.failures:
+        raise PipelineError(
+            f"{len(run.built.failures)} tables or change sets were not built (the others were "
+            f"built and shipped): {'; '.join(run.built.failures)}"
         )
+
+
+class _RunView:
+    """What ``lakesync pipeline run`` shows while it runs: a spinner over dbt's nodes (each
+    finished one printed), the run's summary once built, then the shipping spinner."""
+
+    def __init__(self, stack: contextlib.ExitStack, ships: bool) -> None:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._stack = stack
+        self._ships = ships
+        self._progress = stack.enter_context(Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,  # the spinner goes when the build ends: the summary follows
+        ))
+        self._task = self._progress.add_task("starting Spark", total=None)
+        self._done = 0
+        self._shipping: ShippingStatus | None = None
+
+    def __call__(self, event: PipelineEvent) -> None:
+        from lakesync.lakehouse.pipeline import Built, NodeProgress
+
+        match event:
+            case NodeProgress(stage="build", node=node, status=status):
+                self._node(node, status)
+            case NodeProgress(node=node, status=status):
+                if self._shipping is not None:
+                    self._shipping.building(node, status)
+            case Built(result=result):
+                self._progress.stop()
+                _print_summary(result)
+                if not self._ships:
+                    return
+                spinner = Console(stderr=True).status("starting Spark …")
+                self._shipping = ShippingStatus(self._stack.enter_context(spinner))
+            case _:
+                if self._shipping is not None:
+                    self._shipping.shipped(event.result)
+
+    def _node(self, node: str, status: str) -> None:
+        if status == "started":
+            self._progress.update(self._task, description=f"{node} …")
+            return
+        self._done += 1
+        colour = "green" if status in ("success", "pass") else "red"
+        self._progress.console.print(f"  [{colour}]{status:>7}[/{colour}] {node}")
+        self._progress.update(self._task, description=f"{self._done} nodes done")
+
+
+def _print_summary(result: PipelineResult) -> None:
     summary = Table(title="pipeline run", show_header=False)
     summary.add_row("rows merged", str(result.rows_merged))
     summary.add_row("tables updated", ", ".join(result.tables_updated) or "none")
@@ -97,14 +136,6 @@ def run_command(
     for failure in result.failures:
         summary.add_row("[red]not built[/red]", failure)
     Console().print(summary)
-    if cfg.destinations:
-        # The tables built ship; those not built are reported failed (and make it exit 1).
-        ship(settings, cfg, not_built=result.failed)
-    if result.failures:
-        raise PipelineError(
-            f"{len(result.failures)} tables or change sets were not built (the others were "
-            f"built and shipped): {'; '.join(result.failures)}"
-        )
 
 
 @pipeline_app.command("as-of")

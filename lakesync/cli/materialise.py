@@ -1,15 +1,16 @@
 """``lakesync materialise``: ship the lake's change sets to the declared destinations.
 
-Also used by ``lakesync pipeline run``, which ships after dbt when the configuration declares
-destinations. Results print as one table; any failed destination or table makes the command
-exit 1 after the others were shipped.
+``lakesync pipeline run`` ships after dbt when the configuration declares destinations
+(:func:`lakesync.lakehouse.pipeline.run_and_ship`) and prints the same table
+(:func:`report_shipments`). Results print as one table; any failed destination or table makes
+the command exit 1 after the others were shipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -20,7 +21,20 @@ from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
 
-__all__ = ["ConfigOption", "MaterialiseError", "materialise_command", "migrate_command", "ship"]
+if TYPE_CHECKING:
+    from rich.status import Status
+
+    from lakesync.lakehouse.materialise import ShipResult
+
+__all__ = [
+    "ConfigOption",
+    "MaterialiseError",
+    "ShippingStatus",
+    "materialise_command",
+    "migrate_command",
+    "report_shipments",
+    "ship",
+]
 
 ConfigOption = Annotated[
     Path | None,
@@ -37,17 +51,27 @@ class MaterialiseError(LakeSyncError):
     status = 502
 
 
-def ship(
-    settings: LakeSettings,
-    config: Config,
-    lifecycle_only: bool = False,
-    not_built: Mapping[str, str] | None = None,
-) -> None:
+class ShippingStatus:
+    """The spinner line while shipping: the table just shipped, the change set being built."""
+
+    def __init__(self, status: Status) -> None:
+        self._status = status
+
+    def shipped(self, r: ShipResult) -> None:
+        """One table shipped to one destination."""
+        self._status.update(f"{r.destination}/{r.table} done …")
+
+    def building(self, node: str, state: str) -> None:
+        """A dbt node of a change-set rebuild started or finished."""
+        self._status.update(f"building change set {node} …" if state == "started"
+                            else f"{node}: {state} …")
+
+
+def ship(settings: LakeSettings, config: Config, lifecycle_only: bool = False) -> None:
     """Ship every declared destination (then tier those with a ``hot_window``) and print what
     happened; raise :class:`MaterialiseError` naming the failures, after shipping everything
-    else. ``lifecycle_only`` runs the tiering alone (no Spark); ``not_built`` are the tables
-    the pipeline run before failed to build (reported failed, not shipped)."""
-    from lakesync.lakehouse.materialise import ShipResult, materialise, tier
+    else. ``lifecycle_only`` runs the tiering alone (no Spark)."""
+    from lakesync.lakehouse.materialise import materialise, tier
 
     if not config.destinations:
         Console(stderr=True).print(
@@ -55,16 +79,16 @@ def ship(
         )
         return
     with Console(stderr=True).status("starting Spark …") as status:
-        def shipped(r: ShipResult) -> None:
-            status.update(f"{r.destination}/{r.table} done …")
+        show = ShippingStatus(status)
+        results = (tier(settings, config, on_result=show.shipped) if lifecycle_only
+                   else materialise(settings, config, on_result=show.shipped,
+                                    on_progress=show.building))
+    report_shipments(results, lifecycle_only)
 
-        def building(node: str, state: str) -> None:
-            status.update(f"building change set {node} …" if state == "started"
-                          else f"{node}: {state} …")
 
-        results = (tier(settings, config, on_result=shipped) if lifecycle_only
-                   else materialise(settings, config, on_result=shipped, on_progress=building,
-                                    not_built=not_built))
+def report_shipments(results: Sequence[ShipResult], lifecycle_only: bool = False) -> None:
+    """Print one row per shipped (destination, table) and a warning per fan-out secondary that
+    failed; raise :class:`MaterialiseError` naming the failed shipments (the others shipped)."""
     table = Table(title="lifecycle" if lifecycle_only else "materialise")
     for heading in ("destination", "table", "rows", "evicted", "watermark", "time", "status"):
         table.add_column(heading)

@@ -36,7 +36,7 @@ from lakesync.lakehouse.catalog import (
     remember_late_landings,
     require_lake,
 )
-from lakesync.lakehouse.runner import PipelineError, dbt_invoke
+from lakesync.lakehouse.runner import DbtInvoker, PipelineError
 from lakesync.lakehouse.settings import (
     ANALYTICS_NAMESPACE,
     CHANGES_NAMESPACE,
@@ -130,14 +130,14 @@ RACE_ATTEMPTS = 3
 _RACE_ERRORS = ("CommitFailedException", "ValidationException")
 
 
-def _maintain(settings: LakeSettings, table: str) -> None:
+def _maintain(settings: LakeSettings, table: str, dbt: DbtInvoker) -> None:
     """Run the ``lakesync_maintain_table`` macro on ``table``, again when a procedure lost a race
     with a concurrent commit: e.g. the flusher's append drops the manifest that only lists the
     files a rewrite replaced, which ``rewrite_manifests`` then fails to find (nothing changed)."""
     args = ["run-operation", "lakesync_maintain_table", "--args", json.dumps({"table": table})]
     for attempt in range(1, RACE_ATTEMPTS + 1):
         try:
-            dbt_invoke(settings, args)
+            dbt.invoke(settings, args)
         except PipelineError as exc:
             if attempt == RACE_ATTEMPTS or not any(e in exc.message for e in _RACE_ERRORS):
                 raise
@@ -146,14 +146,16 @@ def _maintain(settings: LakeSettings, table: str) -> None:
             return
 
 
-def _maintain_one(catalog: Catalog, settings: LakeSettings, name: str) -> TableCompaction:
+def _maintain_one(
+    catalog: Catalog, settings: LakeSettings, name: str, dbt: DbtInvoker
+) -> TableCompaction:
     """Maintain one table and measure it; a failure is that table's, in its result."""
     files_before = bytes_before = snapshots_before = 0
     try:
         before = catalog.load_table(name)
         files_before, bytes_before = data_files(before)
         snapshots_before = len(before.snapshots())
-        _maintain(settings, name)
+        _maintain(settings, name, dbt)
         after = catalog.load_table(name)
         files_after, bytes_after = data_files(after)
     except Exception as exc:  # dbt, Spark, pyiceberg or pyarrow: this table's, reported
@@ -173,7 +175,9 @@ def _maintain_one(catalog: Catalog, settings: LakeSettings, name: str) -> TableC
 
 
 def compact(
-    settings: LakeSettings, on_progress: CompactionProgress | None = None
+    settings: LakeSettings,
+    on_progress: CompactionProgress | None = None,
+    dbt: DbtInvoker | None = None,
 ) -> CompactionResult:
     """Maintain every table of the lake once (see the module docstring); returns the figures.
 
@@ -181,6 +185,7 @@ def compact(
     whose maintenance fails (after :data:`RACE_ATTEMPTS` runs when it lost a race with a
     concurrent commit) is reported in its :class:`TableCompaction` (``error``; see
     :attr:`CompactionResult.failures`) and the next tables are maintained all the same.
+    ``dbt`` keeps the parsed project (default: one :class:`DbtInvoker` for this compaction).
     """
     started = time.monotonic()
     require_lake(settings)
@@ -190,9 +195,10 @@ def compact(
     # Expiry may drop the snapshot of a late landing the pipeline has not merged yet: keep its
     # mark on the table, so the next run still rebuilds the models.
     remember_late_landings(catalog)
+    dbt = dbt or DbtInvoker()
     done: list[TableCompaction] = []
     for name in maintained_tables(catalog):
-        table = _maintain_one(catalog, settings, name)
+        table = _maintain_one(catalog, settings, name, dbt)
         done.append(table)
         if on_progress is not None:
             on_progress(table)

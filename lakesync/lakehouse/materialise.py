@@ -78,6 +78,8 @@ from lakesync.schema import DELETED_COLUMN, TableSchema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from lakesync.lakehouse.runner import DbtInvoker
+
 __all__ = ["ShipResult", "materialise", "tier"]
 
 _log = logging.getLogger(__name__)
@@ -115,17 +117,19 @@ def materialise(
     metrics: DestinationMetrics | None = None,
     on_progress: Callable[[str, str], None] | None = None,
     not_built: Mapping[str, str] | None = None,
+    dbt: DbtInvoker | None = None,
 ) -> list[ShipResult]:
     """Ship every declared destination's tables, then tier those with a ``hot_window``; returns
     one result per (destination, table). ``on_progress`` gets the dbt nodes of a change-set
-    rebuild (as :func:`lakesync.lakehouse.runner.dbt_invoke` reports them). ``not_built``: the
+    rebuild (as :func:`lakesync.lakehouse.runner.dbt_invoke` reports them), run by ``dbt``
+    (default: a new invoker). ``not_built``: the
     tables the pipeline run just before failed to build, with why
     (:attr:`lakesync.lakehouse.runner.PipelineResult.failed`): their current state is stale, so
     they are reported failed and not shipped; the others ship."""
     results, report = _collector(on_result)
     now = datetime.now(UTC)
     skipped = dict(not_built or {})
-    unbuilt = _build_stale_change_sets(settings, config, on_progress, skipped)
+    unbuilt = _build_stale_change_sets(settings, config, on_progress, skipped, dbt)
     for spec, dest, schema, columns in _declared_tables(settings, config, metrics, report):
         if schema.table in skipped:
             report(ShipResult(spec.name, schema.table,
@@ -150,6 +154,7 @@ def _build_stale_change_sets(
     config: Config,
     on_progress: Callable[[str, str], None] | None,
     not_built: Mapping[str, str],
+    dbt: DbtInvoker | None,
 ) -> str | None:
     """Rebuild, in one dbt invocation, the change sets not built from their destination's
     current watermark (none after a ``lakesync pipeline run`` that nothing shipped since),
@@ -172,7 +177,7 @@ def _build_stale_change_sets(
     args = ["build", "--exclude-resource-type", "unit_test", *build_vars(marks, models),
             "--select", *(f"{m.name}+" for m in stale)]
     try:
-        dbt_invoke(settings, args, on_progress)
+        dbt_invoke(settings, args, on_progress, dbt)
     except PipelineError as exc:
         _log.warning("rebuilding change sets failed: %s", exc.message)
         return exc.message

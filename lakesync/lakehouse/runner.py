@@ -4,11 +4,13 @@ The runner builds the Spark session (so dbt-spark's ``getOrCreate()`` reuses it)
 generated per-table models from the registered schemas, then calls
 ``dbtRunner().invoke(["build", ...])`` (models and data tests).
 
-dbt parses the project once per process and project state: the parsed manifest is kept (keyed by
-the per-data-dir project and a digest of every project file and of the profile's environment)
-and handed to the next invocation, so a warm process (``lakesync.lakehouse.worker``) pays dbt's
-parse only
-when a model, macro or setting changed (a new table or column rewrites a generated model).
+dbt parses the project once per project state and :class:`DbtInvoker`: the invoker keeps the
+parsed manifest (keyed by the per-data-dir project and a digest of every project file and of the
+profile's environment) and hands it to the next invocation, so a warm process
+(``lakesync.lakehouse.worker``) pays dbt's parse only when a model, macro or setting changed (a
+new table or column rewrites a generated model). The profile's settings reach dbt through
+:func:`lakesync.lakehouse.process_env.process_environment` (dbt reads them from the process
+environment only; nothing is left set afterwards).
 """
 
 from __future__ import annotations
@@ -16,10 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,7 @@ from lakesync.lakehouse.models import (
     write_change_set_models,
     write_models,
 )
+from lakesync.lakehouse.process_env import process_environment
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakesync.lakehouse.spark import spark_session
 from lakesync.schema import TableSchema
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "DbtInvoker",
     "PipelineError",
     "PipelineResult",
     "ProgressCallback",
@@ -154,28 +156,7 @@ def generate_models(
     return GeneratedModels([*generated.models, *changes], generated.changed)
 
 
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for profiles.yml only while dbt runs, then restore them, so one
-    lake's settings never leak into the next ``LakeSettings.from_env``."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
-
-
-_manifests: dict[Path, tuple[str, Any]] = {}
-"""This process's parsed dbt manifest per dbt project directory, as parsed (never handed to dbt
-itself), with the digest (:func:`_project_digest`) of the project state it was parsed from."""
-
-
-def _project_digest(settings: LakeSettings, env: dict[str, str]) -> str:
+def _project_digest(settings: LakeSettings, env: Mapping[str, str]) -> str:
     """A digest of what dbt's parse reads: the project's files (linked and generated), the
     profile, and the environment the profile renders with."""
     run_dir = settings.dbt_run_project_dir
@@ -189,66 +170,100 @@ def _project_digest(settings: LakeSettings, env: dict[str, str]) -> str:
     return digest.hexdigest()
 
 
-def dbt_invoke(
-    settings: LakeSettings, args: Sequence[str], on_progress: ProgressCallback | None = None
-) -> Any:
-    """Invoke dbt in-process on the project with this data dir's target and log paths.
+class DbtInvoker:
+    """dbt in this process, with the parsed manifest of each project it ran kept for the next
+    invocation.
 
-    The project is parsed only when it changed since this process last parsed it (see the
-    module docstring). Returns dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt
-    fails.
+    dbt parses a project once per project state: the manifest is kept per run project directory
+    with the digest (of every project file, the profile and the environment it renders with) it
+    was parsed from, and handed to the next invocation, so a warm process (the pipeline worker
+    keeps one invoker for its lifetime) pays dbt's parse only when a model, macro or setting
+    changed. A one-shot command uses one invoker per command (its build and shipping share it).
     """
-    from dbt.cli.main import dbtRunner
 
-    prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
-    errors: list[str] = []  # e.g. a run-operation's failure, which names no node
+    def __init__(self) -> None:
+        self._manifests: dict[Path, tuple[str, Any]] = {}
 
-    def callback(event: Any) -> None:
-        name = event.info.name
-        if event.info.level == "error":
-            errors.append(event.info.msg)
-        if on_progress is None or name not in ("NodeStart", "NodeFinished"):
-            return
-        node = event.data.node_info
-        on_progress(node.node_name, "started" if name == "NodeStart" else node.node_status)
+    def manifest(self, settings: LakeSettings) -> Any:
+        """The manifest kept for ``settings``' project (None before its first parse), as parsed
+        (never handed to dbt itself)."""
+        kept = self._manifests.get(settings.dbt_run_project_dir)
+        return None if kept is None else kept[1]
 
-    common = [
-        "--project-dir", str(settings.dbt_run_project_dir),
-        "--profiles-dir", str(settings.dbt_project_dir),
-        "--target-path", str(settings.dbt_dir / "target"),
-        "--log-path", str(settings.dbt_dir / "logs"),
-        "--quiet",
-    ]
-    env = {**settings.dbt_env(), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
-    with _environment(env):
-        digest = _project_digest(settings, env)
-        kept = _manifests.get(settings.dbt_run_project_dir)
-        manifest: Any = kept[1] if kept is not None and kept[0] == digest else None
-        if manifest is None:
-            parsed = dbtRunner(callbacks=[callback]).invoke(["parse", *common])
-            if not parsed.success:
-                detail = " ".join(errors) or str(parsed.exception)
-                raise PipelineError(f"dbt parse failed: {detail}")
-            manifest = parsed.result
-            _manifests[settings.dbt_run_project_dir] = (digest, manifest)
-        # dbt compiles into the manifest it is given (an ephemeral model's CTE, once injected,
-        # is not injected again): every invocation gets its own copy of the parsed one.
-        fresh = manifest.deepcopy()
-        result = dbtRunner(manifest=fresh, callbacks=[callback]).invoke([*args, *common])
-    if not result.success:
-        failed = []
-        models: dict[str, str] = {}
-        for r in getattr(result.result, "results", None) or []:
-            node = getattr(r, "node", None)  # None for a run-operation: see ``errors``
-            if node is not None and str(r.status) in ("error", "fail", "runtime error"):
-                failed.append(f"{node.name}: {r.message}")
-                # A data test fails the model it tests (``model.<project>.<name>``).
-                attached = getattr(node, "attached_node", None)
-                model = attached.rsplit(".", 1)[-1] if attached else node.name
-                models.setdefault(model, f"{node.name}: {r.message}")
-        detail = "; ".join(failed) or " ".join(errors) or str(result.exception)
-        raise PipelineError(f"dbt {args[0]} failed: {detail}", models)
-    return result
+    def invoke(
+        self,
+        settings: LakeSettings,
+        args: Sequence[str],
+        on_progress: ProgressCallback | None = None,
+    ) -> Any:
+        """Invoke dbt in-process on the project with this data dir's target and log paths,
+        parsing the project first only when it changed since this invoker last parsed it.
+        Returns dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt fails."""
+        from dbt.cli.main import dbtRunner
+
+        prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
+        errors: list[str] = []  # e.g. a run-operation's failure, which names no node
+
+        def callback(event: Any) -> None:
+            name = event.info.name
+            if event.info.level == "error":
+                errors.append(event.info.msg)
+            if on_progress is None or name not in ("NodeStart", "NodeFinished"):
+                return
+            node = event.data.node_info
+            on_progress(node.node_name, "started" if name == "NodeStart" else node.node_status)
+
+        common = [
+            "--project-dir", str(settings.dbt_run_project_dir),
+            "--profiles-dir", str(settings.dbt_project_dir),
+            "--target-path", str(settings.dbt_dir / "target"),
+            "--log-path", str(settings.dbt_dir / "logs"),
+            "--no-send-anonymous-usage-stats",
+            "--quiet",
+        ]
+        env = settings.dbt_env()
+        # dbt reads the profile's env_var() from the process environment (see process_env).
+        with process_environment(env):
+            digest = _project_digest(settings, env)
+            kept = self._manifests.get(settings.dbt_run_project_dir)
+            manifest: Any = kept[1] if kept is not None and kept[0] == digest else None
+            if manifest is None:
+                parsed = dbtRunner(callbacks=[callback]).invoke(["parse", *common])
+                if not parsed.success:
+                    detail = " ".join(errors) or str(parsed.exception)
+                    raise PipelineError(f"dbt parse failed: {detail}")
+                manifest = parsed.result
+                self._manifests[settings.dbt_run_project_dir] = (digest, manifest)
+            # dbt compiles into the manifest it is given (an ephemeral model's CTE, once
+            # injected, is not injected again): every invocation gets its own copy.
+            fresh = manifest.deepcopy()
+            result = dbtRunner(manifest=fresh, callbacks=[callback]).invoke([*args, *common])
+        if not result.success:
+            failed = []
+            models: dict[str, str] = {}
+            for r in getattr(result.result, "results", None) or []:
+                node = getattr(r, "node", None)  # None for a run-operation: see ``errors``
+                if node is not None and str(r.status) in ("error", "fail", "runtime error"):
+                    failed.append(f"{node.name}: {r.message}")
+                    # A data test fails the model it tests (``model.<project>.<name>``).
+                    attached = getattr(node, "attached_node", None)
+                    model = attached.rsplit(".", 1)[-1] if attached else node.name
+                    models.setdefault(model, f"{node.name}: {r.message}")
+            detail = "; ".join(failed) or " ".join(errors) or str(result.exception)
+            raise PipelineError(f"dbt {args[0]} failed: {detail}", models)
+        return result
+
+
+def dbt_invoke(
+    settings: LakeSettings,
+    args: Sequence[str],
+    on_progress: ProgressCallback | None = None,
+    dbt: DbtInvoker | None = None,
+) -> Any:
+    """Invoke dbt in-process on the project with this data dir's target and log paths, through
+    ``dbt`` (its kept manifests; default: a new invoker, which parses the project). Returns
+    dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt fails."""
+    return (dbt or DbtInvoker()).invoke(settings, args, on_progress)
 
 
 def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[int, bool]]:
@@ -320,6 +335,7 @@ def run_pipeline(
     full_refresh: bool = False,
     tests: bool = True,
     on_progress: ProgressCallback | None = None,
+    dbt: DbtInvoker | None = None,
 ) -> PipelineResult:
     """Build every model once: read new landing rows, merge them, refresh ``analytics.<table>``,
     and build the change set of each destination ``config`` declares (default: this process's
@@ -334,10 +350,13 @@ def run_pipeline(
     current-state or change-set model (or data test) fails only itself and what depends on it
     (dbt skips those); both are reported in the result (``failed``, ``failed_change_sets``)
     and logged. Raises :class:`PipelineError` when a model every table needs fails.
+    ``dbt`` keeps the parsed project between runs (default: a new :class:`DbtInvoker`).
+    :func:`lakesync.lakehouse.pipeline.run_and_ship` runs this, then ships.
     """
     from lakesync.config import load_config
 
     started = time.monotonic()
+    dbt = dbt or DbtInvoker()
     settings = settings or LakeSettings.from_env(data_dir)
     config = config or load_config()
     bootstrap(settings)
@@ -389,7 +408,7 @@ def run_pipeline(
     def build(dbt_args: list[str]) -> None:
         """One dbt invocation; a failure of per-table models is those tables' (recorded)."""
         try:
-            dbt_invoke(settings, dbt_args, on_progress)
+            dbt.invoke(settings, dbt_args, on_progress)
         except PipelineError as exc:
             shared = [m for m in exc.failed_models if m not in owners and m not in change_set_names]
             if not exc.failed_models or shared:

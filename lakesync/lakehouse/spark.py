@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
+from lakesync.lakehouse.process_env import process_environment
 from lakesync.lakehouse.settings import LakeSettings
 
 if TYPE_CHECKING:
@@ -20,16 +20,17 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
     dbt-spark's session method calls ``getOrCreate()`` too, so a session built here first is the
     one dbt uses, with the UDFs the runner registered on it.
     """
-    # Python UDF workers must run this venv's interpreter, and daemons must bind loopback only.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**settings.spark_conf(), **_log_to_file(settings)}.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    # Python UDF workers must run this venv's interpreter, and daemons must bind loopback only;
+    # PySpark reads both when the session starts (a variable the user set wins).
+    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "SPARK_LOCAL_IP": "127.0.0.1"}
+    with process_environment(env, override=False):
+        return builder.getOrCreate()
 
 
 _LOG4J2 = """\

@@ -4,11 +4,10 @@
 D`` once
 and asks it for each scheduled run over a pipe, so a run costs the work, not a JVM start, the
 Iceberg catalog's warm-up and dbt's import (``bench/pipeline_warm_bench.py`` measures both). The
-run itself is what ``lakesync pipeline run`` does: :func:`lakesync.lakehouse.runner.run_pipeline`,
-then,
-when the configuration declares ``destinations:``,
-:func:`lakesync.lakehouse.materialise.materialise`
-(a run whose shipping partly failed is reported as failed, naming each failed table).
+run itself is what ``lakesync pipeline run`` does: :func:`lakesync.lakehouse.pipeline.run_and_ship`
+(the dbt build, then shipping when the configuration declares ``destinations:``; a run whose
+shipping partly failed is reported as failed, naming each failed table). The worker keeps one
+:class:`~lakesync.lakehouse.runner.DbtInvoker`, so dbt parses the project only when it changed.
 
 The same worker also runs ``lakesync compact`` (:func:`lakesync.lakehouse.compaction.compact`) on
 its warm
@@ -39,11 +38,15 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 import msgspec
 
 from lakesync.lakehouse.compaction import TableCompaction
+
+if TYPE_CHECKING:
+    from lakesync.lakehouse.pipeline import PipelineEvent
+    from lakesync.lakehouse.runner import DbtInvoker
 
 __all__ = [
     "PipelineWorker", "RunReply", "RunRequest", "SecondaryFailures", "WorkerDiedError", "main"
@@ -100,6 +103,9 @@ _encoder = msgspec.json.Encoder()
 
 
 def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
+    from lakesync.lakehouse.runner import DbtInvoker
+
+    dbt = DbtInvoker()  # kept for the worker's lifetime: dbt parses only a changed project
     for line in requests:
         if not line.strip():
             continue
@@ -108,50 +114,55 @@ def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
         except msgspec.DecodeError as exc:
             reply = RunReply(ok=False, error=f"bad request: {exc}")
         else:
-            reply = _compact(data_dir) if request.kind == "compact" else _run(data_dir, request)
+            reply = (_compact(data_dir, dbt) if request.kind == "compact"
+                     else _run(data_dir, request, dbt))
         replies.write(_encoder.encode(reply).decode() + "\n")
         replies.flush()
 
 
-def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
-    """One pipeline run, then shipping to the declared destinations."""
+def _log_event(event: PipelineEvent) -> None:
+    """The worker's log of a run's progress (``pipeline.log``)."""
+    from lakesync.lakehouse.pipeline import Built, NodeProgress
+
+    match event:
+        case NodeProgress(node=node, status=status):
+            _log.info("%-8s %s", status, node)
+        case Built(result=result):
+            _log.info("pipeline run done: %d deltas merged in %.1f s", result.rows_merged,
+                      result.elapsed_s)
+        case _:
+            s = event.result
+            _log.info("shipped %s/%s: %d rows, %s", s.destination, s.table, s.rows,
+                      f"failed: {s.error}" if s.error else "ok")
+
+
+def _run(data_dir: Path | None, request: RunRequest, dbt: DbtInvoker) -> RunReply:
+    """One pipeline run, then shipping to the declared destinations
+    (:func:`lakesync.lakehouse.pipeline.run_and_ship`, as ``lakesync pipeline run`` does)."""
     from lakesync.config import load_config
     from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.materialise import materialise
-    from lakesync.lakehouse.runner import run_pipeline
+    from lakesync.lakehouse.pipeline import run_and_ship
     from lakesync.lakehouse.settings import LakeSettings
 
     _log.info("pipeline run started")
+    metrics = DestinationMetrics()
     try:
         config = load_config(None)
-        settings = LakeSettings.from_config(config, data_dir)
-        result = run_pipeline(
-            settings=settings,
-            config=config,
+        run = run_and_ship(
+            LakeSettings.from_config(config, data_dir),
+            config,
             full_refresh=request.full_refresh,
             tests=request.tests,
-            on_progress=lambda node, status: _log.info("%-8s %s", status, node),
-        )
-        # Then ship to the declared destinations, as `lakesync pipeline run` does.
-        metrics = DestinationMetrics()
-        shipped = (
-            materialise(settings, config, metrics=metrics, not_built=result.failed)
-            if config.destinations else []
+            observer=_log_event,
+            metrics=metrics,
+            dbt=dbt,
         )
     except Exception as exc:  # one failed run is reported; the worker serves the next
         _log.exception("pipeline run failed")
         return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
-    _log.info(
-        "pipeline run done: %d deltas merged in %.1f s", result.rows_merged, result.elapsed_s
-    )
-    for s in shipped:
-        _log.info("shipped %s/%s: %d rows, %s", s.destination, s.table, s.rows,
-                  f"failed: {s.error}" if s.error else "ok")
-    # One table's failure is that table's: the others were built and shipped; the reply names
-    # each failed table once (a table not built is not shipped either).
-    failed = result.failures
-    failed += [f"shipping {s.destination}/{s.table}: {s.error}" for s in shipped
-               if s.error and s.table not in result.failed]
+    # One table's failure is that table's: the others were built and shipped.
+    failed = run.failures
+    result = run.built
     return RunReply(
         ok=not failed,
         error="; ".join(failed),
@@ -159,7 +170,7 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
         tables_updated=result.tables_updated,
         elapsed_s=result.elapsed_s,
         position=result.position,
-        rows_shipped=sum(s.rows for s in shipped),
+        rows_shipped=sum(s.rows for s in run.shipped),
         secondary_failures=[
             SecondaryFailures(d, s, n)
             for (d, s), n in metrics.secondary_failure_counts().items()
@@ -167,7 +178,7 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
     )
 
 
-def _compact(data_dir: Path | None) -> RunReply:
+def _compact(data_dir: Path | None, dbt: DbtInvoker) -> RunReply:
     """One ``lakesync compact`` on this worker's Spark session."""
     from lakesync.config import load_config
     from lakesync.lakehouse.compaction import compact
@@ -181,6 +192,7 @@ def _compact(data_dir: Path | None) -> RunReply:
                 "compacted %s: %d → %d data files, %d → %d bytes", t.table, t.files_before,
                 t.files_after, t.bytes_before, t.bytes_after,
             ) if t.error is None else _log.error("maintenance of %s failed: %s", t.table, t.error),
+            dbt,
         )
     except Exception as exc:  # reported; the worker serves the next request
         _log.exception("compaction failed")

@@ -1,0 +1,134 @@
+"""One pipeline run: build the models with dbt, then ship the change sets to the destinations.
+
+:func:`run_and_ship` is the orchestration every caller shares: ``lakesync pipeline run``, the
+warm worker behind ``lakesync up``'s scheduled runs (:mod:`lakesync.lakehouse.worker`) and
+``lakesync demo``. It runs :func:`lakesync.lakehouse.runner.run_pipeline` (landing → merged
+models → ``analytics.<table>`` and the change sets), then, when the configuration declares
+``destinations:``, :func:`lakesync.lakehouse.materialise.materialise` (tables the build did not
+build are reported failed, not shipped). Both stages share one :class:`DbtInvoker`, so dbt
+parses the project at most once.
+
+Callers show progress through one observer that receives :data:`PipelineEvent` values in order:
+:class:`NodeProgress` for each dbt node (stage ``build``, then ``ship`` for a change-set
+rebuild), :class:`Built` once the build ended, and :class:`Shipped` per destination and table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from lakesync.config import Config
+from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.lakehouse.materialise import ShipResult, materialise
+from lakesync.lakehouse.runner import DbtInvoker, PipelineResult, run_pipeline
+from lakesync.lakehouse.settings import LakeSettings
+from lakesync.schema import TableSchema
+
+__all__ = [
+    "Built",
+    "NodeProgress",
+    "PipelineEvent",
+    "PipelineObserver",
+    "PipelineRun",
+    "Shipped",
+    "run_and_ship",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProgress:
+    """A dbt node started or finished: ``status`` is ``started``, then ``success``, ``error``,
+    ``pass``, ``fail``, ``skipped``…; ``stage`` says whether the build or shipping (a change-set
+    rebuild) ran it."""
+
+    stage: Literal["build", "ship"]
+    node: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """The build ended (shipping, if any, starts next)."""
+
+    result: PipelineResult
+
+
+@dataclass(frozen=True, slots=True)
+class Shipped:
+    """One table shipped to one destination (or failed to: ``result.error``)."""
+
+    result: ShipResult
+
+
+PipelineEvent = NodeProgress | Built | Shipped
+"""What :func:`run_and_ship` reports to its observer, in order."""
+
+PipelineObserver = Callable[[PipelineEvent], None]
+"""Called with each :data:`PipelineEvent` of a run."""
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineRun:
+    """What one :func:`run_and_ship` did: the build's result and each shipment's."""
+
+    built: PipelineResult
+    shipped: list[ShipResult] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[str]:
+        """One line per table or change set not built and per failed shipment, each table once
+        (a table not built is not shipped either, and says so only once)."""
+        return [
+            *self.built.failures,
+            *(f"shipping {s.destination}/{s.table}: {s.error}" for s in self.shipped
+              if s.error and s.table not in self.built.failed),
+        ]
+
+
+def run_and_ship(
+    settings: LakeSettings,
+    config: Config,
+    *,
+    schemas: Sequence[TableSchema] | None = None,
+    full_refresh: bool = False,
+    tests: bool = True,
+    observer: PipelineObserver | None = None,
+    metrics: DestinationMetrics | None = None,
+    dbt: DbtInvoker | None = None,
+) -> PipelineRun:
+    """Run the pipeline once, then ship to ``config``'s destinations (none declared: no
+    shipping); returns what both did. ``schemas``, ``full_refresh`` and ``tests`` are
+    :func:`~lakesync.lakehouse.runner.run_pipeline`'s; ``metrics`` counts failed writes to
+    fan-out secondaries; ``dbt`` keeps the parsed project between runs (a warm process passes
+    its own). Raises :class:`~lakesync.lakehouse.runner.PipelineError` when a model every
+    table needs failed (nothing ships then); one table's failure is in the result instead."""
+    dbt = dbt or DbtInvoker()
+
+    def notify(event: PipelineEvent) -> None:
+        if observer is not None:
+            observer(event)
+
+    built = run_pipeline(
+        settings=settings,
+        schemas=schemas,
+        config=config,
+        full_refresh=full_refresh,
+        tests=tests,
+        on_progress=lambda node, status: notify(NodeProgress("build", node, status)),
+        dbt=dbt,
+    )
+    notify(Built(built))
+    if not config.destinations:
+        return PipelineRun(built)
+    shipped = materialise(
+        settings,
+        config,
+        metrics=metrics,
+        on_result=lambda r: notify(Shipped(r)),
+        on_progress=lambda node, status: notify(NodeProgress("ship", node, status)),
+        not_built=built.failed,
+        dbt=dbt,
+    )
+    return PipelineRun(built, shipped)
