@@ -6,13 +6,12 @@ table. A fresh :class:`lakesync.client.LakeSyncClient` (SQLite replica on disk) 
 the
 gateway has no checkpoint (a plain pull from ``since=0``, pages of 10,000); then the benchmark
 publishes the store's rows as a checkpoint (as the gateway's lake job does after a pipeline run,
-:func:`lakesync.lakehouse.checkpoints.write_checkpoint`, on the same store) and a second fresh
-client
-syncs through it. Printed: rows/s of both (wall time of ``sync()``, replica writes included;
-and the CPU seconds the client and the gateway process spent, the figure to compare on a shared
-machine), and the checkpoint stream alone (download and decode, no replica): rows/s and MiB/s. With
-``--rules`` the gateway has the rule ``owner = jwt:sub`` and also holds N/10 rows of another
-owner: the client must end with exactly its N rows (filtered at serve time).
+:func:`lakesync.lakehouse.checkpoint_builder.write_checkpoint`, on the same store) and a second
+fresh client syncs through it. Printed: rows/s of both (wall time of ``sync()``, replica writes
+included; and the CPU seconds the client and the gateway process spent, the figure to compare on a
+shared machine), and the checkpoint stream alone (download and decode, no replica): rows/s and
+MiB/s. With ``--rules`` the gateway has the rule ``owner = jwt:sub`` and also holds N/10 rows of
+another owner: the client must end with exactly its N rows (filtered at serve time).
 
 Run from the repository root: ``.venv/bin/python -m bench.checkpoint_bench [--rows N] [--rules]``.
 """
@@ -34,7 +33,7 @@ from lakesync.client._auth import TokenProvider
 from lakesync.client.transport import HttpTransport
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
-from lakesync.lakehouse.checkpoints import write_checkpoint
+from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import auth, now_hlc, token
 from tests.conftest import PG_DSN

@@ -5,7 +5,7 @@ dir (a second one would run a second flusher into the same landing table). ``lak
 therefore takes an exclusive ``flock`` on ``<data dir>/lakesync.lock`` for its lifetime; the
 kernel drops it when the process ends, even on ``kill -9``, so a stale file never blocks a
 restart. Several gateway processes share one data dir only with a PostgreSQL store, which elects
-the process that runs each lake job instead (``lakesync.api.lake``).
+the process that runs each lake job instead (``lakesync.lakehouse.schedule``).
 """
 
 from __future__ import annotations

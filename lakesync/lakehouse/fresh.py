@@ -5,8 +5,8 @@ with the rows touched since replaced by their merged state now: each such row's 
 merged models (``int_rows_merged`` + ``int_cells_merged``, real clocks) joined, with the core
 column-level LWW (:func:`lakesync.merge.apply_delta`), with every later delta, both those in the
 landing table past the position the last run covered
-(:data:`lakesync.lakehouse.runner.COVERED_PROPERTY`) and those still only in the hot log (past
-the landing position). Merging is idempotent, so a delta the models already hold changes
+(:data:`lakesync.lakehouse.lake_position.COVERED_PROPERTY`) and those still only in the hot log
+(past the landing position). Merging is idempotent, so a delta the models already hold changes
 nothing. The typed columns are decoded by the same functions as the models' UDFs
 (:mod:`lakesync.spark_udfs.decode`), so a fresh row reads exactly as the pipeline will write it.
 
@@ -28,7 +28,8 @@ import msgspec
 from lakesync.canonical import canonical_json
 from lakesync.delta import ColumnValue, RowDelta
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ROWS_MERGED_IDENTIFIER, landing_state
-from lakesync.lakehouse.checkpoints import covered_by, lake_rows
+from lakesync.lakehouse.checkpoint_builder import lake_rows
+from lakesync.lakehouse.lake_position import covered_by
 from lakesync.lakehouse.landing import HotLogSource
 from lakesync.lakehouse.models import table_columns
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LakeSettings

@@ -29,8 +29,6 @@ from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import (
     changes_data,
-    landing_state,
-    late_landing_sequence,
     open_catalog,
     require_lake,
 )
@@ -40,6 +38,7 @@ from lakesync.lakehouse.change_sets import (
     planned_change_sets,
     read_watermarks,
 )
+from lakesync.lakehouse.lake_position import landing_sequence, mark_consumed
 from lakesync.lakehouse.models import (
     GENERATED,
     LINKED,
@@ -277,46 +276,6 @@ def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[
     return out
 
 
-CONSUMED_PROPERTY = "lakesync.landing-sequence"
-"""Table property of ``int_rows_merged``: the sequence number of the landing snapshot the last
-pipeline run started from (every landing commit up to it was read by the models)."""
-
-
-COVERED_PROPERTY = "lakesync.covered"
-"""Table property of ``int_rows_merged``: what the last successful pipeline run is complete
-through, as JSON ``{"position": P, "held": {gateway: P_gw}}`` (the landing state it started
-from): every delta of a gateway ingested at or before ``held.get(gateway, position)`` is merged
-into the models. Checkpoints record it (:mod:`lakesync.lakehouse.checkpoints`)."""
-
-
-def _landing_sequence(settings: LakeSettings) -> tuple[int, bool, str | None]:
-    """The landing table's current snapshot sequence number, whether a commit after the one
-    the models last started from landed rows late (a held-back gateway that caught up: rows
-    behind the models' ingest watermark, which only a full rebuild takes in), and the landing
-    state of that snapshot as :data:`COVERED_PROPERTY` records it (None before any flush)."""
-    catalog = open_catalog(settings)
-    landing = catalog.load_table(f"{LANDING_NAMESPACE}.landing")
-    current = landing.current_snapshot()
-    seq = 0 if current is None else int(current.sequence_number or 0)
-    position, held = landing_state(landing)
-    covered = None if position is None else json.dumps({"position": position, "held": held})
-    merged = f"{LANDING_NAMESPACE}.int_rows_merged"
-    if not catalog.table_exists(merged):
-        return seq, False, covered
-    consumed = int(catalog.load_table(merged).properties.get(CONSUMED_PROPERTY, "-1"))
-    return seq, late_landing_sequence(landing) > consumed, covered
-
-
-def _mark_consumed(settings: LakeSettings, seq: int, covered: str | None) -> None:
-    catalog = open_catalog(settings)
-    table = catalog.load_table(f"{LANDING_NAMESPACE}.int_rows_merged")
-    props = {CONSUMED_PROPERTY: str(seq)}
-    if covered is not None:
-        props[COVERED_PROPERTY] = covered
-    with table.transaction() as tx:
-        tx.set_properties(props)
-
-
 def _position(spark: SparkSession) -> int | None:
     if not spark.catalog.tableExists(f"{LANDING_NAMESPACE}.int_rows_merged"):
         return None
@@ -376,7 +335,7 @@ def run_pipeline(
                      name, error)
     spark = spark_session(settings)
     before_pos = _position(spark)
-    landing_seq, late, covered = _landing_sequence(settings)
+    landing_seq, late, covered = landing_sequence(settings)
     if late and not full_refresh:
         _log.warning("rows landed late (a held-back gateway caught up): rebuilding the models")
         full_refresh = True
@@ -432,7 +391,7 @@ def run_pipeline(
     # the next run checks the same increment again instead of passing over it. A table the
     # lake cannot build at all (a reserved name) has no model to check: it must not hold the
     # position back for good.
-    _mark_consumed(settings, landing_seq, None if failed.keys() - unbuildable.keys() else covered)
+    mark_consumed(settings, landing_seq, None if failed.keys() - unbuildable.keys() else covered)
     drop_undeclared(settings, spark, change_sets)
     after = _snapshots(settings, list(tables))
     # A MERGE that matched nothing still commits an empty snapshot: count only real changes.

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from lakesync.api.store.postgres import PostgresHotLog
-from lakesync.lakehouse.checkpoints import BuiltCheckpoint, write_checkpoint
+from lakesync.lakehouse.checkpoint_builder import BuiltCheckpoint, write_checkpoint
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import RowState, apply_delta

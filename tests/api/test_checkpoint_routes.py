@@ -16,11 +16,11 @@ from litestar.exceptions import WebSocketDisconnect
 from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
-from lakesync.api.services.checkpoints import CheckpointGoneError, open_checkpoint
+from lakesync.api.services.initial_sync import CheckpointGoneError, open_checkpoint
 from lakesync.api.store.base import HotLog
 from lakesync.api.store.sqlite import SqliteHotLog
-from lakesync.lakehouse.checkpoints import write_checkpoint
-from lakesync.checkpoint import CONTENT_TYPE
+from lakesync.lakehouse.checkpoint_builder import write_checkpoint
+from lakesync.checkpoint_chunks import CONTENT_TYPE
 from lakesync.hlc import HLC
 from lakesync.rules import parse_rules, visible
 from lakesync.wsframes import decode_response

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from websockets.sync.client import connect
 
-from lakesync.lakehouse.checkpoints import write_checkpoint
+from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT
 from lakesync.wsframes import decode_server_frame
 from tests.api.conftest import Served

@@ -18,7 +18,8 @@ import pytest
 from lakesync.delta import RowDelta
 from lakesync.hlc import encode
 from lakesync.lakehouse.catalog import open_catalog
-from lakesync.lakehouse.runner import COVERED_PROPERTY, PipelineError, run_pipeline
+from lakesync.lakehouse.lake_position import COVERED_PROPERTY
+from lakesync.lakehouse.runner import PipelineError, run_pipeline
 from lakesync.schema import parse_schema
 
 from .conftest import Lake

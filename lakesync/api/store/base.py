@@ -92,7 +92,7 @@ class Page(msgspec.Struct, frozen=True):
 
 
 class CheckpointInfo(msgspec.Struct, frozen=True):
-    """A gateway's published checkpoint (:mod:`lakesync.checkpoint`) and its hot-log horizon."""
+    """A gateway's published checkpoint (:mod:`lakesync.checkpoint_chunks`) and its hot-log horizon."""
 
     position: int
     """Every delta of the gateway ingested at or before it is in the checkpoint."""

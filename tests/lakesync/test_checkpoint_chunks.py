@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lakesync.checkpoint import chunk_rows, serve_chunk
+from lakesync.checkpoint_chunks import chunk_rows, serve_chunk
 from lakesync.delta import RowDelta, is_view_eviction
 from lakesync.merge import RowState, apply_delta, merge_state
 from lakesync.rules import parse_rules, visible

@@ -1,6 +1,6 @@
 """Serving checkpoints and guarding pulls against the trimmed hot log.
 
-A checkpoint (:mod:`lakesync.checkpoint`) is read from the store one chunk at a time, filtered
+A checkpoint (:mod:`lakesync.checkpoint_chunks`) is read from the store one chunk at a time, filtered
 for the requesting client and encoded as one frame in a worker thread, and handed to the
 response as it goes: the gateway holds one chunk per stream whatever the checkpoint's size.
 
@@ -21,7 +21,7 @@ from typing import Any
 import anyio.to_thread
 
 from lakesync.api.services.sync import SyncService
-from lakesync.checkpoint import serve_chunk
+from lakesync.checkpoint_chunks import serve_chunk
 from lakesync.errors import CursorExpiredError, NotFoundError
 from lakesync.views import Reader, RowKey, ViewHistory, claims_hash, effective_rules
 

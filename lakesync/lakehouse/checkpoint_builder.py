@@ -4,12 +4,11 @@ Per gateway, every row of ``int_rows_merged`` (row clocks, tombstone, last inges
 cells from ``int_cells_merged`` (each cell's winning value and clock) is exactly the row's merged
 state (:class:`~lakesync.merge.RowState`) with its real clocks, as the gateway holds it; the rows
 of all the gateway's tables are read with DuckDB (no Spark), streamed in ``(table, row_id)``
-order and cut into byte-budgeted chunks (:func:`lakesync.checkpoint.chunk_rows`), each staged in
-the hot-log store with one short write, then published at once.
+order and cut into byte-budgeted chunks (:func:`lakesync.checkpoint_chunks.chunk_rows`), each
+staged in the hot-log store with one short write, then published at once.
 
 The position a checkpoint records is what the last successful pipeline run is complete through
-(:data:`lakesync.lakehouse.runner.COVERED_PROPERTY`, the landing state it started from). The models
-may
+(:mod:`lakesync.lakehouse.lake_position`, the landing state it started from). The models may
 already hold a few later deltas (a run or flush in between), which is harmless: clients pull
 from the position and merging is idempotent. A gateway's checkpoint is rebuilt only when that
 position moved past the published one.
@@ -17,7 +16,6 @@ position moved past the published one.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -25,7 +23,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from lakesync.checkpoint import DEFAULT_CHUNK_BYTES, chunk_rows
+from lakesync.checkpoint_chunks import DEFAULT_CHUNK_BYTES, chunk_rows
+from lakesync.lakehouse.lake_position import covered_positions
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 from lakesync.merge import Cell, RowState
 from lakesync.views import RowKey, RowRecord
@@ -35,8 +34,6 @@ __all__ = [
     "CheckpointRun",
     "CheckpointSink",
     "build_checkpoints",
-    "covered_by",
-    "covered_positions",
     "lake_rows",
     "write_checkpoint",
 ]
@@ -105,28 +102,6 @@ def write_checkpoint(
     if not sink.publish_checkpoint(gateway_id, position, chunks, total):
         return None
     return BuiltCheckpoint(gateway_id, position, chunks, total)
-
-
-def covered_positions(catalog: Any) -> tuple[int, dict[str, int]] | None:
-    """The position the last pipeline run is complete through and, for the gateways held back
-    then, their own (None before a run recorded it)."""
-    ident = f"{LANDING_NAMESPACE}.int_rows_merged"
-    if not catalog.table_exists(ident):
-        return None
-    return covered_by(catalog.load_table(ident))
-
-
-def covered_by(merged_rows: Any) -> tuple[int, dict[str, int]] | None:
-    """:func:`covered_positions` as recorded in ``merged_rows`` (``int_rows_merged`` as some
-    reader loaded it)."""
-    from lakesync.lakehouse.runner import COVERED_PROPERTY
-
-    raw = merged_rows.properties.get(COVERED_PROPERTY)
-    if raw is None:
-        return None
-    covered = json.loads(raw)
-    position, held = int(covered["position"]), covered.get("held", {})
-    return position, {gw: int(p) for gw, p in held.items()}
 
 
 _ROWS_SQL = f"""

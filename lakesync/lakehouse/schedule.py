@@ -1,0 +1,374 @@
+"""The lake's scheduled jobs next to a gateway: landing flushes, pipeline runs, compaction,
+checkpoints and hot-log trimming.
+
+``lakesync up`` starts them with :func:`scheduled_lake_jobs` and stops them at shutdown (the
+gateway's edge is :mod:`lakesync.api.lake`); they reach the gateway's hot-log store through the
+narrow :class:`LakeStore` protocol only:
+
+- the :class:`~lakesync.lakehouse.landing.LandingFlusher` (the landing table's single writer)
+  every ``flush_interval`` seconds and on ``POST /v1/admin/flush/{gw}`` (each flush first
+  publishes the registered table schemas to ``lakesync.table_schemas`` for the pipeline,
+  :class:`SchemaPublisher`);
+- if ``pipeline_interval`` is set, a ``lakesync pipeline run`` on that schedule, and every
+  ``compaction_interval`` seconds (default daily) a ``lakesync compact``, both in one warm
+  worker subprocess (:mod:`lakesync.lakehouse.worker`: Spark stays out of the gateway process);
+- :class:`HotLogMaintenance`: after each pipeline run (scheduled here or run by hand) it
+  publishes the gateways' new checkpoints from the lake's merged models into the store
+  (:mod:`lakesync.lakehouse.checkpoint_builder`), then trims the hot log: a gateway's entries
+  that are in the landing table and its checkpoint leave it once older than
+  ``hot_log_retention``. It runs every ``flush_interval`` seconds (every few seconds with
+  scheduled flushes off).
+
+Several gateway processes may share one PostgreSQL hot log: each job runs while its ``lead``
+(given by the caller, one per role: ``landing``, ``pipeline``, ``checkpoint``) says this process
+is the one to, and every flush (scheduled or admin) runs under the store's ``landing`` mutex, so
+landing stays exactly once. Without the ``pipeline`` extra nothing is scheduled and
+:func:`scheduled_lake_jobs` yields no flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from lakesync.config import Config, ServerConfig
+from lakesync.hlc import encode
+from lakesync.lakehouse.catalog import landing_state
+from lakesync.lakehouse.checkpoint_builder import CheckpointSink, build_checkpoints
+from lakesync.lakehouse.lake_position import covered_positions
+from lakesync.lakehouse.landing import HotLogSource
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
+from lakesync.lakehouse.worker import PipelineWorker, WorkerDiedError
+from lakesync.schema import parse_schema
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from lakesync.destinations.metrics import DestinationMetrics
+    from lakesync.lakehouse.landing import LandingFlusher
+
+__all__ = [
+    "HotLogMaintenance",
+    "LakeSchedule",
+    "LakeStore",
+    "LeadFor",
+    "SchemaPublisher",
+    "scheduled_lake_jobs",
+]
+
+_TRIM_STEP = 10_000
+"""Log entries deleted per store transaction while trimming (pushes wait for no longer)."""
+
+_log = logging.getLogger(__name__)
+
+LEAD_POLL_S = 5.0
+"""How often a process that does not run the pipeline checks whether it should take over."""
+
+LeadFor = Callable[[str, str], Callable[[], bool]]
+"""``lead_for(role, job)``: a callable that says whether this process leads ``role`` now (among
+the processes sharing the store); ``job`` names it in the log."""
+
+
+class LakeStore(HotLogSource, CheckpointSink, Protocol):
+    """What the lake's jobs need from the gateway's hot-log store: read the log (landing), mark
+    what landed, hold the landing mutex, read the registered schemas, publish checkpoints and
+    trim the log."""
+
+    def mark_flushed(self, position: int) -> None:
+        """Every entry with ingest HLC <= ``position`` reached the landing table."""
+        ...
+
+    def exclusive(self, name: str) -> AbstractContextManager[object]:
+        """Hold the store-wide mutex ``name`` for the block, across processes."""
+        ...
+
+    def docs_of_kind(self, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every gateway's documents of a kind as ``(gateway_id, name, body)``, sorted."""
+        ...
+
+    def trim_log(self, gateway_id: str, upto: int, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` of the gateway's oldest entries through ``upto`` (never past
+        its checkpoint nor the flushed position); how many went."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LakeSchedule:
+    """When the lake's jobs run, in seconds (0: that job is off), and the data dir they use."""
+
+    data_dir: Path
+    flush_interval: float
+    pipeline_interval: float
+    compaction_interval: float
+
+
+def _landing_jobs(
+    schedule: LakeSchedule, store: LakeStore, config: Config | None
+) -> tuple[LandingFlusher, HotLogMaintenance] | None:
+    try:
+        # pyiceberg and pyarrow are the optional `pipeline` extra: without them nothing runs.
+        from lakesync.lakehouse.bootstrap import init_catalog_tables
+        from lakesync.lakehouse.catalog import open_catalog
+        from lakesync.lakehouse.landing import LandingFlusher
+
+        lake = (
+            LakeSettings.from_env(schedule.data_dir)
+            if config is None
+            else LakeSettings.from_config(config, schedule.data_dir)
+        )
+        init_catalog_tables(lake)
+        catalog = open_catalog(lake)
+        flusher = LandingFlusher(
+            catalog,
+            store,
+            mark_flushed=store.mark_flushed,
+            before_flush=SchemaPublisher(catalog, store),
+            exclusive=lambda: store.exclusive("landing"),
+        )
+    except ModuleNotFoundError as exc:
+        _log.warning("landing flusher off: missing %s (pip install 'lakesync[pipeline]')", exc.name)
+        return None
+    server = ServerConfig() if config is None else config.server
+    return flusher, HotLogMaintenance(lake, catalog, store, server.hot_log_retention)
+
+
+class HotLogMaintenance:
+    """Publish new checkpoints from the lake (when a pipeline run moved the covered position),
+    then trim each gateway's hot log through ``min(its landed position, now - retention)``; the
+    store never trims past a gateway's checkpoint (its ``trim_log``)."""
+
+    def __init__(
+        self,
+        lake: LakeSettings,
+        catalog: Catalog,
+        store: LakeStore,
+        retention_s: float,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._lake = lake
+        self._catalog = catalog
+        self._store = store
+        self._retention_s = retention_s
+        self._now = now
+        self._covered: object = None
+        self._gateways: list[str] = []
+
+    def __call__(self) -> int:
+        """One round; returns the log entries trimmed."""
+        covered = covered_positions(self._catalog)
+        if covered != self._covered:
+            self._gateways = build_checkpoints(self._lake, self._store).gateways
+            self._covered = covered
+        position, held = landing_state(self._catalog.load_table(f"{LANDING_NAMESPACE}.landing"))
+        if position is None:
+            return 0
+        cutoff = encode(max(0, int((self._now() - self._retention_s) * 1000)), 0)
+        trimmed = 0
+        for gw in self._gateways:
+            bound = min(cutoff, held.get(gw, position))
+            while (n := self._store.trim_log(gw, bound, _TRIM_STEP)) > 0:
+                trimmed += n
+                if n < _TRIM_STEP:
+                    break
+        return trimmed
+
+    def run(self, stop: threading.Event, interval_s: float, lead: Callable[[], bool]) -> None:
+        """Run a round every ``interval_s`` seconds until ``stop`` while ``lead()`` holds."""
+        while not stop.wait(interval_s):
+            if not lead():
+                continue
+            try:
+                self()
+            except Exception:
+                _log.exception("checkpoint/trim round failed; retrying in %.0f s", interval_s)
+
+
+class SchemaPublisher:
+    """Publish every gateway's registered schemas to the lake's ``lakesync.table_schemas``
+    (called before each flush; reads the lake again only when the store's schemas changed)."""
+
+    def __init__(self, catalog: Catalog, store: LakeStore) -> None:
+        self._catalog = catalog
+        self._store = store
+        self._last: list[tuple[str, str, dict[str, Any]]] | None = None
+
+    def __call__(self) -> bool:
+        """True when the registry needed a commit."""
+        docs = self._store.docs_of_kind("schema")
+        if docs == self._last:
+            return False
+        changed = publish_schemas(
+            self._catalog, [(gw, parse_schema(body, stored=True)) for gw, _, body in docs]
+        )
+        self._last = docs
+        return changed
+
+
+def _lake_worker_loop(
+    schedule: LakeSchedule,
+    config: Config | None,
+    stop: threading.Event,
+    lead: Callable[[], bool],
+    shipping: DestinationMetrics | None = None,
+) -> None:
+    """Run the pipeline every ``pipeline_interval`` seconds and the compaction every
+    ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
+    while ``lead()`` says this process is the scheduler (the others check every few seconds
+    whether to take over), so two gateway processes never run or compact together. Both go to
+    one warm worker process, one at a time (:class:`~lakesync.lakehouse.worker.PipelineWorker`:
+    Spark stays out of the gateway process, and its session and dbt stay loaded between runs); a run
+    still going at shutdown is terminated (its Iceberg commits are atomic, so the next run picks
+    up where the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run
+    is logged with its error and the log's tail, and a worker that died is started again for the
+    next run. A run's failed writes to fan-out secondaries are added to ``shipping`` (the
+    gateway's ``/metrics``)."""
+    env = dict(os.environ)
+    if config is not None and config.source is not None:
+        env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
+    worker = PipelineWorker(schedule.data_dir, schedule.data_dir / "pipeline.log", env)
+    intervals = {
+        job: interval
+        for job, interval in (
+            ("pipeline", schedule.pipeline_interval),
+            ("compaction", schedule.compaction_interval),
+        )
+        if interval > 0
+    }
+    due: dict[str, float] = {}
+    try:
+        while True:
+            if not lead():
+                due = {}
+                worker.close()  # another process runs the lake jobs: free the JVM's memory
+                if stop.wait(LEAD_POLL_S):
+                    return
+                continue
+            if not due:  # just took the lead: each job waits its interval first
+                due = {job: time.monotonic() + interval for job, interval in intervals.items()}
+            job = min(due, key=due.__getitem__)
+            if stop.wait(max(0.0, due[job] - time.monotonic())):
+                return
+            if not lead():
+                continue
+            if not _lake_job(worker, job, stop, shipping):
+                return
+            due[job] = time.monotonic() + intervals[job]
+    finally:
+        worker.close()
+
+
+def _lake_job(
+    worker: PipelineWorker,
+    job: str,
+    stop: threading.Event,
+    shipping: DestinationMetrics | None = None,
+) -> bool:
+    """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome and
+    count its failed writes to fan-out secondaries in ``shipping``; False when ``stop`` was set
+    meanwhile."""
+    log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
+    try:
+        reply = worker.compact(stop) if job == "compaction" else worker.run(stop)
+    except WorkerDiedError as exc:
+        error = str(exc)
+    else:
+        if reply is None:
+            return False
+        if shipping is not None:
+            for failed in reply.secondary_failures:
+                shipping.secondary_failed(failed.destination, failed.secondary, failed.count)
+        if reply.ok and job == "compaction":
+            _log.info(
+                "scheduled compaction done in %.1f s: %s (log: %s)", reply.elapsed_s,
+                ", ".join(f"{t.table} {t.files_before} → {t.files_after} files"
+                          for t in reply.compacted),
+                worker.log_path,
+            )
+            return True
+        if reply.ok:
+            _log.info(
+                "scheduled pipeline run done: %d deltas merged in %.1f s (log: %s)",
+                reply.rows_merged, reply.elapsed_s, worker.log_path,
+            )
+            return True
+        error = reply.error
+    with worker.log_path.open("rb") as log:
+        log.seek(max(log_size, worker.log_path.stat().st_size - 4000))
+        tail = log.read().decode(errors="replace")
+    _log.error("scheduled %s failed: %s\n%s", "run" if job == "pipeline" else job, error, tail)
+    return True
+
+
+@contextmanager
+def scheduled_lake_jobs(
+    schedule: LakeSchedule,
+    store: LakeStore,
+    lead_for: LeadFor,
+    config: Config | None = None,
+    shipping: DestinationMetrics | None = None,
+) -> Iterator[Callable[[], object] | None]:
+    """Run the lake's scheduled jobs while the block runs; yield the landing flush (a blocking
+    callable, for the admin flush route), or None without the ``pipeline`` extra.
+
+    ``config`` is the gateway's resolved configuration (its ``lake:`` section and file reach the
+    flusher and the scheduled pipeline); without it they read the environment's. Scheduled
+    runs' failed writes to fan-out secondaries are counted in ``shipping``. At the end of the
+    block every job stops (a pipeline run still going is terminated)."""
+    jobs = _landing_jobs(schedule, store, config)
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    flush: Callable[[], object] | None = None
+    if jobs is not None:
+        landing, maintenance = jobs
+        flush = landing.flush
+        if schedule.flush_interval > 0:
+            threads.append(
+                threading.Thread(
+                    target=landing.run,
+                    args=(stop,),
+                    kwargs={
+                        "interval_s": schedule.flush_interval,
+                        "lead": lead_for("landing", "scheduled landing flush"),
+                    },
+                    name="landing-flusher",
+                    daemon=True,
+                )
+            )
+        if schedule.pipeline_interval > 0 or schedule.compaction_interval > 0:
+            lead = lead_for("pipeline", "scheduled pipeline and compaction")
+            threads.append(
+                threading.Thread(
+                    target=_lake_worker_loop,
+                    args=(schedule, config, stop, lead, shipping),
+                    name="pipeline",
+                    daemon=True,
+                )
+            )
+        threads.append(
+            threading.Thread(
+                target=maintenance.run,
+                args=(
+                    stop,
+                    schedule.flush_interval or LEAD_POLL_S,
+                    lead_for("checkpoint", "checkpoints and hot-log trimming"),
+                ),
+                name="checkpoints",
+                daemon=True,
+            )
+        )
+    for t in threads:
+        t.start()
+    try:
+        yield flush
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
