@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from lakesync.api.store import _sql
+from lakesync.api.store._sql import log as sql_log
 from lakesync.api.store.base import HotLog, encode_state
 from lakesync.delta import RowDelta
 from lakesync.merge import RowState
@@ -25,7 +25,7 @@ def test_a_failing_batch_stores_nothing_and_concurrent_batches_go_on(
             raise RuntimeError("row state cannot be stored")
         return encode_state(state)
 
-    monkeypatch.setattr(_sql, "encode_state", failing_encode)
+    monkeypatch.setattr(sql_log, "encode_state", failing_encode)
     batches = [[d(f"w{w}-{i}", f"c{w}", x=i) for i in range(3)] for w in range(8)]
     batches[3].append(d("w3-bad", "c3", boom=1))
     start = threading.Barrier(len(batches))
