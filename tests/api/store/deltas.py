@@ -1,0 +1,29 @@
+"""Deltas and rules the store behaviour suites share."""
+
+from __future__ import annotations
+
+from lakesync.delta import RowDelta
+from lakesync.rules import parse_rules
+
+RULES = parse_rules(
+    {
+        "version": 1,
+        "buckets": [
+            {
+                "name": "mine",
+                "tables": ["todos"],
+                "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+            }
+        ],
+    }
+)
+
+
+def d(op: str, row: str, hlc: int, client: str = "c1", **cols: object) -> RowDelta:
+    """A delta of ``todos`` with the given columns."""
+    return RowDelta.create(op, "todos", row, client, cols, hlc)  # type: ignore[arg-type]
+
+
+def insert(row: str, hlc: int) -> RowDelta:
+    """Client ``c1``'s insert of ``todos`` row ``row`` with ``n = hlc``."""
+    return RowDelta.create("INSERT", "todos", row, "c1", {"n": hlc}, hlc)
