@@ -129,7 +129,9 @@ class SqlCore(Generic[C], metaclass=abc.ABCMeta):
     """Suffix of a SELECT whose value the transaction then changes (a row lock where needed)."""
 
     def __init__(self, clock: HLC) -> None:
+        # The one __init__ of a SQL store (first in its MRO; HotLog's sets the clock alone).
         self.clock = clock
+        # Parsed rules by stored body, for the rules index (:mod:`.index`).
         self._rules_memo: dict[bytes | str, SyncRules | None] = {}
 
     # -- driver hooks ---------------------------------------------------------------------------
