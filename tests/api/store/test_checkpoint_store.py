@@ -7,7 +7,7 @@ from typing import Any
 
 from lakesync.api.store.base import HotLog
 from lakesync.delta import RowDelta
-from tests.api.store.deltas import insert
+from tests.api.store.common import insert
 
 
 def _publish(store: HotLog, gw: str, upto: int, bodies: list[bytes]) -> bool:

@@ -13,16 +13,14 @@ from psycopg_pool import PoolClosed
 
 from lakesync.api.store.base import HotLog, LogNotice
 from lakesync.api.store.postgres import PostgresHotLog
-from lakesync.api.store.sqlite import SqliteHotLog
-from lakesync.hlc import HLC
-from tests.api.store.deltas import insert
-from tests.conftest import PG_DSN
+from tests.api.store.common import another, insert
 
 
 def _other_process(store: HotLog) -> PostgresHotLog:
     """A second gateway process's view of the same PostgreSQL store."""
-    assert isinstance(store, PostgresHotLog)
-    return PostgresHotLog(PG_DSN, HLC(), schema=store._schema, pool_size=2)
+    other = another(store)
+    assert isinstance(other, PostgresHotLog)
+    return other
 
 
 def test_one_process_leads_each_role_until_it_goes(store: HotLog) -> None:
@@ -105,11 +103,7 @@ def test_other_processes_appends_are_noticed(store: HotLog) -> None:
 
 def test_ping_answers_while_the_store_is_open(store: HotLog) -> None:
     store.ping()
-    if isinstance(store, PostgresHotLog):
-        again: HotLog = _other_process(store)
-    else:
-        assert isinstance(store, SqliteHotLog)
-        again = SqliteHotLog(store._path, HLC())
+    again = another(store)
     again.ping()
     again.close()
     with pytest.raises((sqlite3.ProgrammingError, PoolClosed)):  # each driver's own error

@@ -16,7 +16,7 @@ from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC, wall_clock_ms
 from lakesync.merge import RowState, merge_state
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
-from tests.api.store.deltas import d, insert
+from tests.api.store.common import another, d, insert
 from tests.conftest import PG_DSN, require_postgres
 
 
@@ -43,14 +43,6 @@ def test_dedup_is_per_gateway(store: HotLog) -> None:
     assert [e.delta for e in store.read_page("gw2", 0, 10, False).entries] == [a]
 
 
-def _reopen(store: HotLog) -> HotLog:
-    store.close()
-    if isinstance(store, SqliteHotLog):
-        return SqliteHotLog(store._path, HLC())
-    assert isinstance(store, PostgresHotLog)
-    return PostgresHotLog(store._dsn, HLC(), schema=store._schema, pool_size=2)
-
-
 def test_entries_stored_before_the_hlc_column_are_filled_and_still_deduplicated(
     store: HotLog,
 ) -> None:
@@ -60,7 +52,8 @@ def test_entries_stored_before_the_hlc_column_are_filled_and_still_deduplicated(
     # What a store written before the client id and HLC columns existed holds.
     assert isinstance(store, SqliteHotLog | PostgresHotLog)
     store._write(lambda conn: store._execute(conn, "UPDATE log SET hlc = NULL, client_id = NULL"))
-    again = _reopen(store)
+    store.close()
+    again = another(store)
     try:
         res = again.append("gw1", [a, b, d("INSERT", "r2", 12, title="c")])
         assert res.accepted == 3

@@ -17,7 +17,7 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.rules import lookups, parse_rules
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
-from tests.api.store.deltas import d, insert
+from tests.api.store.common import d, insert
 from tests.conftest import PG_DSN, require_postgres
 
 

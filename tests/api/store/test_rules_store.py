@@ -4,7 +4,7 @@ change; run on every store (the ``store`` fixture: SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 from lakesync.api.store.base import HotLog
-from tests.api.store.deltas import RULES, d
+from tests.api.store.common import RULES, another, d
 
 
 def test_rules_persist_with_a_fresh_stamp_per_change(store: HotLog) -> None:
@@ -18,3 +18,15 @@ def test_rules_persist_with_a_fresh_stamp_per_change(store: HotLog) -> None:
     assert store.get_rules("gw2").stamp == 0
     later = store.append("gw1", [d("INSERT", "b", 2, x=1)])
     assert later.stored[0].ingest_hlc > cleared.stamp
+
+
+def test_rules_and_their_stamp_outlive_the_process(store: HotLog) -> None:
+    first = store.set_rules("gw1", RULES)
+    store.close()
+    again = another(store)
+    try:
+        assert again.get_rules("gw1") == first
+        assert again.set_rules("gw1", RULES) == first  # unchanged: the same stamp
+        assert again.set_rules("gw1", None).stamp > first.stamp
+    finally:
+        again.close()
