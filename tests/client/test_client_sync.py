@@ -125,7 +125,11 @@ def test_push_bisects_a_rejected_batch_and_dead_letters_only_the_culprit(
 def test_transient_errors_are_retried_with_growing_backoff(gw: InProcessGateway) -> None:
     a = client(gw, "a")
     sleeps: list[float] = []
-    a.engine._sleep = sleeps.append
+
+    async def record(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    a.engine.core._sleep = record
     a.insert("t", "r", {"a": "x"})
     gw.faults = [
         httpx.ConnectError("down"),
@@ -140,7 +144,7 @@ def test_transient_errors_are_retried_with_growing_backoff(gw: InProcessGateway)
 
 def test_retries_run_out_and_the_outbox_is_kept(gw: InProcessGateway) -> None:
     a = client(gw, "a")
-    a.engine._sleep = lambda _s: None
+    a.engine.core._sleep = _no_sleep
     a.insert("t", "r", {"a": "x"})
     gw.faults = [httpx.ConnectError("down") for _ in range(10)]
     errors: list[Event] = []
@@ -259,3 +263,7 @@ def test_random_writes_syncs_and_restarts_converge(
         finally:
             for c in clients:
                 c.close()
+
+
+async def _no_sleep(_seconds: float) -> None:
+    pass
