@@ -107,11 +107,9 @@ class AsyncLakeSyncClient:
         idempotency_key: str | None = None,
     ) -> ActionRecord:
         """See :meth:`LakeSyncClient.execute_action`."""
-        c = self.sync_client
-        action_id = c._actions.enqueue(connector, action_type, params or {}, idempotency_key)
-        if c._engine is not None:
-            await c._run_actions(retries=0)
-        return c._action_record(action_id)
+        return await self.sync_client._execute_action(
+            connector, action_type, params, idempotency_key
+        )
 
     async def run_actions(self, retries: int | None = None) -> int:
         """See :meth:`LakeSyncClient.run_actions`."""
@@ -138,11 +136,7 @@ class AsyncLakeSyncClient:
 
     def start_auto_sync(self, interval: float = 5.0) -> None:
         """See :meth:`LakeSyncClient.start_auto_sync`; the loop is a task of the running loop."""
-        c = self.sync_client
-        c._core()
-        if c._auto is None:
-            c._auto_stop = False
-            c._auto = asyncio.get_running_loop().create_task(c._auto_sync(interval))
+        self.sync_client._start_auto_sync(interval, asyncio.get_running_loop().create_task)
 
     async def stop_auto_sync(self) -> None:
         """See :meth:`LakeSyncClient.stop_auto_sync`."""
@@ -162,12 +156,7 @@ class AsyncLakeSyncClient:
 
     async def close(self) -> None:
         """See :meth:`LakeSyncClient.close`."""
-        c = self.sync_client
-        await self.stop_auto_sync()
-        c._watchers.cancel_all()
-        if c._engine is not None and not c._store.closed:
-            await c._engine.transport.aclose()
-        c._close_replica()
+        await self.sync_client._aclose()
 
     async def __aenter__(self) -> AsyncLakeSyncClient:
         return self

@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakesync.client._actions import ActionOutbox, ActionRecord, send_actions
@@ -313,12 +313,20 @@ class LakeSyncClient:
         (default: the action's id), so it runs at most once. Each final answer fires an
         ``action_complete`` event. Returns the action as it stands after the first send.
         """
+        return self._loop.run(
+            self._execute_action(connector, action_type, params, idempotency_key)
+        )
+
+    async def _execute_action(
+        self,
+        connector: str,
+        action_type: str,
+        params: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+    ) -> ActionRecord:
         action_id = self._actions.enqueue(connector, action_type, params or {}, idempotency_key)
         if self._engine is not None:
-            self.run_actions(retries=0)
-        return self._action_record(action_id)
-
-    def _action_record(self, action_id: str) -> ActionRecord:
+            await self._run_actions(retries=0)
         record = self._actions.get(action_id)
         assert record is not None
         return record
@@ -435,10 +443,16 @@ class LakeSyncClient:
 
         Failures are reported as ``sync_error`` events and retried on the next round.
         """
+        self._start_auto_sync(interval, self._loop.submit)
+
+    def _start_auto_sync(
+        self, interval: float, run: Callable[[Coroutine[Any, Any, None]], AutoSync]
+    ) -> None:
+        """Start the auto-sync loop with ``run`` (on a loop), unless it runs already."""
         self._core()
         if self._auto is None:
             self._auto_stop = False
-            self._auto = self._loop.submit(self._auto_sync(interval))
+            self._auto = run(self._auto_sync(interval))
 
     async def _auto_sync(self, interval: float) -> None:
         """Sync every ``interval`` seconds, and at once when a local write wakes the wait."""
@@ -540,6 +554,16 @@ class LakeSyncClient:
         self._watchers.cancel_all()
         if self._engine is not None and not self._store.closed:
             self._loop.run(self._engine.transport.aclose())
+        self._close_replica()
+
+    async def _aclose(self) -> None:
+        """:meth:`close` on the caller's loop (the asyncio client's)."""
+        auto = self._end_auto_sync()
+        if auto is not None:
+            await asyncio.wrap_future(auto)
+        self._watchers.cancel_all()
+        if self._engine is not None and not self._store.closed:
+            await self._engine.transport.aclose()
         self._close_replica()
 
     def _close_replica(self) -> None:

@@ -92,3 +92,25 @@ def test_the_async_client_syncs_and_receives_on_the_callers_loop(
             assert _lakesync_threads() == before  # no thread of the client's own
 
     asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_the_async_clients_auto_sync_is_a_task_of_the_callers_loop(
+    gateway: ServerProcess, gw_id: str
+) -> None:
+    async def main() -> None:
+        kw: dict[str, Any] = {"url": gateway.url, "gateway_id": gw_id, "schemas": [TODOS]}
+        async with AsyncLakeSyncClient(":memory:", token=gateway.token("a", gw_id), **kw) as a:
+            a.start_auto_sync(interval=60)  # a write wakes it long before the interval
+            assert a.status.auto_sync
+            await a.insert("todos", "r", {"title": "pushed by auto-sync"})
+            deadline = asyncio.get_running_loop().time() + 15
+            while a.queue_depth and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.02)
+            assert a.queue_depth == 0
+            await a.stop_auto_sync()
+            assert not a.status.auto_sync
+            assert _lakesync_threads() == before
+
+    before = _lakesync_threads()
+    asyncio.run(main())
