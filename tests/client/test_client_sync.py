@@ -12,7 +12,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from lakesync.client.errors import (
     RateLimitedError,
     SyncFailedError,
 )
+from lakesync.client.transport import Checkpoint, PullPage, PushResult, Transport
+from lakesync.delta import RowDelta
 
 SCHEMA: dict[str, Any] = {
     "table": "t",
@@ -267,3 +269,44 @@ def test_random_writes_syncs_and_restarts_converge(
 
 async def _no_sleep(_seconds: float) -> None:
     pass
+
+
+class _OwnTransport(Transport):
+    """A caller's own blocking transport (here delegating to the in-process gateway's)."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+        self.closed = False
+
+    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
+        self.calls.append("push")
+        return self.inner.push(client_id, deltas, last_seen_hlc)
+
+    def pull(self, client_id: str, since: int, limit: int) -> PullPage:
+        self.calls.append("pull")
+        return self.inner.pull(client_id, since, limit)
+
+    def checkpoint(self) -> Checkpoint | None:
+        self.calls.append("checkpoint")
+        return self.inner.checkpoint()
+
+    def close(self) -> None:
+        self.closed = True
+        self.inner.close()
+
+
+def test_a_blocking_transport_of_the_callers_own_still_syncs(gw: InProcessGateway) -> None:
+    own = _OwnTransport(gw.connect("a"))
+    with LakeSyncClient(":memory:", gateway_id=gw.gw_id, client_id="a", schemas=[SCHEMA],
+                        transport=own) as a:
+        a.insert("t", "r", {"a": "x"})
+        b = client(gw, "b")
+        b.insert("t", "s", {"a": "y"})
+        b.sync()
+        report = a.sync()
+        assert (report.pushed, report.pulled) == (1, 2)
+        assert replica(a) == {("t", "r"): {"a": "x"}, ("t", "s"): {"a": "y"}}
+        assert own.calls[:2] == ["checkpoint", "pull"] and "push" in own.calls
+        b.close()
+    assert own.closed
