@@ -22,6 +22,7 @@ import anyio.to_thread
 
 from lakesync.api.settings import GatewaySettings
 from lakesync.api.store import HotLog
+from lakesync.api.store.ports import Coordination
 from lakesync.config import Config
 from lakesync.lakehouse.schedule import (
     HotLogMaintenance,
@@ -42,10 +43,10 @@ Flusher = Callable[[str], Awaitable[None]]
 
 
 class Lead:
-    """Whether this process leads ``role`` on the store (see :meth:`HotLog.lead`); logs each
+    """Whether this process leads ``role`` on the store (see :meth:`Coordination.lead`); logs each
     change, so an operator sees which gateway process runs which lake job."""
 
-    def __init__(self, store: HotLog, role: str, job: str) -> None:
+    def __init__(self, store: Coordination, role: str, job: str) -> None:
         self._store = store
         self._role = role
         self._job = job

@@ -23,6 +23,7 @@ from lakesync.errors import ConfigError
 from lakesync.lakehouse.settings import LakeSettings
 
 if TYPE_CHECKING:
+    from lakesync.lakehouse.landing import HotLogSource
     from lakesync.lakehouse.pipeline import PipelineEvent
     from lakesync.lakehouse.runner import PipelineResult
 
@@ -284,7 +285,7 @@ def query_command(
     _print(result, fmt)
 
 
-def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> Any:
+def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> HotLogSource | None:
     """The gateway's hot log for a fresh read (None when this data dir has none)."""
     from lakesync.api.store import open_store
     from lakesync.hlc import HLC

@@ -80,7 +80,8 @@ the processes sharing the store); ``job`` names it in the log."""
 class LakeStore(HotLogSource, CheckpointSink, Protocol):
     """What the lake's jobs need from the gateway's hot-log store: read the log (landing), mark
     what landed, hold the landing mutex, read the registered schemas, publish checkpoints and
-    trim the log."""
+    trim the log (parts of its ports ``DeltaLog``, ``Coordination``, ``DocumentStore`` and
+    ``CheckpointStore``, :mod:`lakesync.api.store.ports`, which the lakehouse does not import)."""
 
     def mark_flushed(self, position: int) -> None:
         """Every entry with ingest HLC <= ``position`` reached the landing table."""
