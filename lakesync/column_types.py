@@ -18,7 +18,7 @@ import decimal
 import re
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from lakesync.errors import SchemaError, ValidationError
+from lakesync.errors import SchemaError, ValidationError, ValueTypeError
 from lakesync.values import MAX_SAFE_MAGNITUDE, normalize_value
 
 if TYPE_CHECKING:  # schema.py imports this module; the spec is only a type here
@@ -132,23 +132,24 @@ def expected_form(spec: ColumnSpec) -> str:
             return "null: only null"
 
 
-def _refuse(spec: ColumnSpec, wire: Any, why: str = "") -> SchemaError:
+def _refuse(spec: ColumnSpec, wire: Any, why: str = "") -> ValueTypeError:
     shown = repr(wire)
     if len(shown) > 80:
         shown = shown[:77] + "..."
     because = f" ({why})" if why else ""
-    return SchemaError(
+    return ValueTypeError(
         f"column {spec.name!r} is declared {expected_form(spec)}; got {shown}{because}"
     )
 
 
 def check_wire_value(spec: ColumnSpec, wire: Any) -> None:
-    """Raise :class:`SchemaError` unless ``wire`` is the canonical wire encoding of a value of
+    """Raise :class:`ValueTypeError` (a :class:`SchemaError` the gateway answers with 400)
+    unless ``wire`` is the canonical wire encoding of a value of
     the column's type (null fits every nullable column); the message names the column, its type
     and the canonical form. Never coerces: the gateway cannot rewrite a client's value."""
     if wire is None:
         if not spec.nullable:
-            raise SchemaError(f"column {spec.name!r} is not nullable: it cannot be null")
+            raise ValueTypeError(f"column {spec.name!r} is not nullable: it cannot be null")
         return
     kind = type(wire)
     match spec.type:
@@ -159,7 +160,7 @@ def check_wire_value(spec: ColumnSpec, wire: Any) -> None:
                 try:
                     wire.encode("utf-8")
                 except UnicodeEncodeError:
-                    raise SchemaError(
+                    raise ValueTypeError(
                         f"column {spec.name!r}: text must be valid Unicode (no lone surrogates)"
                     ) from None
         case "number":
@@ -172,7 +173,7 @@ def check_wire_value(spec: ColumnSpec, wire: Any) -> None:
             try:
                 normalize_value(wire)
             except ValidationError as exc:
-                raise SchemaError(
+                raise ValueTypeError(
                     f"column {spec.name!r} does not hold a JSON value: {exc}"
                 ) from None
             _check_json_text(spec, wire)
@@ -205,7 +206,7 @@ def _check_json_text(spec: ColumnSpec, value: Any) -> None:
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                raise SchemaError(
+                raise ValueTypeError(
                     f"column {spec.name!r}: text must be valid Unicode (no lone surrogates)"
                 ) from None
     elif isinstance(value, dict):
@@ -285,7 +286,7 @@ def encode_value(spec: ColumnSpec, value: Any) -> Any:
     rounding to the column's scale is refused, never rounded); an aware ``datetime`` in any zone
     for timestamp (normalised to UTC; a naive one is refused: it names no instant); a
     ``datetime.date`` for date; ``bytes``/``bytearray``/``memoryview`` for bytes; and the JSON
-    values of the original types as they are. Raises :class:`SchemaError` naming the column and
+    values of the original types as they are. Raises :class:`ValueTypeError` naming the column and
     the expected type."""
     if value is None:
         check_wire_value(spec, None)
@@ -351,7 +352,7 @@ def decode_value(spec: ColumnSpec, wire: Any) -> Any:
     """A canonical wire value as its Python value: integer → ``int``, decimal →
     ``decimal.Decimal`` (quantized to the scale), timestamp → aware ``datetime`` in UTC, date →
     ``datetime.date``, bytes → ``bytes``; the original types as they are. Raises
-    :class:`SchemaError` for a value that is not of the column's type."""
+    :class:`ValueTypeError` for a value that is not of the column's type."""
     if wire is None:
         return None
     match spec.type:

@@ -10,7 +10,7 @@ import msgspec
 
 from lakesync.column_types import check_spec, check_wire_value, decimal_params, widening_allowed
 from lakesync.delta import RowDelta, validate_identifier
-from lakesync.errors import SchemaError
+from lakesync.errors import SchemaError, ValueTypeError
 from lakesync.hints import explain
 
 __all__ = [
@@ -335,13 +335,15 @@ def check_delta(schema: TableSchema, delta: RowDelta) -> None:
             )
         try:
             check_wire_value(spec, col.value)
-        except SchemaError as exc:
-            raise SchemaError(f"row {delta.row_id!r} of {schema.table!r}: {exc.message}") from None
+        except ValueTypeError as exc:
+            raise ValueTypeError(
+                f"row {delta.row_id!r} of {schema.table!r}: {exc.message}"
+            ) from None
     if delta.op == "INSERT":
         written = {col.column for col in delta.columns}
         for spec in schema.columns:
             if not spec.nullable and spec.name not in written:
-                raise SchemaError(
+                raise ValueTypeError(
                     f"row {delta.row_id!r} of {schema.table!r}: column {spec.name!r} is not "
                     "nullable: an INSERT must set it"
                 )
