@@ -18,6 +18,7 @@ import decimal
 import re
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from lakesync.canonical import canonical_json, js_number_str
 from lakesync.errors import SchemaError, ValidationError, ValueTypeError
 from lakesync.values import MAX_SAFE_MAGNITUDE, normalize_value
 
@@ -349,37 +350,67 @@ def _encode_decimal(spec: ColumnSpec, value: Any) -> str:
 
 
 def decode_value(spec: ColumnSpec, wire: Any) -> Any:
-    """A canonical wire value as its Python value: integer → ``int``, decimal →
-    ``decimal.Decimal`` (quantized to the scale), timestamp → aware ``datetime`` in UTC, date →
-    ``datetime.date``, bytes → ``bytes``; the original types as they are. Raises
-    :class:`ValueTypeError` for a value that is not of the column's type."""
+    """A wire value as its Python value: integer → ``int``, decimal → ``decimal.Decimal``
+    (quantized to the scale), timestamp → aware ``datetime`` in UTC, date → ``datetime.date``,
+    bytes → ``bytes``; the original types as they are. Raises :class:`ValueTypeError` for a
+    value that is not of the column's type.
+
+    Values written before a column was widened keep their wire form (their deltaIds cover it),
+    so the narrower forms read as the wider type too: an integer in a decimal or number column,
+    a decimal of a smaller scale, and any value in a string column (as JavaScript's ``String``
+    writes it; a json value as its canonical JSON text)."""
     if wire is None:
         return None
+    kind = type(wire)
     match spec.type:
         case "integer":
-            if type(wire) is int:
+            if kind is int:
                 return wire
-            if type(wire) is str and _INT_TEXT.fullmatch(wire):
+            if kind is str and _INT_TEXT.fullmatch(wire):
                 return int(wire)
             raise _refuse(spec, wire)
         case "decimal":
-            if type(wire) is not str:
-                raise _refuse(spec, wire)
-            return _parse_decimal(spec, wire)
+            return _widened_decimal(spec, wire)
+        case "number":
+            if kind is str and _DECIMAL_TEXT.fullmatch(wire):  # a widened integer or decimal
+                return normalize_value(float(wire))
+            return wire
+        case "string":
+            return wire if kind is str else _as_text(wire)
         case "timestamp":
-            if type(wire) is not str or not _TIMESTAMP_TEXT.fullmatch(wire):
+            if kind is not str or not _TIMESTAMP_TEXT.fullmatch(wire):
                 raise _refuse(spec, wire)
             return _parse_timestamp(spec, wire)
         case "date":
-            if type(wire) is not str or not _DATE_TEXT.fullmatch(wire):
+            if kind is not str or not _DATE_TEXT.fullmatch(wire):
                 raise _refuse(spec, wire)
             return _parse_date(spec, wire)
         case "bytes":
-            if type(wire) is not str:
+            if kind is not str:
                 raise _refuse(spec, wire)
             return _parse_bytes(spec, wire)
         case _:
             return wire
+
+
+def _widened_decimal(spec: ColumnSpec, wire: Any) -> decimal.Decimal:
+    if type(wire) is int:
+        return _encode_and_parse(spec, wire)
+    if type(wire) is not str or _DECIMAL_TEXT.fullmatch(wire) is None:
+        raise _refuse(spec, wire)
+    return _encode_and_parse(spec, decimal.Decimal(wire))
+
+
+def _encode_and_parse(spec: ColumnSpec, value: int | decimal.Decimal) -> decimal.Decimal:
+    return decimal.Decimal(_encode_decimal(spec, value))
+
+
+def _as_text(wire: Any) -> str:
+    if wire is True or wire is False:
+        return "true" if wire else "false"
+    if type(wire) is int or type(wire) is float:
+        return js_number_str(wire)
+    return canonical_json(wire)
 
 
 def spark_type(spec: ColumnSpec) -> str:
