@@ -189,3 +189,19 @@ def test_the_gateway_tells_clients_its_schemas(gateway: str, tmp_path: Path) -> 
             carol.sync(retries=0)
             assert carol.get("typed", "told") == values
             assert carol.schemas()["typed"].column_specs()["d2"] == SPECS["d2"]
+
+
+def test_a_client_declaring_another_type_gets_its_writes_dead_lettered_with_the_reason(
+    gateway: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mine = {"table": "typed", "columns": [{"name": "d2", "type": "number"}]}
+    with LakeSyncClient(str(tmp_path / "n.db"), url=gateway, gateway_id="gw1",
+                        token=token("dave"), schemas=[mine]) as dave:
+        dave.insert("typed", "dave1", {"d2": 1.5})
+        dave.sync(retries=0)
+        assert "keeping the local column type" in caplog.text  # number is wider than decimal
+        (letter,) = dave.dead_letters()
+        assert letter.code == "SCHEMA_ERROR"
+        assert "row 'dave1'" in letter.error and "decimal(10,2)" in letter.error
+        assert '"12.50"' in letter.error
+        assert dave.get("typed", "dave1") is None
