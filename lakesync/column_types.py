@@ -65,7 +65,6 @@ _INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _DECIMAL_TEXT = re.compile(r"(-?)(0|[1-9][0-9]*)(?:\.([0-9]+))?")
 _TIMESTAMP_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 _DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _OPTIONED = ("precision", "scale")  # options only a decimal column may set
 
 
@@ -251,8 +250,9 @@ def _parse_decimal(spec: ColumnSpec, wire: str) -> decimal.Decimal:
 
 
 def _parse_timestamp(spec: ColumnSpec, wire: str) -> dt.datetime:
+    # The pattern was matched before: fromisoformat only checks the calendar (and is fast).
     try:
-        value = dt.datetime.strptime(wire, _TIMESTAMP_FORMAT)
+        value = dt.datetime.fromisoformat(wire[:-1])
     except ValueError:
         raise _refuse(spec, wire, "not a valid date and time") from None
     return value.replace(tzinfo=dt.UTC)
@@ -398,7 +398,10 @@ def _widened_decimal(spec: ColumnSpec, wire: Any) -> decimal.Decimal:
         return _encode_and_parse(spec, wire)
     if type(wire) is not str or _DECIMAL_TEXT.fullmatch(wire) is None:
         raise _refuse(spec, wire)
-    return _encode_and_parse(spec, decimal.Decimal(wire))
+    try:
+        return _parse_decimal(spec, wire)  # canonical: the common case, and the fast one
+    except ValueTypeError:
+        return _encode_and_parse(spec, decimal.Decimal(wire))
 
 
 def _encode_and_parse(spec: ColumnSpec, value: int | decimal.Decimal) -> decimal.Decimal:

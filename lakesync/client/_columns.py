@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from lakesync.column_types import decode_value, encode_value
+from lakesync.column_types import check_wire_value, decode_value, encode_value
 from lakesync.errors import SchemaError
 from lakesync.schema import ColumnSpec, ColumnType
 
@@ -100,10 +100,17 @@ def to_sql_value(spec: ColumnSpec, value: Any) -> Any:
         return None
     typ = spec.type
     if typ in _TYPED:
+        if typ in ("decimal", "timestamp"):
+            # Held as canonical text: exact, and it sorts as the type does. A value the gateway
+            # accepted is canonical already; one from before a widening is written anew.
+            try:
+                check_wire_value(spec, value)
+                return value
+            except SchemaError:
+                held = python_value(spec, value)
+                return None if held is None else encode_value(spec, held)
         held = python_value(spec, value)
-        if held is None or typ in ("integer", "bytes", "date"):
-            return held.isoformat() if isinstance(held, dt.date) else held
-        return encode_value(spec, held)  # canonical text: exact, and sorts as the type does
+        return held.isoformat() if isinstance(held, dt.date) else held
     if typ in ("json", "null"):
         return encode_json(value)
     if isinstance(value, bool):
