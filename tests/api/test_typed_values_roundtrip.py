@@ -205,3 +205,24 @@ def test_a_client_declaring_another_type_gets_its_writes_dead_lettered_with_the_
         assert "row 'dave1'" in letter.error and "decimal(10,2)" in letter.error
         assert '"12.50"' in letter.error
         assert dave.get("typed", "dave1") is None
+
+
+@pytest.mark.slow
+def test_realtime_broadcasts_reach_watchers_as_python_values(gateway: str, tmp_path: Path) -> None:
+    from lakesync.client import Change
+    from tests.client.test_client_e2e import wait_for
+
+    values = {"i": -(2**63), "d": decimal.Decimal("0.000000001"),
+              "t": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)}
+    seen: list[Change] = []
+    with LakeSyncClient(str(tmp_path / "ws.db"), url=gateway, gateway_id="gw1",
+                        token=token("erin"), schemas=[SCHEMA], transport="websocket") as erin, \
+            _client(tmp_path / "w.db", gateway, "alice") as alice:
+        erin.sync(retries=0)
+        erin.watch("typed", seen.extend)
+        alice.insert("typed", "live", values)
+        alice.sync(retries=0)
+        wait_for(lambda: any(c.row_id == "live" for c in seen), timeout=60)
+        (change,) = [c for c in seen if c.row_id == "live"]
+        assert change.origin == "realtime" and change.after == values
+        assert erin.get("typed", "live") == values
