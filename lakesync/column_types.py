@@ -43,6 +43,7 @@ __all__ = [
     "iceberg_type",
     "spark_type",
     "sql_type",
+    "type_text",
     "widening_allowed",
 ]
 
@@ -633,7 +634,7 @@ def widening_allowed(old: ColumnSpec, new: ColumnSpec) -> str | None:
     """None if a column may change from ``old`` to ``new`` in place (the same type, or a
     widening: integer → decimal → number, decimal(p,s) → decimal(p',s') with p'-s' ≥ p-s and
     s' ≥ s, any type → string, not nullable → nullable); else why not and what to do."""
-    what = f"column {old.name!r} cannot change type from {_describe(old)} to {_describe(new)}"
+    what = f"column {old.name!r} cannot change type from {type_text(old)} to {type_text(new)}"
     if old.nullable and not new.nullable:
         return f"{what}: rows may hold null already; a column cannot become not nullable"
     if old.type == new.type and old.type != "decimal":
@@ -666,7 +667,9 @@ def widening_allowed(old: ColumnSpec, new: ColumnSpec) -> str | None:
     )
 
 
-def _describe(spec: ColumnSpec) -> str:
+def type_text(spec: ColumnSpec) -> str:
+    """A column's type as messages name it: ``integer``, ``decimal(38,9)``, ``date not
+    nullable``."""
     if spec.type == "decimal":
         p, s = decimal_params(spec)
         text = f"decimal({p},{s})"
