@@ -50,6 +50,9 @@ SQL_TYPES: dict[str, str] = {
     "bytes": "BLOB",
 }
 _TYPED = frozenset({"integer", "decimal", "timestamp", "date", "bytes"})
+# Types whose wire value may differ from the Python value (number and string: a value written
+# before the column was widened).
+_DECODED = _TYPED | {"number", "string"}
 _TIMESTAMP = ColumnSpec("timestamp", "timestamp")
 
 _INT64_MAX = (1 << 63) - 1
@@ -111,6 +114,8 @@ def to_sql_value(spec: ColumnSpec, value: Any) -> Any:
                 return None if held is None else encode_value(spec, held)
         held = python_value(spec, value)
         return held.isoformat() if isinstance(held, dt.date) else held
+    if (typ == "string") != (type(value) is str) and typ in ("string", "number"):
+        value = python_value(spec, value)  # written before a widening: as get() reads it
     if typ in ("json", "null"):
         return encode_json(value)
     if isinstance(value, bool):
@@ -143,7 +148,7 @@ def python_row(specs: dict[str, ColumnSpec], row: dict[str, Any] | None) -> dict
     out = dict(row)
     for name, value in row.items():
         spec = specs.get(name)
-        if spec is not None and spec.type in _TYPED | {"number", "string"}:
+        if spec is not None and spec.type in _DECODED:
             out[name] = python_value(spec, value)
     return out
 
