@@ -90,6 +90,7 @@ class SyncEngine:
         self._cycle = asyncio.Lock()
         self._checkpoint_absent = False
         self._schemas_adopted = False
+        self._asked: set[tuple[str, str]] = set()  # unknown names the gateway was asked about
 
     # -- public -----------------------------------------------------------------------------
 
@@ -133,7 +134,7 @@ class SyncEngine:
         schemas (the store's ``adopt``) before it pulls a row."""
         async with self._cycle:
             if not self._schemas_adopted:
-                self.store.adopt(_parsed(await self.transport.schemas() or ()))
+                await self._adopt_schemas()
                 self._schemas_adopted = True
             pulled = await self._pull_all()
             pushed, dead = await self._push_all()
@@ -190,6 +191,7 @@ class SyncEngine:
                 else None
             )
             async with _settled(following):
+                await self._learn_types(page.deltas)
                 # Page and cursor commit together: a crash leaves both at the previous page.
                 changes = await asyncio.to_thread(
                     self.store.apply_remote,
@@ -204,6 +206,18 @@ class SyncEngine:
             if following is None:
                 return applied
             page = await following
+
+    async def _adopt_schemas(self) -> None:
+        self.store.adopt(_parsed(await self.transport.schemas() or ()))
+
+    async def _learn_types(self, deltas: Sequence[RowDelta]) -> None:
+        """Ask the gateway for its schemas again when ``deltas`` name a table or column this
+        replica lacks (registered after the first cycle), so it is held as its type rather
+        than as the type its values suggest; each unknown name is asked about once."""
+        new = self.store.unknown(deltas) - self._asked
+        if new:
+            self._asked |= new
+            await self._adopt_schemas()
 
     async def _load_checkpoint(self, resync: bool = False) -> tuple[int, int]:
         """Apply the gateway's checkpoint and move the cursor to its position. A ``resync``
@@ -223,6 +237,7 @@ class SyncEngine:
             while (deltas := await following) is not None:
                 following = _ahead(_next(pages))
                 async with _settled(following):
+                    await self._learn_types(deltas)
                     changes = await asyncio.to_thread(
                         self.store.apply_remote, deltas, "remote", self.clock, mark=resync
                     )

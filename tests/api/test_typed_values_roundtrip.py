@@ -264,3 +264,27 @@ def test_realtime_broadcasts_reach_watchers_as_python_values(gateway: str, tmp_p
         (change,) = [c for c in seen if c.row_id == "live"]
         assert change.origin == "realtime" and change.after == values
         assert erin.get("typed", "live") == values
+
+
+def test_a_column_registered_after_the_first_sync_is_held_as_its_type(
+    gateway: str, tmp_path: Path
+) -> None:
+    admin = auth(token("root", role="admin"))
+    first = {"table": "later", "columns": [{"name": "a", "type": "string"}]}
+    assert httpx.post(f"{gateway}/v1/admin/schema/gw1", json=first, headers=admin).is_success
+    with LakeSyncClient(
+        str(tmp_path / "f.db"), url=gateway, gateway_id="gw1", token=token("frank")
+    ) as frank:
+        frank.sync(retries=0)  # takes the gateway's schemas as they are now
+        assert "amount" not in frank.schemas()["later"].column_types()
+        grown = {**first, "columns": [*first["columns"], {"name": "amount", "type": "decimal"}]}
+        assert httpx.post(f"{gateway}/v1/admin/schema/gw1", json=grown, headers=admin).is_success
+        with LakeSyncClient(
+            str(tmp_path / "g.db"), url=gateway, gateway_id="gw1", token=token("gina")
+        ) as gina:
+            gina.sync(retries=0)
+            gina.insert("later", "l1", {"a": "x", "amount": decimal.Decimal("7.5")})
+            gina.sync(retries=0)
+        frank.sync(retries=0)  # the page names a column frank lacks: it asks again
+        assert frank.get("later", "l1") == {"a": "x", "amount": decimal.Decimal("7.500000000")}
+        assert frank.schemas()["later"].column_types()["amount"] == "decimal"
