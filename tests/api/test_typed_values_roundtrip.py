@@ -288,3 +288,53 @@ def test_a_column_registered_after_the_first_sync_is_held_as_its_type(
         frank.sync(retries=0)  # the page names a column frank lacks: it asks again
         assert frank.get("later", "l1") == {"a": "x", "amount": decimal.Decimal("7.500000000")}
         assert frank.schemas()["later"].column_types()["amount"] == "decimal"
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    ints=st.lists(st.integers(INTEGER_MIN, INTEGER_MAX), min_size=1, max_size=5),
+    stamps=st.lists(VALUES["t"], min_size=1, max_size=3),
+)
+def test_widening_a_column_in_place_keeps_every_value(
+    gateway: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    ints: list[int],
+    stamps: list[dt.datetime],
+) -> None:
+    """Values pushed before a widening keep their wire form at the gateway (their deltaIds
+    cover it) and a client syncing afterwards reads each as the wider type, exactly."""
+    admin = auth(token("root", role="admin"))
+    table = f"wide{next(_rows)}"
+    narrow = {
+        "table": table,
+        "columns": [{"name": "n", "type": "integer"}, {"name": "t", "type": "timestamp"}],
+    }
+    wide = {
+        "table": table,
+        "columns": [
+            {"name": "n", "type": "decimal", "precision": 38, "scale": 2},
+            {"name": "t", "type": "string"},
+        ],
+    }
+    assert httpx.post(f"{gateway}/v1/admin/schema/gw1", json=narrow, headers=admin).is_success
+    tmp = tmp_path_factory.mktemp("wide")
+    with LakeSyncClient(
+        str(tmp / "w.db"), url=gateway, gateway_id="gw1", token=token("wendy"), schemas=[narrow]
+    ) as wendy:
+        for k, n in enumerate(ints):
+            wendy.insert(table, f"n{k}", {"n": n})
+        for k, t in enumerate(stamps):
+            wendy.insert(table, f"t{k}", {"t": t})
+        wendy.sync(retries=0)
+    assert httpx.post(f"{gateway}/v1/admin/schema/gw1", json=wide, headers=admin).is_success
+    with LakeSyncClient(
+        str(tmp / "r.db"), url=gateway, gateway_id="gw1", token=token("rita")
+    ) as rita:
+        rita.sync(retries=0)
+        for k, n in enumerate(ints):
+            got = rita.get(table, f"n{k}")
+            assert got == {"n": decimal.Decimal(n)} and str(got["n"]).endswith(".00")
+        for k, t in enumerate(stamps):
+            wire = encode_value(SPECS["t"], t)
+            assert rita.get(table, f"t{k}") == {"t": wire}  # the canonical text, as a string
