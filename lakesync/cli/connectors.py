@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.materialise import ConfigOption
+from lakesync.cli.output import print_table
 from lakesync.config import load_config
 from lakesync.errors import AuthError, ConfigError, LakeSyncError, ValidationError
 from lakesync.tokens import mint_token
@@ -131,4 +132,4 @@ def connectors_command(
             cursor_summary(s.get("cursor")),
             s["last_error"] or "-",
         )
-    Console(width=200).print(table)
+    print_table(table)

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.output import print_table
 from lakesync.config import Config, load_config
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.catalog import lake_catalog
@@ -74,7 +75,7 @@ def ship(
             "none" if r.position is None else str(r.position), f"{r.elapsed_s:.1f} s",
             "[red]failed[/red]" if r.error else "[green]ok[/green]",
         )
-    Console().print(table)
+    print_table(table)
     for r in results:
         if r.secondary_failures:
             Console(stderr=True).print(
