@@ -17,7 +17,7 @@ from lakesync.cli.materialise import materialise_command, migrate_command
 from lakesync.cli.status import status_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
-from lakesync.tokens import mint_token, parse_ttl
+from lakesync.tokens import mint_client_token
 
 if TYPE_CHECKING:
     from typer._click import Context  # typer vendors click; its commands take this Context
@@ -132,7 +132,7 @@ def token(
     config = load_config()
     if not config.jwt_secrets:
         raise ConfigError("LAKESYNC_JWT_SECRET is not set; export the gateway's secret first")
-    typer.echo(mint_token(config.jwt_secrets[0], sub, gw, role, claims, parse_ttl(ttl)))
+    typer.echo(mint_client_token(config.jwt_secrets[0], sub, gw, claims, ttl, role=role))
 
 
 app.command("up")(up)
