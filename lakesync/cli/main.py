@@ -12,6 +12,7 @@ from typer.exceptions import TyperException
 from lakesync.api.cli import up
 from lakesync.cli.compact import compact_command
 from lakesync.cli.connectors import connectors_command
+from lakesync.cli.init import init_command
 from lakesync.cli.lake import DataDirOption, pipeline_app, query_command
 from lakesync.cli.materialise import materialise_command, migrate_command
 from lakesync.cli.status import status_command
@@ -135,6 +136,7 @@ def token(
     typer.echo(mint_client_token(config.jwt_secrets[0], sub, gw, claims, ttl, role=role))
 
 
+app.command("init")(init_command)
 app.command("up")(up)
 app.add_typer(pipeline_app, name="pipeline")
 app.command("query")(query_command)
