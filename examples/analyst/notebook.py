@@ -43,7 +43,7 @@ activity = query(f"""
     group by client_id, op
     order by client_id, op
 """)
-activity
+activity  # noqa: B018 - a notebook cell shows its last expression
 
 # %% [markdown]
 # ## The todos now
@@ -58,7 +58,7 @@ todos = query(f"""
     group by owner
     order by owner
 """, fresh=True)
-todos
+todos  # noqa: B018 - a notebook cell shows its last expression
 
 # %%
 if __name__ == "__main__":
