@@ -25,6 +25,7 @@ from rich.text import Text
 from lakesync.cli.connectors import admin_access, admin_get
 from lakesync.cli.materialise import ConfigOption
 from lakesync.cli.output import print_table
+from lakesync.errors import ValidationError
 from lakesync.status import Backlog, StatusResponse
 
 __all__ = ["fetch_status", "status_command", "status_tables"]
@@ -39,6 +40,11 @@ def fetch_status(url: str, token: str, gw: str | None) -> StatusResponse:
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30) as http:
         body = admin_get(http, path)
+    if body is None:
+        raise ValidationError(
+            f"the gateway at {url} knows no gateway {gw!r} (nothing is declared or stored for "
+            "it); check --gw, and --url or the config's server.host and server.port"
+        )
     return msgspec.convert(body, StatusResponse, strict=False)
 
 

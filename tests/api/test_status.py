@@ -136,6 +136,11 @@ def test_status_needs_an_admin_token(gateway: Gateway) -> None:
         "/v1/admin/status/gw1", headers=auth(token("root", gw="gw2", role="admin"))
     )
     assert other.status_code == 403
+    # A gateway nothing is declared or stored for: 404, not a status saying all is well.
+    for path, gw in [("/v1/admin/status", "nope"), ("/v1/admin/status/nope", "nope")]:
+        r = gateway.http.get(path, headers=auth(token("root", gw=gw, role="admin")))
+        assert r.status_code == 404 and r.json()["code"] == "NOT_FOUND", r.text
+    assert gateway.admin("POST", "/v1/admin/schema/gw2", gw="gw2", json=SCHEMA).status_code == 200
     assert _status(gateway, tok=token("root", gw="gw2", role="admin"))["gateways"][0][
         "gateway"
     ] == "gw2"

@@ -84,3 +84,5 @@ def test_status_of_a_healthy_gateway_exits_0(tmp_path: Path, pg_url: str) -> Non
         done = _status(gw)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "all well" in done.stdout and "mirror" in done.stdout
+        typo = _status(gw, "--gw", "shopp")
+        assert typo.returncode == 2 and "knows no gateway 'shopp'" in typo.stderr

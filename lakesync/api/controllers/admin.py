@@ -254,8 +254,9 @@ class AdminController(Controller):
         configuration knows (any gateway's admin token may ask: admin tokens are the
         operator's)."""
         service: StatusService = request.app.state.status
-        gateways = await service.known_gateways() if all_gateways else [str(claims["gw"])]
-        return await service.status(gateways)
+        if all_gateways:
+            return await service.status(await service.known_gateways())
+        return await service.gateway_status(str(claims["gw"]))
 
     @get("/status/{gw:str}", responses=ERROR_RESPONSES)
     async def gateway_status(
@@ -264,6 +265,7 @@ class AdminController(Controller):
         claims: NamedDependency[Claims],
         request: Request[Any, Any, Any],
     ) -> StatusResponse:
-        """The status of one gateway (as ``/v1/admin/status`` shows it)."""
+        """The status of one gateway (as ``/v1/admin/status`` shows it); 404 for a gateway
+        nothing is declared or stored for."""
         service: StatusService = request.app.state.status
-        return await service.status([gw])
+        return await service.gateway_status(gw)

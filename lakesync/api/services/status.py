@@ -22,7 +22,7 @@ from lakesync.api.services.connectors import ConnectorService
 from lakesync.api.services.sync import SyncService
 from lakesync.api.store import HotLog
 from lakesync.destination_specs import DestinationSpec
-from lakesync.errors import LakeSyncError
+from lakesync.errors import LakeSyncError, NotFoundError
 from lakesync.status import (
     HISTORY_GATEWAY,
     HISTORY_KIND,
@@ -104,6 +104,16 @@ class StatusService:
         found = {gw for kind in ("schema", "connector") for gw, _, _ in store.docs_of_kind(kind)}
         return found | {gw for _, gw, _ in store.read_log(store.flushed_position(), COUNT_LIMIT)}
 
+    async def gateway_status(self, gw: str) -> StatusResponse:
+        """The status of one gateway; :class:`NotFoundError` for a gateway nothing is declared
+        or stored for (a mistyped id would otherwise show all is well)."""
+        if not await self._service.knows(gw):
+            raise NotFoundError(
+                f"gateway {gw!r} is not known here: nothing is declared or stored for it; "
+                "check the gateway id"
+            )
+        return await self.status([gw])
+
     async def status(self, gateways: list[str]) -> StatusResponse:
         """The status of ``gateways`` and of this process."""
         out = [await self._gateway(gw) for gw in gateways]
@@ -169,10 +179,8 @@ class StatusService:
             rows = [h for h, t in reads[position] if t == table]
             return backlog(rows, position, COUNT_LIMIT, now)
 
-        history = {
-            name: store.list_docs(HISTORY_GATEWAY, HISTORY_KIND).get(name)
-            for name in ("landing", "pipeline", "destinations")
-        }
+        docs = store.list_docs(HISTORY_GATEWAY, HISTORY_KIND)
+        history = {name: docs.get(name) for name in ("landing", "pipeline", "destinations")}
         flushed = store.flushed_position()
         held = after(store.trimmed_through(gw))
         unflushed = after(flushed)
