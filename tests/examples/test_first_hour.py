@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,6 @@ import pytest
 from lakesync.destinations.factory import mysql_params
 from tests.conftest import drop_pg_database, fresh_pg_database, require_postgres
 from tests.destinations.conftest import MYSQL_DSN, require_mysql
-from tests.examples.test_examples import ship
 from tests.gateway_process import ROOT, ServerProcess
 
 pytestmark = [pytest.mark.slow]
@@ -108,11 +108,34 @@ def mysql_url() -> Iterator[str]:
 def test_the_data_engineering_config_ships_to_postgres_and_mariadb(
     tmp_path: Path, pg_url: str, mysql_url: str
 ) -> None:
+    """The gateway's scheduled pipeline ships the todos to both databases, and `lakesync status`
+    shows the run, each destination's last shipment and no lag, and exits 0."""
     config = EXAMPLES / "data_engineering" / "lakesync.yaml"
-    env = {"REPORTING_DB_URL": pg_url, "SERVICE_DB_URL": mysql_url}
+    env = {"REPORTING_DB_URL": pg_url, "SERVICE_DB_URL": mysql_url,
+           "LAKESYNC_FLUSH_INTERVAL": "1", "LAKESYNC_PIPELINE_INTERVAL": "2"}
     with ServerProcess(tmp_path / "gw", env=env, config=config) as gw:
         _todo_app(gw, tmp_path, "alice")
-        ship(gw, GATEWAY, config, env)  # flush, stop, `lakesync pipeline run --config`
+        headers = {"Authorization": f"Bearer {gw.token('ops', GATEWAY, role='admin')}"}
+        deadline = time.monotonic() + 900
+        while True:
+            status = httpx.get(f"{gw.url}/v1/admin/status", headers=headers, timeout=60).json()
+            (todos,) = status["gateways"]
+            dests = {d["name"]: d for d in todos["destinations"]}
+            if (todos["pipeline"]["runs"] and all(
+                d["last_shipment_at"] and d["tables"] and not d["lag"]["deltas"]
+                for d in dests.values()
+            )):
+                break
+            assert time.monotonic() < deadline, status
+            time.sleep(3)
+        assert status["failing"] == [] and todos["pipeline"]["runs"][0]["ok"]
+        assert todos["pipeline"]["freshness_s"] is not None
+        cli_env = {**os.environ, "PYTHONPATH": str(ROOT), "LAKESYNC_JWT_SECRET": gw.secret}
+        done = subprocess.run(
+            [sys.executable, "-m", "lakesync.cli.main", "status", "--url", gw.url, "--json"],
+            env=cli_env, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert done.returncode == 0, done.stderr
     expected = [("alice:bread", "Bread", False, "alice"), ("alice:milk", "Milk", True, "alice")]
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("select row_id, title, done, owner from todos order by row_id")

@@ -145,10 +145,12 @@ class StatusService:
         if tables is None:
             docs = await anyio.to_thread.run_sync(self._service.store.list_docs, gw, "schema")
             tables = sorted(docs)
+        # A routed table's watermark lives in the destination it is routed to.
+        tables = [t for t in tables if t not in spec.routes]
         try:
             with anyio.fail_after(PROBE_TIMEOUT_S):
                 return await anyio.to_thread.run_sync(
-                    _read_watermarks, spec, list(tables), abandon_on_cancel=True
+                    _read_watermarks, spec, tables, abandon_on_cancel=True
                 )
         except TimeoutError:
             return f"no answer within {PROBE_TIMEOUT_S:.0f} s"
