@@ -26,7 +26,7 @@ ENTRY_POINTS = {
     ("lakesync/api/controllers/admin.py", "connector_status"),
     ("lakesync/api/controllers/admin.py", "remove_connector"),
     ("lakesync/api/controllers/admin.py", "action_records"),
-    ("lakesync/api/controllers/admin.py", "gateway_status"),
+    ("lakesync/api/controllers/admin.py", "status_of_gateway"),
     # typer commands registered by decorator or app.command(...)(fn).
     ("lakesync/cli/lake.py", "run_command"),
     ("lakesync/cli/lake.py", "as_of_command"),

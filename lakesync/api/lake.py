@@ -211,7 +211,7 @@ def _lake_worker_loop(
     stop: threading.Event,
     lead: Lead,
     shipping: DestinationMetrics | None = None,
-    store: HotLog | None = None,
+    store: DocumentStore | None = None,
 ) -> None:
     """Run the pipeline every ``pipeline_interval`` seconds and the compaction every
     ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
@@ -267,7 +267,7 @@ def _lake_job(
     job: str,
     stop: threading.Event,
     shipping: DestinationMetrics | None = None,
-    store: HotLog | None = None,
+    store: DocumentStore | None = None,
 ) -> bool:
     """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome, count
     its failed writes to fan-out secondaries in ``shipping`` and record a pipeline run in
@@ -313,7 +313,7 @@ def _lake_job(
     return True
 
 
-def _record_run(store: HotLog, started: float, reply: RunReply) -> None:
+def _record_run(store: DocumentStore, started: float, reply: RunReply) -> None:
     """Record a pipeline run and its shipments in the store's history (a failure to record is
     logged: it must not stop the schedule)."""
     run = PipelineRun(

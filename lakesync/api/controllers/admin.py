@@ -259,7 +259,7 @@ class AdminController(Controller):
         return await service.gateway_status(str(claims["gw"]))
 
     @get("/status/{gw:str}", responses=ERROR_RESPONSES)
-    async def gateway_status(
+    async def status_of_gateway(
         self,
         gw: FromPath[str],
         claims: NamedDependency[Claims],

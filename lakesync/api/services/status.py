@@ -20,7 +20,7 @@ import msgspec
 
 from lakesync.api.services.connectors import ConnectorService
 from lakesync.api.services.sync import SyncService
-from lakesync.api.store import HotLog
+from lakesync.api.store.ports import DocumentStore
 from lakesync.destination_specs import DestinationSpec
 from lakesync.errors import LakeSyncError, NotFoundError
 from lakesync.status import (
@@ -56,7 +56,7 @@ PROBE_TIMEOUT_S = 5.0
 Watermarks = dict[str, int | None]
 
 
-def record_landing_flush(store: HotLog, position: int) -> None:
+def record_landing_flush(store: DocumentStore, position: int) -> None:
     """Note in the store that a landing flush landed deltas through ``position`` now (the
     flusher's ``mark_flushed`` hook calls it right after the store's own)."""
     store.put_doc(HISTORY_GATEWAY, HISTORY_KIND, "landing", record_flush(position, time.time()))
