@@ -56,8 +56,13 @@ def ship(
         )
         return
     with Console(stderr=True).status("starting Spark …") as status:
+        done: list[ShipResult] = []
+
         def shipped(r: ShipResult) -> None:
-            status.update(f"{r.destination}/{r.table} done …")
+            done.append(r)
+            rows = sum(d.rows for d in done)
+            status.update(f"{len(done)} tables, {rows} rows shipped; last "
+                          f"{r.destination}/{r.table}: {r.rows} rows …")
 
         def building(node: str, state: str) -> None:
             status.update(f"building change set {node} …" if state == "started"
