@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from litestar.testing import TestClient
 
@@ -15,13 +16,14 @@ from lakesync.api.app import create_app
 from lakesync.api.lake import _record_run
 from lakesync.api.services.status import record_landing_flush
 from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.client import LakeSyncClient
 from lakesync.destination_specs import DestinationSpec
 from lakesync.hlc import HLC
 from lakesync.lakehouse.worker import RunReply
 from lakesync.status import Shipment
 from tests.api.helpers import Gateway, auth, delta, make_settings, token
 from tests.conftest import drop_pg_database, fresh_pg_database, require_postgres
-from tests.gateway_process import free_port
+from tests.gateway_process import free_port, serve_in_thread
 
 SCHEMA = {"table": "todos", "columns": [{"name": "title", "type": "string"}]}
 
@@ -90,7 +92,8 @@ def test_status_shows_recorded_runs_flushes_reports_and_sockets(tmp_path: Path) 
     with TestClient(create_app(make_settings(tmp_path), store=store)) as client:
         gateway = Gateway(client)
         alice = token("alice")
-        assert gateway.push(alice, "alice", [delta("INSERT", "r1", "alice", t="a")]).status_code == 200
+        pushed = gateway.push(alice, "alice", [delta("INSERT", "r1", "alice", t="a")])
+        assert pushed.status_code == 200
         head = store.head()
         store.mark_flushed(head)
         record_landing_flush(store, head)
@@ -150,3 +153,23 @@ def test_status_is_in_the_openapi_document(gateway: Gateway) -> None:
     doc = gateway.http.get("/docs/openapi.json").json()
     assert "/v1/admin/status" in doc["paths"]
     assert "StatusResponse" in doc["components"]["schemas"]
+
+
+def test_the_python_client_reports_its_outbox_and_dead_letters(tmp_path: Path) -> None:
+    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+    with serve_in_thread(create_app(make_settings(tmp_path), store=store)) as url:
+        admin = auth(token("root", role="admin"))
+        assert httpx.post(f"{url}/v1/admin/schema/gw1", json=SCHEMA, headers=admin).is_success
+        # The replica knows a column the gateway does not: that write is refused for good.
+        local = {"table": "todos", "columns": [*SCHEMA["columns"],
+                                               {"name": "colour", "type": "string"}]}
+        with LakeSyncClient(str(tmp_path / "a.db"), url=url, gateway_id="gw1",
+                            token=token("alice"), schemas=[local]) as client:
+            client.upsert("todos", "r1", {"title": "ok"})
+            client.upsert("todos", "r2", {"title": "no", "colour": "red"})
+            client.sync()
+            client.sync()  # reports what the last one left: one dead letter, nothing pending
+            assert len(client.dead_letters()) == 1
+        body = httpx.get(f"{url}/v1/admin/status", headers=admin, timeout=30).json()
+    (alice,) = body["gateways"][0]["clients"]
+    assert (alice["client_id"], alice["pending_outbox"], alice["dead_letters"]) == ("alice", 0, 1)
