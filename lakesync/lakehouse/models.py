@@ -284,7 +284,8 @@ def plan_change_sets(
                 continue
             for name in receivers(spec, table):
                 dialect = _DIALECTS.get(destinations[name].kind)
-                model = ChangeSetModel(name, spec.gateway, table, tuple(map(column_spec, columns[table])), dialect)
+                specs = tuple(map(column_spec, columns[table]))
+                model = ChangeSetModel(name, spec.gateway, table, specs, dialect)
                 out.setdefault(f"{name}\0{table}", model)
     return sorted(out.values(), key=lambda m: (m.destination, m.table))
 
