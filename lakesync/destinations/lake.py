@@ -61,13 +61,21 @@ def lake_namespace(spec: DestinationSpec, url: str) -> str:
     return namespace
 
 
+def _iceberg_type(spec: ColumnSpec) -> Any:
+    """A column's Iceberg type as a pyiceberg type (:func:`lakesync.column_types.iceberg_type`
+    names it in the Iceberg spec's notation, which a field parses)."""
+    from pyiceberg.types import NestedField
+
+    return NestedField(1, spec.name, iceberg_type(spec)).field_type
+
+
 def _fields(layout: TableLayout) -> list[tuple[str, Any]]:
     """(name, Iceberg type) of every column the layout's table holds, in order: the schema's
     columns typed by :func:`lakesync.column_types.iceberg_type` (json as its text)."""
     from pyiceberg.types import StringType, TimestamptzType
 
     out: list[tuple[str, Any]] = [("row_id", StringType())]
-    out += [(c.name, iceberg_type(c)) for c in layout.columns]
+    out += [(c.name, _iceberg_type(c)) for c in layout.columns]
     out += [("props", StringType()), ("synced_at", TimestamptzType())]
     if layout.delete == "soft":
         out.append(("deleted_at", TimestamptzType()))
@@ -161,7 +169,7 @@ class LakeDestination(Destination):
             for name, old in changed.items():
                 row[name] = widened_value(old, new[name], row.get(name))
         fields = [
-            NestedField(i, f.name, iceberg_type(new[f.name]) if f.name in changed
+            NestedField(i, f.name, _iceberg_type(new[f.name]) if f.name in changed
                         else f.field_type, required=False)
             for i, f in enumerate(found.schema().fields, start=1)
         ]
