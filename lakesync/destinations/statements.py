@@ -434,9 +434,11 @@ def widen_columns(
     """Widen in place every column whose type in the table (``found``: column name, folded to
     lower case → the type as the database's catalog names it) is not the layout's, the schema
     having widened it (:func:`lakesync.column_types.widening_allowed`; nothing else reaches a
-    registered schema). Every value is kept: integer → decimal → number by the database's own
-    conversion (PostgreSQL ``ALTER COLUMN … TYPE … USING``, MySQL/MariaDB ``MODIFY COLUMN``,
-    BigQuery ``ALTER COLUMN … SET DATA TYPE``); to a string as the text the lake reads the
+    registered schema, or ``lakesync schema migrate`` retyped a number column as an integer or
+    a decimal, :func:`lakesync.schema.migrated`). Every value is kept: integer → decimal →
+    number by the database's own conversion (PostgreSQL ``ALTER COLUMN … TYPE … USING``,
+    MySQL/MariaDB ``MODIFY COLUMN``, BigQuery ``ALTER COLUMN … SET DATA TYPE``, or through a
+    new column for a migrated number column); to a string as the text the lake reads the
     value as (:func:`_as_text`): PostgreSQL converts in place (``USING``), MySQL/MariaDB and
     BigQuery fill a new column (:data:`WIDEN_SUFFIX`) and replace the old one with it (a run
     interrupted in between is finished by the next)."""
@@ -459,6 +461,10 @@ def widen_columns(
             action = exp.AlterColumn(this=_ident(spec.name), dtype=kind, using=using)
             out.append(_sql(exp.Alter(this=_table(layout), kind="TABLE", actions=[action]),
                             dialect))
+        elif dialect == "bigquery" and family == "number":
+            # A migrated number column (lakesync schema migrate): BigQuery only widens in place.
+            cast = exp.Cast(this=_col(spec.name), to=kind.copy())
+            out += _widen_through(layout, spec, cast, dialect)
         elif not to_text:
             if dialect == "mysql":  # sqlglot has no MODIFY COLUMN node: its parts are built
                 definition = _sql(_value_def(layout, spec, dialect), dialect)
@@ -469,7 +475,8 @@ def widen_columns(
                 out.append(_sql(exp.Alter(this=_table(layout), kind="TABLE",
                                           actions=[action]), dialect))
         else:
-            out += _widen_through(layout, spec, family, dialect)
+            out += _widen_through(layout, spec, _as_text(_col(spec.name), family, dialect),
+                                  dialect)
     return out
 
 
@@ -490,10 +497,10 @@ def update_value(layout: TableLayout, name: str, dialect: Dialect) -> str:
 
 
 def _widen_through(
-    layout: TableLayout, spec: ColumnSpec, family: str, dialect: Dialect
+    layout: TableLayout, spec: ColumnSpec, value: exp.Expression, dialect: Dialect
 ) -> list[str]:
-    """A column widened to a string through a new column: add it, fill it with the old
-    values' text, drop the old column and give the new one its name."""
+    """A column changed through a new column: add it, fill it with ``value`` (of the old
+    column), drop the old column and give the new one its name."""
     temp = spec.name + WIDEN_SUFFIX
     table = _table(layout)
     add = exp.Alter(this=table.copy(), kind="TABLE", actions=[
@@ -501,8 +508,7 @@ def _widen_through(
                       exists=True)])
     fill = exp.Update(
         this=table.copy(),
-        expressions=[exp.EQ(this=_col(temp), expression=_as_text(_col(spec.name), family,
-                                                                   dialect))],
+        expressions=[exp.EQ(this=_col(temp), expression=value)],
         where=exp.Where(this=exp.true()),
     )
     drop = exp.Drop(tables=[_col(spec.name)], kind="COLUMN")

@@ -377,3 +377,19 @@ def test_a_widened_column_keeps_every_value(destination: Destination) -> None:
     rows = {r["row_id"]: r for r in destination.read_rows(wide)}
     assert (rows["c"]["code"], rows["c"]["meta"], rows["c"]["id"]) == (
         "x", "plain", Decimal("0.500000000"))
+
+
+def test_a_migrated_number_column_keeps_its_values(destination: Destination) -> None:
+    """``lakesync schema migrate`` retypes a number column (whose values are integers) as an
+    integer or a decimal: each destination changes the column, keeping every value."""
+    old = destination.layout("qty", [ColumnSpec("n", "number"), ColumnSpec("d", "number")])
+    destination.ensure_table(old)
+    cells = {"a": {"n": 3, "d": -7}, "b": {"n": -(2**53), "d": 0}, "c": {}}
+    destination.apply_changes(old, [typed_change(old, r, c) for r, c in cells.items()])
+    new = destination.layout("qty", [ColumnSpec("n", "integer"),
+                                     ColumnSpec("d", "decimal", 20, 2)])
+    destination.ensure_table(new)
+    rows = {r["row_id"]: (r["n"], r["d"]) for r in destination.read_rows(new)}
+    assert rows == {"a": (3, Decimal("-7.00")), "b": (-(2**53), Decimal("0.00")),
+                    "c": (None, None)}
+    assert type(rows["a"][0]) is int
