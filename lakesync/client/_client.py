@@ -18,9 +18,9 @@ from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch, Watchers
 from lakesync.client.errors import ClientClosedError, ConfigError, LakeSyncError, MissingExtraError
 from lakesync.client.transport import HttpTransport, Transport, WebSocketTransport
+from lakesync.column_types import decimal_params
 from lakesync.delta import Op
 from lakesync.hlc import HLC
-from lakesync.column_types import decimal_params
 from lakesync.schema import ColumnSpec, TableSchema, parse_schema
 
 if TYPE_CHECKING:

@@ -8,11 +8,13 @@ dead-letters deltas the gateway refuses for good.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from lakesync.client._backoff import Backoff, is_retryable, rejects_entries
 from lakesync.client._store import LocalStore, OutboxEntry
@@ -20,9 +22,13 @@ from lakesync.client._types import Change, Event
 from lakesync.client.errors import CursorExpiredError, LakeSyncError, RateLimitedError, SyncFailedError
 from lakesync.client.transport import Transport
 from lakesync.delta import RowDelta
+from lakesync.errors import SchemaError
 from lakesync.hlc import HLC
+from lakesync.schema import TableSchema, parse_schema
 
 __all__ = ["SyncEngine", "SyncReport"]
+
+_log = logging.getLogger(__name__)
 
 # The gateway accepts at most 1 MiB per push body; stay well under it (JSON adds framing).
 _PUSH_MAX_BYTES = 512 * 1024
@@ -69,6 +75,7 @@ class SyncEngine:
         self._sleep = sleep
         self._cycle = threading.Lock()
         self._checkpoint_absent = False
+        self._schemas_adopted = False
 
     # -- public -----------------------------------------------------------------------------
 
@@ -108,8 +115,12 @@ class SyncEngine:
             return report
 
     def sync_once(self) -> SyncReport:
-        """One pull-push-pull cycle without retries."""
+        """One pull-push-pull cycle without retries; the first also takes the gateway's table
+        schemas (the store's ``adopt``) before it pulls a row."""
         with self._cycle:
+            if not self._schemas_adopted:
+                self.store.adopt(_parsed(self.transport.schemas() or ()))
+                self._schemas_adopted = True
             pulled = self._pull_all()
             pushed, dead = self._push_all()
             if pushed:
@@ -254,3 +265,14 @@ class SyncEngine:
             return 0, 1
         self.store.ack(seqs, result.server_hlc)
         return len(entries), 0
+
+
+def _parsed(docs: Sequence[dict[str, Any]]) -> list[TableSchema]:
+    """The gateway's schemas this client can read (a newer gateway's may use more)."""
+    out = []
+    for doc in docs:
+        try:
+            out.append(parse_schema(doc, stored=True))
+        except SchemaError as exc:
+            _log.warning("ignoring a schema of the gateway: %s", exc.message)
+    return out

@@ -168,3 +168,40 @@ def test_wrong_typed_and_non_canonical_values_are_refused_with_400(
         assert "declared " + SPECS[column].type in body["error"], body
     ok = _raw_push(gateway, row, column, encode_value(SPECS[column], value))
     assert ok.status_code == 200, ok.text
+
+
+def test_the_gateway_tells_clients_its_schemas(gateway: str, tmp_path: Path) -> None:
+    r = httpx.get(f"{gateway}/v1/sync/gw1/schemas", headers=auth(token("carol")))
+    assert r.status_code == 200 and r.json() == {"schemas": [SCHEMA]}
+    other = httpx.get(f"{gateway}/v1/sync/gw2/schemas", headers=auth(token("carol")))
+    assert other.status_code == 403
+    values = {"i": 2**62 + 1, "d2": decimal.Decimal("-0.05"), "b": b"\x00",
+              "t": dt.datetime(2000, 1, 1, tzinfo=dt.UTC), "day": dt.date(1, 1, 1)}
+    with _client(tmp_path / "a.db", gateway, "alice") as alice:
+        alice.insert("typed", "told", values)
+        alice.sync(retries=0)
+    # A client that declares no schema (or fewer columns) takes the gateway's before it pulls,
+    # so it reads the typed columns as Python values, not as the strings of their encodings.
+    fewer = {"table": "typed", "columns": [{"name": "i", "type": "integer"}]}
+    for schemas in ([], [fewer]):
+        with LakeSyncClient(str(tmp_path / f"c{len(schemas)}.db"), url=gateway, gateway_id="gw1",
+                            token=token("carol"), schemas=schemas) as carol:
+            carol.sync(retries=0)
+            assert carol.get("typed", "told") == values
+            assert carol.schemas()["typed"].column_specs()["d2"] == SPECS["d2"]
+
+
+def test_a_client_declaring_another_type_gets_its_writes_dead_lettered_with_the_reason(
+    gateway: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mine = {"table": "typed", "columns": [{"name": "d2", "type": "number"}]}
+    with LakeSyncClient(str(tmp_path / "n.db"), url=gateway, gateway_id="gw1",
+                        token=token("dave"), schemas=[mine]) as dave:
+        dave.insert("typed", "dave1", {"d2": 1.5})
+        dave.sync(retries=0)
+        assert "keeping the local column type" in caplog.text  # number is wider than decimal
+        (letter,) = dave.dead_letters()
+        assert letter.code == "SCHEMA_ERROR"
+        assert "row 'dave1'" in letter.error and "decimal(10,2)" in letter.error
+        assert '"12.50"' in letter.error
+        assert dave.get("typed", "dave1") is None

@@ -164,3 +164,19 @@ def test_widening_a_column_keeps_every_value(tmp_path: Path) -> None:
     narrower = {"table": "orders", "columns": [{"name": "id", "type": "integer"}]}
     with pytest.raises(SchemaError, match="cannot change type from decimal"):
         local(path, narrower)
+
+
+def test_the_async_client_reads_and_writes_python_values() -> None:
+    import asyncio
+
+    from lakesync.client import AsyncLakeSyncClient
+
+    async def run() -> None:
+        async with AsyncLakeSyncClient(":memory:", client_id="c1", schemas=[ORDERS]) as c:
+            await c.insert("orders", "o1", ROW)
+            assert await c.get("orders", "o1") == PY
+            assert await c.query("select id, day from orders") == [
+                {"id": BIG, "day": dt.date(1969, 7, 20)}
+            ]
+
+    asyncio.run(run())

@@ -91,6 +91,11 @@ class Transport(ABC):
         reach that route raise :class:`ConfigError`."""
         raise ConfigError(f"{type(self).__name__} cannot run actions")
 
+    def schemas(self) -> list[dict[str, Any]] | None:
+        """The gateway's registered table schemas (``GET /schemas``, docs/protocol.md §10), or
+        None when this transport or the gateway cannot tell them."""
+        return None
+
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:  # noqa: B027
         """Receive realtime broadcasts (a no-op for transports without them)."""
 

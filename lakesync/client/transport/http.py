@@ -25,6 +25,13 @@ from lakesync.wsframes import decode_response
 __all__ = ["HttpTransport"]
 
 
+class _SchemaList(msgspec.Struct):
+    schemas: list[dict[str, Any]]
+
+
+_SCHEMA_LIST = msgspec.json.Decoder(_SchemaList)
+
+
 class HttpTransport(Transport):
     """Talks to ``{url}/v1/sync/{gateway_id}/…`` with a bearer token; one pooled httpx client.
 
@@ -99,6 +106,19 @@ class HttpTransport(Transport):
         resp = self._send("POST", "/action", content=body)
         results: list[dict[str, Any]] = msgspec.json.decode(resp.content)["results"]
         return results
+
+    def schemas(self) -> list[dict[str, Any]] | None:
+        """GET ``/schemas``; None from a gateway without the route (404, or a reply that is not
+        a schema list: a LakeSync v1 gateway's)."""
+        resp = self._send("GET", "/schemas", stream=True)
+        try:
+            if resp.status_code == 404:
+                return None
+            return _SCHEMA_LIST.decode(resp.read()).schemas
+        except msgspec.DecodeError:
+            return None
+        finally:
+            resp.close()
 
     def checkpoint(self) -> Checkpoint | None:
         """GET ``/checkpoint`` as a stream of ``[uint32 length][SyncResponse]`` frames."""

@@ -128,6 +128,10 @@ class WebSocketTransport(Transport):
         """The checkpoint route is HTTP only."""
         return self._http.checkpoint()
 
+    def schemas(self) -> list[dict[str, Any]] | None:
+        """The schemas route is HTTP only."""
+        return self._http.schemas()
+
     def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The action route is HTTP only."""
         return self._http.actions(client_id, actions)
