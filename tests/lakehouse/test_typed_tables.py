@@ -5,6 +5,7 @@ in full in the new type, keeping every value."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -14,14 +15,22 @@ from typing import Any
 import pytest
 
 from lakesync.column_types import decode_value
+from lakesync.config import Config, GatewayConfig
 from lakesync.delta import RowDelta
+from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.factory import open_destination
 from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.schema import TableSchema, parse_schema
 from tests.api.helpers import now_hlc
+from tests.destinations.conftest import BIGQUERY_ENDPOINT, require_bigquery
 from tests.lakehouse.conftest import Lake, append_in_order, make_lake
+from tests.lakehouse.test_materialise import databases
+
+__all__ = ["databases"]  # a fixture of test_materialise, used here
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
@@ -158,3 +167,31 @@ def test_a_widened_column_is_rebuilt_in_its_new_type_keeping_every_value(lake: L
         ("b", Decimal("-5.000000000"), -0.01, "-9007199254740993", None, None),
         ("c", Decimal("0.500000000"), 1.25, "x", "now", "yes"),
     ]
+
+
+def test_typed_change_sets_ship_exactly_to_every_destination(
+    lake: Lake, databases: tuple[str, str]
+) -> None:
+    """The pipeline's change sets of a typed table, shipped from Spark (JDBC into PostgreSQL
+    and MariaDB staging tables, a JSON load job into BigQuery), land every edge value exactly."""
+    pg_url, my_url = databases
+    require_bigquery()
+    bq_url = f"bigquery://test-project/t_{uuid.uuid4().hex[:12]}?endpoint={BIGQUERY_ENDPOINT}"
+    gw = "gwship"
+    specs = {
+        "pg": DestinationSpec("postgres", pg_url, gw, ["ledger"], "soft", name="pg"),
+        "maria": DestinationSpec("mysql", my_url, gw, ["ledger"], "hard", name="maria"),
+        "bq": DestinationSpec("bigquery", bq_url, gw, ["ledger"], "soft", name="bq"),
+    }
+    config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
+                    gateways={gw: GatewayConfig(gw, [TYPED])}, destinations=specs)
+    t = now_hlc()
+    lake.land(gw, [_insert("ledger", r, t + i, c) for i, (r, c) in enumerate(ROWS.items())])
+    run_pipeline(settings=lake.settings, schemas=[TYPED], tests=False, config=config)
+    results = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
+    assert all(r.error is None and r.rows == len(ROWS) for r in results.values()), results
+    for spec in specs.values():
+        with open_destination(spec, env={}) as dest:
+            rows = dest.read_rows(dest.layout("ledger", TYPED.columns))
+        got = {r["row_id"]: tuple(r[c.name] for c in TYPED.columns) for r in rows}
+        assert got == {r: _python(TYPED, c) for r, c in ROWS.items()}, spec.name
