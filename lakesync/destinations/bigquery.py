@@ -138,17 +138,15 @@ class BigQueryDestination(Destination):
         what = f"creating table {layout.table!r}"
         self._run(st.create_table(layout, "bigquery"), {}, what)
         found = self._columns(layout.table)
-        for alter in st.add_columns(layout, list(found), "bigquery"):
+        changes = [*st.add_columns(layout, list(found), "bigquery"),
+                   *st.widen_columns(layout, found, "bigquery")]
+        for alter in changes:
             self._run(alter, {}, what)
-        staging = layout.staging()
-        widen = st.widen_columns(layout, found, "bigquery")
-        for alter in widen:
-            self._run(alter, {}, what)
-        if widen:  # the staging table is recreated in the new types
+        staged = self._columns(layout.staging().table)
+        if changes or any(c.name.lower() not in staged for c in layout.columns):
+            # Recreated in the new shape (it holds json and bytes as text, not as the table).
             self._run(st.drop_staging(layout, "bigquery"), {}, what)
         self._run(st.create_staging(layout, "bigquery"), {}, what)
-        for alter in st.add_columns(staging, list(self._columns(staging.table)), "bigquery"):
-            self._run(alter, {}, what)
 
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
