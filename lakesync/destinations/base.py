@@ -128,9 +128,21 @@ def collect_change_set(layout: TableLayout, rows: DataFrame) -> tuple[list[Chang
     top: int | None = None
     for row in rows.toLocalIterator():
         deleted = bool(row[DELETED])
-        out.append(Change(row["row_id"], {} if deleted else {n: row[n] for n in names}, deleted))
+        values = {} if deleted else {n: _from_spark(row[n]) for n in names}
+        out.append(Change(row["row_id"], values, deleted))
         top = max(top or 0, int(row[POSITION]))
     return out, top
+def _from_spark(value: Any) -> Any:
+    """A value PySpark collected as a change's typed value: PySpark hands a timestamp over as a
+    naive datetime in this process's local time (``astimezone`` reads it so), binary as a
+    bytearray."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.astimezone(UTC)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
 def _normal_cell(spec: ColumnSpec | None, name: str, value: Any, json_decoded: bool) -> Any:
     if value is None:
         return None
