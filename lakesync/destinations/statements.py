@@ -424,7 +424,10 @@ def _as_text(column: exp.Expression, family: str, dialect: Dialect) -> exp.Expre
         return exp.Anonymous(this="REPLACE", expressions=[
             encoded, exp.Chr(expressions=[exp.Literal.number(10)]), exp.Literal.string("")])
     if family == "json" and dialect == "bigquery":
-        return exp.Anonymous(this="TO_JSON_STRING", expressions=[column])
+        text_of = exp.Anonymous(this="TO_JSON_STRING", expressions=[column])
+        # TO_JSON_STRING writes an SQL null as the text null.
+        return exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null(),
+                      false=text_of)
     return exp.Cast(this=column, to=text)
 
 
