@@ -451,7 +451,8 @@ def widen_columns(
         if have is None:
             continue
         kind = _value_type(spec, dialect)
-        mysql_key = dialect == "mysql" and spec.name == layout.external_id
+        mysql_key = (dialect == "mysql" and spec.name == layout.external_id
+                     and spec.type == "string")  # as _value_def makes it
         want = _catalog_form(_MYSQL_KEY if mysql_key else sql_type(spec, dialect), dialect)
         old = _catalog_form(have, dialect)
         if want == old:
