@@ -81,12 +81,16 @@ def source_client_id(name: str) -> str:
     return f"{RESERVED_CLIENT_PREFIX}-source-{name}"
 
 
-def source_row(table: str, row: Mapping[str, Any], columns: Sequence[ColumnSpec]) -> SourceRow:
+def source_row(
+    table: str, row: Mapping[str, Any], columns: Sequence[ColumnSpec | tuple[str, str]]
+) -> SourceRow:
     """A :class:`SourceRow` from an adapter's normalised row (json columns as JSON text, typed
     columns as Python values): each cell in its canonical wire form
-    (:func:`lakesync.column_types.encode_value`), exactly as a client wrote it."""
+    (:func:`lakesync.column_types.encode_value`), exactly as a client wrote it. A column is a
+    spec, or a ``(name, type)`` pair for a type without options."""
     cells: dict[str, Any] = {}
-    for spec in columns:
+    for column in columns:
+        spec = column if isinstance(column, ColumnSpec) else ColumnSpec(*column)  # type: ignore[arg-type]
         value = row.get(spec.name)
         if spec.type == "json" and value is not None:
             cells[spec.name] = json.loads(value)
