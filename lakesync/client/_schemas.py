@@ -148,6 +148,24 @@ class SchemaStore(ReplicaFile):
                 except SchemaError as exc:
                     _log.warning("keeping local table %r as it is: %s", schema.table, exc.message)
 
+    def unknown(self, deltas: Sequence[RowDelta]) -> set[tuple[str, str]]:
+        """The ``(table, column)`` pairs ``deltas`` name that no local schema has (column
+        ``""`` for a table this replica lacks), names compared case-insensitively."""
+        out: set[tuple[str, str]] = set()
+        seen: set[tuple[str, tuple[str, ...]]] = set()
+        for d in deltas:
+            shape = (d.table, tuple([cv.column for cv in d.columns]))
+            if shape in seen:
+                continue  # a page repeats few shapes
+            seen.add(shape)
+            schema = self._schemas.get(d.table)
+            if schema is None:
+                out.add((d.table, ""))
+                continue
+            have = {name.lower() for name in schema.column_types()}
+            out.update((d.table, c) for c in shape[1] if c.lower() not in have)
+        return out
+
     @staticmethod
     def _with_gateway_columns(local: TableSchema, gateway: TableSchema) -> TableSchema:
         theirs = {s.name.lower(): s for s in gateway.columns}
