@@ -15,6 +15,7 @@ from lakesync.cli.connectors import connectors_command
 from lakesync.cli.init import init_command
 from lakesync.cli.lake import DataDirOption, pipeline_app, query_command
 from lakesync.cli.materialise import materialise_command, migrate_command
+from lakesync.cli.schema import schema_app
 from lakesync.cli.status import status_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
@@ -139,6 +140,7 @@ def token(
 app.command("init")(init_command)
 app.command("up")(up)
 app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(schema_app, name="schema")
 app.command("query")(query_command)
 app.command("materialise")(materialise_command)
 app.command("migrate")(migrate_command)
