@@ -7,22 +7,27 @@ store, its intervals (``flush_interval``, ``pipeline_interval``, ``compaction_in
 :class:`Lead` per role, so several gateway processes sharing one PostgreSQL hot log run each job
 in one process only (:meth:`~lakesync.api.store.HotLog.lead`), and turns the landing flush into
 the admin flush route's awaitable. Without the ``pipeline`` extra the gateway still serves; the
-flush route then reports that nothing was flushed.
+flush route then reports that nothing was flushed. Each landing flush and each scheduled
+pipeline run (with its shipments) is recorded in the store's status history
+(:mod:`lakesync.status`, read by ``GET /v1/admin/status``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
+from lakesync.api.services.status import record_landing_flush
 from lakesync.api.settings import GatewaySettings
 from lakesync.api.store import HotLog
-from lakesync.api.store.ports import Coordination
+from lakesync.api.store.ports import Coordination, DocumentStore
 from lakesync.config import Config
 from lakesync.lakehouse.schedule import (
     HotLogMaintenance,
@@ -30,9 +35,17 @@ from lakesync.lakehouse.schedule import (
     SchemaPublisher,
     scheduled_lake_jobs,
 )
+from lakesync.status import (
+    HISTORY_GATEWAY,
+    HISTORY_KIND,
+    PipelineRun,
+    record_run,
+    record_shipments,
+)
 
 if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
+    from lakesync.lakehouse.worker import RunReply
 
 # HotLogMaintenance and SchemaPublisher live in lakesync.lakehouse.schedule; re-exported here.
 __all__ = ["HotLogMaintenance", "Lead", "SchemaPublisher", "lake_jobs"]
@@ -84,7 +97,13 @@ def lake_jobs(
         compaction_interval=settings.compaction_interval,
     )
     with scheduled_lake_jobs(
-        schedule, store, lambda role, job: Lead(store, role, job), config, shipping
+        schedule,
+        store,
+        lambda role, job: Lead(store, role, job),
+        config,
+        shipping,
+        on_flushed=lambda position: record_landing_flush(store, position),
+        on_run=lambda started, reply: _record_run(store, started, reply),
     ) as flush:
         if flush is None:
             yield None
@@ -95,3 +114,23 @@ def lake_jobs(
             await anyio.to_thread.run_sync(landing_flush)
 
         yield flusher
+
+
+def _record_run(store: DocumentStore, started: float, reply: RunReply) -> None:
+    """Record a pipeline run and its shipments in the store's history (a failure to record is
+    logged: it must not stop the schedule)."""
+    run = PipelineRun(
+        datetime.fromtimestamp(started, UTC), round(reply.elapsed_s, 3), reply.ok, reply.error,
+        reply.rows_merged, reply.rows_shipped,
+        None if reply.position is None else str(reply.position),
+    )
+    try:
+        store.update_doc(HISTORY_GATEWAY, HISTORY_KIND, "pipeline", lambda d: record_run(d, run))
+        if reply.shipments:
+            at = time.time()
+            store.update_doc(
+                HISTORY_GATEWAY, HISTORY_KIND, "destinations",
+                lambda d: record_shipments(d, reply.shipments, at),
+            )
+    except Exception:
+        _log.exception("could not record the pipeline run in the hot log")

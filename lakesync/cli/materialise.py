@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.output import print_table
 from lakesync.config import Config, load_config
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.catalog import lake_catalog
@@ -56,10 +57,14 @@ class ShippingStatus:
 
     def __init__(self, status: Status) -> None:
         self._status = status
+        self._done: list[ShipResult] = []
 
     def shipped(self, r: ShipResult) -> None:
         """One table shipped to one destination."""
-        self._status.update(f"{r.destination}/{r.table} done …")
+        self._done.append(r)
+        rows = sum(d.rows for d in self._done)
+        self._status.update(f"{len(self._done)} tables, {rows} rows shipped; last "
+                            f"{r.destination}/{r.table}: {r.rows} rows …")
 
     def building(self, node: str, state: str) -> None:
         """A dbt node of a change-set rebuild started or finished."""
@@ -98,7 +103,7 @@ def report_shipments(results: Sequence[ShipResult], lifecycle_only: bool = False
             "none" if r.position is None else str(r.position), f"{r.elapsed_s:.1f} s",
             "[red]failed[/red]" if r.error else "[green]ok[/green]",
         )
-    Console().print(table)
+    print_table(table)
     for r in results:
         if r.secondary_failures:
             Console(stderr=True).print(
@@ -174,6 +179,5 @@ def migrate_command(
     with open_destination(spec, catalog=lake) as src, \
             open_destination(cfg.destinations[target], catalog=lake) as dst:
         for schema in schemas:
-            columns = [(c.name, c.type) for c in schema.columns]
-            n = migrate_table(src, dst, schema.table, columns, schema.external_id_column)
+            n = migrate_table(src, dst, schema.table, schema.columns, schema.external_id_column)
             Console().print(f"{schema.table}: {n} rows from {source} to {target}")

@@ -31,7 +31,7 @@ __all__ = [
     "NodeProgress",
     "PipelineEvent",
     "PipelineObserver",
-    "PipelineRun",
+    "PipelineOutcome",
     "Shipped",
     "run_and_ship",
 ]
@@ -70,7 +70,7 @@ PipelineObserver = Callable[[PipelineEvent], None]
 
 
 @dataclass(frozen=True, slots=True)
-class PipelineRun:
+class PipelineOutcome:
     """What one :func:`run_and_ship` did: the build's result and each shipment's."""
 
     built: PipelineResult
@@ -97,7 +97,7 @@ def run_and_ship(
     observer: PipelineObserver | None = None,
     metrics: DestinationMetrics | None = None,
     dbt: DbtInvoker | None = None,
-) -> PipelineRun:
+) -> PipelineOutcome:
     """Run the pipeline once, then ship to ``config``'s destinations (none declared: no
     shipping); returns what both did. ``schemas``, ``full_refresh`` and ``tests`` are
     :func:`~lakesync.lakehouse.runner.run_pipeline`'s; ``metrics`` counts failed writes to
@@ -121,7 +121,7 @@ def run_and_ship(
     )
     notify(Built(built))
     if not config.destinations:
-        return PipelineRun(built)
+        return PipelineOutcome(built)
     shipped = materialise(
         settings,
         config,
@@ -131,4 +131,4 @@ def run_and_ship(
         not_built=built.failed,
         dbt=dbt,
     )
-    return PipelineRun(built, shipped)
+    return PipelineOutcome(built, shipped)

@@ -46,7 +46,7 @@ from lakesync.lakehouse.lake_position import covered_positions
 from lakesync.lakehouse.landing import HotLogSource
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
-from lakesync.lakehouse.worker import PipelineWorker, WorkerDiedError
+from lakesync.lakehouse.worker import PipelineWorker, RunReply, WorkerDiedError
 from lakesync.schema import parse_schema
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ __all__ = [
     "LakeSchedule",
     "LakeStore",
     "LeadFor",
+    "RunHook",
     "SchemaPublisher",
     "scheduled_lake_jobs",
 ]
@@ -71,6 +72,10 @@ _log = logging.getLogger(__name__)
 
 LEAD_POLL_S = 5.0
 """How often a process that does not run the pipeline checks whether it should take over."""
+
+RunHook = Callable[[float, RunReply], None]
+"""Called after each scheduled pipeline run with its start (``time.time()``) and its reply (a
+worker that died is a failed reply), e.g. to record it for the gateway's status."""
 
 LeadFor = Callable[[str, str], Callable[[], bool]]
 """``lead_for(role, job)``: a callable that says whether this process leads ``role`` now (among
@@ -112,7 +117,10 @@ class LakeSchedule:
 
 
 def _landing_jobs(
-    schedule: LakeSchedule, store: LakeStore, config: Config | None
+    schedule: LakeSchedule,
+    store: LakeStore,
+    config: Config | None,
+    on_flushed: Callable[[int], None] | None,
 ) -> tuple[LandingFlusher, HotLogMaintenance] | None:
     try:
         # pyiceberg and pyarrow are the optional `pipeline` extra: without them nothing runs.
@@ -127,10 +135,16 @@ def _landing_jobs(
         )
         init_catalog_tables(lake)
         catalog = open_catalog(lake)
+
+        def mark_flushed(position: int) -> None:
+            store.mark_flushed(position)
+            if on_flushed is not None:
+                on_flushed(position)
+
         flusher = LandingFlusher(
             catalog,
             store,
-            mark_flushed=store.mark_flushed,
+            mark_flushed=mark_flushed,
             before_flush=SchemaPublisher(catalog, store),
             exclusive=lambda: store.exclusive("landing"),
         )
@@ -219,18 +233,19 @@ def _lake_worker_loop(
     stop: threading.Event,
     lead: Callable[[], bool],
     shipping: DestinationMetrics | None = None,
+    on_run: RunHook | None = None,
 ) -> None:
     """Run the pipeline every ``pipeline_interval`` seconds and the compaction every
     ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
     while ``lead()`` says this process is the scheduler (the others check every few seconds
     whether to take over), so two gateway processes never run or compact together. Both go to
     one warm worker process, one at a time (:class:`~lakesync.lakehouse.worker.PipelineWorker`:
-    Spark stays out of the gateway process, and its session and dbt stay loaded between runs); a run
-    still going at shutdown is terminated (its Iceberg commits are atomic, so the next run picks
+    Spark stays out of the gateway process, and its session and dbt stay loaded between runs); a
+    run still going at shutdown is terminated (its Iceberg commits are atomic, so the next run picks
     up where the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run
     is logged with its error and the log's tail, and a worker that died is started again for the
     next run. A run's failed writes to fan-out secondaries are added to ``shipping`` (the
-    gateway's ``/metrics``)."""
+    gateway's ``/metrics``), and each pipeline run is handed to ``on_run``."""
     env = dict(os.environ)
     if config is not None and config.source is not None:
         env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
@@ -259,7 +274,7 @@ def _lake_worker_loop(
                 return
             if not lead():
                 continue
-            if not _lake_job(worker, job, stop, shipping):
+            if not _lake_job(worker, job, stop, shipping, on_run):
                 return
             due[job] = time.monotonic() + intervals[job]
     finally:
@@ -271,18 +286,24 @@ def _lake_job(
     job: str,
     stop: threading.Event,
     shipping: DestinationMetrics | None = None,
+    on_run: RunHook | None = None,
 ) -> bool:
-    """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome and
-    count its failed writes to fan-out secondaries in ``shipping``; False when ``stop`` was set
-    meanwhile."""
+    """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome, count
+    its failed writes to fan-out secondaries in ``shipping`` and hand a pipeline run to
+    ``on_run``; False when ``stop`` was set meanwhile."""
     log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
+    started = time.time()
     try:
         reply = worker.compact(stop) if job == "compaction" else worker.run(stop)
     except WorkerDiedError as exc:
         error = str(exc)
+        if on_run is not None and job == "pipeline":
+            on_run(started, RunReply(ok=False, error=error, elapsed_s=time.time() - started))
     else:
         if reply is None:
             return False
+        if on_run is not None and job == "pipeline":
+            on_run(started, reply)
         if shipping is not None:
             for failed in reply.secondary_failures:
                 shipping.secondary_failed(failed.destination, failed.secondary, failed.count)
@@ -315,15 +336,19 @@ def scheduled_lake_jobs(
     lead_for: LeadFor,
     config: Config | None = None,
     shipping: DestinationMetrics | None = None,
+    on_flushed: Callable[[int], None] | None = None,
+    on_run: RunHook | None = None,
 ) -> Iterator[Callable[[], object] | None]:
     """Run the lake's scheduled jobs while the block runs; yield the landing flush (a blocking
     callable, for the admin flush route), or None without the ``pipeline`` extra.
 
     ``config`` is the gateway's resolved configuration (its ``lake:`` section and file reach the
     flusher and the scheduled pipeline); without it they read the environment's. Scheduled
-    runs' failed writes to fan-out secondaries are counted in ``shipping``. At the end of the
+    runs' failed writes to fan-out secondaries are counted in ``shipping``; ``on_flushed`` is
+    called with the landing position after each flush marked it in the store, ``on_run`` after
+    each scheduled pipeline run (the gateway records both for its status). At the end of the
     block every job stops (a pipeline run still going is terminated)."""
-    jobs = _landing_jobs(schedule, store, config)
+    jobs = _landing_jobs(schedule, store, config, on_flushed)
     stop = threading.Event()
     threads: list[threading.Thread] = []
     flush: Callable[[], object] | None = None
@@ -348,7 +373,7 @@ def scheduled_lake_jobs(
             threads.append(
                 threading.Thread(
                     target=_lake_worker_loop,
-                    args=(schedule, config, stop, lead, shipping),
+                    args=(schedule, config, stop, lead, shipping, on_run),
                     name="pipeline",
                     daemon=True,
                 )

@@ -43,6 +43,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import msgspec
 
 from lakesync.lakehouse.compaction import TableCompaction
+from lakesync.status import Shipment
 
 if TYPE_CHECKING:
     from lakesync.lakehouse.pipeline import PipelineEvent
@@ -91,6 +92,8 @@ class RunReply(msgspec.Struct):
     """A compaction's per-table figures (:func:`lakesync.lakehouse.compaction.compact`)."""
     secondary_failures: list[SecondaryFailures] = []
     """Failed writes to fan-out secondaries while shipping (the gateway counts them)."""
+    shipments: list[Shipment] = []
+    """What shipping did per destination and table (the gateway records it for its status)."""
 
 
 class WorkerDiedError(RuntimeError):
@@ -175,6 +178,7 @@ def _run(data_dir: Path | None, request: RunRequest, dbt: DbtInvoker) -> RunRepl
             SecondaryFailures(d, s, n)
             for (d, s), n in metrics.secondary_failure_counts().items()
         ],
+        shipments=[Shipment(s.destination, s.table, s.rows, s.error) for s in run.shipped],
     )
 
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from lakesync.cli.demo import run_demo
 from lakesync.cli.main import app
 from lakesync.lakehouse import pipeline, worker
-from lakesync.lakehouse.pipeline import Built, NodeProgress, PipelineEvent, PipelineRun
+from lakesync.lakehouse.pipeline import Built, NodeProgress, PipelineEvent, PipelineOutcome
 from lakesync.lakehouse.runner import DbtInvoker
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
@@ -42,7 +42,7 @@ def test_the_demo_the_cli_and_the_worker_share_one_run_and_leave_the_environment
     real = pipeline.run_and_ship
     runs: list[list[PipelineEvent]] = []
 
-    def recorded(*args: Any, **kwargs: Any) -> PipelineRun:
+    def recorded(*args: Any, **kwargs: Any) -> PipelineOutcome:
         events: list[PipelineEvent] = []
         runs.append(events)
         observer = kwargs.pop("observer", None)
