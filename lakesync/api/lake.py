@@ -38,15 +38,19 @@ from lakesync.api.settings import GatewaySettings
 from lakesync.api.store import HotLog
 from lakesync.config import Config, ServerConfig
 from lakesync.hlc import encode
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import landing_state, open_catalog
+from lakesync.lakehouse.checkpoints import build_checkpoints, covered_positions
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
+from lakesync.lakehouse.worker import PipelineWorker, WorkerDiedError
 from lakesync.schema import parse_schema
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
     from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.landing import LandingFlusher
-    from lakesync.lakehouse.settings import LakeSettings
-    from lakesync.lakehouse.worker import PipelineWorker
 
 __all__ = ["HotLogMaintenance", "Lead", "SchemaPublisher", "lake_jobs"]
 
@@ -65,11 +69,6 @@ def _landing_flusher(
     settings: GatewaySettings, store: HotLog, config: Config | None
 ) -> tuple[LandingFlusher, HotLogMaintenance] | None:
     try:
-        from lakesync.lakehouse.bootstrap import init_catalog_tables
-        from lakesync.lakehouse.catalog import open_catalog
-        from lakesync.lakehouse.landing import LandingFlusher
-        from lakesync.lakehouse.settings import LakeSettings
-
         lake = (
             LakeSettings.from_env(settings.data_dir)
             if config is None
@@ -114,10 +113,6 @@ class HotLogMaintenance:
 
     def __call__(self) -> int:
         """One round; returns the log entries trimmed."""
-        from lakesync.lakehouse.catalog import landing_state
-        from lakesync.lakehouse.checkpoints import build_checkpoints, covered_positions
-        from lakesync.lakehouse.settings import LANDING_NAMESPACE
-
         covered = covered_positions(self._catalog)
         if covered != self._covered:
             self._gateways = build_checkpoints(self._lake, self._store).gateways
@@ -179,8 +174,6 @@ class SchemaPublisher:
 
     def __call__(self) -> bool:
         """True when the registry needed a commit."""
-        from lakesync.lakehouse.registry import publish_schemas
-
         docs = self._store.docs_of_kind("schema")
         if docs == self._last:
             return False
@@ -209,8 +202,6 @@ def _lake_worker_loop(
     is logged with its error and the log's tail, and a worker that died is started again for the
     next run. A run's failed writes to fan-out secondaries are added to ``shipping`` (the
     gateway's ``/metrics``)."""
-    from lakesync.lakehouse.worker import PipelineWorker
-
     env = dict(os.environ)
     if config is not None and config.source is not None:
         env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
@@ -255,8 +246,6 @@ def _lake_job(
     """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome and
     count its failed writes to fan-out secondaries in ``shipping``; False when ``stop`` was set
     meanwhile."""
-    from lakesync.lakehouse.worker import WorkerDiedError
-
     log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
     try:
         reply = worker.compact(stop) if job == "compaction" else worker.run(stop)

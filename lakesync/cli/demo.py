@@ -24,7 +24,12 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.client import LakeSyncClient
 from lakesync.errors import LakeSyncError
+from lakesync.lakehouse.query import run_query
+from lakesync.lakehouse.runner import run_pipeline
+from lakesync.lakehouse.settings import LakeSettings
+from lakesync.schema import parse_schema
 from lakesync.tokens import mint_token
 
 __all__ = ["run_demo"]
@@ -105,12 +110,6 @@ def _show(console: Console, title: str, rows: list[dict[str, Any]]) -> None:
 
 def run_demo(data_dir: Path) -> None:
     """Run the whole flow once under ``data_dir`` and print what each stage produced."""
-    from lakesync.client import LakeSyncClient
-    from lakesync.lakehouse.query import run_query
-    from lakesync.lakehouse.runner import run_pipeline
-    from lakesync.lakehouse.settings import LakeSettings
-    from lakesync.schema import parse_schema
-
     console = Console()
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lakesync.client._actions import ActionOutbox, ActionRecord, send_actions
 from lakesync.client._auth import TokenProvider, TokenSource
 from lakesync.client._backoff import Backoff, is_retryable
+from lakesync.client._columns import encode_json
 from lakesync.client._store import DeadLetter, LocalStore
 from lakesync.client._sync import SyncEngine, SyncReport
 from lakesync.client._types import Change, Event, SyncStatus
@@ -227,10 +228,10 @@ class LakeSyncClient:
         Raises :class:`MissingExtraError` when pyarrow is not installed.
         """
         try:
-            import pyarrow as pa
+            # heavy, optional (extra "pipeline")
+            import pyarrow as pa  # noqa: PLC0415
         except ImportError:
             raise MissingExtraError("pyarrow", "pipeline") from None
-        from lakesync.client._columns import encode_json
 
         rows = self._store.query(sql, params)
         if not rows:
@@ -249,7 +250,8 @@ class LakeSyncClient:
         Raises :class:`MissingExtraError` when pandas is not installed.
         """
         try:
-            import pandas as pd
+            # heavy, optional (not in the client extra)
+            import pandas as pd  # noqa: PLC0415
         except ImportError:
             raise MissingExtraError("pandas", "pipeline") from None
         return pd.DataFrame.from_records(self._store.query(sql, params))

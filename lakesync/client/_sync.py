@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from lakesync.client._backoff import Backoff, is_retryable, rejects_entries
 from lakesync.client._store import LocalStore, OutboxEntry
 from lakesync.client._types import Change, Event
-from lakesync.client.errors import CursorExpiredError, LakeSyncError, RateLimitedError, SyncFailedError
+from lakesync.client.errors import (
+    CursorExpiredError,
+    LakeSyncError,
+    RateLimitedError,
+    SyncFailedError,
+)
 from lakesync.client.transport import Transport
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC

@@ -107,8 +107,9 @@ def bigquery_client(url: str, credentials: str = "") -> Any:
     """A client for ``bigquery://PROJECT[?endpoint=…]``: the service account key ``credentials``
     (its JSON text) when given, anonymous with an ``endpoint`` (an emulator), else Google's
     default chain."""
-    from google.api_core.client_options import ClientOptions
-    from google.cloud import bigquery
+    # heavy, optional (extras "connectors", "destinations")
+    from google.api_core.client_options import ClientOptions  # noqa: PLC0415
+    from google.cloud import bigquery  # noqa: PLC0415
 
     if not BIGQUERY_URL.fullmatch(url):
         raise ConfigError("a bigquery url is bigquery://PROJECT[?endpoint=…]")
@@ -118,7 +119,8 @@ def bigquery_client(url: str, credentials: str = "") -> Any:
     options = ClientOptions(api_endpoint=endpoint) if endpoint else None
     creds: Any = None
     if credentials:
-        from google.oauth2 import service_account
+        # heavy, optional (extras "connectors", "destinations")
+        from google.oauth2 import service_account  # noqa: PLC0415
 
         try:
             info = json.loads(credentials)
@@ -126,7 +128,8 @@ def bigquery_client(url: str, credentials: str = "") -> Any:
             raise ConfigError("bigquery credentials must be a service account's JSON key") from None
         creds = service_account.Credentials.from_service_account_info(info)  # type: ignore[no-untyped-call]
     elif endpoint:
-        from google.auth.credentials import AnonymousCredentials
+        # heavy, optional (extras "connectors", "destinations")
+        from google.auth.credentials import AnonymousCredentials  # noqa: PLC0415
 
         creds = AnonymousCredentials()  # type: ignore[no-untyped-call]
     return bigquery.Client(project=project, credentials=creds, client_options=options)
@@ -165,7 +168,8 @@ class BigQueryDialect(Dialect[BigQuerySpec]):
         if spec.query:
             schema = conn.query(f"SELECT * FROM {self._source(spec)} LIMIT 0").result().schema
         else:
-            from google.api_core.exceptions import NotFound
+            # heavy, optional (extras "connectors", "destinations")
+            from google.api_core.exceptions import NotFound  # noqa: PLC0415
 
             try:
                 schema = conn.get_table(spec.source_table).schema
@@ -186,7 +190,8 @@ class BigQueryDialect(Dialect[BigQuerySpec]):
     def stream(
         self, conn: Any, spec: BigQuerySpec, columns: Sequence[str], since: Any
     ) -> AbstractContextManager[Iterator[dict[str, Any]]]:
-        from google.cloud import bigquery
+        # heavy, optional (extras "connectors", "destinations")
+        from google.cloud import bigquery  # noqa: PLC0415
 
         query = f"SELECT {', '.join(_quote(c) for c in columns)} FROM {self._source(spec)}"
         params = []

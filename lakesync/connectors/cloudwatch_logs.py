@@ -162,8 +162,9 @@ class CloudWatchLogsSource(Source):
 
     def _logs(self) -> Any:
         if self._client is None:
-            import boto3
-            from botocore.config import Config
+            # heavy, optional (extra "connectors")
+            import boto3  # noqa: PLC0415
+            from botocore.config import Config  # noqa: PLC0415
 
             spec = self.spec
             self._client = boto3.client(

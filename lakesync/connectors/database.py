@@ -101,7 +101,8 @@ class PostgresDialect(SqlDialect):
     """psycopg 3, a named (server-side) cursor per poll."""
 
     def connect(self, dsn: str) -> Any:
-        import psycopg
+        # optional driver (extras "connectors", "destinations"): only the one in use loads
+        import psycopg  # noqa: PLC0415
 
         return psycopg.connect(dsn)
 
@@ -119,8 +120,9 @@ class PostgresDialect(SqlDialect):
     def stream(
         self, conn: Any, spec: DatabaseSpec, columns: Sequence[str], since: Any
     ) -> AbstractContextManager[Iterator[dict[str, Any]]]:
-        from psycopg import sql
-        from psycopg.rows import dict_row
+        # optional driver (extras "connectors", "destinations"): only the one in use loads
+        from psycopg import sql  # noqa: PLC0415
+        from psycopg.rows import dict_row  # noqa: PLC0415
 
         schema, table = _split_table(spec.source_table)
         source = sql.Identifier(*([schema] if schema else []), table)
@@ -155,7 +157,8 @@ class MysqlDialect(SqlDialect):
     """PyMySQL, an unbuffered cursor per poll."""
 
     def connect(self, dsn: str) -> Any:
-        import pymysql
+        # optional driver (extras "connectors", "destinations"): only the one in use loads
+        import pymysql  # noqa: PLC0415
 
         url = urlsplit(dsn)
         return pymysql.connect(
@@ -199,7 +202,8 @@ class MysqlDialect(SqlDialect):
     def stream(
         self, conn: Any, spec: DatabaseSpec, columns: Sequence[str], since: Any
     ) -> AbstractContextManager[Iterator[dict[str, Any]]]:
-        import pymysql.cursors
+        # optional driver (extras "connectors", "destinations"): only the one in use loads
+        import pymysql.cursors  # noqa: PLC0415
 
         schema, table = _split_table(spec.source_table)
         source = ".".join(self.quote(p) for p in (schema, table) if p)

@@ -60,7 +60,8 @@ def lake_namespace(spec: DestinationSpec, url: str) -> str:
 
 
 def _iceberg_type(kind: str) -> Any:
-    from pyiceberg.types import BooleanType, DoubleType, StringType, TimestamptzType
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.types import BooleanType, DoubleType, StringType, TimestamptzType  # noqa: PLC0415
 
     return {
         "number": DoubleType(),
@@ -103,7 +104,8 @@ class LakeDestination(Destination):
         return f"{self._namespace}.{table}"
 
     def _load(self, table: str) -> Table | None:
-        from pyiceberg.exceptions import NoSuchTableError
+        # heavy, optional (extra "pipeline")
+        from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
 
         try:
             return self._catalog.load_table(self._identifier(table))
@@ -116,8 +118,9 @@ class LakeDestination(Destination):
         return TableLayout(table, list(columns), self.spec.delete, external_id, (self._namespace,))
 
     def ensure_table(self, layout: TableLayout) -> None:
-        from pyiceberg.schema import Schema
-        from pyiceberg.types import NestedField
+        # heavy, optional (extra "pipeline")
+        from pyiceberg.schema import Schema  # noqa: PLC0415
+        from pyiceberg.types import NestedField  # noqa: PLC0415
 
         with self._failing(f"creating table {layout.table!r}"):
             self._catalog.create_namespace_if_not_exists(self._namespace)
@@ -149,8 +152,9 @@ class LakeDestination(Destination):
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
     ) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        # heavy, optional (extra "pipeline")
+        import pyarrow as pa  # noqa: PLC0415
+        import pyarrow.compute as pc  # noqa: PLC0415
 
         what = f"applying changes to {layout.table!r}"
         with self._failing(what):
@@ -200,8 +204,9 @@ class LakeDestination(Destination):
         self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
     ) -> int:
         """(A lake destination has no hot window: ``mark`` is not kept.)"""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        # heavy, optional (extra "pipeline")
+        import pyarrow as pa  # noqa: PLC0415
+        import pyarrow.compute as pc  # noqa: PLC0415
 
         if not row_ids:
             return 0

@@ -10,12 +10,12 @@ from litestar.dto import DTOConfig, MsgspecDTO
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 
+from lakesync import hlc as _hlc
 from lakesync.api.auth import provide_claims
 from lakesync.api.errors import ERROR_RESPONSES
 from lakesync.api.services.checkpoints import check_cursor, open_checkpoint
 from lakesync.api.services.sources import pull_source
 from lakesync.api.services.sync import SyncService
-from lakesync import hlc as _hlc
 from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.errors import ValidationError
 from lakesync.tokens import Claims

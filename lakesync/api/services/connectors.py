@@ -25,7 +25,6 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from lakesync.api.services.sync import SyncService
-from lakesync.connectors import ActionHandler, Poller, Source, open_actions, open_source
 from lakesync.connector_specs import (
     ConnectorSpec,
     connector_client_id,
@@ -34,6 +33,7 @@ from lakesync.connector_specs import (
     redact,
     resolve_secrets,
 )
+from lakesync.connectors import ActionHandler, Poller, Source, open_actions, open_source
 from lakesync.delta import RowDelta
 from lakesync.errors import LakeSyncError, NotFoundError, ValidationError
 from lakesync.schema import TableSchema, widened

@@ -27,6 +27,7 @@ from lakesync.api.store.base import (
     RulesRecord,
     WriteCheck,
 )
+from lakesync.connector_specs import tables_by_gateway
 from lakesync.delta import RowDelta, is_reserved_client
 from lakesync.errors import (
     BackpressureError,
@@ -36,7 +37,6 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
-from lakesync.connector_specs import tables_by_gateway
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire

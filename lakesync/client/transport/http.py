@@ -8,10 +8,16 @@ from typing import Any
 import httpx
 import msgspec
 
+from lakesync import hlc as _hlc
 from lakesync.client._auth import TokenProvider
 from lakesync.client.errors import ConnectionFailedError, ValidationError
-from lakesync.client.transport._base import Checkpoint, PullPage, PushResult, Transport, gateway_error
-from lakesync import hlc as _hlc
+from lakesync.client.transport._base import (
+    Checkpoint,
+    PullPage,
+    PushResult,
+    Transport,
+    gateway_error,
+)
 from lakesync.delta import CellErrorHandler, RowDelta
 from lakesync.wire import (
     FEATURES_HEADER,
