@@ -1,7 +1,7 @@
 """``lakesync up``: serve the gateway with uvicorn (graceful shutdown finishes in-flight pushes).
 
-Exposed as the plain typer-compatible function :func:`up`; ``lakesync/cli/main.py`` registers it with
-``app.command("up")(up)`` and ``python -m lakesync.api`` runs it standalone.
+Exposed as the plain typer-compatible function :func:`up`, listed in ``lakesync/cli/main.py``'s
+``LAZY_COMMANDS`` (loaded when ``lakesync up`` runs); ``python -m lakesync.api`` runs it too.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``lakesync compact``: Iceberg maintenance of every lake table, on Spark through dbt.
 
-Wire into ``lakesync/cli/main.py`` with ``app.command("compact")(compact_command)``. What runs
+Listed in ``lakesync/cli/main.py``'s ``LAZY_COMMANDS`` (loaded when the command runs). What runs
 and the retention settings: :mod:`lakesync.lakehouse.compaction` and ``macros/maintenance.sql``.
 """
 

@@ -24,7 +24,9 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.lake import DataDirOption
 from lakesync.client import LakeSyncClient
+from lakesync.config import load_config
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.runner import run_pipeline
@@ -32,7 +34,7 @@ from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
 from lakesync.tokens import mint_token
 
-__all__ = ["run_demo"]
+__all__ = ["demo_command", "run_demo"]
 
 GATEWAY = "demo"
 TODOS: dict[str, Any] = {
@@ -106,6 +108,11 @@ def _show(console: Console, title: str, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         table.add_row(*(str(r.get(c)) for c in columns))
     console.print(table)
+
+
+def demo_command(data_dir: DataDirOption = None) -> None:
+    """Run the main job end to end: gateway, two clients, landing, dbt on Spark, DuckDB query."""
+    run_demo(data_dir or load_config().data_dir)
 
 
 def run_demo(data_dir: Path) -> None:

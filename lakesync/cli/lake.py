@@ -1,8 +1,7 @@
 """Command-line edges of the lake: ``lakesync pipeline …`` and ``lakesync query``.
 
-Wire into ``lakesync/cli/main.py`` with ``app.add_typer(pipeline_app, name="pipeline")`` and
-``app.command("query")(query_command)``; its error boundary turns the errors these commands
-raise into one line on stderr. Heavy dependencies load inside the commands.
+Listed in ``lakesync/cli/main.py``'s ``LAZY_COMMANDS`` (loaded when one of them runs); its error
+boundary turns the errors these commands raise into one line on stderr.
 """
 
 from __future__ import annotations
