@@ -31,7 +31,6 @@ ENTRY_POINTS = {
     ("lakesync/cli/lake.py", "as_of_command"),
     ("lakesync/cli/lake.py", "generate_command"),
     ("lakesync/cli/main.py", "_root"),
-    ("lakesync/cli/main.py", "demo"),
     # sqlglot calls a dialect generator's hooks by name.
     ("lakesync/destinations/statements.py", "placeholder_sql"),
     # pyiceberg's transaction reads the property this subclass overrides.
