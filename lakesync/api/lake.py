@@ -1,7 +1,7 @@
 """The gateway's edge to the lake: the landing flusher and the scheduled pipeline.
 
-``lakesync up`` runs the :class:`~lakesync.lakehouse.landing.LandingFlusher` next to the gateway (the
-landing table's single writer) every ``flush_interval`` seconds and on
+``lakesync up`` runs the :class:`~lakesync.lakehouse.landing.LandingFlusher` next to the gateway
+(the landing table's single writer) every ``flush_interval`` seconds and on
 ``POST /v1/admin/flush/{gw}`` (each flush first publishes the registered table schemas to
 ``lakesync.table_schemas`` for the pipeline), and, if ``pipeline_interval`` is set, a
 ``lakesync pipeline run`` on that schedule, and every ``compaction_interval`` seconds (default
@@ -195,8 +195,8 @@ def _lake_worker_loop(
     ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
     while ``lead()`` says this process is the scheduler (the others check every few seconds
     whether to take over), so two gateway processes never run or compact together. Both go to
-    one warm worker process, one at a time (:class:`~lakesync.lakehouse.worker.PipelineWorker`: Spark
-    stays out of the gateway process, and its session and dbt stay loaded between runs); a run
+    one warm worker process, one at a time (:class:`~lakesync.lakehouse.worker.PipelineWorker`:
+    Spark stays out of the gateway process, and its session and dbt stay loaded between runs); a run
     still going at shutdown is terminated (its Iceberg commits are atomic, so the next run picks
     up where the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run
     is logged with its error and the log's tail, and a worker that died is started again for the

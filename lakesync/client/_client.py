@@ -39,8 +39,8 @@ class LakeSyncClient:
     ``path`` is the SQLite file (or ``":memory:"``). With ``url``, ``gateway_id`` and ``token``
     (a JWT string, or a callable returning a fresh one, called again on 401) the client syncs;
     without them it works purely locally. The client id is the token's ``sub`` claim (or
-    ``client_id`` for a local-only replica). ``schemas`` declares the tables (docs/protocol.md §10 dicts or
-    :class:`TableSchema`); declaring more columns later evolves the tables additively.
+    ``client_id`` for a local-only replica). ``schemas`` declares the tables (docs/protocol.md §10
+    dicts or :class:`TableSchema`); declaring more columns later evolves the tables additively.
     ``transport`` is ``"http"``, ``"websocket"`` (realtime broadcasts) or a :class:`Transport`.
 
     Every local write commits together with its outbox entry, so a crash never loses or

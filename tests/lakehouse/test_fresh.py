@@ -17,9 +17,9 @@ from lakesync.cli.main import app
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.connection import pinned_connection
 from lakesync.lakehouse.fresh import freshen
 from lakesync.lakehouse.landing import LandingFlusher
-from lakesync.lakehouse.connection import pinned_connection
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline

@@ -16,9 +16,9 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
+from lakesync.lakehouse.connection import pinned_connection
 from lakesync.lakehouse.fresh import freshen
 from lakesync.lakehouse.landing import LandingFlusher
-from lakesync.lakehouse.connection import pinned_connection
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LakeSettings

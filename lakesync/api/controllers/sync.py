@@ -1,4 +1,5 @@
-"""Client sync routes (docs/protocol.md §5): push, pull, checkpoint (actions: lakesync.api.controllers.actions)."""
+"""Client sync routes (docs/protocol.md §5): push, pull, checkpoint (actions:
+lakesync.api.controllers.actions)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ class PushBody(MsgspecDTO[PushRequest]):
     decoded once, straight into the typed request, and errors name the JSON path; OpenAPI still
     documents the body."""
 
-    # The wire's names (clientId, rowId, …) and the deltas' column entries, as in docs/protocol.md §3/§5.
+    # The wire's names (clientId, rowId, …) and the deltas' column entries, as in
+    # docs/protocol.md §3/§5.
     config = DTOConfig(rename_strategy="camel", max_nested_depth=2)
 
     def decode_bytes(self, value: bytes) -> PushRequest:
@@ -124,8 +126,8 @@ class SyncController(Controller):
         service: NamedDependency[SyncService],
         features: Features = None,
     ) -> Stream:
-        """Initial-sync checkpoint stream (docs/protocol.md §5): the frames this client may see, then pull
-        from ``X-Checkpoint-Hlc``; 404 while the gateway has no checkpoint."""
+        """Initial-sync checkpoint stream (docs/protocol.md §5): the frames this client may see,
+        then pull from ``X-Checkpoint-Hlc``; 404 while the gateway has no checkpoint."""
         service.check_rate(gw, str(claims["sub"]))
         service.check_client(claims, None)
         whole_rows = not knows_view_evictions(features)

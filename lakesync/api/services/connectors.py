@@ -1,7 +1,7 @@
 """The gateway's connectors: each declared (``lakesync.yaml``) or registered (admin API)
-connector runs as a :class:`~lakesync.connectors.poller.Poller` feeding :class:`GatewaySink`, which is the
-gateway's normal push path (:meth:`SyncService.push_from_connector`) plus a cursor kept in the
-store (documents of kind ``connector-cursor``), so a restart resumes where the last stored chunk
+connector runs as a :class:`~lakesync.connectors.poller.Poller` feeding :class:`GatewaySink`, which
+is the gateway's normal push path (:meth:`SyncService.push_from_connector`) plus a cursor kept in
+the store (documents of kind ``connector-cursor``), so a restart resumes where the last stored chunk
 left off.
 
 Pollers start and stop with the app. With a store shared by several gateway processes only the
@@ -60,10 +60,9 @@ class GatewaySink:
         the store has and ``schemas`` does not name are kept (a source may add columns as it
         reads, and name only those it knows at the start of a poll)."""
         known = await self.service.schemas(self.gateway_id)
-        for schema in schemas:
-            stored = known.get(schema.table)
-            if stored is not None:
-                schema = widened(stored, schema)
+        for given in schemas:
+            stored = known.get(given.table)
+            schema = given if stored is None else widened(stored, given)
             if stored != schema:
                 await self.service.put_schema(self.gateway_id, schema)
 

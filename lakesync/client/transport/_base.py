@@ -64,8 +64,8 @@ class Transport(ABC):
     """Moves deltas between a client and one gateway.
 
     Implementations raise :mod:`lakesync.errors` types for gateway errors (rebuilt from the
-    protocol error body), :class:`lakesync.client.errors.ConnectionFailedError` when the gateway cannot be
-    reached, and refresh the token once on a 401 before giving up with ``AuthError``.
+    protocol error body), :class:`lakesync.client.errors.ConnectionFailedError` when the gateway
+    cannot be reached, and refresh the token once on a 401 before giving up with ``AuthError``.
     """
 
     #: Whether the gateway pushes other clients' deltas to this transport as they happen.
@@ -87,8 +87,8 @@ class Transport(ABC):
         """Open the gateway's initial-sync checkpoint, or None when it has none (404)."""
 
     def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """POST actions (docs/protocol.md §5 ``/action``); their results in order. Transports that cannot
-        reach that route raise :class:`ConfigError`."""
+        """POST actions (docs/protocol.md §5 ``/action``); their results in order. Transports that
+        cannot reach that route raise :class:`ConfigError`."""
         raise ConfigError(f"{type(self).__name__} cannot run actions")
 
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:  # noqa: B027
@@ -137,7 +137,8 @@ def _value_errors(handler: EventHandler) -> CellErrorHandler:
 
 
 def gateway_error(status: int, body: bytes, retry_after: str | None = None) -> LakeSyncError:
-    """The typed error for a gateway error reply (docs/protocol.md §5 body ``{"error", "code"}``)."""
+    """The typed error for a gateway error reply (docs/protocol.md §5 body
+    ``{"error", "code"}``)."""
     try:
         obj = msgspec.json.decode(body)
         code, message = str(obj["code"]), str(obj["error"])

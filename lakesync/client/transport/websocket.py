@@ -1,4 +1,5 @@
-"""WebSocket transport (docs/protocol.md §9): binary protobuf frames, realtime broadcasts, reconnects.
+"""WebSocket transport (docs/protocol.md §9): binary protobuf frames, realtime broadcasts,
+reconnects.
 
 One connection per client, held by websockets' own reconnecting client (``async for ws in
 connect(...)``) on an event loop in a background thread. Requests (push, pull) are serialised:
