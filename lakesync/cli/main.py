@@ -17,7 +17,9 @@ from lakesync.tokens import mint_token, parse_ttl
 if TYPE_CHECKING:
     from typer._click import Context  # typer vendors click; its commands take this Context
 
-__all__ = ["LAZY_COMMANDS", "app", "expected_failure", "main", "run"]
+__all__ = [
+    "LAZY_COMMANDS", "app", "expected_failure", "fully_loaded", "load_command", "main", "run"
+]
 
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "up": ("lakesync.api.cli", "up",
@@ -117,6 +119,15 @@ def load_command(name: str) -> Any:
         command = typer.main.get_command(single)
     command.name = name
     return command
+
+
+def fully_loaded() -> Any:
+    """The root click command with every lazy command loaded: what the CLI reference documents
+    (``docs/_hooks``), options and sub-commands included."""
+    for name in LAZY_COMMANDS:
+        if name not in _LOADED:
+            _LOADED[name] = load_command(name)
+    return typer.main.get_command(app)
 
 
 class _ErrorBoundary(TyperGroup):
