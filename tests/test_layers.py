@@ -148,3 +148,7 @@ def test_an_import_cycle_is_found_and_shown(tmp_path: Path) -> None:
         "lakesync.lakehouse.connection -> lakesync.lakehouse.query -> "
         "lakesync.lakehouse.connection"
     )
+    # The lakehouse's own layers contract refuses the upward import too.
+    done = _lint(tmp_path)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "lakesync.lakehouse.connection -> lakesync.lakehouse.query" in done.stdout
