@@ -30,8 +30,6 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from lakesync.connector_specs import CloudWatchLogsSpec, parse_start
 from lakesync.connectors._changes import Chunk
 from lakesync.connectors._paging import PageGuard
@@ -182,6 +180,9 @@ class CloudWatchLogsSource(Source):
 
     async def _page(self, args: dict[str, Any]) -> dict[str, Any]:
         """One ``FilterLogEvents`` call, throttling retried with exponential backoff."""
+        # heavy, optional (extra "connectors"): the gateway imports this module without it
+        from botocore.exceptions import ClientError  # noqa: PLC0415
+
         client = self._logs()
         for attempt in range(ATTEMPTS):
             try:
@@ -227,6 +228,9 @@ class CloudWatchLogsSource(Source):
         cutoff: int | None,
     ) -> AsyncGenerator[Chunk, None]:
         """One (log group, prefix) read, a chunk per page, each carrying the cursor."""
+        # heavy, optional (extra "connectors"): the gateway imports this module without it
+        from botocore.exceptions import ClientError  # noqa: PLC0415
+
         state = reads.get(key, {})
         token = state.get("token")
         since = int(state["since"]) if token else self._since(state, first, cutoff)
