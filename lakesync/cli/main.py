@@ -108,7 +108,9 @@ _LOADED: dict[str, Any] = {}
 
 
 def load_command(name: str) -> Any:
-    """The click command of :data:`LAZY_COMMANDS` ``name``, its module imported."""
+    """The click command of :data:`LAZY_COMMANDS` ``name``, its module imported (once)."""
+    if name in _LOADED:
+        return _LOADED[name]
     module, attribute, _ = LAZY_COMMANDS[name]
     target = getattr(importlib.import_module(module), attribute)
     if isinstance(target, typer.Typer):
@@ -118,6 +120,7 @@ def load_command(name: str) -> Any:
         single.command(name)(target)
         command = typer.main.get_command(single)
     command.name = name
+    _LOADED[name] = command
     return command
 
 
@@ -125,8 +128,7 @@ def fully_loaded() -> Any:
     """The root click command with every lazy command loaded: what the CLI reference documents
     (``docs/_hooks``), options and sub-commands included."""
     for name in LAZY_COMMANDS:
-        if name not in _LOADED:
-            _LOADED[name] = load_command(name)
+        load_command(name)
     return typer.main.get_command(app)
 
 
@@ -147,8 +149,8 @@ class _ErrorBoundary(TyperGroup):
 
     def resolve_command(self, ctx: Context, args: list[str]) -> Any:
         name = args[0] if args else None
-        if name in LAZY_COMMANDS and name not in _LOADED:
-            _LOADED[name] = load_command(name)
+        if name in LAZY_COMMANDS:
+            load_command(name)
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: Context) -> Any:
