@@ -10,7 +10,7 @@ import contextlib
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -28,6 +28,9 @@ from lakesync.lakehouse.models import GENERATED
 from lakesync.lakehouse.query import QueryResult, format_rows, run_query, table_cells
 from lakesync.lakehouse.runner import PipelineError, generate_models, run_pipeline, state_as_of_hlc
 from lakesync.lakehouse.settings import LakeSettings
+
+if TYPE_CHECKING:
+    from lakesync.lakehouse.landing import HotLogSource
 
 __all__ = ["DataDirOption", "FormatOption", "dbt_project", "pipeline_app", "query_command"]
 
@@ -246,7 +249,7 @@ def query_command(
     _print(result, fmt)
 
 
-def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> Any:
+def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> HotLogSource | None:
     """The gateway's hot log for a fresh read (None when this data dir has none)."""
     cfg = load_config()
     remote = cfg.store_url.startswith(("postgresql://", "postgres://"))
