@@ -8,9 +8,9 @@ visible to readers without gaps, so a reader that has seen ingest ``h`` will nev
 new entry at or below ``h``. The landing flusher reads the same log with :meth:`HotLog.read_log`.
 
 Its consumers each take the narrow port they use (:mod:`lakesync.api.store.ports`); this module
-re-exports the records the ports exchange
-(:mod:`lakesync.api.store.records`) and holds their stored forms. Implementations are synchronous
-(they run in worker threads under the async app) and safe to call from many threads at once.
+re-exports the records the ports exchange (:mod:`lakesync.api.store.records`) and holds their
+stored forms. Implementations are synchronous (they run in worker threads under the async app)
+and safe to call from many threads at once.
 """
 
 from __future__ import annotations
