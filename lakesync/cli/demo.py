@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.lake import DataDirOption
+from lakesync.cli.output import print_table
 from lakesync.client import LakeSyncClient
 from lakesync.config import load_config
 from lakesync.errors import LakeSyncError
@@ -107,7 +108,7 @@ def _show(console: Console, title: str, rows: list[dict[str, Any]]) -> None:
         table.add_column(c)
     for r in rows:
         table.add_row(*(str(r.get(c)) for c in columns))
-    console.print(table)
+    print_table(table, console)
 
 
 def demo_command(data_dir: DataDirOption = None) -> None:

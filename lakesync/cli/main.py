@@ -10,9 +10,10 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
+from lakesync.cli.init import init_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
-from lakesync.tokens import mint_token, parse_ttl
+from lakesync.tokens import mint_client_token
 
 if TYPE_CHECKING:
     from typer._click import Context  # typer vendors click; its commands take this Context
@@ -41,11 +42,17 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "connectors": ("lakesync.cli.connectors", "connectors_command",
                    "List a gateway's connectors (declared and registered) with their last "
                    "poll, cursor and last error."),
+    "status": ("lakesync.cli.status", "status_command",
+               "Show whether data is flowing: hot log, landing, pipeline, destinations, "
+               "connectors and clients of a running gateway; exit 1 when something is failing, "
+               "naming it."),
     "demo": ("lakesync.cli.demo", "demo_command",
              "Run the main job end to end: gateway, two clients, landing, dbt on Spark, DuckDB "
              "query."),
     "pipeline": ("lakesync.cli.lake", "pipeline_app",
                  "Lakehouse pipeline: landing → dbt on Spark → analytics.<table>."),
+    "schema": ("lakesync.cli.schema", "schema_app",
+               "Table schemas: migrate a column registered before typed columns existed."),
 }
 """The commands whose modules load heavy optional packages (the gateway's Litestar, the lake's
 sqlglot and pyiceberg, the client's websockets), as ``name: (module, attribute, summary)``: the
@@ -208,7 +215,10 @@ def token(
     config = load_config()
     if not config.jwt_secrets:
         raise ConfigError("LAKESYNC_JWT_SECRET is not set; export the gateway's secret first")
-    typer.echo(mint_token(config.jwt_secrets[0], sub, gw, role, claims, parse_ttl(ttl)))
+    typer.echo(mint_client_token(config.jwt_secrets[0], sub, gw, claims, ttl, role=role))
+
+
+app.command("init")(init_command)  # light: loaded with the root group
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,6 +104,8 @@ def pinned_connection(
         raise NotFoundError(f"no table {unknown[0]} in the lake; tables: {', '.join(known)}")
     as_of_ms = None if as_of is None else (utc(as_of) - _EPOCH) // timedelta(milliseconds=1)
     con = duckdb.connect()
+    # Timestamps are instants: they come back as aware datetimes in UTC, whatever the zone.
+    con.execute("SET TimeZone = 'UTC'")
     absent: list[str] = []
     pinned: dict[str, PinnedTable] = {}
     try:

@@ -49,6 +49,7 @@ from lakesync.lakehouse.compaction import TableCompaction, compact
 from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.status import Shipment
 
 __all__ = [
     "PipelineWorker", "RunReply", "RunRequest", "SecondaryFailures", "WorkerDiedError", "main"
@@ -93,6 +94,8 @@ class RunReply(msgspec.Struct):
     """A compaction's per-table figures (:func:`lakesync.lakehouse.compaction.compact`)."""
     secondary_failures: list[SecondaryFailures] = []
     """Failed writes to fan-out secondaries while shipping (the gateway counts them)."""
+    shipments: list[Shipment] = []
+    """What shipping did per destination and table (the gateway records it for its status)."""
 
 
 class WorkerDiedError(RuntimeError):
@@ -163,6 +166,7 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
             SecondaryFailures(d, s, n)
             for (d, s), n in metrics.secondary_failure_counts().items()
         ],
+        shipments=[Shipment(s.destination, s.table, s.rows, s.error) for s in shipped],
     )
 
 
