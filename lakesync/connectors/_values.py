@@ -13,21 +13,27 @@ import base64
 import datetime as dt
 import decimal
 import json
+import math
+import re
 import uuid
 from typing import Any
 
 __all__ = ["fit_value", "json_value"]
 
+_INTEGER_TEXT = re.compile(r"-?[0-9]{1,19}")
+
 
 def json_value(value: Any) -> Any:
-    """``value`` as a JSON value (inside a ``json`` column, and row ids): decimals as numbers,
-    times as ISO 8601 text, UUIDs and other scalars as text, bytes as hex; JSON documents and
+    """``value`` as a JSON value (inside a ``json`` column, and row ids): decimals as numbers
+    (as text when a double would round them), times as ISO 8601 text, UUIDs and other scalars as text, bytes as hex; JSON documents and
     numbers as they are."""
     match value:
         case None | bool() | int() | float() | str():
             return value
         case decimal.Decimal():
-            return float(value)
+            # A number when the double holds it exactly, else its exact text.
+            exact = value.is_finite() and decimal.Decimal(float(value)) == value
+            return float(value) if exact else format(value, "f")
         case dt.datetime() | dt.date() | dt.time():
             return value.isoformat()
         case dt.timedelta():
@@ -96,7 +102,9 @@ def _decimal(value: Any) -> Any:
 
 
 def _integer(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal | float) and value == int(value):
+    if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):
+        return int(value)  # a declared integer over a text source column
+    if isinstance(value, decimal.Decimal | float) and math.isfinite(value) and value == int(value):
         return int(value)
     return value
 
