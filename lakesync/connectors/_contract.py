@@ -5,7 +5,7 @@ and rows of Python values. :func:`merge_source_schema` decides what is registere
 table the gateway already has, and :func:`encode_rows` encodes each value for its column with
 :func:`lakesync.column_types.encode_value`, applying the table's
 :class:`~lakesync.connector_specs.TableContract` to a column the table lacks and to a value its
-column's type does not hold: ``evolve``, ``freeze`` (:class:`ContractViolation` stops the poll),
+column's type does not hold: ``evolve``, ``freeze`` (:class:`ContractError` stops the poll),
 ``discard_row`` or ``discard_value`` (each a :class:`Refusal`, counted and logged by the poller).
 """
 
@@ -24,7 +24,7 @@ from lakesync.errors import LakeSyncError, SchemaError
 from lakesync.schema import ColumnSpec, TableSchema, parse_schema, schema_to_wire
 
 __all__ = [
-    "ContractViolation",
+    "ContractError",
     "Encoded",
     "Refusal",
     "encode_rows",
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-class ContractViolation(SchemaError):
+class ContractError(SchemaError):
     """A ``freeze`` contract met what does not fit: the poll stops, naming table, row and
     column (nothing of the chunk is stored; the next poll meets it again)."""
 
@@ -51,7 +51,8 @@ class Refusal:
     def message(self) -> str:
         """One log line: table, row, column, what was done and why."""
         done = "row refused" if self.row_refused else "value discarded"
-        return f"table {self.table!r} row {self.row_id!r} column {self.column!r}: {done}: {self.why}"
+        where = f"table {self.table!r} row {self.row_id!r} column {self.column!r}"
+        return f"{where}: {done}: {self.why}"
 
 
 @dataclass(slots=True)
@@ -133,7 +134,7 @@ def encode_rows(
     schema: TableSchema, rows: Mapping[str, Mapping[str, Any]], contract: TableContract
 ) -> Encoded:
     """``rows`` (row id → column → the source's Python value) encoded for ``schema``'s
-    columns under ``contract`` (see the module docstring). Raises :class:`ContractViolation`
+    columns under ``contract`` (see the module docstring). Raises :class:`ContractError`
     under ``freeze``."""
     specs = {c.name: c for c in schema.columns}
     out = Encoded()
@@ -166,7 +167,7 @@ def _unknown(
         return None  # nothing would be lost
     why = f"the table has no column {name!r} (contract columns: {contract.columns})"
     if contract.columns in ("freeze", "evolve"):
-        raise ContractViolation(f"table {table!r} row {row_id!r} column {name!r}: {why}")
+        raise ContractError(f"table {table!r} row {row_id!r} column {name!r}: {why}")
     found = Refusal(table, row_id, name, why, contract.columns == "discard_row")
     out.refusals.append(found)
     return found if found.row_refused else None
@@ -187,7 +188,7 @@ def _misfit(
         out.widen.append(spec.name)
         return None
     if mode in ("freeze", "evolve"):
-        raise ContractViolation(
+        raise ContractError(
             f"table {table!r} row {row_id!r}: {exc.message} (contract data_type: {mode})"
         )
     row_refused = mode == "discard_row" or not spec.nullable

@@ -147,6 +147,7 @@ BIGQUERY_TYPES: dict[str, str] = {
 without parameters is ``decimal(38, 9)``, BigQuery's own; ``BIGNUMERIC`` beyond 38 digits is
 ``string``)."""
 
+
 def declared_column(name: str, typ: str) -> dict[str, Any]:
     """A declared column from a type written ``decimal(18,2)`` or ``timestamp`` (how the
     API connectors' field tables spell them)."""
@@ -175,9 +176,12 @@ def map_column(col: SourceColumn) -> tuple[dict[str, Any], str | None]:
             f"column {col.name!r}: source type {col.detail or col.data_type!r} has no mapping;"
             " it is brought as string (its text)"
         )
-    if col.system == "mysql" and typ == "integer" and col.detail.lower().startswith("bigint"):
-        if "unsigned" in col.detail.lower():
-            return {"name": col.name, "type": "decimal", "precision": 20, "scale": 0}, None
+    if (
+        col.system == "mysql"
+        and col.detail.lower().startswith("bigint")
+        and ("unsigned" in col.detail.lower())
+    ):
+        return {"name": col.name, "type": "decimal", "precision": 20, "scale": 0}, None
     if typ != "decimal":
         return {"name": col.name, "type": typ}, None
     return _decimal(col)
@@ -186,9 +190,7 @@ def map_column(col: SourceColumn) -> tuple[dict[str, Any], str | None]:
 def _decimal(col: SourceColumn) -> tuple[dict[str, Any], str | None]:
     precision, scale = col.precision, col.scale
     if precision is None:
-        precision, scale = (
-            _BIGNUMERIC_DEFAULT if col.data_type == "BIGNUMERIC" else DECIMAL_DEFAULT
-        )
+        precision, scale = _BIGNUMERIC_DEFAULT if col.data_type == "BIGNUMERIC" else DECIMAL_DEFAULT
     scale = scale or 0
     if precision > MAX_PRECISION:
         return {"name": col.name, "type": "string"}, (

@@ -25,8 +25,8 @@ _INTEGER_TEXT = re.compile(r"-?[0-9]{1,19}")
 
 def json_value(value: Any) -> Any:
     """``value`` as a JSON value (inside a ``json`` column, and row ids): decimals as numbers
-    (as text when a double would round them), times as ISO 8601 text, UUIDs and other scalars as text, bytes as hex; JSON documents and
-    numbers as they are."""
+    (as text when a double would round them), times as ISO 8601 text, UUIDs and other
+    scalars as text, bytes as hex; JSON documents and numbers as they are."""
     match value:
         case None | bool() | int() | float() | str():
             return value

@@ -24,7 +24,7 @@ import msgspec
 from lakesync.connector_specs import ContractMode, SchemaContract, contract_for
 from lakesync.connectors._changes import Chunk, KeySet, changes_for
 from lakesync.connectors._contract import (
-    ContractViolation,
+    ContractError,
     Refusal,
     encode_rows,
     merge_source_schema,
@@ -146,7 +146,7 @@ class Poller:
                 await self.sink.register([schema])
                 self._schemas[chunk.table] = schema
                 encoded = encode_rows(schema, chunk.upserts, contract)
-        except ContractViolation as exc:
+        except ContractError as exc:
             self.status.rows_refused += 1
             self.status.last_refusal = exc.message
             raise

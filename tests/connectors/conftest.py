@@ -23,6 +23,7 @@ from lakesync.connectors import Poller, Source
 from lakesync.hlc import HLC
 from tests.api.helpers import make_settings
 
+
 def wire_time(text: str | None) -> str | None:
     """An API's ISO 8601 date-time (``2026-01-02T03:04:05.000+0000``) in the canonical
     ``timestamp`` form, written out here (not by the code under test)."""

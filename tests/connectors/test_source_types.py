@@ -202,7 +202,7 @@ def test_every_postgres_type_arrives_as_its_declared_type(
 MYSQL_TABLE = """CREATE TABLE {t} (
     id bigint PRIMARY KEY, small smallint, big_u bigint unsigned, amount decimal(38, 9),
     f double, b tinyint(1), tx text, vc varchar(10), e enum('happy', 'sad'), day date,
-    naive datetime(6), at timestamp(6) NULL, tm time, j json, blob longblob, yr year)"""
+    naive datetime(6), at timestamp(6) NULL, tm time, j json, bin longblob, yr year)"""
 
 
 def test_every_mysql_type_arrives_as_its_declared_type(gateway: GatewayUnderTest) -> None:
@@ -232,13 +232,13 @@ def test_every_mysql_type_arrives_as_its_declared_type(gateway: GatewayUnderTest
             "id": "integer", "small": "integer", "big_u": "decimal", "amount": "decimal",
             "f": "number", "b": "boolean", "tx": "string", "vc": "string", "e": "string",
             "day": "date", "naive": "timestamp", "at": "timestamp", "tm": "string",
-            "j": "json", "blob": "bytes", "yr": "integer",
+            "j": "json", "bin": "bytes", "yr": "integer",
         }
         _same(gateway.rows("typed")[str(BIG)], {
             "id": str(BIG), "small": -32768, "big_u": "18446744073709551615", "amount": DIGITS,
             "f": 2.5, "b": True, "tx": "it's", "vc": "x", "e": "sad", "day": "1969-07-20",
             "naive": "2024-01-02T03:04:05.123456Z", "at": "2024-01-01T21:34:05.123456Z",
-            "tm": "10:11:12", "j": {"a": [1, 2]}, "blob": "AP8A", "yr": 1999,
+            "tm": "10:11:12", "j": {"a": [1, 2]}, "bin": "AP8A", "yr": 1999,
         })
         assert gateway.poll(open_source(spec)) == 0
     finally:
