@@ -18,7 +18,8 @@ import decimal
 import re
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from lakesync.errors import SchemaError, ValidationError
+from lakesync.canonical import canonical_json, js_number_str
+from lakesync.errors import SchemaError, ValidationError, ValueTypeError
 from lakesync.values import MAX_SAFE_MAGNITUDE, normalize_value
 
 if TYPE_CHECKING:  # schema.py imports this module; the spec is only a type here
@@ -132,23 +133,24 @@ def expected_form(spec: ColumnSpec) -> str:
             return "null: only null"
 
 
-def _refuse(spec: ColumnSpec, wire: Any, why: str = "") -> SchemaError:
+def _refuse(spec: ColumnSpec, wire: Any, why: str = "") -> ValueTypeError:
     shown = repr(wire)
     if len(shown) > 80:
         shown = shown[:77] + "..."
     because = f" ({why})" if why else ""
-    return SchemaError(
+    return ValueTypeError(
         f"column {spec.name!r} is declared {expected_form(spec)}; got {shown}{because}"
     )
 
 
 def check_wire_value(spec: ColumnSpec, wire: Any) -> None:
-    """Raise :class:`SchemaError` unless ``wire`` is the canonical wire encoding of a value of
+    """Raise :class:`ValueTypeError` (a :class:`SchemaError` the gateway answers with 400)
+    unless ``wire`` is the canonical wire encoding of a value of
     the column's type (null fits every nullable column); the message names the column, its type
     and the canonical form. Never coerces: the gateway cannot rewrite a client's value."""
     if wire is None:
         if not spec.nullable:
-            raise SchemaError(f"column {spec.name!r} is not nullable: it cannot be null")
+            raise ValueTypeError(f"column {spec.name!r} is not nullable: it cannot be null")
         return
     kind = type(wire)
     match spec.type:
@@ -159,7 +161,7 @@ def check_wire_value(spec: ColumnSpec, wire: Any) -> None:
                 try:
                     wire.encode("utf-8")
                 except UnicodeEncodeError:
-                    raise SchemaError(
+                    raise ValueTypeError(
                         f"column {spec.name!r}: text must be valid Unicode (no lone surrogates)"
                     ) from None
         case "number":
@@ -172,7 +174,7 @@ def check_wire_value(spec: ColumnSpec, wire: Any) -> None:
             try:
                 normalize_value(wire)
             except ValidationError as exc:
-                raise SchemaError(
+                raise ValueTypeError(
                     f"column {spec.name!r} does not hold a JSON value: {exc}"
                 ) from None
             _check_json_text(spec, wire)
@@ -205,7 +207,7 @@ def _check_json_text(spec: ColumnSpec, value: Any) -> None:
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                raise SchemaError(
+                raise ValueTypeError(
                     f"column {spec.name!r}: text must be valid Unicode (no lone surrogates)"
                 ) from None
     elif isinstance(value, dict):
@@ -285,7 +287,7 @@ def encode_value(spec: ColumnSpec, value: Any) -> Any:
     rounding to the column's scale is refused, never rounded); an aware ``datetime`` in any zone
     for timestamp (normalised to UTC; a naive one is refused: it names no instant); a
     ``datetime.date`` for date; ``bytes``/``bytearray``/``memoryview`` for bytes; and the JSON
-    values of the original types as they are. Raises :class:`SchemaError` naming the column and
+    values of the original types as they are. Raises :class:`ValueTypeError` naming the column and
     the expected type."""
     if value is None:
         check_wire_value(spec, None)
@@ -348,37 +350,67 @@ def _encode_decimal(spec: ColumnSpec, value: Any) -> str:
 
 
 def decode_value(spec: ColumnSpec, wire: Any) -> Any:
-    """A canonical wire value as its Python value: integer → ``int``, decimal →
-    ``decimal.Decimal`` (quantized to the scale), timestamp → aware ``datetime`` in UTC, date →
-    ``datetime.date``, bytes → ``bytes``; the original types as they are. Raises
-    :class:`SchemaError` for a value that is not of the column's type."""
+    """A wire value as its Python value: integer → ``int``, decimal → ``decimal.Decimal``
+    (quantized to the scale), timestamp → aware ``datetime`` in UTC, date → ``datetime.date``,
+    bytes → ``bytes``; the original types as they are. Raises :class:`ValueTypeError` for a
+    value that is not of the column's type.
+
+    Values written before a column was widened keep their wire form (their deltaIds cover it),
+    so the narrower forms read as the wider type too: an integer in a decimal or number column,
+    a decimal of a smaller scale, and any value in a string column (as JavaScript's ``String``
+    writes it; a json value as its canonical JSON text)."""
     if wire is None:
         return None
+    kind = type(wire)
     match spec.type:
         case "integer":
-            if type(wire) is int:
+            if kind is int:
                 return wire
-            if type(wire) is str and _INT_TEXT.fullmatch(wire):
+            if kind is str and _INT_TEXT.fullmatch(wire):
                 return int(wire)
             raise _refuse(spec, wire)
         case "decimal":
-            if type(wire) is not str:
-                raise _refuse(spec, wire)
-            return _parse_decimal(spec, wire)
+            return _widened_decimal(spec, wire)
+        case "number":
+            if kind is str and _DECIMAL_TEXT.fullmatch(wire):  # a widened integer or decimal
+                return normalize_value(float(wire))
+            return wire
+        case "string":
+            return wire if kind is str else _as_text(wire)
         case "timestamp":
-            if type(wire) is not str or not _TIMESTAMP_TEXT.fullmatch(wire):
+            if kind is not str or not _TIMESTAMP_TEXT.fullmatch(wire):
                 raise _refuse(spec, wire)
             return _parse_timestamp(spec, wire)
         case "date":
-            if type(wire) is not str or not _DATE_TEXT.fullmatch(wire):
+            if kind is not str or not _DATE_TEXT.fullmatch(wire):
                 raise _refuse(spec, wire)
             return _parse_date(spec, wire)
         case "bytes":
-            if type(wire) is not str:
+            if kind is not str:
                 raise _refuse(spec, wire)
             return _parse_bytes(spec, wire)
         case _:
             return wire
+
+
+def _widened_decimal(spec: ColumnSpec, wire: Any) -> decimal.Decimal:
+    if type(wire) is int:
+        return _encode_and_parse(spec, wire)
+    if type(wire) is not str or _DECIMAL_TEXT.fullmatch(wire) is None:
+        raise _refuse(spec, wire)
+    return _encode_and_parse(spec, decimal.Decimal(wire))
+
+
+def _encode_and_parse(spec: ColumnSpec, value: int | decimal.Decimal) -> decimal.Decimal:
+    return decimal.Decimal(_encode_decimal(spec, value))
+
+
+def _as_text(wire: Any) -> str:
+    if wire is True or wire is False:
+        return "true" if wire else "false"
+    if type(wire) is int or type(wire) is float:
+        return js_number_str(wire)
+    return canonical_json(wire)
 
 
 def spark_type(spec: ColumnSpec) -> str:

@@ -10,7 +10,7 @@ import msgspec
 
 from lakesync.column_types import check_spec, check_wire_value, decimal_params, widening_allowed
 from lakesync.delta import RowDelta, validate_identifier
-from lakesync.errors import SchemaError
+from lakesync.errors import SchemaError, ValueTypeError
 from lakesync.hints import explain
 
 __all__ = [
@@ -265,8 +265,10 @@ def merge_declared(
     """Merge a schema declared in the config file into the stored one, losing nothing stored.
 
     ``applied`` is the declaration merged last time (None if never). Columns only ``declared``
-    has are appended; stored columns it lacks stay (they were added through the admin API); a
-    column declared with another type (or another letter case) keeps its stored form. The
+    has are appended (nullable: stored rows lack them); stored columns it lacks stay (they were
+    added through the admin API); a column declared with a wider type
+    (:func:`lakesync.column_types.widening_allowed`) takes it; one declared with another type
+    (or another letter case) keeps its stored form. The
     options (``primaryKey``, ``softDelete``, ``externalIdColumn``) are the declared ones when the
     declaration changed them since ``applied``, else the stored ones. Returns the merged schema
     and one message per conflict: a kept column, or stored options (set through the admin API
@@ -279,6 +281,14 @@ def merge_declared(
     conflicts: list[str] = []
     for col in declared.columns:
         have = by_fold.get(col.name.lower())
+        if have is None and not col.nullable:
+            # The stored rows have no value for it: it joins as nullable (docs/protocol.md §10).
+            columns.append(msgspec.structs.replace(col, nullable=True))
+            conflicts.append(
+                f"column {col.name!r} of {stored.table!r} is declared not nullable but added to "
+                "a table that has rows already; adding it nullable"
+            )
+            continue
         if have is None:
             columns.append(col)
             continue
@@ -335,13 +345,15 @@ def check_delta(schema: TableSchema, delta: RowDelta) -> None:
             )
         try:
             check_wire_value(spec, col.value)
-        except SchemaError as exc:
-            raise SchemaError(f"row {delta.row_id!r} of {schema.table!r}: {exc.message}") from None
+        except ValueTypeError as exc:
+            raise ValueTypeError(
+                f"row {delta.row_id!r} of {schema.table!r}: {exc.message}"
+            ) from None
     if delta.op == "INSERT":
         written = {col.column for col in delta.columns}
         for spec in schema.columns:
             if not spec.nullable and spec.name not in written:
-                raise SchemaError(
+                raise ValueTypeError(
                     f"row {delta.row_id!r} of {schema.table!r}: column {spec.name!r} is not "
                     "nullable: an INSERT must set it"
                 )

@@ -20,7 +20,8 @@ from lakesync.client.errors import ClientClosedError, ConfigError, LakeSyncError
 from lakesync.client.transport import HttpTransport, Transport, WebSocketTransport
 from lakesync.delta import Op
 from lakesync.hlc import HLC
-from lakesync.schema import TableSchema, parse_schema
+from lakesync.column_types import decimal_params
+from lakesync.schema import ColumnSpec, TableSchema, parse_schema
 
 if TYPE_CHECKING:
     import pandas  # type: ignore[import-untyped]
@@ -224,6 +225,9 @@ class LakeSyncClient:
     def to_arrow(self, sql: str, params: Params = ()) -> pyarrow.Table:
         """A query's result as a ``pyarrow.Table`` (json values as JSON text).
 
+        A result column named like a typed column of the tables the query reads gets that
+        column's Arrow type: ``int64``, ``decimal128(p, s)``, ``timestamp[us, tz=UTC]``,
+        ``date32``, ``binary``; other columns' types are inferred from their values.
         Raises :class:`MissingExtraError` when pyarrow is not installed.
         """
         try:
@@ -232,16 +236,26 @@ class LakeSyncClient:
             raise MissingExtraError("pyarrow", "pipeline") from None
         from lakesync.client._columns import encode_json
 
-        rows = self._store.query(sql, params)
+        rows, tables = self._store.query_tables(sql, params)
         if not rows:
             return pa.table({})
-        cols = {
-            name: [
+        specs: dict[str, ColumnSpec | None] = {}
+        for schema in self._store.schemas().values():
+            if schema.table.lower() in tables:
+                for spec in schema.columns:
+                    # A name two tables type differently keeps its inferred type.
+                    seen = specs.setdefault(spec.name, spec)
+                    if seen is not None and seen != spec:
+                        specs[spec.name] = None
+        arrays = {}
+        for name in rows[0]:
+            values = [
                 encode_json(r[name]) if isinstance(r[name], dict | list) else r[name] for r in rows
             ]
-            for name in rows[0]
-        }
-        return pa.table(cols)
+            typed = specs.get(name)
+            typ = None if typed is None else _arrow_type(pa, typed)
+            arrays[name] = pa.array(values, typ)
+        return pa.table(arrays)
 
     def to_pandas(self, sql: str, params: Params = ()) -> pandas.DataFrame:
         """A query's result as a ``pandas.DataFrame`` (json values decoded to Python objects).
@@ -493,3 +507,20 @@ class LakeSyncClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _arrow_type(pa: Any, spec: ColumnSpec) -> Any:
+    """The Arrow type of a typed column (None: inferred from the values)."""
+    match spec.type:
+        case "integer":
+            return pa.int64()
+        case "decimal":
+            return pa.decimal128(*decimal_params(spec))
+        case "timestamp":
+            return pa.timestamp("us", tz="UTC")
+        case "date":
+            return pa.date32()
+        case "bytes":
+            return pa.binary()
+        case _:
+            return None

@@ -7,6 +7,8 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
+import msgspec
+
 from lakesync.client._columns import (
     SQL_TYPES,
     decode_json,
@@ -92,8 +94,17 @@ class SchemaStore(ReplicaFile):
                     f"column {spec.name!r} of {schema.table!r} differs from an existing column "
                     "only in case; SQLite column names are case-insensitive"
                 )
+        # A widened column (evolve allowed it) holds its values in another SQLite form: it is
+        # re-created and the table's rows are written again from their merge states.
+        before = old.column_specs()
+        widened = [
+            s for s in merged.columns
+            if s.name in before and msgspec.structs.replace(before[s.name], nullable=s.nullable) != s
+        ]
         if added or schema_to_wire(merged) != schema_to_wire(old):
-            for s in added:
+            for s in widened:
+                c.execute(f"ALTER TABLE {_q(schema.table)} DROP COLUMN {_q(s.name)}")
+            for s in [*widened, *added]:
                 c.execute(
                     f"ALTER TABLE {_q(schema.table)} ADD COLUMN {_q(s.name)} {SQL_TYPES[s.type]}"
                 )
@@ -101,6 +112,11 @@ class SchemaStore(ReplicaFile):
                 "SELECT version FROM _ls_schemas WHERE tbl = ?", (schema.table,)
             ).fetchone()[0]
             self._store_schema(c, merged, int(version) + 1)
+            if widened:
+                self._refill(c, schema.table)
+
+    def _refill(self, c: sqlite3.Connection, table: str) -> None:
+        """Write every visible row of ``table`` to its SQL table again (the row store does)."""
 
     def _store_schema(self, c: sqlite3.Connection, schema: TableSchema, version: int) -> None:
         c.execute(

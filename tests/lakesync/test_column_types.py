@@ -324,3 +324,31 @@ def test_pyiceberg_takes_the_iceberg_types() -> None:
     assert NestedField(1, "d", iceberg_type(DEC), required=False).field_type == DecimalType(10, 2)
     assert NestedField(2, "i", iceberg_type(INTEGER)).field_type == LongType()
     assert NestedField(3, "t", iceberg_type(TS)).field_type == TimestamptzType()
+
+
+@pytest.mark.parametrize(
+    ("spec", "wire", "value"),
+    [
+        (DEC, 5, decimal.Decimal("5.00")),  # written while the column was an integer
+        (DEC, "9007199254740993", None),  # too many integer digits for decimal(10,2)
+        (DEC_DEFAULT, "9007199254740993", decimal.Decimal("9007199254740993.000000000")),
+        (DEC, "1.5", decimal.Decimal("1.50")),  # written at a smaller scale
+        (ColumnSpec("n", "number"), "12.50", 12.5),
+        (ColumnSpec("n", "number"), "4611686018427387905", 4.611686018427388e18),
+        (ColumnSpec("s", "string"), 30, "30"),
+        (ColumnSpec("s", "string"), 1.5, "1.5"),
+        (ColumnSpec("s", "string"), True, "true"),
+        (ColumnSpec("s", "string"), {"b": 1, "a": [1]}, '{"a":[1],"b":1}'),
+    ],
+)
+def test_values_written_before_a_widening_read_as_the_wider_type(
+    spec: ColumnSpec, wire: Any, value: Any
+) -> None:
+    if value is None:
+        with pytest.raises(SchemaError):
+            decode_value(spec, wire)
+        return
+    decoded = decode_value(spec, wire)
+    assert decoded == value and type(decoded) is type(value)
+    if isinstance(value, decimal.Decimal):
+        assert str(decoded) == str(value)
