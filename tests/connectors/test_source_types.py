@@ -19,6 +19,7 @@ from lakesync.connectors._decoding import parse_array, typed
 from lakesync.connectors._types import SourceColumn, map_column
 from lakesync.connectors._values import fit_value
 from lakesync.connectors.database import MysqlDialect, PostgresDialect
+from lakesync.schema import parse_schema
 from tests.conftest import PG_DSN, require_postgres
 from tests.connectors.conftest import MYSQL_DSN, GatewayUnderTest, require_mysql
 
@@ -149,6 +150,12 @@ PG_TYPES = {
     "tm": "string", "j": "json", "jb": "json", "blob": "bytes", "mood": "string",
     "ints": "json", "span": "string",
 }
+_DECIMAL_38_9 = {"precision": 38, "scale": 9}
+PG_SCHEMA: dict[str, Any] = {"table": "typed", "columns": [
+    {"name": n, "type": t} | (_DECIMAL_38_9 if t == "decimal" else {})
+    for n, t in PG_TYPES.items()
+]}
+"""The gateway schema the PostgreSQL table gets (both its numerics are decimal(38,9))."""
 
 
 def _same(row: dict[str, Any], want: dict[str, Any]) -> None:
@@ -188,9 +195,7 @@ def test_every_postgres_type_arrives_as_its_declared_type(
         assert gateway.poll(open_source(spec)) == 3
     assert any("'span'" in r.getMessage() and "interval" in r.getMessage() for r in caplog.records)
     schema = asyncio.run(gateway.service.schemas("gw1"))["typed"]
-    assert schema.column_types() == PG_TYPES
-    amount = schema.column_specs()["amount"]
-    assert (amount.precision, amount.scale) == (38, 9)
+    assert schema == parse_schema(PG_SCHEMA)
     rows = gateway.rows("typed")
     for row_id, want in PG_EXPECTED.items():
         _same(rows[row_id], want)
@@ -203,6 +208,23 @@ MYSQL_TABLE = """CREATE TABLE {t} (
     id bigint PRIMARY KEY, small smallint, big_u bigint unsigned, amount decimal(38, 9),
     f double, b tinyint(1), tx text, vc varchar(10), e enum('happy', 'sad'), day date,
     naive datetime(6), at timestamp(6) NULL, tm time, j json, bin longblob, yr year)"""
+MYSQL_ROW = (
+    "INSERT INTO {t} VALUES (%s, -32768, 18446744073709551615, %s, 2.5, 1, 'it''s', 'x', 'sad',"
+    " '1969-07-20', '2024-01-02 03:04:05.123456', '2024-01-02 03:04:05.123456', '10:11:12',"
+    " '{{\"a\": [1, 2]}}', x'00ff00', 1999)"
+)
+"""One row (parameters: 2^62 + 1 and the 38 digits), inserted in a +05:30 session."""
+MYSQL_TYPES = {
+    "id": "integer", "small": "integer", "big_u": "decimal", "amount": "decimal",
+    "f": "number", "b": "boolean", "tx": "string", "vc": "string", "e": "string",
+    "day": "date", "naive": "timestamp", "at": "timestamp", "tm": "string",
+    "j": "json", "bin": "bytes", "yr": "integer",
+}
+MYSQL_SCHEMA: dict[str, Any] = {"table": "typed", "columns": [
+    {"name": n, "type": t}
+    | ({"precision": 20, "scale": 0} if n == "big_u" else _DECIMAL_38_9 if t == "decimal" else {})
+    for n, t in MYSQL_TYPES.items()
+]}
 
 
 def test_every_mysql_type_arrives_as_its_declared_type(gateway: GatewayUnderTest) -> None:
@@ -214,12 +236,7 @@ def test_every_mysql_type_arrives_as_its_declared_type(gateway: GatewayUnderTest
         cur.execute(MYSQL_TABLE.format(t=table))
         # The session's zone is not UTC: TIMESTAMP values must still arrive as instants.
         cur.execute("SET time_zone = '+05:30'")
-        cur.execute(
-            f"INSERT INTO {table} VALUES (%s, -32768, 18446744073709551615, %s, 2.5, 1, 'it''s',"
-            " 'x', 'sad', '1969-07-20', '2024-01-02 03:04:05.123456',"
-            " '2024-01-02 03:04:05.123456', '10:11:12', '{\"a\": [1, 2]}', x'00ff00', 1999)",
-            (BIG, DIGITS),
-        )
+        cur.execute(MYSQL_ROW.format(t=table), (BIG, DIGITS))
     try:
         spec = parse_connector(
             "my1",
@@ -228,12 +245,7 @@ def test_every_mysql_type_arrives_as_its_declared_type(gateway: GatewayUnderTest
         )
         assert gateway.poll(open_source(spec)) == 1
         schema = asyncio.run(gateway.service.schemas("gw1"))["typed"]
-        assert schema.column_types() == {
-            "id": "integer", "small": "integer", "big_u": "decimal", "amount": "decimal",
-            "f": "number", "b": "boolean", "tx": "string", "vc": "string", "e": "string",
-            "day": "date", "naive": "timestamp", "at": "timestamp", "tm": "string",
-            "j": "json", "bin": "bytes", "yr": "integer",
-        }
+        assert schema == parse_schema(MYSQL_SCHEMA)
         _same(gateway.rows("typed")[str(BIG)], {
             "id": str(BIG), "small": -32768, "big_u": "18446744073709551615", "amount": DIGITS,
             "f": 2.5, "b": True, "tx": "it's", "vc": "x", "e": "sad", "day": "1969-07-20",
