@@ -150,6 +150,5 @@ def migrate_command(
     with open_destination(spec, catalog=lake) as src, \
             open_destination(cfg.destinations[target], catalog=lake) as dst:
         for schema in schemas:
-            columns = [(c.name, c.type) for c in schema.columns]
-            n = migrate_table(src, dst, schema.table, columns, schema.external_id_column)
+            n = migrate_table(src, dst, schema.table, schema.columns, schema.external_id_column)
             Console().print(f"{schema.table}: {n} rows from {source} to {target}")

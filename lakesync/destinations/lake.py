@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from lakesync.column_types import iceberg_type
 from lakesync.delta import validate_identifier
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import (
@@ -29,7 +30,7 @@ from lakesync.destinations.base import (
     latest_per_row,
     normalise_row,
 )
-from lakesync.destinations.statements import TableLayout
+from lakesync.destinations.statements import Columns, TableLayout, column_spec
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.schema import RESERVED_NAMESPACES
 
@@ -59,21 +60,16 @@ def lake_namespace(spec: DestinationSpec, url: str) -> str:
     return namespace
 
 
-def _iceberg_type(kind: str) -> Any:
-    from pyiceberg.types import BooleanType, DoubleType, StringType, TimestamptzType
+def _fields(layout: TableLayout) -> list[tuple[str, Any]]:
+    """(name, Iceberg type) of every column the layout's table holds, in order: the schema's
+    columns typed by :func:`lakesync.column_types.iceberg_type` (json as its text)."""
+    from pyiceberg.types import StringType, TimestamptzType
 
-    return {
-        "number": DoubleType(),
-        "boolean": BooleanType(),
-        "timestamp": TimestamptzType(),
-    }.get(kind, StringType())
-
-
-def _fields(layout: TableLayout) -> list[tuple[str, str]]:
-    """(name, kind) of every column the layout's table holds, in order."""
-    out = [("row_id", "string"), *layout.columns, ("props", "string"), ("synced_at", "timestamp")]
+    out: list[tuple[str, Any]] = [("row_id", StringType())]
+    out += [(c.name, iceberg_type(c)) for c in layout.columns]
+    out += [("props", StringType()), ("synced_at", TimestamptzType())]
     if layout.delete == "soft":
-        out.append(("deleted_at", "timestamp"))
+        out.append(("deleted_at", TimestamptzType()))
     return out
 
 
@@ -111,9 +107,10 @@ class LakeDestination(Destination):
             return None
 
     def layout(
-        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+        self, table: str, columns: Columns, external_id: str | None = None
     ) -> TableLayout:
-        return TableLayout(table, list(columns), self.spec.delete, external_id, (self._namespace,))
+        specs = [column_spec(c) for c in columns]
+        return TableLayout(table, specs, self.spec.delete, external_id, (self._namespace,))
 
     def ensure_table(self, layout: TableLayout) -> None:
         from pyiceberg.schema import Schema
@@ -124,7 +121,7 @@ class LakeDestination(Destination):
             found = self._load(layout.table)
             if found is None:
                 fields = [
-                    NestedField(i, name, _iceberg_type(kind), required=False)
+                    NestedField(i, name, kind, required=False)
                     for i, (name, kind) in enumerate(_fields(layout), start=1)
                 ]
                 self._catalog.create_table_if_not_exists(
@@ -136,7 +133,7 @@ class LakeDestination(Destination):
             if missing:
                 with found.update_schema() as update:
                     for name, kind in missing:
-                        update.add_column(name, _iceberg_type(kind))
+                        update.add_column(name, kind)
 
     def _table(self, layout: TableLayout) -> Table:
         found = self._load(layout.table)
@@ -226,9 +223,9 @@ class LakeDestination(Destination):
 def _check_json(layout: TableLayout, changes: Sequence[Change], prefix: str) -> None:
     """Refuse a change set with a json value that is not JSON text, as the databases do."""
     for change in changes:
-        for name, kind in layout.columns:
-            value = change.values.get(name)
-            if kind == "json" and value is not None:
+        for c in layout.columns:
+            name, value = c.name, change.values.get(c.name)
+            if c.type == "json" and value is not None:
                 try:
                     json.loads(value)
                 except (TypeError, ValueError):

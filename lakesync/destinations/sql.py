@@ -30,7 +30,7 @@ from lakesync.destinations.base import (
     latest_per_row,
     normalise_row,
 )
-from lakesync.destinations.statements import TableLayout
+from lakesync.destinations.statements import Columns, TableLayout, column_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -102,9 +102,9 @@ class SqlDestination(Destination):
         # psycopg decodes json/jsonb itself; PyMySQL hands JSON over as text.
 
     def layout(
-        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+        self, table: str, columns: Columns, external_id: str | None = None
     ) -> TableLayout:
-        return TableLayout(table, list(columns), self.spec.delete, external_id)
+        return TableLayout(table, [column_spec(c) for c in columns], self.spec.delete, external_id)
 
     @contextmanager
     def _transaction(self, what: str) -> Iterator[Any]:
@@ -275,8 +275,8 @@ def _naive_utc(moment: datetime) -> datetime:
 
 def _staged_params(layout: TableLayout, change: Change, dialect: st.Dialect) -> dict[str, Any]:
     params: dict[str, Any] = {"c0": change.row_id, "deleted": change.deleted}
-    for i, (name, kind) in enumerate(layout.columns, start=1):
-        params[f"c{i}"] = st.storable_value(kind, change.values.get(name), dialect)
+    for i, spec in enumerate(layout.columns, start=1):
+        params[f"c{i}"] = st.storable_value(spec, change.values.get(spec.name), dialect)
     return params
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import Any
 
 from lakesync.destination_specs import DestinationSpec
@@ -26,9 +27,12 @@ from lakesync.destinations.base import (
     latest_per_row,
     normalise_row,
 )
-from lakesync.destinations.statements import TableLayout
+from lakesync.destinations.statements import Columns, TableLayout
 
-_TYPES = {"string": "TEXT", "number": "REAL", "boolean": "INTEGER", "json": "TEXT", "null": "TEXT"}
+# SQLite has no decimal, time or date type: those are kept as their canonical text.
+_TYPES = {"string": "TEXT", "number": "REAL", "boolean": "INTEGER", "json": "TEXT", "null": "TEXT",
+          "integer": "INTEGER", "decimal": "TEXT", "timestamp": "TEXT", "date": "TEXT",
+          "bytes": "BLOB"}
 
 
 def _q(name: str) -> str:
@@ -37,6 +41,17 @@ def _q(name: str) -> str:
 
 def _stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _stored(value: Any) -> Any:
+    """A typed value as this SQLite table keeps it (decimals, times and dates as text)."""
+    if isinstance(value, datetime):
+        return _stamp(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
 
 
 class SqliteDestination(Destination):
@@ -52,7 +67,7 @@ class SqliteDestination(Destination):
                          "table_name text, cutoff text, position integer, "
                          "primary key (gateway_id, table_name))")
 
-    def layout(self, table: str, columns: Sequence[tuple[str, str]],
+    def layout(self, table: str, columns: Columns,
                external_id: str | None = None) -> TableLayout:
         return TableLayout(table, columns, self.spec.delete, external_id)
 
@@ -62,10 +77,10 @@ class SqliteDestination(Destination):
             self._db.execute(f"create table {_q(layout.table)} (row_id text primary key, "
                              "props text not null default '{}', synced_at text not null, "
                              "deleted_at text)")
-        for name, kind in layout.columns:
-            if name not in have:
-                self._db.execute(f"alter table {_q(layout.table)} add column {_q(name)} "
-                                 f"{_TYPES[kind]}")
+        for c in layout.columns:
+            if c.name not in have:
+                self._db.execute(f"alter table {_q(layout.table)} add column {_q(c.name)} "
+                                 f"{_TYPES[c.type]}")
 
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
@@ -75,9 +90,9 @@ class SqliteDestination(Destination):
         try:
             self._db.execute("begin")
             for change in latest_per_row(changes):
-                for name, kind in layout.columns:
-                    value = change.values.get(name)
-                    if kind == "json" and value is not None:
+                for c in layout.columns:
+                    value = change.values.get(c.name)
+                    if c.type == "json" and value is not None:
                         json.loads(value)  # refuse what is not JSON, as the others do
                 if change.deleted:
                     if layout.delete == "soft":
@@ -95,7 +110,8 @@ class SqliteDestination(Destination):
                     f"insert into {_q(layout.table)} (row_id, synced_at, deleted_at, {cols}) "
                     f"values (?, ?, null, {marks}) on conflict (row_id) do update set "
                     f"synced_at = excluded.synced_at, deleted_at = null, {sets}",
-                    (change.row_id, now, *(change.values.get(n) for n in names)),
+                    (change.row_id, now, *(_stored(change.values.get(c.name))
+                                           for c in layout.columns)),
                 )
             if position is not None:
                 self._db.execute("insert into lakesync_watermarks values (?, ?, ?) on conflict "
@@ -121,6 +137,10 @@ class SqliteDestination(Destination):
             for stamp in ("synced_at", "deleted_at"):
                 if row[stamp] is not None:
                     row[stamp] = datetime.fromisoformat(row[stamp])
+            for c in layout.columns:
+                if c.type in ("timestamp", "date") and row[c.name] is not None:
+                    parse = datetime if c.type == "timestamp" else date
+                    row[c.name] = parse.fromisoformat(row[c.name])
             rows.append(normalise_row(layout, row))
         return rows
 
