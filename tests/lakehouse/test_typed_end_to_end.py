@@ -231,9 +231,11 @@ def _maria(url: str, sql: str) -> list[dict[str, Any]]:
 def _maria_rows(url: str, table: str) -> dict[str, dict[str, Any]]:
     out = {}
     for row in _maria(url, f"select * from `{table}`"):
-        # DATETIME(6) holds the UTC wall time of the instant.
+        # DATETIME(6) holds the UTC wall time of the instant; BOOLEAN is tinyint(1), read as 0/1.
         out[str(row["row_id"])] = {
-            k: v.replace(tzinfo=UTC) if isinstance(v, dt.datetime) else v for k, v in row.items()
+            k: v.replace(tzinfo=UTC) if isinstance(v, dt.datetime)
+            else bool(v) if k == "b" and v is not None else v
+            for k, v in row.items()
         }
     return out
 
@@ -299,9 +301,10 @@ def test_typed_rows_arrive_equal_everywhere(
         # PostgreSQL, MariaDB and BigQuery destinations: mapped types, equal values
         pg_types = _pg_types(destinations["pg"], "pg_typed")
         assert {k: pg_types[k] for k in PG_DEST_TYPES} == PG_DEST_TYPES
-        maria_types = {r["COLUMN_NAME"]: r["COLUMN_TYPE"] for r in _maria(
-            destinations["maria"], "select column_name, column_type from information_schema."
-            "columns where table_schema = database() and table_name = 'pg_typed'")}
+        maria_types = {r["n"]: r["t"] for r in _maria(
+            destinations["maria"], "select column_name as n, column_type as t from"
+            " information_schema.columns where table_schema = database()"
+            " and table_name = 'pg_typed'")}
         assert {k: maria_types[k] for k in MARIA_DEST_TYPES} == MARIA_DEST_TYPES
         bq_rows, bq_types = _bq_rows(destinations["bq"], "pg_typed")
         assert {k: bq_types[k] for k in BQ_DEST_TYPES} == BQ_DEST_TYPES
