@@ -36,6 +36,7 @@ import anyio.to_thread
 
 from lakesync.api.settings import GatewaySettings
 from lakesync.api.store import HotLog
+from lakesync.api.store.ports import CheckpointStore, Coordination, DocumentStore
 from lakesync.config import Config, ServerConfig
 from lakesync.hlc import encode
 from lakesync.schema import parse_schema
@@ -94,13 +95,13 @@ def _landing_flusher(
 class HotLogMaintenance:
     """Publish new checkpoints from the lake (when a pipeline run moved the covered position),
     then trim each gateway's hot log through ``min(its landed position, now - retention)``; the
-    store never trims past a gateway's checkpoint (see :meth:`HotLog.trim_log`)."""
+    store never trims past a gateway's checkpoint (see :meth:`CheckpointStore.trim_log`)."""
 
     def __init__(
         self,
         lake: LakeSettings,
         catalog: Catalog,
-        store: HotLog,
+        store: CheckpointStore,
         retention_s: float,
         now: Callable[[], float] = time.time,
     ) -> None:
@@ -147,10 +148,10 @@ class HotLogMaintenance:
 
 
 class Lead:
-    """Whether this process leads ``role`` on the store (see :meth:`HotLog.lead`); logs each
+    """Whether this process leads ``role`` on the store (see :meth:`Coordination.lead`); logs each
     change, so an operator sees which gateway process runs which lake job."""
 
-    def __init__(self, store: HotLog, role: str, job: str) -> None:
+    def __init__(self, store: Coordination, role: str, job: str) -> None:
         self._store = store
         self._role = role
         self._job = job
@@ -172,7 +173,7 @@ class SchemaPublisher:
     """Publish every gateway's registered schemas to the lake's ``lakesync.table_schemas``
     (called before each flush; reads the lake again only when the store's schemas changed)."""
 
-    def __init__(self, catalog: Catalog, store: HotLog) -> None:
+    def __init__(self, catalog: Catalog, store: DocumentStore) -> None:
         self._catalog = catalog
         self._store = store
         self._last: list[tuple[str, str, dict[str, Any]]] | None = None

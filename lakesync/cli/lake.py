@@ -11,7 +11,7 @@ import contextlib
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from lakesync.cli.materialise import ConfigOption, ship
 from lakesync.config import load_config
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.settings import LakeSettings
+
+if TYPE_CHECKING:
+    from lakesync.lakehouse.landing import HotLogSource
 
 __all__ = ["DataDirOption", "FormatOption", "dbt_project", "pipeline_app", "query_command"]
 
@@ -253,7 +256,7 @@ def query_command(
     _print(result, fmt)
 
 
-def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> Any:
+def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> HotLogSource | None:
     """The gateway's hot log for a fresh read (None when this data dir has none)."""
     from lakesync.api.store import open_store
     from lakesync.hlc import HLC

@@ -2,7 +2,9 @@
 
 ``LakeSyncClient`` (and its asyncio twin ``AsyncLakeSyncClient``) keeps a local copy of a
 gateway's tables, applies local writes at once and syncs them over HTTP or WebSocket with
-column-level last-writer-wins merging (docs/protocol.md §4). Needs only the ``client`` extra.
+column-level last-writer-wins merging (docs/protocol.md §4). Both run one asyncio transport
+core and sync engine (``AsyncHttpTransport``, ``AsyncWebSocketTransport``). Needs only the
+``client`` extra.
 """
 
 from lakesync.client._actions import ActionRecord
@@ -13,11 +15,21 @@ from lakesync.client._store import DeadLetter
 from lakesync.client._sync import SyncReport
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch
-from lakesync.client.transport import HttpTransport, Transport, WebSocketTransport
+from lakesync.client.transport import (
+    AsyncHttpTransport,
+    AsyncTransport,
+    AsyncWebSocketTransport,
+    HttpTransport,
+    Transport,
+    WebSocketTransport,
+)
 
 __all__ = [
     "ActionRecord",
+    "AsyncHttpTransport",
     "AsyncLakeSyncClient",
+    "AsyncTransport",
+    "AsyncWebSocketTransport",
     "Backoff",
     "Change",
     "DeadLetter",

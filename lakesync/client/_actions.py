@@ -19,7 +19,7 @@ from typing import Any
 
 from lakesync.client._store import LocalStore
 from lakesync.client._types import Event
-from lakesync.client.transport import Transport
+from lakesync.client.transport import AsyncTransport
 
 __all__ = ["ActionOutbox", "ActionRecord", "send_actions"]
 
@@ -124,8 +124,11 @@ class ActionOutbox:
             )
 
 
-def send_actions(
-    outbox: ActionOutbox, transport: Transport, client_id: str, emit: Callable[[Event], None]
+async def send_actions(
+    outbox: ActionOutbox,
+    transport: AsyncTransport,
+    client_id: str,
+    emit: Callable[[Event], None],
 ) -> int:
     """Send the oldest pending actions once; returns how many of them stay pending. Each final
     answer is recorded and reported as an ``action_complete`` event. Raises the transport's
@@ -143,7 +146,7 @@ def send_actions(
         }
         for a in batch
     ]
-    results = {r["actionId"]: r for r in transport.actions(client_id, wire)}
+    results = {r["actionId"]: r for r in await transport.actions(client_id, wire)}
     waiting = 0
     for a in batch:
         result = results.get(a.action_id)

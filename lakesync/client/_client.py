@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lakesync.client._actions import ActionOutbox, ActionRecord, send_actions
 from lakesync.client._auth import TokenProvider, TokenSource
 from lakesync.client._backoff import Backoff, is_retryable
+from lakesync.client._loop import LoopThread
 from lakesync.client._store import DeadLetter, LocalStore
-from lakesync.client._sync import SyncEngine, SyncReport
+from lakesync.client._sync import BlockingEngine, SyncEngine, SyncReport
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch, Watchers
 from lakesync.client.errors import ClientClosedError, ConfigError, LakeSyncError, MissingExtraError
-from lakesync.client.transport import HttpTransport, Transport, WebSocketTransport
+from lakesync.client.transport import (
+    AsyncHttpTransport,
+    AsyncTransport,
+    AsyncWebSocketTransport,
+    Transport,
+)
+from lakesync.client.transport._bridge import as_async
 from lakesync.delta import Op
 from lakesync.hlc import HLC
 from lakesync.column_types import decimal_params
@@ -31,6 +41,9 @@ __all__ = ["LakeSyncClient"]
 
 _log = logging.getLogger(__name__)
 Params = Sequence[Any] | Mapping[str, Any]
+TransportChoice = Literal["http", "websocket"] | Transport | AsyncTransport
+#: A running auto-sync loop: a task of the caller's loop, or of the client's loop thread.
+AutoSync = asyncio.Task[None] | concurrent.futures.Future[None]
 
 
 class LakeSyncClient:
@@ -41,11 +54,15 @@ class LakeSyncClient:
     without them it works purely locally. The client id is the token's ``sub`` claim (or
     ``client_id`` for a local-only replica). ``schemas`` declares the tables (docs/protocol.md §10 dicts or
     :class:`TableSchema`); declaring more columns later evolves the tables additively.
-    ``transport`` is ``"http"``, ``"websocket"`` (realtime broadcasts) or a :class:`Transport`.
+    ``transport`` is ``"http"``, ``"websocket"`` (realtime broadcasts), an
+    :class:`AsyncTransport` or a :class:`Transport`.
 
     Every local write commits together with its outbox entry, so a crash never loses or
-    duplicates an edit. The client is thread-safe; watch callbacks run on the thread that
-    committed the change (a sync or WebSocket thread for remote changes).
+    duplicates an edit. The client is thread-safe. Network work runs on the asyncio transport
+    core and sync engine, on one event loop thread the client owns (``lakesync-client``,
+    started by the first network call); watch and event callbacks for local writes run on the
+    writing thread, for remote changes on that loop thread (a callback must not call the
+    client's blocking network methods: hand them to another thread).
 
     Raises :class:`ConfigError` for inconsistent settings and :class:`SchemaError` for invalid
     or incompatible schemas.
@@ -59,7 +76,7 @@ class LakeSyncClient:
         gateway_id: str | None = None,
         token: TokenSource | None = None,
         schemas: Sequence[Mapping[str, Any] | TableSchema] = (),
-        transport: Literal["http", "websocket"] | Transport = "http",
+        transport: TransportChoice = "http",
         client_id: str | None = None,
         pull_limit: int = 1000,
         push_batch: int = 1000,
@@ -82,7 +99,7 @@ class LakeSyncClient:
         client_id: str | None,
         gateway_id: str | None,
         url: str | None,
-        transport: Literal["http", "websocket"] | Transport,
+        transport: TransportChoice,
         pull_limit: int,
         push_batch: int,
         backoff: Backoff | None,
@@ -99,9 +116,10 @@ class LakeSyncClient:
         self._syncing = False
         self._last_synced_at: float | None = None
         self._last_error: str | None = None
-        self._auto: threading.Thread | None = None
-        self._auto_stop = threading.Event()
-        self._auto_wake = threading.Event()
+        self._auto: AutoSync | None = None
+        self._auto_stop = False
+        self._auto_wake: Callable[[], None] | None = None
+        self._loop = LoopThread("lakesync-client")
         self._actions = ActionOutbox(self._store)
         if url is not None or not isinstance(transport, str):
             self._engine = self._make_engine(url, transport, pull_limit, push_batch, timeout)
@@ -128,22 +146,24 @@ class LakeSyncClient:
     def _make_engine(
         self,
         url: str | None,
-        transport: Literal["http", "websocket"] | Transport,
+        transport: TransportChoice,
         pull_limit: int,
         push_batch: int,
         timeout: float,
     ) -> SyncEngine:
         if self.gateway_id is None:
             raise ConfigError("gateway_id is required to sync")
-        if isinstance(transport, Transport):
-            tr: Transport = transport
+        if isinstance(transport, Transport | AsyncTransport):
+            tr: AsyncTransport = as_async(transport)
         else:
             if url is None or self._tokens is None:
                 raise ConfigError("syncing needs both url and token")
             if transport == "http":
-                tr = HttpTransport(url, self.gateway_id, self._tokens, timeout)
+                tr = AsyncHttpTransport(url, self.gateway_id, self._tokens, timeout)
             elif transport == "websocket":
-                tr = WebSocketTransport(url, self.gateway_id, self._tokens, timeout, self._backoff)
+                tr = AsyncWebSocketTransport(
+                    url, self.gateway_id, self._tokens, timeout, self._backoff
+                )
             else:
                 raise ConfigError(f"transport must be 'http' or 'websocket', got {transport!r}")
         engine = SyncEngine(
@@ -204,7 +224,7 @@ class LakeSyncClient:
             return None
         change = result[1]
         self._watchers.dispatch([change])
-        self._auto_wake.set()
+        self._wake_auto_sync()
         return change
 
     # -- reads --------------------------------------------------------------------------------
@@ -307,9 +327,20 @@ class LakeSyncClient:
         (default: the action's id), so it runs at most once. Each final answer fires an
         ``action_complete`` event. Returns the action as it stands after the first send.
         """
+        return self._loop.run(
+            self._execute_action(connector, action_type, params, idempotency_key)
+        )
+
+    async def _execute_action(
+        self,
+        connector: str,
+        action_type: str,
+        params: Mapping[str, Any] | None,
+        idempotency_key: str | None,
+    ) -> ActionRecord:
         action_id = self._actions.enqueue(connector, action_type, params or {}, idempotency_key)
         if self._engine is not None:
-            self.run_actions(retries=0)
+            await self._run_actions(retries=0)
         record = self._actions.get(action_id)
         assert record is not None
         return record
@@ -319,12 +350,15 @@ class LakeSyncClient:
         and an unreachable gateway with the client's backoff; returns how many are still
         pending when the retries (default: the backoff's ``max_retries``) run out. Raises
         ``AuthError`` / ``ForbiddenError`` like :meth:`sync`."""
-        engine = self.engine
+        return self._loop.run(self._run_actions(retries))
+
+    async def _run_actions(self, retries: int | None) -> int:
+        engine = self._core()
         limit = self._backoff.max_retries if retries is None else retries
         attempt = 0
         while True:
             try:
-                send_actions(self._actions, engine.transport, self.client_id, self._emit)
+                await send_actions(self._actions, engine.transport, self.client_id, self._emit)
             except LakeSyncError as exc:
                 if not is_retryable(exc):
                     raise
@@ -332,7 +366,7 @@ class LakeSyncClient:
             waiting = len(self._actions.pending())
             if waiting == 0 or attempt >= limit:
                 return waiting
-            time.sleep(self._backoff.delay(attempt))
+            await asyncio.sleep(self._backoff.delay(attempt))
             attempt += 1
 
     def action(self, action_id: str) -> ActionRecord | None:
@@ -369,14 +403,19 @@ class LakeSyncClient:
 
     # -- sync ---------------------------------------------------------------------------------
 
-    @property
-    def engine(self) -> SyncEngine:
-        """The sync engine; :class:`ConfigError` for a local-only client."""
+    def _core(self) -> SyncEngine:
+        """The asyncio sync engine; :class:`ConfigError` for a local-only client."""
         if self._store.closed:
             raise ClientClosedError("the client is closed")
         if self._engine is None:
             raise ConfigError("this client has no gateway: pass url, gateway_id and token")
         return self._engine
+
+    @property
+    def engine(self) -> BlockingEngine:
+        """The sync engine, driven from the client's loop thread; :class:`ConfigError` for a
+        local-only client."""
+        return BlockingEngine(self._core(), self._loop)
 
     def sync(self, retries: int | None = None) -> SyncReport:
         """One full cycle: pull every page, push the whole outbox, then pull what the push
@@ -387,11 +426,14 @@ class LakeSyncClient:
         ``ForbiddenError`` for credentials the gateway rejects, and :class:`SyncFailedError`
         when retries run out (e.g. the gateway is unreachable).
         """
-        engine = self.engine
+        return self._loop.run(self._sync(retries))
+
+    async def _sync(self, retries: int | None) -> SyncReport:
+        engine = self._core()
         self._syncing = True
         try:
-            report = engine.sync(retries)
-            self.run_actions(retries=0)
+            report = await engine.sync(retries)
+            await self._run_actions(retries=0)
         finally:
             self._syncing = False
         self._last_synced_at = time.time()
@@ -400,52 +442,78 @@ class LakeSyncClient:
 
     def connect(self) -> None:
         """Open a WebSocket transport's connection now, to receive realtime changes."""
-        tr = self.engine.transport
-        if isinstance(tr, WebSocketTransport):
-            tr.connect()
+        self._loop.run(self._core().transport.connect())
 
-    def _catch_up(self) -> None:
-        # Called by the WebSocket reader after a reconnect: pull what broadcasts missed.
+    async def _catch_up(self) -> None:
+        # Run by the WebSocket transport after a reconnect: pull what broadcasts missed.
         try:
-            self.engine.sync(retries=0)
+            await self._core().sync(retries=0)
         except LakeSyncError as exc:
             _log.info("catch-up sync after reconnect failed: %s", exc)
 
     def start_auto_sync(self, interval: float = 5.0) -> None:
-        """Sync in a background thread every ``interval`` seconds and soon after local writes.
+        """Sync on the client's loop thread every ``interval`` seconds and soon after local
+        writes.
 
         Failures are reported as ``sync_error`` events and retried on the next round.
         """
-        engine = self.engine
-        if self._auto is not None:
-            return
-        self._auto_stop.clear()
+        self._start_auto_sync(interval, self._loop.submit)
 
-        def loop() -> None:
-            while not self._auto_stop.is_set():
+    def _start_auto_sync(
+        self, interval: float, run: Callable[[Coroutine[Any, Any, None]], AutoSync]
+    ) -> None:
+        """Start the auto-sync loop with ``run`` (on a loop), unless it runs already."""
+        self._core()
+        if self._auto is None:
+            self._auto_stop = False
+            self._auto = run(self._auto_sync(interval))
+
+    async def _auto_sync(self, interval: float) -> None:
+        """Sync every ``interval`` seconds, and at once when a local write wakes the wait."""
+        engine = self._core()
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def poke() -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        self._auto_wake = poke
+        try:
+            while not self._auto_stop:
                 try:
                     self._syncing = True
-                    engine.sync(retries=0)
+                    await engine.sync(retries=0)
                     self._last_synced_at = time.time()
                     self._last_error = None
                 except LakeSyncError as exc:
                     self._last_error = str(exc)
                 finally:
                     self._syncing = False
-                self._auto_wake.wait(interval)
-                self._auto_wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), interval)
+                wake.clear()
+        finally:
+            self._auto_wake = None
 
-        self._auto = threading.Thread(target=loop, name="lakesync-auto-sync", daemon=True)
-        self._auto.start()
+    def _wake_auto_sync(self) -> None:
+        wake = self._auto_wake
+        if wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                wake()
+
+    def _end_auto_sync(self) -> AutoSync | None:
+        """Tell the auto-sync loop to stop after its running cycle; the loop, to wait for."""
+        auto, self._auto = self._auto, None
+        if auto is not None:
+            self._auto_stop = True
+            self._wake_auto_sync()
+        return auto
 
     def stop_auto_sync(self) -> None:
         """Stop background syncing (waits for a running cycle to finish)."""
-        thread, self._auto = self._auto, None
-        if thread is None:
-            return
-        self._auto_stop.set()
-        self._auto_wake.set()
-        thread.join()
+        auto = self._end_auto_sync()
+        if isinstance(auto, concurrent.futures.Future):
+            auto.result()
 
     @property
     def queue_depth(self) -> int:
@@ -498,8 +566,23 @@ class LakeSyncClient:
         """Stop syncing, close connections and the SQLite file (idempotent)."""
         self.stop_auto_sync()
         self._watchers.cancel_all()
-        if self._engine is not None:
-            self._engine.transport.close()
+        if self._engine is not None and not self._store.closed:
+            self._loop.run(self._engine.transport.aclose())
+        self._close_replica()
+
+    async def _aclose(self) -> None:
+        """:meth:`close` on the caller's loop (the asyncio client's)."""
+        auto = self._end_auto_sync()
+        if auto is not None:
+            await asyncio.wrap_future(auto)
+        self._watchers.cancel_all()
+        if self._engine is not None and not self._store.closed:
+            await self._engine.transport.aclose()
+        self._close_replica()
+
+    def _close_replica(self) -> None:
+        """Stop the loop thread and close the SQLite file (after the transport)."""
+        self._loop.close()
         self._store.close()
 
     def __enter__(self) -> LakeSyncClient:

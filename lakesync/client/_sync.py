@@ -1,28 +1,43 @@
 """One sync cycle: pull every page (or a checkpoint first), push the whole outbox, then pull
 again if the push stored anything.
 
-The engine owns no I/O of its own: it moves deltas between a :class:`LocalStore` and a
-:class:`Transport`, serialises cycles, retries transient failures with backoff and
-dead-letters deltas the gateway refuses for good.
+The engine owns no I/O of its own: it moves deltas between a :class:`LocalStore` and an
+:class:`AsyncTransport`, serialises cycles, retries transient failures with backoff and
+dead-letters deltas the gateway refuses for good. It is asyncio code, awaited by
+:class:`AsyncLakeSyncClient` on the caller's loop and run by :class:`LakeSyncClient` on its
+loop thread (:class:`BlockingEngine`).
+
+Local SQLite calls are short (one outbox batch, one acknowledgement, a small broadcast) and
+run on the loop; applying a pulled page or a checkpoint frame (up to ``pull_limit`` deltas)
+runs in a worker thread, so the loop keeps receiving the next page meanwhile (SQLite releases
+the GIL while it writes).
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from lakesync.client._backoff import Backoff, is_retryable, rejects_entries
+from lakesync.client._loop import LoopThread
 from lakesync.client._store import LocalStore, OutboxEntry
 from lakesync.client._types import Change, Event
-from lakesync.client.errors import CursorExpiredError, LakeSyncError, RateLimitedError, SyncFailedError
-from lakesync.client.transport import Transport
+from lakesync.client.errors import (
+    CursorExpiredError,
+    LakeSyncError,
+    RateLimitedError,
+    SyncFailedError,
+)
+from lakesync.client.transport import AsyncTransport
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 
-__all__ = ["SyncEngine", "SyncReport"]
+__all__ = ["BlockingEngine", "SyncEngine", "SyncReport"]
+
+T = TypeVar("T")
 
 # The gateway accepts at most 1 MiB per push body; stay well under it (JSON adds framing).
 _PUSH_MAX_BYTES = 512 * 1024
@@ -39,12 +54,12 @@ class SyncReport:
 
 
 class SyncEngine:
-    """Runs sync cycles between one replica and one gateway."""
+    """Runs sync cycles between one replica and one gateway (on one event loop)."""
 
     def __init__(
         self,
         store: LocalStore,
-        transport: Transport,
+        transport: AsyncTransport,
         clock: HLC,
         client_id: str,
         gateway_id: str,
@@ -54,7 +69,7 @@ class SyncEngine:
         backoff: Backoff,
         pull_limit: int = 1000,
         push_batch: int = 1000,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -67,12 +82,12 @@ class SyncEngine:
         self.pull_limit = pull_limit
         self.push_batch = push_batch
         self._sleep = sleep
-        self._cycle = threading.Lock()
+        self._cycle = asyncio.Lock()
         self._checkpoint_absent = False
 
     # -- public -----------------------------------------------------------------------------
 
-    def sync(self, retries: int | None = None) -> SyncReport:
+    async def sync(self, retries: int | None = None) -> SyncReport:
         """Pull, push, and pull again after a push, retrying transient failures with backoff.
 
         Progress made before a failure (applied pages, acknowledged batches) is kept. Raises the
@@ -83,7 +98,7 @@ class SyncEngine:
         attempt = 0
         while True:
             try:
-                report = self.sync_once()
+                report = await self.sync_once()
             except LakeSyncError as exc:
                 self._emit(Event("sync_error", str(exc), {"code": exc.code}))
                 if not is_retryable(exc):
@@ -95,7 +110,7 @@ class SyncEngine:
                 delay = self.backoff.delay(attempt)
                 if isinstance(exc, RateLimitedError):
                     delay = max(delay, exc.retry_after)
-                self._sleep(delay)
+                await self._sleep(delay)
                 attempt += 1
                 continue
             self._emit(
@@ -107,26 +122,26 @@ class SyncEngine:
             )
             return report
 
-    def sync_once(self) -> SyncReport:
+    async def sync_once(self) -> SyncReport:
         """One pull-push-pull cycle without retries."""
-        with self._cycle:
-            pulled = self._pull_all()
-            pushed, dead = self._push_all()
+        async with self._cycle:
+            pulled = await self._pull_all()
+            pushed, dead = await self._push_all()
             if pushed:
                 # What the push did to this replica's view comes back in a pull (a row it gave
                 # away leaves it): take it in this cycle, not the next.
-                pulled += self._pull_all()
+                pulled += await self._pull_all()
             return SyncReport(pulled, pushed, dead, self.store.cursor(self.gateway_id))
 
-    def pull(self) -> int:
+    async def pull(self) -> int:
         """Pull every page (one cycle's first half, no retries); returns deltas applied."""
-        with self._cycle:
-            return self._pull_all()
+        async with self._cycle:
+            return await self._pull_all()
 
-    def push(self) -> tuple[int, int]:
+    async def push(self) -> tuple[int, int]:
         """Push the whole outbox (no retries); returns ``(acknowledged, dead-lettered)``."""
-        with self._cycle:
-            return self._push_all()
+        async with self._cycle:
+            return await self._push_all()
 
     def apply_broadcast(self, deltas: list[RowDelta]) -> None:
         """Apply realtime deltas at once; the cursor stays, so the next pull re-checks them."""
@@ -135,53 +150,55 @@ class SyncEngine:
 
     # -- pull -------------------------------------------------------------------------------
 
-    def _pull_all(self) -> int:
+    async def _pull_all(self) -> int:
         cursor = self.store.cursor(self.gateway_id)
         applied = 0
         if cursor == 0 and not self._checkpoint_absent:
-            applied, cursor = self._load_checkpoint()
+            applied, cursor = await self._load_checkpoint()
         try:
-            return applied + self._pull_pages(cursor)
+            return applied + await self._pull_pages(cursor)
         except CursorExpiredError as exc:
             # Offline for longer than the gateway keeps its hot log: start over from its
             # checkpoint (pending writes stay in the outbox and keep winning), then pull on.
             self._emit(Event("resync", str(exc), {"cursor": cursor}))
-            applied, cursor = self._load_checkpoint(resync=True)
+            applied, cursor = await self._load_checkpoint(resync=True)
             if self._checkpoint_absent:
                 raise
-            return applied + self._pull_pages(cursor)
+            return applied + await self._pull_pages(cursor)
 
-    def _pull_pages(self, cursor: int) -> int:
+    async def _pull_pages(self, cursor: int) -> int:
         applied = 0
-        page = self.transport.pull(self.client_id, cursor, self.pull_limit)
-        # While a page is applied the next one is already on its way (its cursor is known as
-        # soon as the reply arrives), so network and SQLite work overlap on long pulls.
-        with ThreadPoolExecutor(1, thread_name_prefix="lakesync-pull") as prefetch:
-            while True:
-                stalled = page.server_hlc <= cursor and not page.deltas
-                more = page.has_more and not stalled
-                following = (
-                    prefetch.submit(
-                        self.transport.pull, self.client_id, page.server_hlc, self.pull_limit
-                    )
-                    if more
-                    else None
-                )
+        page = await self.transport.pull(self.client_id, cursor, self.pull_limit)
+        while True:
+            stalled = page.server_hlc <= cursor and not page.deltas
+            more = page.has_more and not stalled
+            # While a page is applied the next one is already on its way (its cursor is known
+            # as soon as the reply arrives), so network and SQLite work overlap on long pulls.
+            following = (
+                _ahead(self.transport.pull(self.client_id, page.server_hlc, self.pull_limit))
+                if more
+                else None
+            )
+            async with _settled(following):
                 # Page and cursor commit together: a crash leaves both at the previous page.
-                changes = self.store.apply_remote(
-                    page.deltas, "remote", self.clock, cursor=(self.gateway_id, page.server_hlc)
+                changes = await asyncio.to_thread(
+                    self.store.apply_remote,
+                    page.deltas,
+                    "remote",
+                    self.clock,
+                    cursor=(self.gateway_id, page.server_hlc),
                 )
-                applied += len(page.deltas)
-                self._notify(changes)
-                cursor = max(cursor, page.server_hlc)
-                if following is None:
-                    return applied
-                page = following.result()
+            applied += len(page.deltas)
+            self._notify(changes)
+            cursor = max(cursor, page.server_hlc)
+            if following is None:
+                return applied
+            page = await following
 
-    def _load_checkpoint(self, resync: bool = False) -> tuple[int, int]:
+    async def _load_checkpoint(self, resync: bool = False) -> tuple[int, int]:
         """Apply the gateway's checkpoint and move the cursor to its position. A ``resync``
         (the cursor expired) also forgets every row the checkpoint does not send."""
-        checkpoint = self.transport.checkpoint()
+        checkpoint = await self.transport.checkpoint()
         if checkpoint is None:
             self._checkpoint_absent = True
             return 0, 0
@@ -190,16 +207,19 @@ class SyncEngine:
             self.store.begin_resync()
         applied = 0
         pages = checkpoint.pages
-        # While a frame is applied the next one is downloaded and decoded (SQLite releases the
-        # GIL while it writes), as pull pages are; the generator is only ever advanced by one
-        # thread at a time.
-        with ThreadPoolExecutor(1, thread_name_prefix="lakesync-checkpoint") as prefetch:
-            following = prefetch.submit(next, pages, None)
-            while (deltas := following.result()) is not None:
-                following = prefetch.submit(next, pages, None)
-                changes = self.store.apply_remote(deltas, "remote", self.clock, mark=resync)
+        try:
+            # While a frame is applied the next one is downloaded and decoded, as pull pages are.
+            following = _ahead(_next(pages))
+            while (deltas := await following) is not None:
+                following = _ahead(_next(pages))
+                async with _settled(following):
+                    changes = await asyncio.to_thread(
+                        self.store.apply_remote, deltas, "remote", self.clock, mark=resync
+                    )
                 self._notify(changes)
                 applied += len(deltas)
+        finally:
+            await pages.aclose()
         # The cursor moves only once the whole snapshot is in: a broken download starts over.
         if resync:
             changes = self.store.finish_resync(self.gateway_id, checkpoint.server_hlc, self.clock)
@@ -212,18 +232,18 @@ class SyncEngine:
 
     # -- push -------------------------------------------------------------------------------
 
-    def _push_all(self) -> tuple[int, int]:
+    async def _push_all(self) -> tuple[int, int]:
         pushed = dead = 0
         while batch := self.store.outbox(self.push_batch, _PUSH_MAX_BYTES):
-            ok, bad = self._push_batch(batch)
+            ok, bad = await self._push_batch(batch)
             pushed += ok
             dead += bad
         return pushed, dead
 
-    def _push_batch(self, entries: Sequence[OutboxEntry]) -> tuple[int, int]:
+    async def _push_batch(self, entries: Sequence[OutboxEntry]) -> tuple[int, int]:
         seqs = [e.seq for e in entries]
         try:
-            result = self.transport.push(
+            result = await self.transport.push(
                 self.client_id, [e.delta for e in entries], self.store.cursor(self.gateway_id)
             )
         except LakeSyncError as exc:
@@ -233,8 +253,8 @@ class SyncEngine:
             if len(entries) > 1:
                 # A batch is atomic, so find the culprit by halving; the rest still goes through.
                 mid = len(entries) // 2
-                a = self._push_batch(entries[:mid])
-                b = self._push_batch(entries[mid:])
+                a = await self._push_batch(entries[:mid])
+                b = await self._push_batch(entries[mid:])
                 return a[0] + b[0], a[1] + b[1]
             entry = entries[0]
             self._notify(self.store.dead_letter(entry, exc.code, exc.message))
@@ -254,3 +274,54 @@ class SyncEngine:
             return 0, 1
         self.store.ack(seqs, result.server_hlc)
         return len(entries), 0
+
+
+def _ahead(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """Start ``coro`` now, to be awaited later."""
+    return asyncio.get_running_loop().create_task(coro)
+
+
+async def _next(pages: AsyncGenerator[list[RowDelta], None]) -> list[RowDelta] | None:
+    return await anext(pages, None)
+
+
+@contextlib.asynccontextmanager
+async def _settled(ahead: asyncio.Task[Any] | None) -> AsyncGenerator[None, None]:
+    """On a failure, let the request started ahead finish (its outcome dropped) before the
+    failure propagates: a request cut off mid-way would leave its reply to the next one."""
+    try:
+        yield
+    except BaseException:
+        if ahead is not None:
+            with contextlib.suppress(BaseException):
+                await ahead
+        raise
+
+
+class BlockingEngine:
+    """A :class:`SyncEngine` driven from a loop thread: the same methods, blocking."""
+
+    def __init__(self, core: SyncEngine, loop: LoopThread) -> None:
+        self.core = core
+        self._loop = loop
+
+    @property
+    def transport(self) -> AsyncTransport:
+        """The engine's transport."""
+        return self.core.transport
+
+    def sync(self, retries: int | None = None) -> SyncReport:
+        """See :meth:`SyncEngine.sync`."""
+        return self._loop.run(self.core.sync(retries))
+
+    def sync_once(self) -> SyncReport:
+        """See :meth:`SyncEngine.sync_once`."""
+        return self._loop.run(self.core.sync_once())
+
+    def pull(self) -> int:
+        """See :meth:`SyncEngine.pull`."""
+        return self._loop.run(self.core.pull())
+
+    def push(self) -> tuple[int, int]:
+        """See :meth:`SyncEngine.push`."""
+        return self._loop.run(self.core.push())

@@ -54,7 +54,8 @@ class _Published(Protocol):
 
 
 class CheckpointSink(Protocol):
-    """Where checkpoints go: the gateway's hot-log store (:class:`lakesync.api.store.HotLog`)."""
+    """Where checkpoints go: the gateway's hot-log store (its port
+    :class:`lakesync.api.store.ports.CheckpointStore`)."""
 
     def stage_checkpoint_chunk(self, gateway_id: str, upto: int, seq: int, body: bytes) -> None:
         """Store one chunk of an unpublished checkpoint."""

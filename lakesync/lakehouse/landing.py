@@ -71,7 +71,8 @@ CRASH_ENV = "LAKESYNC_LANDING_CRASH_AT"
 
 
 class HotLogSource(Protocol):
-    """What the flusher reads: the gateway's hot log in strictly increasing ingest HLC order."""
+    """What the flusher reads: the gateway's hot log in strictly increasing ingest HLC order
+    (the store's narrowest port; :class:`lakesync.api.store.ports.DeltaLog` extends it)."""
 
     def read_log(self, after: int, limit: int, gateway_id: str | None = None) -> list[LogEntry]:
         """Entries with ``ingest_hlc > after`` (of one gateway, if given), oldest first, at most

@@ -61,7 +61,10 @@ class InProcessGateway:
         """Every delta the gateway holds (one pull from the start) and its ingest head."""
         tokens = TokenProvider(token("observer", self.gw_id))
         tr = HttpTransport(str(self._http.base_url), self.gw_id, tokens, http=self._http)
-        page = tr.pull("observer", 0, 10_000)
+        try:
+            page = tr.pull("observer", 0, 10_000)
+        finally:
+            tr.close()  # its loop thread; the test client stays open
         assert not page.has_more
         return page.deltas, page.server_hlc
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from lakesync.client.errors import (
     RateLimitedError,
     SyncFailedError,
 )
+from lakesync.client.transport import Checkpoint, PullPage, PushResult, Transport
+from lakesync.delta import RowDelta
 
 SCHEMA: dict[str, Any] = {
     "table": "t",
@@ -125,7 +127,11 @@ def test_push_bisects_a_rejected_batch_and_dead_letters_only_the_culprit(
 def test_transient_errors_are_retried_with_growing_backoff(gw: InProcessGateway) -> None:
     a = client(gw, "a")
     sleeps: list[float] = []
-    a.engine._sleep = sleeps.append
+
+    async def record(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    a.engine.core._sleep = record
     a.insert("t", "r", {"a": "x"})
     gw.faults = [
         httpx.ConnectError("down"),
@@ -140,7 +146,7 @@ def test_transient_errors_are_retried_with_growing_backoff(gw: InProcessGateway)
 
 def test_retries_run_out_and_the_outbox_is_kept(gw: InProcessGateway) -> None:
     a = client(gw, "a")
-    a.engine._sleep = lambda _s: None
+    a.engine.core._sleep = _no_sleep
     a.insert("t", "r", {"a": "x"})
     gw.faults = [httpx.ConnectError("down") for _ in range(10)]
     errors: list[Event] = []
@@ -259,3 +265,48 @@ def test_random_writes_syncs_and_restarts_converge(
         finally:
             for c in clients:
                 c.close()
+
+
+async def _no_sleep(_seconds: float) -> None:
+    pass
+
+
+class _OwnTransport(Transport):
+    """A caller's own blocking transport (here delegating to the in-process gateway's)."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.calls: list[str] = []
+        self.closed = False
+
+    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
+        self.calls.append("push")
+        return self.inner.push(client_id, deltas, last_seen_hlc)
+
+    def pull(self, client_id: str, since: int, limit: int) -> PullPage:
+        self.calls.append("pull")
+        return self.inner.pull(client_id, since, limit)
+
+    def checkpoint(self) -> Checkpoint | None:
+        self.calls.append("checkpoint")
+        return self.inner.checkpoint()
+
+    def close(self) -> None:
+        self.closed = True
+        self.inner.close()
+
+
+def test_a_blocking_transport_of_the_callers_own_still_syncs(gw: InProcessGateway) -> None:
+    own = _OwnTransport(gw.connect("a"))
+    with LakeSyncClient(":memory:", gateway_id=gw.gw_id, client_id="a", schemas=[SCHEMA],
+                        transport=own) as a:
+        a.insert("t", "r", {"a": "x"})
+        b = client(gw, "b")
+        b.insert("t", "s", {"a": "y"})
+        b.sync()
+        report = a.sync()
+        assert (report.pushed, report.pulled) == (1, 2)
+        assert replica(a) == {("t", "r"): {"a": "x"}, ("t", "s"): {"a": "y"}}
+        assert own.calls[:2] == ["checkpoint", "pull"] and "push" in own.calls
+        b.close()
+    assert own.closed

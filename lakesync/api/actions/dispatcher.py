@@ -47,7 +47,7 @@ import jsonschema
 import msgspec
 
 from lakesync.api.logs import REQUEST_ID
-from lakesync.api.store import HotLog
+from lakesync.api.store.ports import DocumentStore
 from lakesync.connectors import ActionDescriptor, ActionError, ActionHandler
 from lakesync.connectors.actions import OUTCOME_UNKNOWN
 from lakesync.connector_specs import may_run
@@ -105,7 +105,7 @@ class ActionDispatcher:
 
     def __init__(
         self,
-        store: HotLog,
+        store: DocumentStore,
         handlers: Handlers,
         ttl: float = 24 * 3600.0,
         claim_timeout: float = 300.0,

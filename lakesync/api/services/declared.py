@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
-from lakesync.api.store.base import HotLog
+from lakesync.api.store.ports import DocumentStore, RulesStore
 from lakesync.config import GatewayConfig
 from lakesync.connector_specs import ConnectorSpec, tables_by_gateway
 from lakesync.errors import ConfigError, SchemaError
 from lakesync.rules import SyncRules, check_rules, rules_to_wire
 from lakesync.schema import TableSchema, merge_declared, parse_schema, schema_to_wire
 
-__all__ = ["apply_declared", "check_gateways"]
+__all__ = ["DeclaredStore", "apply_declared", "check_gateways"]
 
 _log = logging.getLogger(__name__)
 
@@ -41,12 +41,16 @@ SCHEMA_KIND = "declared-schema"
 RULES_KIND = "declared-rules"
 
 
+class DeclaredStore(DocumentStore, RulesStore, Protocol):
+    """What applying the declared config takes: the gateways' schemas (documents) and rules."""
+
+
 def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
 def apply_declared(
-    store: HotLog,
+    store: DeclaredStore,
     gateways: Mapping[str, GatewayConfig],
     connectors: Mapping[str, ConnectorSpec] | None = None,
 ) -> None:
@@ -62,7 +66,7 @@ def apply_declared(
     check_gateways(store, connectors or {})
 
 
-def check_gateways(store: HotLog, connectors: Mapping[str, ConnectorSpec]) -> None:
+def check_gateways(store: DeclaredStore, connectors: Mapping[str, ConnectorSpec]) -> None:
     """Raise :class:`ConfigError` when the rules of a gateway with schemas name a table or
     column no schema of it has (naming the gateway, the bucket, the table and the column); a
     table one of its ``connectors`` fills is known before its schema registers."""
@@ -82,7 +86,7 @@ def check_gateways(store: HotLog, connectors: Mapping[str, ConnectorSpec]) -> No
 
 
 def _apply_schema(
-    store: HotLog, gw: str, declared: TableSchema, applied: dict[str, Any] | None
+    store: DocumentStore, gw: str, declared: TableSchema, applied: dict[str, Any] | None
 ) -> None:
     wire = schema_to_wire(declared)
     if applied == wire:
@@ -103,7 +107,7 @@ def _apply_schema(
         _log.warning("gateway %r: lakesync.yaml vs the stored schema: %s", gw, message)
 
 
-def _apply_rules(store: HotLog, gw: str, declared: SyncRules) -> None:
+def _apply_rules(store: DeclaredStore, gw: str, declared: SyncRules) -> None:
     wire = rules_to_wire(declared)
     applied = store.list_docs(gw, RULES_KIND).get("rules")
     current = store.get_rules(gw)

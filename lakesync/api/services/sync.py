@@ -19,7 +19,6 @@ from lakesync.api.services.limits import RateLimiter
 from lakesync.api.settings import GatewaySettings
 from lakesync.api.store.base import (
     AppendResult,
-    HotLog,
     LogNotice,
     Page,
     RowKey,
@@ -27,6 +26,7 @@ from lakesync.api.store.base import (
     RulesRecord,
     WriteCheck,
 )
+from lakesync.api.store.ports import SyncStore
 from lakesync.delta import RowDelta, is_reserved_client
 from lakesync.errors import (
     BackpressureError,
@@ -101,7 +101,7 @@ class SyncService:
 
     def __init__(
         self,
-        store: HotLog,
+        store: SyncStore,
         settings: GatewaySettings,
         metrics: GatewayMetrics,
         hub: Hub,

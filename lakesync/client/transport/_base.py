@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +21,14 @@ from lakesync.errors import (
 )
 
 __all__ = [
+    "AsyncCheckpoint",
+    "AsyncTransport",
     "BroadcastHandler",
     "Checkpoint",
     "EventHandler",
     "PullPage",
     "PushResult",
+    "ReconnectHandler",
     "Transport",
     "gateway_error",
 ]
@@ -33,6 +36,8 @@ __all__ = [
 BroadcastHandler = Callable[[list[RowDelta]], None]
 EventHandler = Callable[[Event], None]
 """Receives the events reading served deltas reports (a value the replica cannot hold)."""
+ReconnectHandler = Callable[[], Awaitable[None]]
+"""Catches up (pulls) after a dropped realtime connection is back; runs as a task of its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,19 +65,90 @@ class Checkpoint:
     pages: Iterator[list[RowDelta]]
 
 
-class Transport(ABC):
-    """Moves deltas between a client and one gateway.
+@dataclass(frozen=True, slots=True)
+class AsyncCheckpoint:
+    """:class:`Checkpoint` of an :class:`AsyncTransport`: its pages arrive asynchronously."""
 
-    Implementations raise :mod:`lakesync.errors` types for gateway errors (rebuilt from the
+    server_hlc: int
+    pages: AsyncGenerator[list[RowDelta], None]
+
+
+class _Reporting:
+    """Where a transport reports the values served deltas carry that the replica cannot hold."""
+
+    _on_event: EventHandler | None = None
+    #: Where reading served deltas reports each value the replica cannot hold.
+    _cell_errors: CellErrorHandler | None = None
+
+    def set_event_handler(self, handler: EventHandler | None) -> None:
+        """Receive events about served deltas that do not stop syncing: a ``value_error`` for
+        each value the replica cannot hold (that cell reads null: see
+        :func:`lakesync.delta.read_delta`)."""
+        self._on_event = handler
+        self._cell_errors = None if handler is None else _value_errors(handler)
+
+
+class AsyncTransport(_Reporting, ABC):
+    """The asyncio transport core: moves deltas between a client and one gateway.
+
+    Both clients run on it (:class:`AsyncLakeSyncClient` on the caller's loop,
+    :class:`LakeSyncClient` on a loop thread it owns). An instance belongs to the event loop
+    that first uses it. Errors are those :class:`Transport` documents.
+    """
+
+    #: Whether the gateway pushes other clients' deltas to this transport as they happen.
+    realtime: bool = False
+
+    @abstractmethod
+    async def push(
+        self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int
+    ) -> PushResult:
+        """Send one atomic batch; returns once the gateway stored every delta of it."""
+
+    @abstractmethod
+    async def pull(self, client_id: str, since: int, limit: int) -> PullPage:
+        """Fetch the deltas ingested after server HLC ``since`` (at most ``limit``)."""
+
+    @abstractmethod
+    async def checkpoint(self) -> AsyncCheckpoint | None:
+        """Open the gateway's initial-sync checkpoint, or None when it has none (404)."""
+
+    async def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """POST actions (docs/protocol.md §5 ``/action``); their results in order. Transports
+        that cannot reach that route raise :class:`ConfigError`."""
+        raise ConfigError(f"{type(self).__name__} cannot run actions")
+
+    async def connect(self) -> None:  # noqa: B027
+        """Open a realtime connection now (a no-op for transports without one)."""
+
+    def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:  # noqa: B027
+        """Receive realtime broadcasts, called on the loop (a no-op without them)."""
+
+    def set_reconnect_handler(self, handler: ReconnectHandler | None) -> None:  # noqa: B027
+        """Be told when a dropped realtime connection is back (to catch up by pulling)."""
+
+    @property
+    def connected(self) -> bool:
+        """Whether the last exchange with the gateway succeeded."""
+        return True
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Release connections and tasks (idempotent)."""
+
+
+class Transport(_Reporting, ABC):
+    """Moves deltas between a client and one gateway, with blocking calls.
+
+    :class:`HttpTransport` and :class:`WebSocketTransport` run an :class:`AsyncTransport` on a
+    loop thread of their own; a client given one of them drives its core on the client's
+    loop instead. Implementations raise :mod:`lakesync.errors` types for gateway errors (rebuilt from the
     protocol error body), :class:`lakesync.client.errors.ConnectionFailedError` when the gateway cannot be
     reached, and refresh the token once on a 401 before giving up with ``AuthError``.
     """
 
     #: Whether the gateway pushes other clients' deltas to this transport as they happen.
     realtime: bool = False
-    _on_event: EventHandler | None = None
-    #: Where reading served deltas reports each value the replica cannot hold.
-    _cell_errors: CellErrorHandler | None = None
 
     @abstractmethod
     def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
@@ -96,13 +172,6 @@ class Transport(ABC):
 
     def set_reconnect_handler(self, handler: Callable[[], None] | None) -> None:  # noqa: B027
         """Be told when a dropped realtime connection is back (to catch up by pulling)."""
-
-    def set_event_handler(self, handler: EventHandler | None) -> None:
-        """Receive events about served deltas that do not stop syncing: a ``value_error`` for
-        each value the replica cannot hold (that cell reads null: see
-        :func:`lakesync.delta.read_delta`)."""
-        self._on_event = handler
-        self._cell_errors = None if handler is None else _value_errors(handler)
 
     @property
     def connected(self) -> bool:

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import asyncio
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import httpx
 import msgspec
 
+from lakesync import hlc as _hlc
 from lakesync.client._auth import TokenProvider
 from lakesync.client.errors import ConnectionFailedError, ValidationError
-from lakesync.client.transport._base import Checkpoint, PullPage, PushResult, Transport, gateway_error
-from lakesync import hlc as _hlc
+from lakesync.client.transport._base import (
+    AsyncCheckpoint,
+    AsyncTransport,
+    PullPage,
+    PushResult,
+    gateway_error,
+)
+from lakesync.client.transport._bridge import BlockingTransport
 from lakesync.delta import CellErrorHandler, RowDelta
 from lakesync.wire import (
     FEATURES_HEADER,
@@ -22,15 +30,18 @@ from lakesync.wire import (
 )
 from lakesync.wsframes import decode_response
 
-__all__ = ["HttpTransport"]
+__all__ = ["AsyncHttpTransport", "HttpTransport"]
+
+HttpClient = httpx.AsyncClient | httpx.Client
 
 
-class HttpTransport(Transport):
+class AsyncHttpTransport(AsyncTransport):
     """Talks to ``{url}/v1/sync/{gateway_id}/…`` with a bearer token; one pooled httpx client.
 
     ``http`` is the httpx client to send with (for example one over an in-process ASGI app, or
-    with a custom transport); it stays the caller's to close. Without it the transport makes
-    its own with ``timeout`` and :meth:`close` closes that.
+    with a custom transport); it stays the caller's to close. A blocking ``httpx.Client`` is
+    called in a worker thread. Without it the transport makes its own ``httpx.AsyncClient``
+    with ``timeout`` and :meth:`aclose` closes that.
     """
 
     def __init__(
@@ -39,20 +50,28 @@ class HttpTransport(Transport):
         gateway_id: str,
         tokens: TokenProvider,
         timeout: float = 30.0,
-        http: httpx.Client | None = None,
+        http: HttpClient | None = None,
     ) -> None:
         self._base = f"{url.rstrip('/')}/v1/sync/{gateway_id}"
         self._tokens = tokens
-        self._owns_http = http is None
-        self._http = httpx.Client(timeout=timeout) if http is None else http
+        self._owns_http = not isinstance(http, httpx.AsyncClient)
+        if isinstance(http, httpx.AsyncClient):
+            self._http = http
+        elif http is None:
+            self._http = httpx.AsyncClient(timeout=timeout)
+        else:
+            self._http = httpx.AsyncClient(transport=_Threaded(http), timeout=timeout)
         self._connected = False
+        self._closed = False
 
     @property
     def connected(self) -> bool:
         """Whether the last request reached the gateway."""
         return self._connected
 
-    def _send(self, method: str, path: str, stream: bool = False, **kw: Any) -> httpx.Response:
+    async def _send(
+        self, method: str, path: str, stream: bool = False, **kw: Any
+    ) -> httpx.Response:
         for attempt in range(2):
             headers = {
                 "Authorization": f"Bearer {self._tokens.token}",
@@ -63,67 +82,91 @@ class HttpTransport(Transport):
                 headers["Content-Type"] = "application/json"
             try:
                 req = self._http.build_request(method, self._base + path, headers=headers, **kw)
-                resp = self._http.send(req, stream=stream)
+                resp = await self._http.send(req, stream=stream)
             except httpx.HTTPError as exc:
                 self._connected = False
                 raise ConnectionFailedError(f"cannot reach the gateway: {exc}") from exc
             self._connected = True
             if resp.status_code == 401 and attempt == 0 and self._tokens.refreshable:
-                resp.close()
-                self._tokens.refresh()
+                await resp.aclose()
+                # The token source is the caller's code and may block (it may fetch a token).
+                await asyncio.to_thread(self._tokens.refresh)
                 continue
             if resp.status_code >= 400 and not (stream and resp.status_code == 404):
-                body = resp.read()
-                resp.close()
+                body = await resp.aread()
+                await resp.aclose()
                 raise gateway_error(resp.status_code, body, resp.headers.get("Retry-After"))
             return resp
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
+    async def push(
+        self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int
+    ) -> PushResult:
         """POST one batch to ``/push``."""
-        resp = self._send("POST", "/push", content=encode_push(client_id, deltas, last_seen_hlc))
+        body = encode_push(client_id, deltas, last_seen_hlc)
+        resp = await self._send("POST", "/push", content=body)
         server_hlc, accepted = decode_push_response(resp.content)
         return PushResult(server_hlc, accepted)
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullPage:
+    async def pull(self, client_id: str, since: int, limit: int) -> PullPage:
         """GET one page from ``/pull``."""
-        resp = self._send(
+        resp = await self._send(
             "GET", "/pull", params={"since": str(since), "clientId": client_id, "limit": limit}
         )
         deltas, server_hlc, has_more = decode_pull_response(resp.content, self._cell_errors)
         return PullPage(deltas, server_hlc, has_more)
 
-    def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """POST ``/action``; the results in order."""
         body = msgspec.json.encode({"clientId": client_id, "actions": actions})
-        resp = self._send("POST", "/action", content=body)
+        resp = await self._send("POST", "/action", content=body)
         results: list[dict[str, Any]] = msgspec.json.decode(resp.content)["results"]
         return results
 
-    def checkpoint(self) -> Checkpoint | None:
+    async def checkpoint(self) -> AsyncCheckpoint | None:
         """GET ``/checkpoint`` as a stream of ``[uint32 length][SyncResponse]`` frames."""
-        resp = self._send("GET", "/checkpoint", stream=True)
+        resp = await self._send("GET", "/checkpoint", stream=True)
         if resp.status_code == 404:
-            resp.close()
+            await resp.aclose()
             return None
         try:
             server_hlc = _hlc.parse(resp.headers.get("X-Checkpoint-Hlc", ""), "X-Checkpoint-Hlc")
         except ValidationError:
-            resp.close()
+            await resp.aclose()
             raise
-        return Checkpoint(server_hlc, _frames(resp, self._cell_errors))
+        return AsyncCheckpoint(server_hlc, _frames(resp, self._cell_errors))
 
-    def close(self) -> None:
-        """Close the connection pool, unless it was given to the constructor."""
-        if self._owns_http:
-            self._http.close()
+    async def aclose(self) -> None:
+        """Close the connection pool, unless it was given to the constructor (idempotent)."""
+        if self._owns_http and not self._closed:
+            await self._http.aclose()
+        self._closed = True
 
 
-def _frames(resp: httpx.Response, report: CellErrorHandler | None) -> Iterator[list[RowDelta]]:
+class HttpTransport(BlockingTransport):
+    """:class:`AsyncHttpTransport` with blocking calls (same arguments); a client given one
+    drives its core on the client's own loop."""
+
+    core: AsyncHttpTransport
+
+    def __init__(
+        self,
+        url: str,
+        gateway_id: str,
+        tokens: TokenProvider,
+        timeout: float = 30.0,
+        http: HttpClient | None = None,
+    ) -> None:
+        super().__init__(AsyncHttpTransport(url, gateway_id, tokens, timeout, http))
+
+
+async def _frames(
+    resp: httpx.Response, report: CellErrorHandler | None
+) -> AsyncGenerator[list[RowDelta], None]:
     """Split a checkpoint body into its frames' deltas as the bytes arrive."""
     buf = bytearray()
     try:
-        for chunk in resp.iter_bytes():
+        async for chunk in resp.aiter_bytes():
             buf += chunk
             while len(buf) >= 4:
                 size = int.from_bytes(buf[:4], "big")
@@ -135,6 +178,31 @@ def _frames(resp: httpx.Response, report: CellErrorHandler | None) -> Iterator[l
     except httpx.HTTPError as exc:
         raise ConnectionFailedError(f"checkpoint download broke off: {exc}") from exc
     finally:
-        resp.close()
+        await resp.aclose()
     if buf:
         raise ConnectionFailedError("checkpoint stream ended inside a frame")
+
+
+_ENCODING = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+class _Threaded(httpx.AsyncBaseTransport):
+    """Sends an async client's requests with a caller's blocking ``httpx.Client``, in a worker
+    thread (the caller keeps the client; closing this one leaves it open)."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self._http = http
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        blocking = httpx.Request(request.method, request.url, headers=request.headers, content=body)
+
+        def send() -> httpx.Response:
+            resp = self._http.send(blocking)
+            # The body comes decoded: drop the headers that described its encoding.
+            headers = [
+                (k, v) for k, v in resp.headers.multi_items() if k.lower() not in _ENCODING
+            ]
+            return httpx.Response(resp.status_code, headers=headers, content=resp.content)
+
+        return await asyncio.to_thread(send)

@@ -1,25 +1,22 @@
 """WebSocket transport (docs/protocol.md §9): binary protobuf frames, realtime broadcasts, reconnects.
 
 One connection per client, held by websockets' own reconnecting client (``async for ws in
-connect(...)``) on an event loop in a background thread. Requests (push, pull) are serialised:
-a request sends its frame and waits for the next untagged reply. The loop owns the socket's
-receive side: replies go to the waiting request, ``0x03`` broadcasts go straight to the
+connect(...)``) in a task on the loop that uses the transport. Requests (push, pull) are
+serialised: a request sends its frame and waits for the next untagged reply. The task owns the
+socket's receive side: replies go to the waiting request, ``0x03`` broadcasts go straight to the
 broadcast handler. When the connection drops while realtime delivery is wanted, websockets
 reconnects (failed attempts wait :class:`Backoff` delays) and the reconnect handler then pulls
-what was missed (broadcasts never move the cursor, so nothing is lost and the pull re-delivers
-idempotently).
+what was missed, in a task of its own (broadcasts never move the cursor, so nothing is lost and
+the pull re-delivers idempotently).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import logging
-import queue
-import threading
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -37,27 +34,29 @@ from lakesync.client.errors import (
     ValidationError,
 )
 from lakesync.client.transport._base import (
+    AsyncCheckpoint,
+    AsyncTransport,
     BroadcastHandler,
-    Checkpoint,
     EventHandler,
     PullPage,
     PushResult,
-    Transport,
+    ReconnectHandler,
     gateway_error,
 )
-from lakesync.client.transport.http import HttpTransport
+from lakesync.client.transport._bridge import BlockingTransport
+from lakesync.client.transport.http import AsyncHttpTransport
 from lakesync.delta import RowDelta
 from lakesync.errors import code_for_status, error_for_code
 from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
 from lakesync.wsframes import ServerFrame, decode_server_frame, encode_pull, encode_push
 
-__all__ = ["WebSocketTransport"]
+__all__ = ["AsyncWebSocketTransport", "WebSocketTransport"]
 
 _log = logging.getLogger(__name__)
 _Reply = ServerFrame | LakeSyncError
 
 
-class WebSocketTransport(Transport):
+class AsyncWebSocketTransport(AsyncTransport):
     """Push and pull over ``ws(s)://…/v1/sync/{gw}/ws``; checkpoints still come over HTTP."""
 
     realtime = True
@@ -77,35 +76,32 @@ class WebSocketTransport(Transport):
         self._tokens = tokens
         self._timeout = timeout
         self._backoff = backoff or Backoff()
-        self._http = HttpTransport(url, gateway_id, tokens, timeout)
+        self._http = AsyncHttpTransport(url, gateway_id, tokens, timeout)
         self._ws: ClientConnection | None = None
-        self._replies: queue.Queue[_Reply] = queue.Queue()
-        self._request_lock = threading.Lock()
-        self._state_lock = threading.Lock()
+        self._replies: asyncio.Queue[_Reply] = asyncio.Queue()
+        self._request_lock = asyncio.Lock()
         self._closed = False
         self._drops = 0
-        self._refresh_lock = threading.Lock()
         self._on_broadcast: BroadcastHandler | None = None
-        self._on_reconnect: Callable[[], None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._session: concurrent.futures.Future[None] | None = None
-        self._waiters: list[concurrent.futures.Future[ClientConnection]] = []
+        self._on_reconnect: ReconnectHandler | None = None
+        self._session: asyncio.Task[None] | None = None
+        self._waiters: list[asyncio.Future[ClientConnection]] = []
         self._failure: LakeSyncError | None = None
         self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    # -- Transport ------------------------------------------------------------------------
+    # -- AsyncTransport -------------------------------------------------------------------
 
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:
-        """Apply broadcasts with ``handler`` (called on the connection's thread)."""
+        """Apply broadcasts with ``handler`` (called on the loop, as frames arrive)."""
         self._on_broadcast = handler
 
-    def set_reconnect_handler(self, handler: Callable[[], None] | None) -> None:
-        """Call ``handler`` (on a thread of its own) after a dropped connection is re-opened."""
+    def set_reconnect_handler(self, handler: ReconnectHandler | None) -> None:
+        """Run ``handler`` (a task of its own) after a dropped connection is re-opened."""
         self._on_reconnect = handler
 
     def set_event_handler(self, handler: EventHandler | None) -> None:
-        """Report value errors of replies, broadcasts (connection thread) and checkpoints."""
+        """Report value errors of replies, broadcasts and checkpoints."""
         super().set_event_handler(handler)
         self._http.set_event_handler(handler)
 
@@ -114,96 +110,89 @@ class WebSocketTransport(Transport):
         """Whether the socket is open."""
         return self._ws is not None
 
-    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
+    async def push(
+        self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int
+    ) -> PushResult:
         """Send a ``0x01`` SyncPush and wait for its reply."""
-        reply = self._request(encode_push(client_id, deltas, last_seen_hlc))
+        reply = await self._request(encode_push(client_id, deltas, last_seen_hlc))
         return PushResult(reply.server_hlc, len(deltas))
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullPage:
+    async def pull(self, client_id: str, since: int, limit: int) -> PullPage:
         """Send a ``0x02`` SyncPull and wait for its reply."""
-        reply = self._request(encode_pull(client_id, since, limit))
+        reply = await self._request(encode_pull(client_id, since, limit))
         return PullPage(reply.deltas, reply.server_hlc, reply.has_more)
 
-    def checkpoint(self) -> Checkpoint | None:
+    async def checkpoint(self) -> AsyncCheckpoint | None:
         """The checkpoint route is HTTP only."""
-        return self._http.checkpoint()
+        return await self._http.checkpoint()
 
-    def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The action route is HTTP only."""
-        return self._http.actions(client_id, actions)
+        return await self._http.actions(client_id, actions)
 
-    def connect(self) -> None:
+    async def connect(self) -> None:
         """Open the socket now (it is otherwise opened by the first request)."""
-        self._ensure()
+        await self._ensure()
 
-    def close(self) -> None:
-        """Close the socket, stop reconnecting and stop the connection's thread."""
-        with self._state_lock:
-            self._closed = True
-            loop, session, thread = self._loop, self._session, self._thread
-            self._loop = self._session = self._thread = None
-        if loop is not None and thread is not None:
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self._stop(session), loop).result(self._timeout)
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(self._timeout)
-            if not thread.is_alive():
-                loop.close()
-        self._ws = None
-        self._http.close()
-
-    # -- internals ------------------------------------------------------------------------
-
-    def _ensure(self) -> ClientConnection:
-        """The open connection, else the outcome of the next attempt to open one: a new
-        session's first, or a reconnecting session's (woken from its wait after a drop). A
-        session between failed attempts fails the request at once, as an unreachable gateway."""
-        waiter: concurrent.futures.Future[ClientConnection] = concurrent.futures.Future()
-        with self._state_lock:
-            if self._closed:
-                raise ConnectionFailedError("the transport is closed")
-            if self._ws is not None:
-                return self._ws
-            if self._session is not None and not self._session.done():
-                if self._failure is not None:
-                    raise ConnectionFailedError(f"the WebSocket is reconnecting: {self._failure}")
-                assert self._loop is not None
-                self._loop.call_soon_threadsafe(self._wake.set)
-            else:
-                if self._loop is None:
-                    self._loop = asyncio.new_event_loop()
-                    self._thread = threading.Thread(
-                        target=self._loop.run_forever, name="lakesync-ws", daemon=True
-                    )
-                    self._thread.start()
-                self._session = asyncio.run_coroutine_threadsafe(self._hold(), self._loop)
-            self._waiters.append(waiter)
-        return waiter.result()
-
-    def _settle(self, outcome: ClientConnection | LakeSyncError) -> None:
-        """Give the requests waiting for a connection the attempt's outcome."""
-        with self._state_lock:
-            waiters, self._waiters = self._waiters, []
-            if isinstance(outcome, ClientConnection):
-                self._ws, self._failure = outcome, None
-            else:
-                self._failure = outcome
-        for waiter in waiters:
-            if isinstance(outcome, ClientConnection):
-                waiter.set_result(outcome)
-            else:
-                waiter.set_exception(outcome)
-
-    async def _stop(self, session: concurrent.futures.Future[None] | None) -> None:
-        """Close the connection (its session then ends), or cancel a session that is
-        connecting or waiting to reconnect; then finish the reconnecting iterators."""
+    async def aclose(self) -> None:
+        """Close the socket, stop reconnecting and wait for the connection's task (idempotent)."""
+        self._closed = True
+        session, self._session = self._session, None
         ws = self._ws
         if ws is not None:
             await ws.close()
         if session is not None and not session.done():
-            session.cancel()
-            await asyncio.sleep(0)  # let the cancellation reach the session's task
-        await asyncio.get_running_loop().shutdown_asyncgens()
+            # A session connecting or waiting to reconnect; one whose socket closed ends.
+            if ws is None:
+                session.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(asyncio.shield(session), self._timeout)
+        for task in list(self._tasks):
+            task.cancel()
+        self._ws = None
+        await self._http.aclose()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task this transport keeps until it ends (or the transport closes)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _ensure(self) -> ClientConnection:
+        """The open connection, else the outcome of the next attempt to open one: a new
+        session's first, or a reconnecting session's (woken from its wait after a drop). A
+        session between failed attempts fails the request at once, as an unreachable gateway."""
+        if self._closed:
+            raise ConnectionFailedError("the transport is closed")
+        if self._ws is not None:
+            return self._ws
+        loop = asyncio.get_running_loop()
+        if self._session is not None and not self._session.done():
+            if self._failure is not None:
+                raise ConnectionFailedError(f"the WebSocket is reconnecting: {self._failure}")
+            self._wake.set()
+        else:
+            self._session = loop.create_task(self._hold())
+        waiter: asyncio.Future[ClientConnection] = loop.create_future()
+        self._waiters.append(waiter)
+        return await waiter
+
+    def _settle(self, outcome: ClientConnection | LakeSyncError) -> None:
+        """Give the requests waiting for a connection the attempt's outcome."""
+        waiters, self._waiters = self._waiters, []
+        if isinstance(outcome, ClientConnection):
+            self._ws, self._failure = outcome, None
+        else:
+            self._failure = outcome
+        for waiter in waiters:
+            if waiter.done():
+                continue
+            if isinstance(outcome, ClientConnection):
+                waiter.set_result(outcome)
+            else:
+                waiter.set_exception(outcome)
 
     async def _hold(self) -> None:
         """Hold the connection: open it, serve it, and while realtime delivery is wanted
@@ -240,8 +229,8 @@ class WebSocketTransport(Transport):
                 refreshed = False
                 used = self._tokens.token
                 self._settle(ws)
-                if established:
-                    self._catch_up()
+                if established and self._on_reconnect is not None:
+                    self._spawn(self._catch_up(self._on_reconnect))
                 established = True
                 err = await self._serve(ws)
                 if not (self._keeps_open(err, used) or (self._waiters and not self._closed)):
@@ -271,19 +260,13 @@ class WebSocketTransport(Transport):
         # A bad token cannot be fixed by reconnecting unless a fresh one can be had.
         return not isinstance(err, AuthError) or self._refresh_if_stale(used)
 
-    def _catch_up(self) -> None:
-        """Run the reconnect handler on a thread of its own: its pulls need this loop."""
-        handler = self._on_reconnect
-        if handler is None:
-            return
-
-        def run() -> None:
-            try:
-                handler()
-            except Exception:
-                _log.exception("catch-up after reconnect failed")
-
-        threading.Thread(target=run, name="lakesync-ws-catch-up", daemon=True).start()
+    @staticmethod
+    async def _catch_up(handler: ReconnectHandler) -> None:
+        """Run the reconnect handler; its pulls queue behind requests like any other."""
+        try:
+            await handler()
+        except Exception:
+            _log.exception("catch-up after reconnect failed")
 
     async def _serve(self, ws: ClientConnection) -> LakeSyncError:
         """Route the connection's frames until it closes; the close as an error."""
@@ -294,23 +277,22 @@ class WebSocketTransport(Transport):
         except ConnectionClosed:
             pass
         err = _close_error(ws)
-        self._replies.put(err)
-        with self._state_lock:
-            if self._ws is ws:
-                self._ws = None
+        self._replies.put_nowait(err)
+        if self._ws is ws:
+            self._ws = None
         return err
 
     def _deliver(self, message: str | bytes) -> None:
         if isinstance(message, str):
-            self._replies.put(ConnectionFailedError("unexpected text frame"))
+            self._replies.put_nowait(ConnectionFailedError("unexpected text frame"))
             return
         try:
             frame = decode_server_frame(message, self._cell_errors)
         except ValidationError as exc:
-            self._replies.put(exc)
+            self._replies.put_nowait(exc)
             return
         if not frame.broadcast:
-            self._replies.put(frame)
+            self._replies.put_nowait(frame)
         elif self._on_broadcast is not None:
             try:
                 self._on_broadcast(frame.deltas)
@@ -322,47 +304,66 @@ class WebSocketTransport(Transport):
         """Ask for a new token unless someone already replaced ``used``; False if impossible."""
         if not self._tokens.refreshable:
             return False
-        with self._refresh_lock:
-            if self._tokens.token == used:
-                self._tokens.refresh()
+        if self._tokens.token == used:
+            self._tokens.refresh()
         return True
 
-    def _request(self, frame: bytes) -> ServerFrame:
+    async def _request(self, frame: bytes) -> ServerFrame:
         for attempt in range(2):
             used = self._tokens.token
             try:
-                return self._request_once(frame)
+                return await self._request_once(frame)
             except AuthError:
                 # The gateway accepts the socket, then closes it with 4401 for a bad token.
                 if attempt == 1 or not self._refresh_if_stale(used):
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _request_once(self, frame: bytes) -> ServerFrame:
-        with self._request_lock:
-            ws = self._ensure()
+    async def _request_once(self, frame: bytes) -> ServerFrame:
+        async with self._request_lock:
+            ws = await self._ensure()
             while not self._replies.empty():  # leftovers of an earlier connection or request
                 self._replies.get_nowait()
-            loop = ws.loop
             try:
-                asyncio.run_coroutine_threadsafe(ws.send(frame), loop).result(self._timeout)
+                await asyncio.wait_for(ws.send(frame), self._timeout)
             except ConnectionClosed as exc:
                 raise _close_error(ws) from exc
             except TimeoutError:
-                asyncio.run_coroutine_threadsafe(ws.close(), loop)
+                self._spawn(ws.close())
                 raise ConnectionFailedError(
                     f"the gateway took no frame within {self._timeout} s"
                 ) from None
             try:
-                reply = self._replies.get(timeout=self._timeout)
-            except queue.Empty:
-                asyncio.run_coroutine_threadsafe(ws.close(), loop)
+                reply = await asyncio.wait_for(self._replies.get(), self._timeout)
+            except TimeoutError:
+                self._spawn(ws.close())
                 raise ConnectionFailedError(
                     f"no reply from the gateway within {self._timeout} s"
                 ) from None
             if isinstance(reply, LakeSyncError):
                 raise reply
             return reply
+
+
+class WebSocketTransport(BlockingTransport):
+    """:class:`AsyncWebSocketTransport` with blocking calls (same arguments; broadcasts are
+    applied on its loop thread); a client given one drives its core on the client's own loop."""
+
+    core: AsyncWebSocketTransport
+
+    def __init__(
+        self,
+        url: str,
+        gateway_id: str,
+        tokens: TokenProvider,
+        timeout: float = 30.0,
+        backoff: Backoff | None = None,
+    ) -> None:
+        super().__init__(AsyncWebSocketTransport(url, gateway_id, tokens, timeout, backoff))
+
+    def connect(self) -> None:
+        """Open the socket now (it is otherwise opened by the first request)."""
+        self._loop.run(self.core.connect())
 
 
 class _HandshakeHeaders(Mapping[str, str]):

@@ -1,4 +1,5 @@
-"""One behaviour suite for every HotLog implementation."""
+"""The DeltaLog port's behaviour suite (appends, pages, the flusher's reads and marks), run on
+every store (the ``store`` fixture: SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,32 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from lakesync.api.store.base import HotLog
+from lakesync.api.store._sql import log as sql_log
+from lakesync.api.store.base import HotLog, encode_state
 from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.api.store.sqlite import SqliteHotLog
-from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, wall_clock_ms
-from lakesync.merge import merge_state
-from lakesync.rules import lookups, parse_rules
+from lakesync.merge import RowState, merge_state
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
+from tests.api.store.common import another, d, insert
 from tests.conftest import PG_DSN, require_postgres
-
-RULES = parse_rules(
-    {
-        "version": 1,
-        "buckets": [
-            {
-                "name": "mine",
-                "tables": ["todos"],
-                "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
-            }
-        ],
-    }
-)
-
-
-def d(op: str, row: str, hlc: int, client: str = "c1", **cols: object) -> RowDelta:
-    return RowDelta.create(op, "todos", row, client, cols, hlc)  # type: ignore[arg-type]
 
 
 def test_append_assigns_increasing_ingest_and_dedups(store: HotLog) -> None:
@@ -59,14 +43,6 @@ def test_dedup_is_per_gateway(store: HotLog) -> None:
     assert [e.delta for e in store.read_page("gw2", 0, 10, False).entries] == [a]
 
 
-def _reopen(store: HotLog) -> HotLog:
-    store.close()
-    if isinstance(store, SqliteHotLog):
-        return SqliteHotLog(store._path, HLC())
-    assert isinstance(store, PostgresHotLog)
-    return PostgresHotLog(store._dsn, HLC(), schema=store._schema, pool_size=2)
-
-
 def test_entries_stored_before_the_hlc_column_are_filled_and_still_deduplicated(
     store: HotLog,
 ) -> None:
@@ -76,7 +52,8 @@ def test_entries_stored_before_the_hlc_column_are_filled_and_still_deduplicated(
     # What a store written before the client id and HLC columns existed holds.
     assert isinstance(store, SqliteHotLog | PostgresHotLog)
     store._write(lambda conn: store._execute(conn, "UPDATE log SET hlc = NULL, client_id = NULL"))
-    again = _reopen(store)
+    store.close()
+    again = another(store)
     try:
         res = again.append("gw1", [a, b, d("INSERT", "r2", 12, title="c")])
         assert res.accepted == 3
@@ -84,18 +61,6 @@ def test_entries_stored_before_the_hlc_column_are_filled_and_still_deduplicated(
         assert again.rows_written_by("gw1", "c2") == [("todos", "r1")]
     finally:
         again.close()
-
-
-def test_rows_hold_merged_state(store: HotLog) -> None:
-    late = d("UPDATE", "r1", 5, client="c2", title="late", done=True)
-    res = store.append("gw1", [d("INSERT", "r1", 10, title="new")])
-    res2 = store.append("gw1", [late])
-    row = res2.rows[("todos", "r1")]
-    assert row.state.visible() == {"title": "new", "done": True}
-    assert row.last_ingest == res2.head > res.head
-    stored = store.read_rows("gw1", [("todos", "r1"), ("todos", "nope")])
-    assert list(stored) == [("todos", "r1")]
-    assert stored[("todos", "r1")].state.visible() == {"title": "new", "done": True}
 
 
 def test_read_page_pages_by_ingest_with_rows(store: HotLog) -> None:
@@ -124,6 +89,18 @@ def test_read_log_spans_gateways_in_order(store: HotLog) -> None:
     assert store.read_log(log[0][0], 1) == log[1:2]
 
 
+def test_read_log_of_one_gateway(store: HotLog) -> None:
+    a = store.append("gw1", [insert("a1", 10), insert("a2", 11)]).stored
+    b = store.append("gw2", [insert("b1", 12)]).stored
+    c = store.append("gw1", [insert("a3", 13)]).stored
+    everything = store.read_log(0, 100)
+    assert [(i, g) for i, g, _ in everything] == [(e.ingest_hlc, e.gateway_id) for e in a + b + c]
+    mine = store.read_log(a[0].ingest_hlc, 1, gateway_id="gw1")
+    assert [(i, d.row_id) for i, _, d in mine] == [(a[1].ingest_hlc, "a2")]
+    assert [d.row_id for _, _, d in store.read_log(0, 100, gateway_id="gw1")] == ["a1", "a2", "a3"]
+    assert store.read_log(0, 100, gateway_id="nobody") == []
+
+
 def test_flushed_position_and_unflushed_bytes(store: HotLog) -> None:
     assert store.unflushed_bytes() == 0
     res = store.append("gw1", [d("INSERT", "a", 1, x=1), d("INSERT", "b", 2, x=2)])
@@ -138,120 +115,44 @@ def test_flushed_position_and_unflushed_bytes(store: HotLog) -> None:
     assert store.unflushed_bytes() == 0
 
 
-def test_rules_persist_with_a_fresh_stamp_per_change(store: HotLog) -> None:
-    assert store.get_rules("gw1").rules is None and store.get_rules("gw1").stamp == 0
-    head = store.append("gw1", [d("INSERT", "a", 1, x=1)]).head
-    first = store.set_rules("gw1", RULES)
-    assert first.stamp > head and store.get_rules("gw1") == first
-    assert store.set_rules("gw1", RULES) == first  # unchanged: same stamp
-    cleared = store.set_rules("gw1", None)
-    assert cleared.rules is None and cleared.stamp > first.stamp
-    assert store.get_rules("gw2").stamp == 0
-    later = store.append("gw1", [d("INSERT", "b", 2, x=1)])
-    assert later.stored[0].ingest_hlc > cleared.stamp
+def test_a_failing_batch_stores_nothing_and_concurrent_batches_go_on(
+    store: HotLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_encode(state: RowState) -> bytes:
+        # Fails after the batch's log rows are written: the whole batch must roll back.
+        if "boom" in state.cells:
+            raise RuntimeError("row state cannot be stored")
+        return encode_state(state)
 
+    monkeypatch.setattr(sql_log, "encode_state", failing_encode)
+    batches = [[d("INSERT", f"w{w}-{i}", 1, f"c{w}", x=i) for i in range(3)] for w in range(8)]
+    batches[3].append(d("INSERT", "w3-bad", 1, "c3", boom=1))
+    start = threading.Barrier(len(batches))
+    errors: dict[int, BaseException] = {}
 
-def test_docs_and_view_stamps(store: HotLog) -> None:
-    store.put_doc("gw1", "schema", "todos", {"table": "todos", "columns": []})
-    store.put_doc("gw1", "connector", "pg", {"name": "pg"})
-    assert store.list_docs("gw1", "schema") == {"todos": {"table": "todos", "columns": []}}
-    assert store.list_docs("gw2", "schema") == {}
-    store.put_doc("gw0", "schema", "notes", {"table": "notes", "columns": []})
-    assert store.docs_of_kind("schema") == [
-        ("gw0", "notes", {"table": "notes", "columns": []}),
-        ("gw1", "todos", {"table": "todos", "columns": []}),
-    ]
-    assert store.docs_of_kind("connector") == [("gw1", "pg", {"name": "pg"})]
-    assert store.delete_doc("gw1", "connector", "pg")
-    assert not store.delete_doc("gw1", "connector", "pg")
-    assert store.view_stamp("gw1", "alice", "h1", {"sub": "alice", "team": "a"}) == 0
-    assert store.view_stamp("gw1", "alice", "h1", {"sub": "alice", "team": "a"}) == 0
-    changed = store.view_stamp("gw1", "alice", "h2", {"sub": "alice", "team": "b"})
-    assert changed > 0
-    assert store.view_stamp("gw1", "alice", "h2", {"sub": "alice", "team": "b"}) == changed
+    def push(worker: int) -> None:
+        start.wait()
+        try:
+            store.append("gw1", batches[worker])
+        except RuntimeError as exc:
+            errors[worker] = exc
 
+    threads = [threading.Thread(target=push, args=(w,)) for w in range(len(batches))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
-def test_the_filter_column_index_follows_rules_and_appends(store: HotLog) -> None:
-    owner = parse_rules(
-        {
-            "version": 1,
-            "buckets": [
-                {
-                    "name": "mine",
-                    "tables": ["todos"],
-                    "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
-                }
-            ],
-        }
-    )
-    store.append(
-        "gw1", [d("INSERT", f"r{i}", 10 + i, owner="bob" if i % 2 else "alice") for i in range(6)]
-    )
-    alice = lookups(owner, {"sub": "alice"})
-    assert alice is not None
-    assert store.read_matching("gw1", alice, []) is None  # no rules yet: nothing indexed
-    store.set_rules("gw1", owner)
-    page = store.read_matching("gw1", alice, [("todos", "r1")])
-    assert page is not None and sorted(k[1] for k in page.rows) == ["r0", "r1", "r2", "r4"]
-    # Appends keep it current: r0 is given away, r3 comes to alice, r2 is deleted.
-    store.append(
-        "gw1",
-        [
-            d("UPDATE", "r0", 20, owner="bob"),
-            d("UPDATE", "r3", 21, owner="alice"),
-            d("DELETE", "r2", 22),
-        ],
-    )
-    page = store.read_matching("gw1", alice, [])
-    assert page is not None and sorted(k[1] for k in page.rows) == ["r3", "r4"]
-    assert page.head == store.head()
-    assert store.read_matching("gw2", alice, []) is None
-
-
-def test_rows_written_by_a_client(store: HotLog) -> None:
-    store.append(
-        "gw1", [d("INSERT", "r1", 10, client="alice"), d("INSERT", "r2", 11, client="bob")]
-    )
-    store.append(
-        "gw1", [d("UPDATE", "r1", 12, client="alice"), d("DELETE", "r3", 13, client="alice")]
-    )
-    store.append("gw2", [d("INSERT", "r9", 14, client="alice")])
-    assert sorted(store.rows_written_by("gw1", "alice")) == [("todos", "r1"), ("todos", "r3")]
-    assert store.rows_written_by("gw1", "carol") == []
-
-
-def test_row_ids_page_through_a_table_in_id_order(store: HotLog) -> None:
-    store.append("gw1", [d("INSERT", f"r{i}", 20 + i) for i in (3, 1, 4, 5, 9, 2)])
-    store.append("gw1", [d("DELETE", "r4", 30)])
-    store.append("gw2", [d("INSERT", "r0", 31)])
-    first = store.row_ids("gw1", "todos", None, 4)
-    assert first == ["r1", "r2", "r3", "r4"]  # deleted rows are stored rows too
-    assert store.row_ids("gw1", "todos", first[-1], 4) == ["r5", "r9"]
-    assert store.row_ids("gw1", "todos", "r9", 4) == []
-    assert store.row_ids("gw1", "notes", None, 4) == []
-
-
-def test_view_history_keeps_every_rules_and_claims_version(store: HotLog) -> None:
-    rules = [
-        parse_rules({"version": 1, "buckets": [{"name": n, "tables": ["todos"], "filters": []}]})
-        for n in ("one", "two")
-    ]
-    first = store.set_rules("gw1", rules[0]).stamp
-    store.view_stamp("gw1", "alice", "h1", {"sub": "alice", "team": "a"})
-    second = store.set_rules("gw1", rules[1]).stamp
-    moved = store.view_stamp("gw1", "alice", "h2", {"sub": "alice", "team": "b"})
-    assert 0 < first < second < moved
-    # From before anything: every version; from a later point: the one in effect there first.
-    assert store.view_history("gw1", "alice", 0) == (
-        [(first, rules[0]), (second, rules[1])],
-        [(0, {"sub": "alice", "team": "a"}), (moved, {"sub": "alice", "team": "b"})],
-    )
-    assert store.view_history("gw1", "alice", second) == (
-        [(second, rules[1])],
-        [(0, {"sub": "alice", "team": "a"}), (moved, {"sub": "alice", "team": "b"})],
-    )
-    assert store.view_history("gw1", "bob", moved) == ([(second, rules[1])], [])
-    assert store.view_history("gw2", "alice", moved) == ([], [])
+    assert list(errors) == [3]
+    log = store.read_log(0, 1000)
+    stored = {delta.delta_id for _, _, delta in log}
+    assert stored == {x.delta_id for w, b in enumerate(batches) if w != 3 for x in b}
+    assert store.head() == log[-1][0]
+    assert set(store.read_all_rows("gw1").rows) == {("todos", x.row_id) for _, _, x in log}
+    # The failed batch left no trace: its good deltas are new on a retry, stamped after the rest.
+    retry = store.append("gw1", batches[3][:3])
+    assert len(retry.stored) == 3
+    assert retry.stored[0].ingest_hlc > log[-1][0]
 
 
 def test_concurrent_appends_keep_every_delta_once(store: HotLog) -> None:

@@ -1,4 +1,5 @@
-"""Gateway documents on every store: an update is one atomic read-modify-write."""
+"""The DocumentStore port's behaviour suite: named documents per gateway and kind, an update is
+one atomic read-modify-write; run on every store (the ``store`` fixture: SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ from typing import Any
 import pytest
 
 from lakesync.api.store.base import HotLog
+
+
+def test_documents_by_gateway_kind_and_name(store: HotLog) -> None:
+    store.put_doc("gw1", "schema", "todos", {"table": "todos", "columns": []})
+    store.put_doc("gw1", "connector", "pg", {"name": "pg"})
+    assert store.list_docs("gw1", "schema") == {"todos": {"table": "todos", "columns": []}}
+    assert store.list_docs("gw2", "schema") == {}
+    store.put_doc("gw0", "schema", "notes", {"table": "notes", "columns": []})
+    assert store.docs_of_kind("schema") == [
+        ("gw0", "notes", {"table": "notes", "columns": []}),
+        ("gw1", "todos", {"table": "todos", "columns": []}),
+    ]
+    assert store.docs_of_kind("connector") == [("gw1", "pg", {"name": "pg"})]
+    assert store.delete_doc("gw1", "connector", "pg")
+    assert not store.delete_doc("gw1", "connector", "pg")
 
 
 def test_concurrent_updates_of_one_document_lose_nothing(store: HotLog) -> None:

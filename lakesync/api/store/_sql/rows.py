@@ -1,0 +1,137 @@
+"""The merged row states on SQL (:class:`~lakesync.api.store.ports.RowStore`): reads by key, by
+table, through the rules' filter-column index, and per row since a cursor; who wrote which row."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+from lakesync.api.store._batch import history_of
+from lakesync.api.store._sql.core import C, SqlCore
+from lakesync.api.store.base import Page, RowKey, RowRecord, decode_delta, decode_state
+from lakesync.api.store.ports import RowStore
+from lakesync.delta import RowDelta
+from lakesync.merge import RowState
+
+__all__ = ["SqlRowStore"]
+
+
+class SqlRowStore(SqlCore[C], RowStore):
+    """:class:`RowStore` over the shared SQL tables."""
+
+    @abc.abstractmethod
+    def _written_among(
+        self, conn: C, gw: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        """Those of ``keys`` (not empty) the client has a log entry of, each looked up through
+        the log's row index: the work is bounded by the keys, however much the client wrote."""
+
+
+    def read_all_rows(self, gateway_id: str) -> Page:
+        """See :meth:`HotLog.read_all_rows`."""
+        with self._snapshot() as conn:
+            raw = self._fetch(
+                conn,
+                "SELECT tbl, row_id, state, last_ingest FROM row_state WHERE gw = ?"
+                " ORDER BY tbl, row_id",
+                (gateway_id,),
+            )
+            rows = {(t, r): RowRecord(decode_state(s), int(li)) for t, r, s, li in raw}
+            return Page([], rows, self._head(conn), False)
+
+    def read_rows(self, gateway_id: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
+        """See :meth:`HotLog.read_rows`."""
+        with self._connection() as conn:
+            return self._rows(conn, gateway_id, keys)
+
+    def row_history(
+        self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int
+    ) -> dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]]:
+        """See :meth:`HotLog.row_history`. A row's history starts from the state of its trimmed
+        deltas (a pull's cursor is never older than the horizon: they all precede it)."""
+        out: dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]] = {}
+        with self._snapshot() as conn:
+            trimmed = self._trimmed_states(conn, gateway_id, keys)
+            for t, r in keys:
+                raw = self._fetch(
+                    conn,
+                    "SELECT ingest, coalesce(batch_end, ingest), body FROM log"
+                    " WHERE gw = ? AND tbl = ? AND row_id = ? AND ingest <= ? ORDER BY ingest",
+                    (gateway_id, t, r, upto),
+                )
+                out[(t, r)] = history_of(
+                    [(int(i), int(e), decode_delta(b)) for i, e, b in raw],
+                    since,
+                    trimmed.get((t, r)),
+                )
+        return out
+
+    def read_matching(
+        self, gateway_id: str, lookups: Sequence[tuple[str, Sequence[str]]], keys: Sequence[RowKey]
+    ) -> Page | None:
+        """See :meth:`HotLog.read_matching`."""
+        with self._snapshot() as conn:
+            built = self._fetch(
+                conn,
+                "SELECT b.stamp FROM row_index_built b JOIN gateway_rules r ON r.gw = b.gw"
+                " WHERE b.gw = ? AND b.stamp = r.stamp",
+                (gateway_id,),
+            )
+            if not built:
+                return None
+            found: dict[RowKey, None] = dict.fromkeys(keys)
+            for col, vals in lookups:
+                for i in range(0, len(vals), 500):
+                    chunk = list(vals[i : i + 500])
+                    marks = ",".join("?" * len(chunk))
+                    for t, r in self._fetch(
+                        conn,
+                        "SELECT tbl, row_id FROM row_index WHERE gw = ? AND col = ?"
+                        f" AND val IN ({marks})",
+                        (gateway_id, col, *chunk),
+                    ):
+                        found[(str(t), str(r))] = None
+            rows = self._rows(conn, gateway_id, list(found))
+            return Page([], rows, self._head(conn), False)
+
+    def row_ids(self, gateway_id: str, table: str, after: str | None, limit: int) -> list[str]:
+        """See :meth:`HotLog.row_ids`."""
+        query = "SELECT row_id FROM row_state WHERE gw = ? AND tbl = ?"
+        params: list[Any] = [gateway_id, table]
+        if after is not None:
+            query += " AND row_id > ?"
+            params.append(after)
+        with self._connection() as conn:
+            raw = self._fetch(conn, query + " ORDER BY row_id LIMIT ?", (*params, limit))
+        return [str(r) for (r,) in raw]
+
+    def rows_written_by(self, gateway_id: str, client_id: str) -> list[RowKey]:
+        """See :meth:`HotLog.rows_written_by` (also those whose entries were trimmed)."""
+        with self._connection() as conn:
+            raw = self._fetch(
+                conn,
+                "SELECT tbl, row_id FROM log WHERE gw = ? AND client_id = ?"
+                " UNION SELECT tbl, row_id FROM trimmed_writers WHERE gw = ? AND client_id = ?",
+                (gateway_id, client_id, gateway_id, client_id),
+            )
+        return [(str(t), str(r)) for t, r in raw]
+
+    def rows_written_among(
+        self, gateway_id: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        """See :meth:`HotLog.rows_written_among` (also those whose entries were trimmed)."""
+        if not keys:
+            return set()
+        with self._connection() as conn:
+            # The log first: trimming moves entries from it to trimmed_writers, never back, so
+            # two reads in this order miss none even without one snapshot.
+            found = self._written_among(conn, gateway_id, client_id, keys)
+            trimmed = self._by_keys(
+                conn,
+                "SELECT tbl, row_id FROM trimmed_writers"
+                " WHERE gw = ? AND client_id = ? AND tbl = ? AND row_id IN",
+                (gateway_id, client_id),
+                keys,
+            )
+        return found | {(str(t), str(r)) for t, r in trimmed}

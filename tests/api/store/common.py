@@ -1,0 +1,41 @@
+"""What the store behaviour suites share: deltas, rules and a second handle on a store."""
+
+from __future__ import annotations
+
+from lakesync.api.store.base import HotLog
+from lakesync.api.store.postgres import PostgresHotLog
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
+from lakesync.rules import parse_rules
+
+RULES = parse_rules(
+    {
+        "version": 1,
+        "buckets": [
+            {
+                "name": "mine",
+                "tables": ["todos"],
+                "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}],
+            }
+        ],
+    }
+)
+
+
+def d(op: str, row: str, hlc: int, client: str = "c1", **cols: object) -> RowDelta:
+    """A delta of ``todos`` with the given columns."""
+    return RowDelta.create(op, "todos", row, client, cols, hlc)  # type: ignore[arg-type]
+
+
+def insert(row: str, hlc: int) -> RowDelta:
+    """Client ``c1``'s insert of ``todos`` row ``row`` with ``n = hlc``."""
+    return RowDelta.create("INSERT", "todos", row, "c1", {"n": hlc}, hlc)
+
+
+def another(store: HotLog) -> HotLog:
+    """A second handle on the data of ``store``, as another process (or a restart) opens it."""
+    if isinstance(store, SqliteHotLog):
+        return SqliteHotLog(store._path, HLC())
+    assert isinstance(store, PostgresHotLog)
+    return PostgresHotLog(store._dsn, HLC(), schema=store._schema, pool_size=2)
