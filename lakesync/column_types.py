@@ -43,6 +43,7 @@ __all__ = [
     "iceberg_type",
     "spark_type",
     "sql_type",
+    "type_text",
     "widening_allowed",
 ]
 
@@ -65,7 +66,6 @@ _INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _DECIMAL_TEXT = re.compile(r"(-?)(0|[1-9][0-9]*)(?:\.([0-9]+))?")
 _TIMESTAMP_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 _DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
-_TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _OPTIONED = ("precision", "scale")  # options only a decimal column may set
 
 
@@ -251,8 +251,9 @@ def _parse_decimal(spec: ColumnSpec, wire: str) -> decimal.Decimal:
 
 
 def _parse_timestamp(spec: ColumnSpec, wire: str) -> dt.datetime:
+    # The pattern was matched before: fromisoformat only checks the calendar (and is fast).
     try:
-        value = dt.datetime.strptime(wire, _TIMESTAMP_FORMAT)
+        value = dt.datetime.fromisoformat(wire[:-1])
     except ValueError:
         raise _refuse(spec, wire, "not a valid date and time") from None
     return value.replace(tzinfo=dt.UTC)
@@ -398,7 +399,10 @@ def _widened_decimal(spec: ColumnSpec, wire: Any) -> decimal.Decimal:
         return _encode_and_parse(spec, wire)
     if type(wire) is not str or _DECIMAL_TEXT.fullmatch(wire) is None:
         raise _refuse(spec, wire)
-    return _encode_and_parse(spec, decimal.Decimal(wire))
+    try:
+        return _parse_decimal(spec, wire)  # canonical: the common case, and the fast one
+    except ValueTypeError:
+        return _encode_and_parse(spec, decimal.Decimal(wire))
 
 
 def _encode_and_parse(spec: ColumnSpec, value: int | decimal.Decimal) -> decimal.Decimal:
@@ -630,7 +634,7 @@ def widening_allowed(old: ColumnSpec, new: ColumnSpec) -> str | None:
     """None if a column may change from ``old`` to ``new`` in place (the same type, or a
     widening: integer → decimal → number, decimal(p,s) → decimal(p',s') with p'-s' ≥ p-s and
     s' ≥ s, any type → string, not nullable → nullable); else why not and what to do."""
-    what = f"column {old.name!r} cannot change type from {_describe(old)} to {_describe(new)}"
+    what = f"column {old.name!r} cannot change type from {type_text(old)} to {type_text(new)}"
     if old.nullable and not new.nullable:
         return f"{what}: rows may hold null already; a column cannot become not nullable"
     if old.type == new.type and old.type != "decimal":
@@ -663,7 +667,9 @@ def widening_allowed(old: ColumnSpec, new: ColumnSpec) -> str | None:
     )
 
 
-def _describe(spec: ColumnSpec) -> str:
+def type_text(spec: ColumnSpec) -> str:
+    """A column's type as messages name it: ``integer``, ``decimal(38,9)``, ``date not
+    nullable``."""
     if spec.type == "decimal":
         p, s = decimal_params(spec)
         text = f"decimal({p},{s})"

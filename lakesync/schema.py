@@ -8,7 +8,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from lakesync.column_types import check_spec, check_wire_value, decimal_params, widening_allowed
+from lakesync.column_types import (
+    check_spec,
+    check_wire_value,
+    decimal_params,
+    type_text,
+    widening_allowed,
+)
 from lakesync.delta import RowDelta, validate_identifier
 from lakesync.errors import SchemaError, ValueTypeError
 from lakesync.hints import explain
@@ -317,11 +323,7 @@ def merge_declared(
     return parse_schema(schema_to_wire(merged), stored=True), conflicts
 
 
-def _spec_text(spec: ColumnSpec) -> str:
-    text: str = spec.type
-    if spec.type == "decimal":
-        text += "({},{})".format(*decimal_params(spec))
-    return text if spec.nullable else f"{text} not nullable"
+_spec_text = type_text  # the one way messages name a column's type
 
 
 def check_value(column: str, typ: str, value: Any) -> None:

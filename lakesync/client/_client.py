@@ -28,9 +28,9 @@ from lakesync.client.transport import (
     Transport,
 )
 from lakesync.client.transport._bridge import as_async
+from lakesync.column_types import decimal_params
 from lakesync.delta import Op
 from lakesync.hlc import HLC
-from lakesync.column_types import decimal_params
 from lakesync.schema import ColumnSpec, TableSchema, parse_schema
 
 if TYPE_CHECKING:
@@ -188,7 +188,9 @@ class LakeSyncClient:
     def insert(self, table: str, row_id: str, values: Mapping[str, Any]) -> Change:
         """Insert a row locally and queue it for the gateway; returns the change.
 
-        Raises :class:`SchemaError` (unknown table or column, wrong value type),
+        Typed columns take Python values (``int``; ``Decimal`` or ``int``; an aware
+        ``datetime``; a ``date``; ``bytes``), encoded canonically before the deltaId is made.
+        Raises :class:`SchemaError` (unknown table or column, a value its type cannot hold),
         :class:`RowExistsError` if the row is live (use :meth:`update`), :class:`ClientClosedError`.
         """
         change = self._write("INSERT", table, row_id, values)
@@ -230,15 +232,18 @@ class LakeSyncClient:
     # -- reads --------------------------------------------------------------------------------
 
     def query(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
-        """Run a read-only SQL query on the replica; rows as dicts of JSON-typed values.
+        """Run a read-only SQL query on the replica; rows as dicts of Python values.
 
-        Booleans come back as ``bool`` and json columns decoded. Raises :class:`ValidationError`
-        for invalid SQL or a statement that would write.
+        Booleans come back as ``bool``, json columns decoded, and typed columns as ``int``,
+        ``decimal.Decimal``, aware ``datetime`` (UTC), ``datetime.date`` and ``bytes``;
+        ``datetime``, ``date`` and ``Decimal`` parameters bind as those columns store them.
+        Raises :class:`ValidationError` for invalid SQL or a statement that would write.
         """
         return self._store.query(sql, params)
 
     def get(self, table: str, row_id: str) -> dict[str, Any] | None:
-        """One row's visible columns (without ``row_id``), or None if it is absent."""
+        """One row's visible columns (without ``row_id``) as Python values, or None if it is
+        absent."""
         self._store.schema(table)
         return self._store.get(table, row_id)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from lakesync.column_types import decode_value, encode_value
+from lakesync.column_types import check_wire_value, decode_value, encode_value
 from lakesync.errors import SchemaError
 from lakesync.schema import ColumnSpec, ColumnType
 
@@ -50,6 +50,9 @@ SQL_TYPES: dict[str, str] = {
     "bytes": "BLOB",
 }
 _TYPED = frozenset({"integer", "decimal", "timestamp", "date", "bytes"})
+# Types whose wire value may differ from the Python value (number and string: a value written
+# before the column was widened).
+_DECODED = _TYPED | {"number", "string"}
 _TIMESTAMP = ColumnSpec("timestamp", "timestamp")
 
 _INT64_MAX = (1 << 63) - 1
@@ -100,10 +103,19 @@ def to_sql_value(spec: ColumnSpec, value: Any) -> Any:
         return None
     typ = spec.type
     if typ in _TYPED:
+        if typ in ("decimal", "timestamp"):
+            # Held as canonical text: exact, and it sorts as the type does. A value the gateway
+            # accepted is canonical already; one from before a widening is written anew.
+            try:
+                check_wire_value(spec, value)
+                return value
+            except SchemaError:
+                held = python_value(spec, value)
+                return None if held is None else encode_value(spec, held)
         held = python_value(spec, value)
-        if held is None or typ in ("integer", "bytes", "date"):
-            return held.isoformat() if isinstance(held, dt.date) else held
-        return encode_value(spec, held)  # canonical text: exact, and sorts as the type does
+        return held.isoformat() if isinstance(held, dt.date) else held
+    if (typ == "string") != (type(value) is str) and typ in ("string", "number"):
+        value = python_value(spec, value)  # written before a widening: as get() reads it
     if typ in ("json", "null"):
         return encode_json(value)
     if isinstance(value, bool):
@@ -136,7 +148,7 @@ def python_row(specs: dict[str, ColumnSpec], row: dict[str, Any] | None) -> dict
     out = dict(row)
     for name, value in row.items():
         spec = specs.get(name)
-        if spec is not None and spec.type in _TYPED | {"number", "string"}:
+        if spec is not None and spec.type in _DECODED:
             out[name] = python_value(spec, value)
     return out
 

@@ -154,7 +154,9 @@ class RowStore(SchemaStore):
         keys = [(table, r) for r in ids]
         states, pending = self._load(c, keys), self._pending(c, keys)
         self._show(c, {
-            key: _Touched(RowState(), None, _with_pending(states[key], pending.get(key, ())).visible())
+            key: _Touched(
+                RowState(), None, _with_pending(states[key], pending.get(key, ())).visible()
+            )
             for key in keys
         })
 
@@ -169,7 +171,8 @@ class RowStore(SchemaStore):
 
     def get(self, table: str, row_id: str) -> dict[str, Any] | None:
         """The visible columns of one row as Python values, or None when it is absent."""
-        return python_row(self._schemas[table].column_specs(), self.row_state(table, row_id).visible())
+        visible = self.row_state(table, row_id).visible()
+        return python_row(self._schemas[table].column_specs(), visible)
 
     def _change(
         self,

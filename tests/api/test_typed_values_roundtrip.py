@@ -22,7 +22,7 @@ from lakesync.api.app import create_app
 from lakesync.client import LakeSyncClient
 from lakesync.column_types import INTEGER_MAX, INTEGER_MIN, encode_value
 from lakesync.delta import delta_id
-from lakesync.schema import ColumnSpec, parse_schema
+from lakesync.schema import parse_schema
 from tests.api.helpers import auth, make_settings, token
 from tests.gateway_process import serve_in_thread
 
@@ -60,7 +60,8 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
     "d2": _decimals(10, 2),
     "d0": _decimals(5, 0),
     "t": st.datetimes(
-        min_value=dt.datetime(2, 1, 1), max_value=dt.datetime(9998, 12, 31),
+        min_value=dt.datetime(2, 1, 1),
+        max_value=dt.datetime(9998, 12, 31),
         timezones=st.sampled_from(ZONES),
     ),
     "day": st.dates(),
@@ -72,8 +73,9 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("typed-gw")
     with serve_in_thread(create_app(make_settings(tmp))) as url:
-        r = httpx.post(f"{url}/v1/admin/schema/gw1", json=SCHEMA,
-                       headers=auth(token("root", role="admin")))
+        r = httpx.post(
+            f"{url}/v1/admin/schema/gw1", json=SCHEMA, headers=auth(token("root", role="admin"))
+        )
         assert r.status_code == 200, r.text
         yield url
 
@@ -84,8 +86,10 @@ def _client(path: Path, url: str, sub: str) -> LakeSyncClient:
 
 @pytest.mark.slow
 def test_every_type_round_trips_exactly_between_two_clients(gateway: str, tmp_path: Path) -> None:
-    with _client(tmp_path / "a.db", gateway, "alice") as alice, \
-            _client(tmp_path / "b.db", gateway, "bob") as bob:
+    with (
+        _client(tmp_path / "a.db", gateway, "alice") as alice,
+        _client(tmp_path / "b.db", gateway, "bob") as bob,
+    ):
 
         @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
         @given(st.fixed_dictionaries({}, optional=VALUES))
@@ -96,8 +100,10 @@ def test_every_type_round_trips_exactly_between_two_clients(gateway: str, tmp_pa
             assert alice.status.queue_depth == 0 and alice.dead_letters() == []
             bob.sync(retries=0)
             got = bob.get("typed", row)
-            expected = {k: v.astimezone(dt.UTC) if isinstance(v, dt.datetime) else v
-                        for k, v in values.items()}
+            expected = {
+                k: v.astimezone(dt.UTC) if isinstance(v, dt.datetime) else v
+                for k, v in values.items()
+            }
             assert got == expected
             for name, value in (got or {}).items():
                 assert type(value) is type(expected[name])
@@ -115,10 +121,20 @@ def _raw_push(url: str, row: str, column: str, value: Any) -> httpx.Response:
     would), so only the gateway's type check can refuse it."""
     hlc = time.time_ns() // 1_000_000 << 16
     cells = [{"column": column, "value": value}]
-    body = {"clientId": "mallory", "deltas": [{
-        "op": "UPDATE", "table": "typed", "rowId": row, "clientId": "mallory", "columns": cells,
-        "hlc": str(hlc), "deltaId": delta_id("mallory", hlc, "typed", row, cells),
-    }]}
+    body = {
+        "clientId": "mallory",
+        "deltas": [
+            {
+                "op": "UPDATE",
+                "table": "typed",
+                "rowId": row,
+                "clientId": "mallory",
+                "columns": cells,
+                "hlc": str(hlc),
+                "deltaId": delta_id("mallory", hlc, "typed", row, cells),
+            }
+        ],
+    }
     return httpx.post(f"{url}/v1/sync/gw1/push", json=body, headers=auth(token("mallory")))
 
 
@@ -168,3 +184,157 @@ def test_wrong_typed_and_non_canonical_values_are_refused_with_400(
         assert "declared " + SPECS[column].type in body["error"], body
     ok = _raw_push(gateway, row, column, encode_value(SPECS[column], value))
     assert ok.status_code == 200, ok.text
+
+
+def test_the_gateway_tells_clients_its_schemas(gateway: str, tmp_path: Path) -> None:
+    r = httpx.get(f"{gateway}/v1/sync/gw1/schemas", headers=auth(token("carol")))
+    assert r.status_code == 200 and r.json() == {"schemas": [SCHEMA]}
+    other = httpx.get(f"{gateway}/v1/sync/gw2/schemas", headers=auth(token("carol")))
+    assert other.status_code == 403
+    values = {
+        "i": 2**62 + 1,
+        "d2": decimal.Decimal("-0.05"),
+        "b": b"\x00",
+        "t": dt.datetime(2000, 1, 1, tzinfo=dt.UTC),
+        "day": dt.date(1, 1, 1),
+    }
+    with _client(tmp_path / "a.db", gateway, "alice") as alice:
+        alice.insert("typed", "told", values)
+        alice.sync(retries=0)
+    # A client that declares no schema (or fewer columns) takes the gateway's before it pulls,
+    # so it reads the typed columns as Python values, not as the strings of their encodings.
+    fewer = {"table": "typed", "columns": [{"name": "i", "type": "integer"}]}
+    for schemas in ([], [fewer]):
+        with LakeSyncClient(
+            str(tmp_path / f"c{len(schemas)}.db"),
+            url=gateway,
+            gateway_id="gw1",
+            token=token("carol"),
+            schemas=schemas,
+        ) as carol:
+            carol.sync(retries=0)
+            assert carol.get("typed", "told") == values
+            assert carol.schemas()["typed"].column_specs()["d2"] == SPECS["d2"]
+
+
+def test_a_client_declaring_another_type_gets_its_writes_dead_lettered_with_the_reason(
+    gateway: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mine = {"table": "typed", "columns": [{"name": "d2", "type": "number"}]}
+    with LakeSyncClient(
+        str(tmp_path / "n.db"), url=gateway, gateway_id="gw1", token=token("dave"), schemas=[mine]
+    ) as dave:
+        dave.insert("typed", "dave1", {"d2": 1.5})
+        dave.sync(retries=0)
+        assert "keeping the local column type" in caplog.text  # number is wider than decimal
+        (letter,) = dave.dead_letters()
+        assert letter.code == "SCHEMA_ERROR"
+        assert "row 'dave1'" in letter.error and "decimal(10,2)" in letter.error
+        assert '"12.50"' in letter.error
+        assert dave.get("typed", "dave1") is None
+
+
+@pytest.mark.slow
+def test_realtime_broadcasts_reach_watchers_as_python_values(gateway: str, tmp_path: Path) -> None:
+    from lakesync.client import Change
+    from tests.client.test_client_e2e import wait_for
+
+    values = {
+        "i": -(2**63),
+        "d": decimal.Decimal("0.000000001"),
+        "t": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+    }
+    seen: list[Change] = []
+    with (
+        LakeSyncClient(
+            str(tmp_path / "ws.db"),
+            url=gateway,
+            gateway_id="gw1",
+            token=token("erin"),
+            schemas=[SCHEMA],
+            transport="websocket",
+        ) as erin,
+        _client(tmp_path / "w.db", gateway, "alice") as alice,
+    ):
+        erin.sync(retries=0)
+        erin.watch("typed", seen.extend)
+        alice.insert("typed", "live", values)
+        alice.sync(retries=0)
+        wait_for(lambda: any(c.row_id == "live" for c in seen), timeout=60)
+        (change,) = [c for c in seen if c.row_id == "live"]
+        assert change.origin == "realtime" and change.after == values
+        assert erin.get("typed", "live") == values
+
+
+def test_a_column_registered_after_the_first_sync_is_held_as_its_type(
+    gateway: str, tmp_path: Path
+) -> None:
+    admin = auth(token("root", role="admin"))
+    first = {"table": "later", "columns": [{"name": "a", "type": "string"}]}
+    assert httpx.post(f"{gateway}/v1/admin/schema/gw1", json=first, headers=admin).is_success
+    with LakeSyncClient(
+        str(tmp_path / "f.db"), url=gateway, gateway_id="gw1", token=token("frank")
+    ) as frank:
+        frank.sync(retries=0)  # takes the gateway's schemas as they are now
+        assert "amount" not in frank.schemas()["later"].column_types()
+        grown = {**first, "columns": [*first["columns"], {"name": "amount", "type": "decimal"}]}
+        assert httpx.post(f"{gateway}/v1/admin/schema/gw1", json=grown, headers=admin).is_success
+        with LakeSyncClient(
+            str(tmp_path / "g.db"), url=gateway, gateway_id="gw1", token=token("gina")
+        ) as gina:
+            gina.sync(retries=0)
+            gina.insert("later", "l1", {"a": "x", "amount": decimal.Decimal("7.5")})
+            gina.sync(retries=0)
+        frank.sync(retries=0)  # the page names a column frank lacks: it asks again
+        assert frank.get("later", "l1") == {"a": "x", "amount": decimal.Decimal("7.500000000")}
+        assert frank.schemas()["later"].column_types()["amount"] == "decimal"
+
+
+@pytest.mark.slow
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    ints=st.lists(st.integers(INTEGER_MIN, INTEGER_MAX), min_size=1, max_size=5),
+    stamps=st.lists(VALUES["t"], min_size=1, max_size=3),
+)
+def test_widening_a_column_in_place_keeps_every_value(
+    gateway: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    ints: list[int],
+    stamps: list[dt.datetime],
+) -> None:
+    """Values pushed before a widening keep their wire form at the gateway (their deltaIds
+    cover it) and a client syncing afterwards reads each as the wider type, exactly."""
+    admin = auth(token("root", role="admin"))
+    table = f"wide{next(_rows)}"
+    narrow = {
+        "table": table,
+        "columns": [{"name": "n", "type": "integer"}, {"name": "t", "type": "timestamp"}],
+    }
+    wide = {
+        "table": table,
+        "columns": [
+            {"name": "n", "type": "decimal", "precision": 38, "scale": 2},
+            {"name": "t", "type": "string"},
+        ],
+    }
+    assert httpx.post(f"{gateway}/v1/admin/schema/gw1", json=narrow, headers=admin).is_success
+    tmp = tmp_path_factory.mktemp("wide")
+    with LakeSyncClient(
+        str(tmp / "w.db"), url=gateway, gateway_id="gw1", token=token("wendy"), schemas=[narrow]
+    ) as wendy:
+        for k, n in enumerate(ints):
+            wendy.insert(table, f"n{k}", {"n": n})
+        for k, t in enumerate(stamps):
+            wendy.insert(table, f"t{k}", {"t": t})
+        wendy.sync(retries=0)
+    assert httpx.post(f"{gateway}/v1/admin/schema/gw1", json=wide, headers=admin).is_success
+    with LakeSyncClient(
+        str(tmp / "r.db"), url=gateway, gateway_id="gw1", token=token("rita")
+    ) as rita:
+        rita.sync(retries=0)
+        for k, n in enumerate(ints):
+            got = rita.get(table, f"n{k}")
+            assert got == {"n": decimal.Decimal(n)} and str(got["n"]).endswith(".00")
+        for k, t in enumerate(stamps):
+            wire = encode_value(SPECS["t"], t)
+            assert rita.get(table, f"t{k}") == {"t": wire}  # the canonical text, as a string

@@ -65,29 +65,47 @@ def test_a_typed_table_syncs_through_the_typescript_semantics(tmp_path: Path) ->
         )
         assert r.status_code == 200, r.text
         with LakeSyncClient(
-            str(tmp_path / "py.db"), url=url, gateway_id="gw1", token=token("py"),
+            str(tmp_path / "py.db"),
+            url=url,
+            gateway_id="gw1",
+            token=token("py"),
             schemas=[SCHEMA],
         ) as py:
-            py.insert("orders", "p1", {
-                "id": 2**62 + 1,
-                "small": 42,
-                "amount": Decimal("-12345678901234567890123456789.000000001"),
-                "at": dt.datetime(1960, 2, 29, 23, 59, 59, 999999,
-                                  tzinfo=dt.timezone(dt.timedelta(hours=-5))),
-                "day": dt.date(1901, 12, 13),
-                "blob": b"\x00\x01\xfe\xff",
-                "note": "héllo",
-            })
+            py.insert(
+                "orders",
+                "p1",
+                {
+                    "id": 2**62 + 1,
+                    "small": 42,
+                    "amount": Decimal("-12345678901234567890123456789.000000001"),
+                    "at": dt.datetime(
+                        1960, 2, 29, 23, 59, 59, 999999, tzinfo=dt.timezone(dt.timedelta(hours=-5))
+                    ),
+                    "day": dt.date(1901, 12, 13),
+                    "blob": b"\x00\x01\xfe\xff",
+                    "note": "héllo",
+                },
+            )
             py.sync(retries=0)
             assert py.status.queue_depth == 0
 
             # The TS replica reads each new type as the original type its encoding fits.
             ts_row = {
-                "id": "-9223372036854775808", "small": 2**53, "amount": "0.500000000",
-                "at": "2024-02-29T00:00:00.000001Z", "day": "9999-12-31", "blob": "",
+                "id": "-9223372036854775808",
+                "small": 2**53,
+                "amount": "0.500000000",
+                "at": "2024-02-29T00:00:00.000001Z",
+                "day": "9999-12-31",
+                "blob": "",
             }
-            writes = [{"op": "INSERT", "table": "orders", "rowId": "t1",
-                       "columns": [{"column": k, "value": v} for k, v in ts_row.items()]}]
+            writes = [
+                {
+                    "op": "INSERT",
+                    "table": "orders",
+                    "rowId": "t1",
+                    "columns": [{"column": k, "value": v} for k, v in ts_row.items()],
+                }
+            ]
             rows = _node_replica(url, "ts", writes)
             assert rows["orders/p1"] == {
                 "id": "4611686018427387905",
@@ -101,15 +119,24 @@ def test_a_typed_table_syncs_through_the_typescript_semantics(tmp_path: Path) ->
             assert rows["orders/t1"] == ts_row
 
             # A TS write of a typed column in a non-canonical form is refused, as for anyone.
-            bad = [{"op": "INSERT", "table": "orders", "rowId": "t2",
-                    "columns": [{"column": "amount", "value": "0.5"}]}]
+            bad = [
+                {
+                    "op": "INSERT",
+                    "table": "orders",
+                    "rowId": "t2",
+                    "columns": [{"column": "amount", "value": "0.5"}],
+                }
+            ]
             with pytest.raises(AssertionError, match="push: 400"):
                 _node_replica(url, "ts", bad)
 
             # The Python client reads the TS replica's canonical writes as Python values.
             py.sync(retries=0)
             assert py.get("orders", "t1") == {
-                "id": -(2**63), "small": 2**53, "amount": Decimal("0.500000000"),
+                "id": -(2**63),
+                "small": 2**53,
+                "amount": Decimal("0.500000000"),
                 "at": dt.datetime(2024, 2, 29, 0, 0, 0, 1, tzinfo=dt.UTC),
-                "day": dt.date(9999, 12, 31), "blob": b"",
+                "day": dt.date(9999, 12, 31),
+                "blob": b"",
             }

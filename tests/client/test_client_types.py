@@ -75,9 +75,7 @@ def test_query_parameters_bind_as_the_columns_store_them() -> None:
             {"row_id": "o1"}
         ]
         assert c.query("select row_id from orders where id = ?", [BIG]) == [{"row_id": "o1"}]
-        assert c.query("select row_id from orders where amount = ?", [AMOUNT]) == [
-            {"row_id": "o1"}
-        ]
+        assert c.query("select row_id from orders where amount = ?", [AMOUNT]) == [{"row_id": "o1"}]
 
 
 @pytest.mark.parametrize(
@@ -120,7 +118,9 @@ def test_remote_deltas_are_read_as_python_values() -> None:
         remote = RowDelta.create("INSERT", "orders", "o9", "other", WIRE, 1)
         c._store.apply_remote([remote], "remote", c._clock)
         assert c.get("orders", "o9") == PY
-        assert c.query("select * from orders where row_id = 'o9'") == [{"row_id": "o9", **PY, "note": None}]
+        assert c.query("select * from orders where row_id = 'o9'") == [
+            {"row_id": "o9", **PY, "note": None}
+        ]
 
 
 def test_to_arrow_uses_the_columns_types() -> None:
@@ -164,3 +164,40 @@ def test_widening_a_column_keeps_every_value(tmp_path: Path) -> None:
     narrower = {"table": "orders", "columns": [{"name": "id", "type": "integer"}]}
     with pytest.raises(SchemaError, match="cannot change type from decimal"):
         local(path, narrower)
+
+
+def test_the_async_client_reads_and_writes_python_values() -> None:
+    import asyncio
+
+    from lakesync.client import AsyncLakeSyncClient
+
+    async def run() -> None:
+        async with AsyncLakeSyncClient(":memory:", client_id="c1", schemas=[ORDERS]) as c:
+            await c.insert("orders", "o1", ROW)
+            assert await c.get("orders", "o1") == PY
+            assert await c.query("select id, day from orders") == [
+                {"id": BIG, "day": dt.date(1969, 7, 20)}
+            ]
+
+    asyncio.run(run())
+
+
+def test_a_column_widened_to_string_reads_the_same_through_get_and_query(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    schema = {
+        "table": "t",
+        "columns": [{"name": "v", "type": "json"}, {"name": "n", "type": "integer"}],
+    }
+    with local(path, schema) as c:
+        c.insert("t", "a", {"v": True, "n": 2**62 + 1})
+        c.insert("t", "b", {"v": {"k": [1, 2.5]}, "n": 5})
+    wider = {
+        "table": "t",
+        "columns": [{"name": "v", "type": "string"}, {"name": "n", "type": "number"}],
+    }
+    with local(path, wider) as c:
+        assert c.get("t", "a") == {"v": "true", "n": 4.611686018427388e18}
+        assert c.query("select v, n from t order by row_id") == [
+            {"v": "true", "n": 4.611686018427388e18},
+            {"v": '{"k":[1,2.5]}', "n": 5},
+        ]

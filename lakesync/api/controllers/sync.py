@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import msgspec
 from litestar import Controller, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.dto import DTOConfig, MsgspecDTO
@@ -18,6 +19,7 @@ from lakesync.api.services.sync import SyncService
 from lakesync import hlc as _hlc
 from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.errors import ValidationError
+from lakesync.schema import TableSchema
 from lakesync.tokens import Claims
 from lakesync.wire import (
     FEATURES_HEADER,
@@ -31,7 +33,14 @@ from lakesync.wire import (
     push_response,
 )
 
-__all__ = ["PushBody", "SyncController"]
+__all__ = ["PushBody", "SchemaList", "SyncController"]
+
+
+class SchemaList(msgspec.Struct, frozen=True):
+    """``GET /v1/sync/{gw}/schemas``: every registered table schema, by table name."""
+
+    schemas: list[TableSchema]
+
 
 Features = Annotated[
     str | None,
@@ -115,6 +124,20 @@ class SyncController(Controller):
         result = await service.pull(gw, claims, cursor, n, whole_rows=whole_rows)
         await check_cursor(service, gw, cursor)
         return pull_response(result.deltas, result.server_hlc, result.has_more)
+
+    @get("/schemas", responses=ERROR_RESPONSES)
+    async def schemas(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+    ) -> SchemaList:
+        """**Extension:** the gateway's registered table schemas (docs/protocol.md §10), so a
+        client knows its tables' column types (and decodes them) before it pulls a row."""
+        service.check_rate(gw, str(claims["sub"]))
+        service.check_client(claims, None)
+        found = await service.schemas(gw)
+        return SchemaList([found[name] for name in sorted(found)])
 
     @get("/checkpoint", responses=ERROR_RESPONSES, media_type=CONTENT_TYPE)
     async def checkpoint(
