@@ -14,6 +14,7 @@ from lakesync.cli.compact import compact_command
 from lakesync.cli.connectors import connectors_command
 from lakesync.cli.lake import DataDirOption, pipeline_app, query_command
 from lakesync.cli.materialise import materialise_command, migrate_command
+from lakesync.cli.schema import schema_app
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.tokens import mint_token, parse_ttl
@@ -136,6 +137,7 @@ def token(
 
 app.command("up")(up)
 app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(schema_app, name="schema")
 app.command("query")(query_command)
 app.command("materialise")(materialise_command)
 app.command("migrate")(migrate_command)

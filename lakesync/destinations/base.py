@@ -18,7 +18,7 @@ from decimal import Context, Decimal
 from typing import TYPE_CHECKING, Any
 
 from lakesync.canonical import canonical_json
-from lakesync.column_types import MAX_DECIMAL_PRECISION, decimal_params
+from lakesync.column_types import MAX_DECIMAL_PRECISION, decimal_params, encode_value
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.statements import DELETED, POSITION, Columns, TableLayout
 from lakesync.errors import LakeSyncError
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EVICT_CHUNK", "Change", "Destination", "DestinationError", "TieringMark",
            "collect_change_set", "eviction_batches", "latest_per_row", "normalise_row",
-           "typed_change"]
+           "typed_change", "widened_value"]
 
 _log = logging.getLogger(__name__)
 
@@ -70,6 +70,17 @@ def typed_change(layout: TableLayout, row_id: str, cells: Mapping[str, Any] | No
         for c in layout.columns
     }
     return Change(row_id, values)
+
+
+def widened_value(old: ColumnSpec, new: ColumnSpec, value: Any) -> Any:
+    """A typed value of an ``old`` column as the column widened to ``new`` holds it: the value
+    the lake's decoder of ``new`` reads its wire form as (a string column: its JSON text), so
+    a destination that widens by rewriting its rows (the lake, one without ``ALTER … TYPE``)
+    keeps every value exactly as a re-shipment would write it."""
+    if value is None:
+        return None
+    wire = json.loads(value) if old.type == "json" else encode_value(old, value)
+    return decoder(new)(canonical_json(wire))
 
 
 def eviction_batches(row_ids: Sequence[str]) -> Iterator[dict[str, str]]:
@@ -117,9 +128,21 @@ def collect_change_set(layout: TableLayout, rows: DataFrame) -> tuple[list[Chang
     top: int | None = None
     for row in rows.toLocalIterator():
         deleted = bool(row[DELETED])
-        out.append(Change(row["row_id"], {} if deleted else {n: row[n] for n in names}, deleted))
+        values = {} if deleted else {n: _from_spark(row[n]) for n in names}
+        out.append(Change(row["row_id"], values, deleted))
         top = max(top or 0, int(row[POSITION]))
     return out, top
+def _from_spark(value: Any) -> Any:
+    """A value PySpark collected as a change's typed value: PySpark hands a timestamp over as a
+    naive datetime in this process's local time (``astimezone`` reads it so), binary as a
+    bytearray."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.astimezone(UTC)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
 def _normal_cell(spec: ColumnSpec | None, name: str, value: Any, json_decoded: bool) -> Any:
     if value is None:
         return None

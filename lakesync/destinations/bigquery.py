@@ -116,14 +116,20 @@ class BigQueryDestination(Destination):
     def _run(self, sql: str, params: Mapping[str, Any], what: str) -> list[dict[str, Any]]:
         return [dict(row.items()) for row in self._job(sql, params, what).result()]
 
-    def _columns(self, table: str) -> list[str]:
+    def _columns(self, table: str) -> dict[str, str]:
+        """Each column of ``table`` (folded to lower case) and its type as BigQuery names it,
+        with a decimal's precision and scale."""
         from google.api_core.exceptions import NotFound
 
         try:
             found = self._client.get_table(f"{self._project}.{self._dataset}.{table}")
         except NotFound:
-            return []
-        return [f.name for f in found.schema]
+            return {}
+        return {
+            f.name.lower(): f.field_type + (
+                f"({f.precision},{f.scale or 0})" if f.precision is not None else "")
+            for f in found.schema
+        }
 
     def ensure_table(self, layout: TableLayout) -> None:
         if not self._bookkept:
@@ -131,12 +137,16 @@ class BigQueryDestination(Destination):
             self._bookkept = True
         what = f"creating table {layout.table!r}"
         self._run(st.create_table(layout, "bigquery"), {}, what)
-        for alter in st.add_columns(layout, self._columns(layout.table), "bigquery"):
+        found = self._columns(layout.table)
+        changes = [*st.add_columns(layout, list(found), "bigquery"),
+                   *st.widen_columns(layout, found, "bigquery")]
+        for alter in changes:
             self._run(alter, {}, what)
-        staging = layout.staging()
+        staged = self._columns(layout.staging().table)
+        if changes or any(c.name.lower() not in staged for c in layout.columns):
+            # Recreated in the new shape (it holds json and bytes as text, not as the table).
+            self._run(st.drop_staging(layout, "bigquery"), {}, what)
         self._run(st.create_staging(layout, "bigquery"), {}, what)
-        for alter in st.add_columns(staging, self._columns(staging.table), "bigquery"):
-            self._run(alter, {}, what)
 
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None

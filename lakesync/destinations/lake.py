@@ -29,10 +29,11 @@ from lakesync.destinations.base import (
     TieringMark,
     latest_per_row,
     normalise_row,
+    widened_value,
 )
 from lakesync.destinations.statements import Columns, TableLayout, column_spec
 from lakesync.errors import ConfigError, LakeSyncError
-from lakesync.schema import RESERVED_NAMESPACES
+from lakesync.schema import RESERVED_NAMESPACES, ColumnSpec, ColumnType
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -60,13 +61,21 @@ def lake_namespace(spec: DestinationSpec, url: str) -> str:
     return namespace
 
 
+def _iceberg_type(spec: ColumnSpec) -> Any:
+    """A column's Iceberg type as a pyiceberg type (:func:`lakesync.column_types.iceberg_type`
+    names it in the Iceberg spec's notation, which a field parses)."""
+    from pyiceberg.types import NestedField
+
+    return NestedField(1, spec.name, iceberg_type(spec)).field_type
+
+
 def _fields(layout: TableLayout) -> list[tuple[str, Any]]:
     """(name, Iceberg type) of every column the layout's table holds, in order: the schema's
     columns typed by :func:`lakesync.column_types.iceberg_type` (json as its text)."""
     from pyiceberg.types import StringType, TimestamptzType
 
     out: list[tuple[str, Any]] = [("row_id", StringType())]
-    out += [(c.name, iceberg_type(c)) for c in layout.columns]
+    out += [(c.name, _iceberg_type(c)) for c in layout.columns]
     out += [("props", StringType()), ("synced_at", TimestamptzType())]
     if layout.delete == "soft":
         out.append(("deleted_at", TimestamptzType()))
@@ -134,6 +143,42 @@ class LakeDestination(Destination):
                 with found.update_schema() as update:
                     for name, kind in missing:
                         update.add_column(name, kind)
+            self._widen(layout, found)
+
+    def _widen(self, layout: TableLayout, found: Table) -> None:
+        """Rebuild the table in the layout's types when the schema widened a column: Iceberg
+        changes a type in place only from int to long, float to double and to a wider decimal
+        of the same scale, so the rows are rewritten with each value converted
+        (:func:`~lakesync.destinations.base.widened_value`) into a table made anew with the
+        same properties (the watermarks). An interrupted rebuild leaves no table, or an empty
+        one without watermarks: the next shipment then ships the table whole."""
+        import pyarrow as pa
+        from pyiceberg.schema import Schema
+        from pyiceberg.types import NestedField
+
+        types = {f.name: f.field_type for f in found.schema().fields}
+        changed = {
+            c.name: _spec_of(c.name, types[c.name]) for c in layout.columns
+            if c.name in types and str(types[c.name]) != str(iceberg_type(c))
+        }
+        if not changed:
+            return
+        new = {c.name: c for c in layout.columns}
+        rows = found.scan().to_arrow().to_pylist()
+        for row in rows:
+            for name, old in changed.items():
+                row[name] = widened_value(old, new[name], row.get(name))
+        fields = [
+            NestedField(i, f.name, _iceberg_type(new[f.name]) if f.name in changed
+                        else f.field_type, required=False)
+            for i, f in enumerate(found.schema().fields, start=1)
+        ]
+        properties = dict(found.properties)
+        identifier = self._identifier(layout.table)
+        self._catalog.drop_table(identifier)
+        table = self._catalog.create_table(identifier, Schema(*fields), properties=properties)
+        if rows:
+            table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
 
     def _table(self, layout: TableLayout) -> Table:
         found = self._load(layout.table)
@@ -218,6 +263,19 @@ class LakeDestination(Destination):
             return None
         value = found.properties.get(WATERMARK_PROPERTY + self.spec.gateway)
         return None if value is None else int(value)
+
+
+def _spec_of(name: str, kind: Any) -> ColumnSpec:
+    """The column type an Iceberg type holds here (a string: string, or json as its text)."""
+    from pyiceberg import types as it
+
+    if isinstance(kind, it.DecimalType):
+        return ColumnSpec(name, "decimal", kind.precision, kind.scale)
+    plain: dict[type[Any], ColumnType] = {
+        it.LongType: "integer", it.DoubleType: "number", it.BooleanType: "boolean",
+        it.TimestamptzType: "timestamp", it.DateType: "date", it.BinaryType: "bytes",
+    }
+    return ColumnSpec(name, plain.get(type(kind), "string"))
 
 
 def _check_json(layout: TableLayout, changes: Sequence[Change], prefix: str) -> None:

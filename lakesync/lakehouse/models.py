@@ -36,7 +36,13 @@ from sqlglot import exp
 
 from lakesync.column_types import decimal_params, spark_type
 from lakesync.destination_specs import DestinationSpec, receivers, shipped_on_their_own
-from lakesync.destinations.statements import POSITION, Dialect, change_set_query
+from lakesync.destinations.statements import (
+    POSITION,
+    Columns,
+    Dialect,
+    change_set_query,
+    column_spec,
+)
 from lakesync.errors import ConfigError
 from lakesync.schema import DELETED_COLUMN, ColumnSpec, TableSchema, reserved_name_problems
 
@@ -59,8 +65,9 @@ __all__ = [
     "write_models",
 ]
 
-TableColumns = Mapping[str, list[ColumnSpec]]
-"""``{table: [column spec, ...]}`` in declaration order."""
+TableColumns = Mapping[str, Columns]
+"""``{table: [column spec, ...]}`` in declaration order (a ``(name, type)`` pair stands for a
+spec of a type without options)."""
 
 SUBDIR = "analytics"
 KEY = ["gateway_id", "row_id"]
@@ -106,10 +113,10 @@ def table_columns(schemas: Iterable[TableSchema]) -> dict[str, list[ColumnSpec]]
     return lake_tables(schemas)[0]
 
 
-def macro_columns(columns: Iterable[ColumnSpec]) -> list[dict[str, Any]]:
+def macro_columns(columns: Columns) -> list[dict[str, Any]]:
     """Columns as the macros take them: name and type, a decimal's precision and scale."""
     out: list[dict[str, Any]] = []
-    for spec in columns:
+    for spec in map(column_spec, columns):
         if spec.type == "decimal":
             precision, scale = decimal_params(spec)
             out.append({"name": spec.name, "type": spec.type, "precision": precision,
@@ -119,7 +126,7 @@ def macro_columns(columns: Iterable[ColumnSpec]) -> list[dict[str, Any]]:
     return out
 
 
-def render_model(table: str, columns: Sequence[ColumnSpec]) -> str:
+def render_model(table: str, columns: Columns) -> str:
     """The SQL file of one current-state model (config shared in dbt_project.yml). A widened
     column changes the file, so the runner rebuilds the model in full, in its new types."""
     cols = macro_columns(columns)
@@ -130,7 +137,7 @@ def render_model(table: str, columns: Sequence[ColumnSpec]) -> str:
     )
 
 
-def _schema_columns(table: str, columns: Iterable[ColumnSpec]) -> list[dict[str, str]]:
+def _schema_columns(table: str, columns: Columns) -> list[dict[str, str]]:
     """Column descriptions of a table's schema columns, for ``dbt docs``."""
     return [
         {
@@ -140,7 +147,7 @@ def _schema_columns(table: str, columns: Iterable[ColumnSpec]) -> list[dict[str,
                 "last-writer-wins value typed; a value of another type reads null."
             ),
         }
-        for c in columns
+        for c in map(column_spec, columns)
     ]
 
 
@@ -251,6 +258,10 @@ class ChangeSetModel:
     """The destination's SQL dialect: its change set holds the values it can store
     (:func:`lakesync.destinations.statements.storable_value`: U+0000 for PostgreSQL)."""
 
+    def __post_init__(self) -> None:
+        # Frozen: the columns are normalised to specs once, here.
+        object.__setattr__(self, "columns", tuple(map(column_spec, self.columns)))
+
     @property
     def name(self) -> str:
         """The dbt model name, also its Iceberg table name in ``lakesync_changes``."""
@@ -273,7 +284,8 @@ def plan_change_sets(
                 continue
             for name in receivers(spec, table):
                 dialect = _DIALECTS.get(destinations[name].kind)
-                model = ChangeSetModel(name, spec.gateway, table, tuple(columns[table]), dialect)
+                specs = tuple(map(column_spec, columns[table]))
+                model = ChangeSetModel(name, spec.gateway, table, specs, dialect)
                 out.setdefault(f"{name}\0{table}", model)
     return sorted(out.values(), key=lambda m: (m.destination, m.table))
 

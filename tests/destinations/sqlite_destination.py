@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
+from lakesync.column_types import decimal_params
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import (
     Change,
@@ -26,13 +27,31 @@ from lakesync.destinations.base import (
     eviction_batches,
     latest_per_row,
     normalise_row,
+    widened_value,
 )
 from lakesync.destinations.statements import Columns, TableLayout
+from lakesync.schema import ColumnSpec
 
-# SQLite has no decimal, time or date type: those are kept as their canonical text.
-_TYPES = {"string": "TEXT", "number": "REAL", "boolean": "INTEGER", "json": "TEXT", "null": "TEXT",
-          "integer": "INTEGER", "decimal": "TEXT", "timestamp": "TEXT", "date": "TEXT",
-          "bytes": "BLOB"}
+# SQLite has no decimal, time or date type: those are kept as their canonical text. Each
+# declared type names the column type (so a widening is seen) and gives the storage class
+# SQLite picks from its name: INT → integer, TEXT → text, REAL → real, BLOB → as given.
+_TYPES = {"string": "TEXT", "number": "REAL", "boolean": "BOOLEAN_INT", "json": "JSON_TEXT",
+          "null": "NULL_TEXT", "integer": "INTEGER", "timestamp": "TIMESTAMP_TEXT",
+          "date": "DATE_TEXT", "bytes": "BLOB"}
+_SPECS = {v: k for k, v in _TYPES.items()}
+
+
+def _declared(spec: ColumnSpec) -> str:
+    if spec.type == "decimal":
+        return "DECIMAL_TEXT_{}_{}".format(*decimal_params(spec))
+    return _TYPES[spec.type]
+
+
+def _spec_of(name: str, declared: str) -> ColumnSpec:
+    if declared.startswith("DECIMAL_TEXT_"):
+        precision, scale = declared.removeprefix("DECIMAL_TEXT_").split("_")
+        return ColumnSpec(name, "decimal", int(precision), int(scale))
+    return ColumnSpec(name, _SPECS.get(declared, "string"))  # type: ignore[arg-type]
 
 
 def _q(name: str) -> str:
@@ -41,6 +60,19 @@ def _q(name: str) -> str:
 
 def _stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _typed(spec: ColumnSpec, value: Any) -> Any:
+    """A stored value as the column's typed value (times and dates parsed, booleans)."""
+    if value is None:
+        return None
+    if spec.type in ("timestamp", "date"):
+        return (datetime if spec.type == "timestamp" else date).fromisoformat(value)
+    if spec.type == "boolean":
+        return bool(value)
+    if spec.type == "decimal":
+        return Decimal(value)
+    return value
 
 
 def _stored(value: Any) -> Any:
@@ -72,7 +104,7 @@ class SqliteDestination(Destination):
         return TableLayout(table, columns, self.spec.delete, external_id)
 
     def ensure_table(self, layout: TableLayout) -> None:
-        have = {r[1] for r in self._db.execute(f"pragma table_info({_q(layout.table)})")}
+        have = {r[1]: r[2] for r in self._db.execute(f"pragma table_info({_q(layout.table)})")}
         if not have:
             self._db.execute(f"create table {_q(layout.table)} (row_id text primary key, "
                              "props text not null default '{}', synced_at text not null, "
@@ -80,7 +112,24 @@ class SqliteDestination(Destination):
         for c in layout.columns:
             if c.name not in have:
                 self._db.execute(f"alter table {_q(layout.table)} add column {_q(c.name)} "
-                                 f"{_TYPES[c.type]}")
+                                 f"{_declared(c)}")
+            elif have[c.name] != _declared(c):
+                self._widen(layout, _spec_of(c.name, have[c.name]), c)
+
+    def _widen(self, layout: TableLayout, old: ColumnSpec, new: ColumnSpec) -> None:
+        """SQLite changes no column's type: a new column gets the widened values
+        (``widened_value``) and replaces the old one."""
+        table, temp = _q(layout.table), _q(new.name + "__widened")
+        self._db.execute("begin")
+        self._db.execute(f"alter table {table} add column {temp} {_declared(new)}")
+        for row_id, value in self._db.execute(f"select row_id, {_q(new.name)} from {table}"
+                                              ).fetchall():
+            typed = _typed(old, value)
+            self._db.execute(f"update {table} set {temp} = ? where row_id = ?",
+                             (_stored(widened_value(old, new, typed)), row_id))
+        self._db.execute(f"alter table {table} drop column {_q(new.name)}")
+        self._db.execute(f"alter table {table} rename column {temp} to {_q(new.name)}")
+        self._db.execute("commit")
 
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
@@ -138,9 +187,7 @@ class SqliteDestination(Destination):
                 if row[stamp] is not None:
                     row[stamp] = datetime.fromisoformat(row[stamp])
             for c in layout.columns:
-                if c.type in ("timestamp", "date") and row[c.name] is not None:
-                    parse = datetime if c.type == "timestamp" else date
-                    row[c.name] = parse.fromisoformat(row[c.name])
+                row[c.name] = _typed(c, row[c.name])
             rows.append(normalise_row(layout, row))
         return rows
 

@@ -4,6 +4,7 @@ read changes since a watermark. Real servers (PostgreSQL, MariaDB, the BigQuery 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -329,3 +330,66 @@ def test_typed_columns_keep_every_value(destination: Destination) -> None:
     destination.apply_changes(layout, [typed_change(layout, "big", None)], position=2)
     assert {r["row_id"] for r in destination.read_rows(layout)
             if r.get("deleted_at") is None} == {"limits", "top", "safe"}
+
+
+NARROW = [ColumnSpec("id", "integer"), ColumnSpec("price", "decimal", 10, 2),
+          ColumnSpec("count", "integer"), ColumnSpec("code", "integer"),
+          ColumnSpec("at", "timestamp"), ColumnSpec("ok", "boolean"),
+          ColumnSpec("blob", "bytes"), ColumnSpec("day", "date"), ColumnSpec("meta", "json"),
+          ColumnSpec("note", "string")]
+WIDE = [ColumnSpec("id", "decimal", 38, 9), ColumnSpec("price", "number"),
+        ColumnSpec("count", "number"), ColumnSpec("code", "string"),
+        ColumnSpec("at", "string"), ColumnSpec("ok", "string"), ColumnSpec("blob", "string"),
+        ColumnSpec("day", "string"), ColumnSpec("meta", "string"), ColumnSpec("note", "string")]
+NARROW_ROWS: dict[str, dict[str, Any]] = {
+    "a": {"id": "4611686018427387905", "price": "12.50", "count": 3, "code": 7,
+          "at": "1969-12-31T23:59:59.999999Z", "ok": True, "blob": "AGEAAA==",
+          "day": "1969-07-20", "meta": {"b": [1, 2], "a": None}, "note": "kept"},
+    "b": {"id": -5, "price": "-0.01", "count": "-9007199254740993", "code": "-9007199254740993",
+          "ok": False, "blob": ""},
+}
+
+
+def test_a_widened_column_keeps_every_value(destination: Destination) -> None:
+    """integer → decimal → number and any type → string, applied to a table holding rows:
+    each column changes type in place (or is rebuilt), and every row reads as it would if it
+    were shipped anew in the new types (a string column: the value's wire text)."""
+    narrow = destination.layout("wide", NARROW)
+    destination.ensure_table(narrow)
+    destination.apply_changes(
+        narrow, [typed_change(narrow, r, c) for r, c in NARROW_ROWS.items()], position=4)
+    wide = destination.layout("wide", WIDE)
+    destination.ensure_table(wide)
+    destination.ensure_table(wide)  # idempotent: nothing left to widen
+    assert destination.watermark("wide") == 4
+    rows = {r["row_id"]: r for r in destination.read_rows(wide)}
+    for row_id, cells in NARROW_ROWS.items():
+        # What the lake's models read the same cells as in the new types.
+        want = typed_change(wide, row_id, cells).values
+        got = {n: rows[row_id][n] for n in want}
+        assert got == want, row_id
+        assert {n: type(v) for n, v in got.items()} == {n: type(v) for n, v in want.items()}
+    assert rows["a"]["id"] == Decimal("4611686018427387905.000000000")
+    assert rows["a"]["at"] == "1969-12-31T23:59:59.999999Z" and rows["a"]["ok"] == "true"
+    assert rows["a"]["blob"] == "AGEAAA==" and rows["b"]["count"] == -9007199254740992.0
+    destination.apply_changes(wide, [typed_change(wide, "c", {"code": "x", "meta": "plain",
+                                                              "id": "0.500000000"})])
+    rows = {r["row_id"]: r for r in destination.read_rows(wide)}
+    assert (rows["c"]["code"], rows["c"]["meta"], rows["c"]["id"]) == (
+        "x", "plain", Decimal("0.500000000"))
+
+
+def test_a_migrated_number_column_keeps_its_values(destination: Destination) -> None:
+    """``lakesync schema migrate`` retypes a number column (whose values are integers) as an
+    integer or a decimal: each destination changes the column, keeping every value."""
+    old = destination.layout("qty", [ColumnSpec("n", "number"), ColumnSpec("d", "number")])
+    destination.ensure_table(old)
+    cells = {"a": {"n": 3, "d": -7}, "b": {"n": -(2**53), "d": 0}, "c": {}}
+    destination.apply_changes(old, [typed_change(old, r, c) for r, c in cells.items()])
+    new = destination.layout("qty", [ColumnSpec("n", "integer"),
+                                     ColumnSpec("d", "decimal", 20, 2)])
+    destination.ensure_table(new)
+    rows = {r["row_id"]: (r["n"], r["d"]) for r in destination.read_rows(new)}
+    assert rows == {"a": (3, Decimal("-7.00")), "b": (-(2**53), Decimal("0.00")),
+                    "c": (None, None)}
+    assert type(rows["a"][0]) is int
