@@ -249,7 +249,10 @@ def _bq_rows(url: str, table: str) -> tuple[dict[str, dict[str, Any]], dict[str,
 
 
 def test_typed_rows_arrive_equal_everywhere(
-    sources: tuple[str, str], destinations: dict[str, str], tmp_path: Path
+    sources: tuple[str, str],
+    destinations: dict[str, str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     pg_table, my_table = sources
     data = tmp_path / "data"
@@ -279,8 +282,11 @@ def test_typed_rows_arrive_equal_everywhere(
         assert r.status_code == 200, r.text
         settings = LakeSettings.from_env(data, env={})
         loaded = load_config(config, env={})
-        run_pipeline(settings=settings, config=loaded, tests=True)
+        # This lake's session (bound to its catalog) must not outlive the test: later tests in
+        # the process build their own.
         spark = spark_session(settings)
+        request.addfinalizer(spark.stop)
+        run_pipeline(settings=settings, config=loaded, tests=True)
         results = materialise(settings, loaded, spark=spark)
         assert all(r.error is None for r in results), results
 
