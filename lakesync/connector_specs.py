@@ -323,6 +323,7 @@ class CloudWatchLogsSpec(_Common, frozen=True, tag="cloudwatch_logs"):
     """CloudWatch Logs: the events of log groups, one row each, by a time cursor."""
 
     log_groups: list[str] = msgspec.field(default_factory=list)
+    """The log groups whose events are read."""
     stream_prefixes: list[str] = msgspec.field(default_factory=list)
     """Only streams whose name starts with one of these (empty = every stream)."""
     filter_pattern: str = ""
@@ -331,6 +332,7 @@ class CloudWatchLogsSpec(_Common, frozen=True, tag="cloudwatch_logs"):
     """Where the first poll starts: a duration before it (``90s``, ``15m``, ``1h``, ``7d``) or
     an ISO 8601 instant."""
     table: str = "logs"
+    """The gateway table the events land in."""
     parse: Literal["text", "json"] = "text"
     """``json``: a JSON object message's top-level fields become columns too."""
     retention: str = ""
@@ -339,9 +341,11 @@ class CloudWatchLogsSpec(_Common, frozen=True, tag="cloudwatch_logs"):
     overlap: NonNegative = 300.0
     """Seconds re-read before the time cursor: events ingested late are still found."""
     region: str = ""
+    """The AWS region (empty = the standard AWS chain's)."""
     endpoint: str = ""
     """A local server (moto) instead of AWS's."""
     access_key_id: str = ""
+    """An explicit access key id (``${VAR}``), with ``secret_access_key``."""
     secret_access_key: str = ""
     """Explicit keys (``${VAR}``); empty = the standard AWS chain."""
 
