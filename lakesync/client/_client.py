@@ -181,7 +181,12 @@ class LakeSyncClient:
         tr.set_broadcast_handler(engine.apply_broadcast)
         tr.set_reconnect_handler(self._catch_up)
         tr.set_event_handler(self._emit)
+        tr.set_backlog_source(self._backlog)  # the gateway's status shows what waits here
         return engine
+
+    def _backlog(self) -> tuple[int, int]:
+        """The pending outbox and the dead letters (reported to the gateway)."""
+        return self._store.queue_depth(), self._store.dead_letter_count()
 
     # -- writes -------------------------------------------------------------------------------
 

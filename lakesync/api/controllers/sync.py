@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import msgspec
@@ -20,6 +21,7 @@ from lakesync import hlc as _hlc
 from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.errors import ValidationError
 from lakesync.schema import TableSchema
+from lakesync.status import DEAD_LETTERS_HEADER, OUTBOX_HEADER, reported_count
 from lakesync.tokens import Claims
 from lakesync.wire import (
     FEATURES_HEADER,
@@ -40,6 +42,33 @@ class SchemaList(msgspec.Struct, frozen=True):
     """``GET /v1/sync/{gw}/schemas``: every registered table schema, by table name."""
 
     schemas: list[TableSchema]
+
+
+Outbox = Annotated[
+    str | None,
+    HeaderParameter(
+        name=OUTBOX_HEADER,
+        required=False,
+        description="The client's pending outbox (deltas not yet acknowledged), for the status.",
+    ),
+]
+DeadLetters = Annotated[
+    str | None,
+    HeaderParameter(
+        name=DEAD_LETTERS_HEADER,
+        required=False,
+        description="The client's dead letters (deltas refused for good), for the status.",
+    ),
+]
+
+
+def _note_reported(
+    service: SyncService, gw: str, claims: Claims, outbox: str | None, dead: str | None
+) -> None:
+    """Keep what a client reported of its backlog (``lakesync status`` shows it)."""
+    pending, dead_letters = reported_count(outbox), reported_count(dead)
+    if pending is not None or dead_letters is not None:
+        service.clients.seen(gw, str(claims["sub"]), time.time(), pending, dead_letters)
 
 
 Features = Annotated[
@@ -88,11 +117,14 @@ class SyncController(Controller):
         data: JSONBody[PushRequest],
         claims: NamedDependency[Claims],
         service: NamedDependency[SyncService],
+        outbox: Outbox = None,
+        dead_letters: DeadLetters = None,
     ) -> PushResponse:
         """Store a batch of deltas atomically (known deltaIds count as accepted, applied once)."""
         service.check_rate(gw, str(claims["sub"]))
         deltas, _ = push_deltas(data)  # the service checks the client id and the batch size
         result = await service.push(gw, claims, data.client_id, deltas)
+        _note_reported(service, gw, claims, outbox, dead_letters)
         return push_response(result.server_hlc, result.accepted, result.stored)
 
     @get("/pull", responses=ERROR_RESPONSES)
@@ -106,6 +138,8 @@ class SyncController(Controller):
         limit: FromQuery[str | None] = None,
         source: FromQuery[str | None] = None,
         features: Features = None,
+        outbox: Outbox = None,
+        dead_letters: DeadLetters = None,
     ) -> PullResponse:
         """The deltas after ``since`` (the gateway's ingest cursor) that this client may see;
         with ``source=NAME`` the rows of that declared source adapter instead, paged by their
@@ -123,6 +157,7 @@ class SyncController(Controller):
         whole_rows = not knows_view_evictions(features)
         result = await service.pull(gw, claims, cursor, n, whole_rows=whole_rows)
         await check_cursor(service, gw, cursor)
+        _note_reported(service, gw, claims, outbox, dead_letters)
         return pull_response(result.deltas, result.server_hlc, result.has_more)
 
     @get("/schemas", responses=ERROR_RESPONSES)

@@ -77,8 +77,16 @@ class _Reporting:
     """Where a transport reports the values served deltas carry that the replica cannot hold."""
 
     _on_event: EventHandler | None = None
+    #: What the client reports of its backlog: (pending outbox, dead letters).
+    _backlog: Callable[[], tuple[int, int]] | None = None
     #: Where reading served deltas reports each value the replica cannot hold.
     _cell_errors: CellErrorHandler | None = None
+
+    def set_backlog_source(self, source: Callable[[], tuple[int, int]] | None) -> None:
+        """Report ``source()``, the client's pending outbox and dead letters, to the gateway
+        with each push and pull where the transport can (HTTP headers
+        ``X-LakeSync-Outbox`` / ``X-LakeSync-Dead-Letters``; ``lakesync status`` shows them)."""
+        self._backlog = source
 
     def set_event_handler(self, handler: EventHandler | None) -> None:
         """Receive events about served deltas that do not stop syncing: a ``value_error`` for
