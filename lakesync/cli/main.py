@@ -14,6 +14,7 @@ from lakesync.cli.compact import compact_command
 from lakesync.cli.connectors import connectors_command
 from lakesync.cli.lake import DataDirOption, pipeline_app, query_command
 from lakesync.cli.materialise import materialise_command, migrate_command
+from lakesync.cli.sql_server import sql_server_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.tokens import mint_token, parse_ttl
@@ -141,6 +142,7 @@ app.command("materialise")(materialise_command)
 app.command("migrate")(migrate_command)
 app.command("compact")(compact_command)
 app.command("connectors")(connectors_command)
+app.command("sql-server")(sql_server_command)
 
 
 @app.command()
