@@ -85,6 +85,11 @@ def thrift_server_argv(
         "spark.app.name": "lakesync-sql-server",
         "spark.hadoop.javax.jdo.option.ConnectionURL": _METASTORE,
     }
+    if conf.get("spark.jars"):
+        # Also on the driver's own class path: closing a client's session closes Hive's session
+        # class loader, and with it the loader of spark.jars, so the next session's query would
+        # fail with NoClassDefFoundError on an Iceberg class.
+        confs["spark.driver.extraClassPath"] = conf["spark.jars"].replace(",", os.pathsep)
     argv = [str(spark_home / "bin" / "spark-submit"), "--class", THRIFT_SERVER_CLASS]
     for key, value in confs.items():
         argv += ["--conf", f"{key}={value}"]

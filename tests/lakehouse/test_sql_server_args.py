@@ -48,6 +48,7 @@ def test_the_server_gets_the_pipelines_spark_settings(tmp_path: Path) -> None:
                 "spark.sql.extensions"):
         assert confs[key] == settings.spark_conf()[key]
     assert "sql-server" in confs["spark.driver.extraJavaOptions"]  # its own log file
+    assert confs["spark.driver.extraClassPath"].split(":") == confs["spark.jars"].split(",")
     hive = [v for k, v in pairs if k == "--hiveconf"]
     assert hive == ["hive.server2.thrift.port=10001", "hive.server2.thrift.bind.host=127.0.0.1",
                     "hive.server2.authentication=NOSASL"]
