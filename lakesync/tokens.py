@@ -9,10 +9,18 @@ from typing import Any
 
 import jwt
 
-from lakesync.delta import validate_gateway_id, validate_row_id
+from lakesync.delta import is_reserved_client, validate_gateway_id, validate_row_id
 from lakesync.errors import AuthError, ForbiddenError, ValidationError
 
-__all__ = ["ROLES", "Claims", "mint_token", "parse_ttl", "unverified_claims", "verify_token"]
+__all__ = [
+    "ROLES",
+    "Claims",
+    "mint_client_token",
+    "mint_token",
+    "parse_ttl",
+    "unverified_claims",
+    "verify_token",
+]
 
 ROLES = frozenset({"client", "admin"})
 _RESERVED = frozenset({"sub", "gw", "exp", "iat", "nbf", "role"})
@@ -57,6 +65,45 @@ def mint_token(
         payload[key] = value
     payload.update(sub=sub, gw=gw, role=role, iat=issued, exp=issued + ttl_s)
     return jwt.encode(payload, secret, algorithm="HS256")
+
+
+def mint_client_token(
+    secret: str,
+    client_id: str,
+    gateway: str,
+    claims: Mapping[str, str | Sequence[str]] | None = None,
+    ttl: int | str = "1h",
+    *,
+    role: str = "client",
+    now: float | None = None,
+) -> str:
+    """Mint the token an app's backend hands to one of its signed-in users' clients.
+
+    ``secret`` is the gateway's JWT secret (``LAKESYNC_JWT_SECRET``; keep it on the backend),
+    ``client_id`` the client's id (the token's ``sub``: its pushes must carry it), ``gateway``
+    the gateway id, ``claims`` what its sync rules read (``jwt:team`` reads ``claims["team"]``; a
+    list is an array claim), ``ttl`` the lifetime in seconds or as ``"30m"``, ``"1h"``, ``"7d"``.
+    Everything the gateway would refuse later is refused here with a
+    :class:`~lakesync.errors.ValidationError`: a client id it cannot store or that is reserved
+    for gateways, a bad gateway id, role, claim or lifetime. ``lakesync token`` mints with it.
+    For example ``mint_client_token(os.environ["LAKESYNC_JWT_SECRET"], "user-42", "shop",
+    {"team": "blue"}, "8h")``.
+    """
+    validate_row_id(client_id, "client id")
+    if is_reserved_client(client_id):
+        raise ValidationError(f"client id {client_id!r} is reserved for gateways; use another")
+    ttl_s = parse_ttl(ttl) if isinstance(ttl, str) else ttl
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s <= 0:
+        raise ValidationError(f"ttl must be a positive number of seconds, got {ttl!r}")
+    checked: dict[str, str | list[str]] = {}
+    for key, value in (claims or {}).items():
+        if isinstance(value, str):
+            checked[key] = value
+        elif not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+            raise ValidationError(f"claim {key!r} must be a string or a list of strings")
+        else:
+            checked[key] = list(value)
+    return mint_token(secret, client_id, gateway, role, checked, ttl_s, now)
 
 
 def _check_claims(payload: Mapping[str, Any]) -> Claims:

@@ -29,6 +29,7 @@ from lakesync.api.metrics import GatewayMetrics
 from lakesync.api.services.connectors import ConnectorMetrics, ConnectorService
 from lakesync.api.services.declared import apply_declared
 from lakesync.api.services.hub import Hub
+from lakesync.api.services.status import StatusService
 from lakesync.api.services.sync import SyncService
 from lakesync.api.settings import GatewaySettings
 from lakesync.api.store import HotLog, LogNotice, open_store
@@ -82,6 +83,7 @@ def create_app(
             service, settings.connectors, lead=Lead(hot, "connectors", "connector polls")
         )
         app.state.connectors = connectors
+        app.state.status = StatusService(service, connectors)
         connector_metrics = ConnectorMetrics(connectors, settings.metrics_gateway_labels)
         metrics_.registry.register(connector_metrics)
         app.state.actions = ActionDispatcher(hot, connectors.action_handlers)

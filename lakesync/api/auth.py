@@ -12,9 +12,15 @@ from litestar.params import FromPath
 from lakesync.api.services.sync import SyncService
 from lakesync.delta import validate_gateway_id
 from lakesync.errors import AuthError, ForbiddenError
-from lakesync.tokens import Claims, verify_token
+from lakesync.tokens import Claims, unverified_claims, verify_token
 
-__all__ = ["bearer_token", "provide_admin_claims", "provide_claims", "provide_service"]
+__all__ = [
+    "bearer_token",
+    "provide_admin_claims",
+    "provide_claims",
+    "provide_own_admin_claims",
+    "provide_service",
+]
 
 
 def bearer_token(headers: Mapping[str, str], query: Mapping[str, Any]) -> str:
@@ -56,3 +62,11 @@ def provide_admin_claims(request: Request[Any, Any, Any], gw: FromPath[str]) -> 
     if claims.get("role") != "admin":
         raise ForbiddenError("this route needs a token with role 'admin'")
     return claims
+
+
+def provide_own_admin_claims(request: Request[Any, Any, Any]) -> Claims:
+    """Dependency: verified claims of an ``admin`` token, for the gateway the token names (a
+    route without a gateway in its path, such as ``/v1/admin/status``)."""
+    token = bearer_token(request.headers, request.query_params)
+    gw = unverified_claims(token)["gw"]  # then verified, signature and all, for that gateway
+    return provide_admin_claims(request, gw)

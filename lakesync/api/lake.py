@@ -28,18 +28,27 @@ import logging
 import os
 import threading
 import time
+from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
+from lakesync.api.services.status import record_landing_flush
 from lakesync.api.settings import GatewaySettings
 from lakesync.api.store import HotLog
 from lakesync.api.store.ports import CheckpointStore, Coordination, DocumentStore
 from lakesync.config import Config, ServerConfig
 from lakesync.hlc import encode
 from lakesync.schema import parse_schema
+from lakesync.status import (
+    HISTORY_GATEWAY,
+    HISTORY_KIND,
+    PipelineRun,
+    record_run,
+    record_shipments,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -47,7 +56,7 @@ if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
     from lakesync.lakehouse.landing import LandingFlusher
     from lakesync.lakehouse.settings import LakeSettings
-    from lakesync.lakehouse.worker import PipelineWorker
+    from lakesync.lakehouse.worker import PipelineWorker, RunReply
 
 __all__ = ["HotLogMaintenance", "Lead", "SchemaPublisher", "lake_jobs"]
 
@@ -78,10 +87,14 @@ def _landing_flusher(
         )
         init_catalog_tables(lake)
         catalog = open_catalog(lake)
+        def mark_flushed(position: int) -> None:
+            store.mark_flushed(position)
+            record_landing_flush(store, position)  # the status's "last flush"
+
         flusher = LandingFlusher(
             catalog,
             store,
-            mark_flushed=store.mark_flushed,
+            mark_flushed=mark_flushed,
             before_flush=SchemaPublisher(catalog, store),
             exclusive=lambda: store.exclusive("landing"),
         )
@@ -198,6 +211,7 @@ def _lake_worker_loop(
     stop: threading.Event,
     lead: Lead,
     shipping: DestinationMetrics | None = None,
+    store: DocumentStore | None = None,
 ) -> None:
     """Run the pipeline every ``pipeline_interval`` seconds and the compaction every
     ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
@@ -209,7 +223,8 @@ def _lake_worker_loop(
     up where the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run
     is logged with its error and the log's tail, and a worker that died is started again for the
     next run. A run's failed writes to fan-out secondaries are added to ``shipping`` (the
-    gateway's ``/metrics``)."""
+    gateway's ``/metrics``); each pipeline run and its shipments are recorded in ``store``
+    (the status's history)."""
     from lakesync.lakehouse.worker import PipelineWorker
 
     env = dict(os.environ)
@@ -240,7 +255,7 @@ def _lake_worker_loop(
                 return
             if not lead():
                 continue
-            if not _lake_job(worker, job, stop, shipping):
+            if not _lake_job(worker, job, stop, shipping, store):
                 return
             due[job] = time.monotonic() + intervals[job]
     finally:
@@ -252,20 +267,27 @@ def _lake_job(
     job: str,
     stop: threading.Event,
     shipping: DestinationMetrics | None = None,
+    store: DocumentStore | None = None,
 ) -> bool:
-    """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome and
-    count its failed writes to fan-out secondaries in ``shipping``; False when ``stop`` was set
-    meanwhile."""
-    from lakesync.lakehouse.worker import WorkerDiedError
+    """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome, count
+    its failed writes to fan-out secondaries in ``shipping`` and record a pipeline run in
+    ``store``; False when ``stop`` was set meanwhile."""
+    from lakesync.lakehouse.worker import RunReply, WorkerDiedError
 
     log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
+    started = time.time()
     try:
         reply = worker.compact(stop) if job == "compaction" else worker.run(stop)
     except WorkerDiedError as exc:
         error = str(exc)
+        reply = RunReply(ok=False, error=error, elapsed_s=time.time() - started)
+        if store is not None and job == "pipeline":
+            _record_run(store, started, reply)
     else:
         if reply is None:
             return False
+        if store is not None and job == "pipeline":
+            _record_run(store, started, reply)
         if shipping is not None:
             for failed in reply.secondary_failures:
                 shipping.secondary_failed(failed.destination, failed.secondary, failed.count)
@@ -289,6 +311,26 @@ def _lake_job(
         tail = log.read().decode(errors="replace")
     _log.error("scheduled %s failed: %s\n%s", "run" if job == "pipeline" else job, error, tail)
     return True
+
+
+def _record_run(store: DocumentStore, started: float, reply: RunReply) -> None:
+    """Record a pipeline run and its shipments in the store's history (a failure to record is
+    logged: it must not stop the schedule)."""
+    run = PipelineRun(
+        datetime.fromtimestamp(started, UTC), round(reply.elapsed_s, 3), reply.ok, reply.error,
+        reply.rows_merged, reply.rows_shipped,
+        None if reply.position is None else str(reply.position),
+    )
+    try:
+        store.update_doc(HISTORY_GATEWAY, HISTORY_KIND, "pipeline", lambda d: record_run(d, run))
+        if reply.shipments:
+            at = time.time()
+            store.update_doc(
+                HISTORY_GATEWAY, HISTORY_KIND, "destinations",
+                lambda d: record_shipments(d, reply.shipments, at),
+            )
+    except Exception:
+        _log.exception("could not record the pipeline run in the hot log")
 
 
 @contextmanager
@@ -332,7 +374,7 @@ def lake_jobs(
             threads.append(
                 threading.Thread(
                     target=_lake_worker_loop,
-                    args=(settings, config, stop, lead, shipping),
+                    args=(settings, config, stop, lead, shipping, store),
                     name="pipeline",
                     daemon=True,
                 )

@@ -67,6 +67,11 @@ class GatewayMetrics:
         value = self._per_gateway.get_sample_value(f"{name}_total", {"gateway": gateway})
         return 0 if value is None else int(value)
 
+    def errors_of(self, code: str) -> int:
+        """Error replies with ``code`` since the process started."""
+        value = self.registry.get_sample_value("lakesync_errors_total", {"code": code})
+        return 0 if value is None else int(value)
+
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)

@@ -19,11 +19,18 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.materialise import ConfigOption
+from lakesync.cli.output import print_table
 from lakesync.config import load_config
 from lakesync.errors import AuthError, ConfigError, LakeSyncError, ValidationError
 from lakesync.tokens import mint_token
 
-__all__ = ["connectors_command", "cursor_summary", "gateway_connectors"]
+__all__ = [
+    "admin_access",
+    "admin_get",
+    "connectors_command",
+    "cursor_summary",
+    "gateway_connectors",
+]
 
 _CLI_SUBJECT = "lakesync-cli"
 
@@ -52,7 +59,7 @@ def _error(response: httpx.Response) -> str:
         return response.reason_phrase
 
 
-def _get(http: httpx.Client, path: str) -> Any:
+def admin_get(http: httpx.Client, path: str) -> Any:
     """The JSON body of a 200, None for a 404; a refused token or any other status raises a
     :class:`LakeSyncError` saying what to do."""
     response = http.get(path)
@@ -76,16 +83,31 @@ def gateway_connectors(url: str, gw: str, token: str) -> list[dict[str, Any]]:
     the gateway process knows no gateway ``gw``."""
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30) as http:
-        listed = _get(http, f"/v1/admin/connectors/{gw}")
+        listed = admin_get(http, f"/v1/admin/connectors/{gw}")
         if listed is None:
             raise ValidationError(
                 f"the gateway at {url} knows no gateway {gw!r} (nothing is declared or stored "
                 "for it); check --gw, and --url or the config's server.host and server.port"
             )
         return [
-            {**doc, "status": _get(http, f"/v1/admin/connectors/{gw}/{doc['name']}/status")}
+            {**doc, "status": admin_get(http, f"/v1/admin/connectors/{gw}/{doc['name']}/status")}
             for doc in listed["connectors"]
         ]
+
+
+def admin_access(
+    config: Path | None, gw: str, url: str | None, token: str | None
+) -> tuple[str, str]:
+    """The gateway's URL (default: the config's ``server.host`` and ``server.port``) and an
+    admin token for ``gw`` (default: one minted from ``LAKESYNC_JWT_SECRET``, valid 5 min)."""
+    loaded = load_config(config)
+    if token is None:
+        if not loaded.jwt_secrets:
+            raise ConfigError(
+                "LAKESYNC_JWT_SECRET is not set; export the gateway's secret or pass --token"
+            )
+        token = mint_token(loaded.jwt_secrets[0], _CLI_SUBJECT, gw, "admin", ttl_s=300)
+    return url or f"http://{loaded.server.host}:{loaded.server.port}", token
 
 
 def connectors_command(
@@ -102,14 +124,7 @@ def connectors_command(
 ) -> None:
     """List a gateway's connectors (declared and registered) with their last poll, cursor and
     last error."""
-    loaded = load_config(Path(config) if config else None)
-    if token is None:
-        if not loaded.jwt_secrets:
-            raise ConfigError(
-                "LAKESYNC_JWT_SECRET is not set; export the gateway's secret or pass --token"
-            )
-        token = mint_token(loaded.jwt_secrets[0], _CLI_SUBJECT, gw, "admin", ttl_s=300)
-    url = url or f"http://{loaded.server.host}:{loaded.server.port}"
+    url, token = admin_access(Path(config) if config else None, gw, url, token)
     found = gateway_connectors(url, gw, token)
     if not found:
         Console(stderr=True).print(f"gateway {gw} has no connectors")
@@ -131,4 +146,4 @@ def connectors_command(
             cursor_summary(s.get("cursor")),
             s["last_error"] or "-",
         )
-    Console(width=200).print(table)
+    print_table(table)

@@ -24,6 +24,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.output import print_table
 from lakesync.errors import LakeSyncError
 from lakesync.tokens import mint_token
 
@@ -100,7 +101,7 @@ def _show(console: Console, title: str, rows: list[dict[str, Any]]) -> None:
         table.add_column(c)
     for r in rows:
         table.add_row(*(str(r.get(c)) for c in columns))
-    console.print(table)
+    print_table(table, console)
 
 
 def run_demo(data_dir: Path) -> None:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.materialise import ConfigOption, ship
+from lakesync.cli.output import print_table
 from lakesync.config import load_config
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.settings import LakeSettings
@@ -99,7 +100,7 @@ def run_command(
     summary.add_row("time", f"{result.elapsed_s:.1f} s")
     for failure in result.failures:
         summary.add_row("[red]not built[/red]", failure)
-    Console().print(summary)
+    print_table(summary)
     if cfg.destinations:
         # The tables built ship; those not built are reported failed (and make it exit 1).
         ship(settings, cfg, not_built=result.failed)
@@ -280,4 +281,4 @@ def _print(result: Any, fmt: str) -> None:
     table = Table(*result.columns)
     for row in table_cells(result):
         table.add_row(*row)
-    Console().print(table)
+    print_table(table)

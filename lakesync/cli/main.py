@@ -12,12 +12,15 @@ from typer.exceptions import TyperException
 from lakesync.api.cli import up
 from lakesync.cli.compact import compact_command
 from lakesync.cli.connectors import connectors_command
+from lakesync.cli.init import init_command
 from lakesync.cli.lake import DataDirOption, pipeline_app, query_command
 from lakesync.cli.materialise import materialise_command, migrate_command
+from lakesync.cli.schema import schema_app
 from lakesync.cli.sql_server import sql_server_command
+from lakesync.cli.status import status_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
-from lakesync.tokens import mint_token, parse_ttl
+from lakesync.tokens import mint_client_token
 
 if TYPE_CHECKING:
     from typer._click import Context  # typer vendors click; its commands take this Context
@@ -132,16 +135,19 @@ def token(
     config = load_config()
     if not config.jwt_secrets:
         raise ConfigError("LAKESYNC_JWT_SECRET is not set; export the gateway's secret first")
-    typer.echo(mint_token(config.jwt_secrets[0], sub, gw, role, claims, parse_ttl(ttl)))
+    typer.echo(mint_client_token(config.jwt_secrets[0], sub, gw, claims, ttl, role=role))
 
 
+app.command("init")(init_command)
 app.command("up")(up)
 app.add_typer(pipeline_app, name="pipeline")
+app.add_typer(schema_app, name="schema")
 app.command("query")(query_command)
 app.command("materialise")(materialise_command)
 app.command("migrate")(migrate_command)
 app.command("compact")(compact_command)
 app.command("connectors")(connectors_command)
+app.command("status")(status_command)
 app.command("sql-server")(sql_server_command)
 
 

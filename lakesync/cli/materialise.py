@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.output import print_table
 from lakesync.config import Config, load_config
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.catalog import lake_catalog
@@ -55,8 +56,13 @@ def ship(
         )
         return
     with Console(stderr=True).status("starting Spark …") as status:
+        done: list[ShipResult] = []
+
         def shipped(r: ShipResult) -> None:
-            status.update(f"{r.destination}/{r.table} done …")
+            done.append(r)
+            rows = sum(d.rows for d in done)
+            status.update(f"{len(done)} tables, {rows} rows shipped; last "
+                          f"{r.destination}/{r.table}: {r.rows} rows …")
 
         def building(node: str, state: str) -> None:
             status.update(f"building change set {node} …" if state == "started"
@@ -74,7 +80,7 @@ def ship(
             "none" if r.position is None else str(r.position), f"{r.elapsed_s:.1f} s",
             "[red]failed[/red]" if r.error else "[green]ok[/green]",
         )
-    Console().print(table)
+    print_table(table)
     for r in results:
         if r.secondary_failures:
             Console(stderr=True).print(
@@ -150,6 +156,5 @@ def migrate_command(
     with open_destination(spec, catalog=lake) as src, \
             open_destination(cfg.destinations[target], catalog=lake) as dst:
         for schema in schemas:
-            columns = [(c.name, c.type) for c in schema.columns]
-            n = migrate_table(src, dst, schema.table, columns, schema.external_id_column)
+            n = migrate_table(src, dst, schema.table, schema.columns, schema.external_id_column)
             Console().print(f"{schema.table}: {n} rows from {source} to {target}")

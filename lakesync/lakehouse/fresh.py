@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from lakesync.canonical import canonical_json
+from lakesync.column_types import decimal_params
 from lakesync.delta import ColumnValue, RowDelta
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ROWS_MERGED_IDENTIFIER, landing_state
 from lakesync.lakehouse.checkpoints import covered_by, lake_rows
@@ -33,13 +34,8 @@ from lakesync.lakehouse.landing import HotLogSource
 from lakesync.lakehouse.models import table_columns
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LakeSettings
 from lakesync.merge import RowState, apply_delta
-from lakesync.spark_udfs.decode import (
-    hlc_to_timestamp,
-    json_to_boolean,
-    json_to_double,
-    json_to_json_text,
-    json_to_string,
-)
+from lakesync.schema import ColumnSpec
+from lakesync.spark_udfs.decode import decoder, hlc_to_timestamp
 
 if TYPE_CHECKING:
     from lakesync.lakehouse.query import PinnedTable
@@ -49,13 +45,17 @@ __all__ = ["freshen"]
 Key = tuple[str, str, str]
 """``(gateway_id, table, row_id)``."""
 
-_DECODE = {
-    "string": json_to_string,
-    "number": json_to_double,
-    "boolean": json_to_boolean,
-    "json": json_to_json_text,
+_DUCKDB_TYPE = {
+    "number": "DOUBLE", "boolean": "BOOLEAN", "integer": "BIGINT", "timestamp": "TIMESTAMPTZ",
+    "date": "DATE", "bytes": "BLOB",
 }
-_SQL_TYPE = {"string": "VARCHAR", "number": "DOUBLE", "boolean": "BOOLEAN", "json": "VARCHAR"}
+
+
+def _duckdb_type(spec: ColumnSpec) -> str:
+    """A column's DuckDB type: what DuckDB reads the lake's (Iceberg) type as."""
+    if spec.type == "decimal":
+        return "DECIMAL({},{})".format(*decimal_params(spec))
+    return _DUCKDB_TYPE.get(spec.type, "VARCHAR")
 _cells = msgspec.json.Decoder(list[ColumnValue])
 
 
@@ -187,7 +187,7 @@ def freshen(
 def _replace_view(
     con: Any,
     table: str,
-    cols: list[tuple[str, str]],
+    cols: list[ColumnSpec],
     touched: dict[Key, tuple[RowState, int]],
     stored: PinnedTable | None,
 ) -> None:
@@ -195,7 +195,7 @@ def _replace_view(
     ``touched`` plus the live ones of it."""
     ns = ANALYTICS_NAMESPACE
     changed = f'"{table}__fresh"'
-    names = ", ".join(f'"{n}" {_SQL_TYPE.get(t, "VARCHAR")}' for n, t in cols)
+    names = ", ".join(f'"{c.name}" {_duckdb_type(c)}' for c in cols)
     con.execute(
         f"CREATE TEMP TABLE {changed} (gateway_id VARCHAR, row_id VARCHAR, live BOOLEAN"
         f"{', ' + names if names else ''}, _hlc DECIMAL(20,0), _changed_at TIMESTAMPTZ,"
@@ -205,10 +205,8 @@ def _replace_view(
     for (gw, _, row_id), (state, last) in touched.items():
         values = state.visible()
         typed = [
-            None
-            if values is None
-            else _DECODE.get(t, json_to_string)(canonical_json(values.get(n)))
-            for n, t in cols
+            None if values is None else decoder(c)(canonical_json(values.get(c.name)))
+            for c in cols
         ]
         hlc = None if state.write is None or values is None else state.write[0]
         rows.append((gw, row_id, values is not None, *typed, hlc, hlc_to_timestamp(hlc), last))
@@ -216,7 +214,8 @@ def _replace_view(
         marks = ", ".join("?" * (6 + len(cols)))
         con.executemany(f"INSERT INTO {changed} VALUES ({marks})", rows)
     keep = ", ".join(
-        ["gateway_id", "row_id", *(f'"{n}"' for n, _ in cols), "_hlc", "_changed_at", "_ingest_hlc"]
+        ["gateway_id", "row_id", *(f'"{c.name}"' for c in cols), "_hlc", "_changed_at",
+         "_ingest_hlc"]
     )
     live = f"SELECT {keep} FROM {changed} WHERE live"
     if stored is None:
@@ -229,8 +228,9 @@ def _replace_view(
             "s.gateway_id",
             "s.row_id",
             *(
-                f's."{n}"' if n in has else f'CAST(NULL AS {_SQL_TYPE.get(t, "VARCHAR")}) AS "{n}"'
-                for n, t in cols
+                f'CAST(s."{c.name}" AS {_duckdb_type(c)}) AS "{c.name}"' if c.name in has
+                else f'CAST(NULL AS {_duckdb_type(c)}) AS "{c.name}"'
+                for c in cols
             ),
             "s._hlc",
             "s._changed_at",

@@ -11,6 +11,7 @@ pins single tables to a snapshot id.
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -127,6 +128,8 @@ def _connect(
         raise NotFoundError(f"no table {unknown[0]} in the lake; tables: {', '.join(known)}")
     as_of_ms = None if as_of is None else (_utc(as_of) - _EPOCH) // timedelta(milliseconds=1)
     con = duckdb.connect()
+    # Timestamps are instants: they come back as aware datetimes in UTC, whatever the zone.
+    con.execute("SET TimeZone = 'UTC'")
     absent: list[str] = []
     pinned: dict[str, PinnedTable] = {}
     try:
@@ -233,7 +236,7 @@ def run_query(
 
 
 def _jsonable(value: Any) -> Any:
-    # Decimals are HLCs (uint64) here: decimal strings, like HLCs on the wire (docs/protocol.md §1).
+    # Decimals (HLCs, decimal columns) as decimal strings, as on the wire (docs/protocol.md §1).
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, datetime | date):
@@ -242,8 +245,8 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
-    if isinstance(value, bytes):
-        return value.hex()
+    if isinstance(value, bytes):  # base64, as a bytes column's value is on the wire
+        return base64.b64encode(value).decode("ascii")
     return value
 
 

@@ -45,6 +45,7 @@ from lakesync.lakehouse.models import (
     LINKED,
     GeneratedModels,
     lake_tables,
+    macro_columns,
     model_name,
     prepare_project,
     table_columns,
@@ -454,7 +455,7 @@ def state_as_of_hlc(
         raise PipelineError(f"table {table!r} is not built: {failed[table]}")
     if table not in tables:
         raise PipelineError(f"table {table!r} has no registered schema")
-    cols = [{"name": n, "type": t} for n, t in tables[table]]
+    cols = macro_columns(tables[table])
     write_models(prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir), tables)
     spark = spark_session(settings)
     inline = f"{{{{ lakesync_state_as_of({json.dumps(table)}, {json.dumps(cols)}, {int(hlc)}) }}}}"

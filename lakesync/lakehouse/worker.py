@@ -44,6 +44,7 @@ from typing import IO, Literal
 import msgspec
 
 from lakesync.lakehouse.compaction import TableCompaction
+from lakesync.status import Shipment
 
 __all__ = [
     "PipelineWorker", "RunReply", "RunRequest", "SecondaryFailures", "WorkerDiedError", "main"
@@ -88,6 +89,8 @@ class RunReply(msgspec.Struct):
     """A compaction's per-table figures (:func:`lakesync.lakehouse.compaction.compact`)."""
     secondary_failures: list[SecondaryFailures] = []
     """Failed writes to fan-out secondaries while shipping (the gateway counts them)."""
+    shipments: list[Shipment] = []
+    """What shipping did per destination and table (the gateway records it for its status)."""
 
 
 class WorkerDiedError(RuntimeError):
@@ -164,6 +167,7 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
             SecondaryFailures(d, s, n)
             for (d, s), n in metrics.secondary_failure_counts().items()
         ],
+        shipments=[Shipment(s.destination, s.table, s.rows, s.error) for s in shipped],
     )
 
 

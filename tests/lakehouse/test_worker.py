@@ -28,6 +28,7 @@ from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.lakehouse.worker import PipelineWorker, RunReply, WorkerDiedError, _serve
 from lakesync.schema import parse_schema
+from lakesync.status import Shipment
 
 NOTES = parse_schema({"table": "notes", "columns": [{"name": "body", "type": "string"}]})
 
@@ -150,6 +151,8 @@ def test_a_scheduled_run_ships_to_the_declared_destinations(tmp_path: Path) -> N
         reply = worker.run()
         assert reply is not None and reply.ok, reply
         assert reply.rows_shipped == 2
+        # What the gateway records for `lakesync status` (the destination's last shipment).
+        assert reply.shipments == [Shipment("pg", "notes", 2, None)]
         with psycopg.connect(url) as conn:
             rows = conn.execute(
                 "select row_id, body from notes where deleted_at is null order by row_id"

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 
 from lakesync.delta import validate_row_id
 from lakesync.errors import AuthError, ForbiddenError, ValidationError
-from lakesync.tokens import ROLES, mint_token, parse_ttl, unverified_claims, verify_token
+from lakesync.tokens import (
+    ROLES,
+    mint_client_token,
+    mint_token,
+    parse_ttl,
+    unverified_claims,
+    verify_token,
+)
 
 SECRET = "primary-secret-long-enough-for-every-hmac-algorithm-0123456789abcdef"
 OLD = "previous-secret-with-enough-bytes-for-hs256"
@@ -223,3 +230,33 @@ def test_parse_ttl(text: str, seconds: int) -> None:
 def test_parse_ttl_rejects(text: str) -> None:
     with pytest.raises(ValidationError, match="duration"):
         parse_ttl(text)
+
+
+def test_mint_client_token_is_what_the_gateway_accepts() -> None:
+    tok = mint_client_token(SECRET, "user-42", "shop", {"team": "blue", "tags": ("a", "b")}, "8h")
+    claims = verify_token(tok, [SECRET], "shop")
+    assert claims == {"sub": "user-42", "gw": "shop", "role": "client", "team": "blue",
+                      "tags": ["a", "b"]}
+    exp = jwt.decode(tok, SECRET, algorithms=["HS256"])["exp"]
+    assert abs(exp - (time.time() + 8 * 3600)) < 5
+    assert verify_token(mint_client_token(SECRET, "u", "shop", ttl=60), [SECRET], "shop")
+
+
+@pytest.mark.parametrize(
+    ("client_id", "claims", "ttl", "needle"),
+    [
+        ("", None, "1h", "client id"),
+        ("a\x00b", None, "1h", "NUL"),
+        ("lakesync-gateway-7", None, "1h", "reserved for gateways"),
+        ("u", {"team": 3}, "1h", "claim 'team'"),
+        ("u", {"sub": "x"}, "1h", "reserved"),
+        ("u", None, 0, "ttl"),
+        ("u", None, "soon", "invalid duration"),
+    ],
+)
+def test_mint_client_token_refuses_what_the_gateway_would(
+    client_id: str, claims: Any, ttl: Any, needle: str
+) -> None:
+    # Refused at minting, not later by the gateway with a 401 the app's user cannot act on.
+    with pytest.raises(ValidationError, match=needle):
+        mint_client_token(SECRET, client_id, "shop", claims, ttl)

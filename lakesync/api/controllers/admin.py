@@ -1,24 +1,26 @@
 """Admin routes (role ``admin``): flush, schemas, sync rules, connectors, action records,
-per-gateway metrics."""
+per-gateway metrics, status."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
 import msgspec
 from litestar import Controller, Request, delete, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.dto import DTOConfig, MsgspecDTO
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from lakesync.api.actions import ActionDispatcher
-from lakesync.api.auth import provide_admin_claims
+from lakesync.api.auth import provide_admin_claims, provide_own_admin_claims
 from lakesync.api.errors import ERROR_RESPONSES
 from lakesync.api.services.connectors import ConnectorService
+from lakesync.api.services.status import StatusService
 from lakesync.api.services.sync import SyncService
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
+from lakesync.status import StatusResponse
 from lakesync.tokens import Claims
 from lakesync.wire import decode_json_object
 
@@ -128,7 +130,8 @@ class AdminController(Controller):
         claims: NamedDependency[Claims],
         service: NamedDependency[SyncService],
     ) -> TableSchema:
-        """Register a table schema or evolve it additively (422 otherwise)."""
+        """Register a table schema or evolve it: new nullable columns, widened columns (422
+        otherwise, saying why)."""
         return await service.put_schema(gw, data)
 
     @post(
@@ -232,3 +235,38 @@ class AdminController(Controller):
             str(head),
             unflushed,
         )
+
+    @get(
+        "/status",
+        responses=ERROR_RESPONSES,
+        dependencies={"claims": Provide(provide_own_admin_claims, sync_to_thread=False)},
+    )
+    async def status(
+        self,
+        claims: NamedDependency[Claims],
+        request: Request[Any, Any, Any],
+        all_gateways: Annotated[bool, QueryParameter(name="all")] = False,
+    ) -> StatusResponse:
+        """Whether data is flowing: per gateway the hot log, the landing flush, the scheduled
+        pipeline's last runs and freshness, each declared destination (watermark lag, read
+        just now; last shipment and error), each connector running here, the clients, and
+        this process's refusals; ``failing`` names every failing thing (empty: all is well).
+        For the token's gateway, or with ``all=true`` every gateway this store or the
+        configuration knows (any gateway's admin token may ask: admin tokens are the
+        operator's)."""
+        service: StatusService = request.app.state.status
+        if all_gateways:
+            return await service.status(await service.known_gateways())
+        return await service.gateway_status(str(claims["gw"]))
+
+    @get("/status/{gw:str}", responses=ERROR_RESPONSES)
+    async def status_of_gateway(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        request: Request[Any, Any, Any],
+    ) -> StatusResponse:
+        """The status of one gateway (as ``/v1/admin/status`` shows it); 404 for a gateway
+        nothing is declared or stored for."""
+        service: StatusService = request.app.state.status
+        return await service.gateway_status(gw)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
+import msgspec
 from litestar import Controller, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.dto import DTOConfig, MsgspecDTO
@@ -18,6 +20,8 @@ from lakesync.api.services.sync import SyncService
 from lakesync import hlc as _hlc
 from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.errors import ValidationError
+from lakesync.schema import TableSchema
+from lakesync.status import DEAD_LETTERS_HEADER, OUTBOX_HEADER, reported_count
 from lakesync.tokens import Claims
 from lakesync.wire import (
     FEATURES_HEADER,
@@ -31,7 +35,41 @@ from lakesync.wire import (
     push_response,
 )
 
-__all__ = ["PushBody", "SyncController"]
+__all__ = ["PushBody", "SchemaList", "SyncController"]
+
+
+class SchemaList(msgspec.Struct, frozen=True):
+    """``GET /v1/sync/{gw}/schemas``: every registered table schema, by table name."""
+
+    schemas: list[TableSchema]
+
+
+Outbox = Annotated[
+    str | None,
+    HeaderParameter(
+        name=OUTBOX_HEADER,
+        required=False,
+        description="The client's pending outbox (deltas not yet acknowledged), for the status.",
+    ),
+]
+DeadLetters = Annotated[
+    str | None,
+    HeaderParameter(
+        name=DEAD_LETTERS_HEADER,
+        required=False,
+        description="The client's dead letters (deltas refused for good), for the status.",
+    ),
+]
+
+
+def _note_reported(
+    service: SyncService, gw: str, claims: Claims, outbox: str | None, dead: str | None
+) -> None:
+    """Keep what a client reported of its backlog (``lakesync status`` shows it)."""
+    pending, dead_letters = reported_count(outbox), reported_count(dead)
+    if pending is not None or dead_letters is not None:
+        service.clients.seen(gw, str(claims["sub"]), time.time(), pending, dead_letters)
+
 
 Features = Annotated[
     str | None,
@@ -79,11 +117,14 @@ class SyncController(Controller):
         data: JSONBody[PushRequest],
         claims: NamedDependency[Claims],
         service: NamedDependency[SyncService],
+        outbox: Outbox = None,
+        dead_letters: DeadLetters = None,
     ) -> PushResponse:
         """Store a batch of deltas atomically (known deltaIds count as accepted, applied once)."""
         service.check_rate(gw, str(claims["sub"]))
         deltas, _ = push_deltas(data)  # the service checks the client id and the batch size
         result = await service.push(gw, claims, data.client_id, deltas)
+        _note_reported(service, gw, claims, outbox, dead_letters)
         return push_response(result.server_hlc, result.accepted, result.stored)
 
     @get("/pull", responses=ERROR_RESPONSES)
@@ -97,6 +138,8 @@ class SyncController(Controller):
         limit: FromQuery[str | None] = None,
         source: FromQuery[str | None] = None,
         features: Features = None,
+        outbox: Outbox = None,
+        dead_letters: DeadLetters = None,
     ) -> PullResponse:
         """The deltas after ``since`` (the gateway's ingest cursor) that this client may see;
         with ``source=NAME`` the rows of that declared source adapter instead, paged by their
@@ -114,7 +157,22 @@ class SyncController(Controller):
         whole_rows = not knows_view_evictions(features)
         result = await service.pull(gw, claims, cursor, n, whole_rows=whole_rows)
         await check_cursor(service, gw, cursor)
+        _note_reported(service, gw, claims, outbox, dead_letters)
         return pull_response(result.deltas, result.server_hlc, result.has_more)
+
+    @get("/schemas", responses=ERROR_RESPONSES)
+    async def schemas(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+    ) -> SchemaList:
+        """**Extension:** the gateway's registered table schemas (docs/protocol.md §10), so a
+        client knows its tables' column types (and decodes them) before it pulls a row."""
+        service.check_rate(gw, str(claims["sub"]))
+        service.check_client(claims, None)
+        found = await service.schemas(gw)
+        return SchemaList([found[name] for name in sorted(found)])
 
     @get("/checkpoint", responses=ERROR_RESPONSES, media_type=CONTENT_TYPE)
     async def checkpoint(

@@ -55,6 +55,10 @@ class GatewaySink:
         self.name = name
         self.client_id = connector_client_id(name)
 
+    async def schemas(self) -> dict[str, TableSchema]:
+        """The gateway's registered table schemas."""
+        return await self.service.schemas(self.gateway_id)
+
     async def register(self, schemas: Sequence[TableSchema]) -> None:
         """Register the source's tables (additive evolution, as the admin route does): columns
         the store has and ``schemas`` does not name are kept (a source may add columns as it
@@ -160,6 +164,7 @@ class ConnectorService:
             spec.interval,
             lead=self._lead,
             chunk_rows=spec.chunk_rows,
+            contract=spec.contract,
         )
 
     async def _run(
@@ -253,6 +258,12 @@ _METRICS = (
     ("rows_read", "lakesync_connector_rows_read", "Rows read from outside systems"),
     ("deltas_pushed", "lakesync_connector_deltas", "Deltas connectors pushed"),
     ("backpressure_waits", "lakesync_connector_backpressure_waits", "Waits on a full hot log"),
+    ("rows_refused", "lakesync_connector_rows_refused", "Source rows a schema contract refused"),
+    (
+        "values_discarded",
+        "lakesync_connector_values_discarded",
+        "Source values a schema contract discarded",
+    ),
 )
 
 

@@ -83,6 +83,10 @@ class Hub:
         """Open connections of one gateway."""
         return len(self._by_gw.get(gateway_id, ()))
 
+    def clients_of(self, gateway_id: str) -> dict[str, int]:
+        """Open connections of one gateway by client id."""
+        return {c: n for (gw, c), n in self._by_client.items() if gw == gateway_id}
+
     def refusal(self, gateway_id: str, client_id: str) -> str | None:
         """Why one more connection of ``client_id`` to ``gateway_id`` would pass a cap, or None.
 

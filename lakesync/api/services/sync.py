@@ -7,6 +7,7 @@ entries to the :class:`~lakesync.api.services.hub.Hub`. Store calls run in worke
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -40,6 +41,7 @@ from lakesync.connector_specs import tables_by_gateway
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
+from lakesync.status import ClientActivity
 from lakesync.views import (
     Reader,
     RowHistory,
@@ -113,6 +115,8 @@ class SyncService:
         self.clock: HLC = store.clock
         self.limiter = RateLimiter(settings.rate_limit, settings.rate_burst)
         self.draining = False
+        self.clients = ClientActivity()
+        """When each client was last seen here, and the backlog it reported (the status)."""
         self._snapshot_caches: dict[str, SnapshotCache] = {}
 
     def snapshots(self, gateway_id: str) -> SnapshotCache:
@@ -151,6 +155,7 @@ class SyncService:
         """Validate and store a batch; broadcast what is new. Nothing is stored on any error."""
         with self.metrics.push_seconds.time():
             sub = self.check_client(claims, client_id)
+            self.clients.seen(gateway_id, sub, time.time())
             return await self._push(gateway_id, claims, sub, deltas, origin)
 
     async def push_from_connector(
@@ -244,6 +249,7 @@ class SyncService:
         """A page of what the client may see after ``since`` (see :mod:`lakesync.views`);
         ``whole_rows`` for a client without view evictions (:attr:`Reader.whole_rows`)."""
         with self.metrics.pull_seconds.time():
+            self.clients.seen(gateway_id, str(claims["sub"]), time.time())
             return await self._pull(gateway_id, claims, since, limit, whole_rows)
 
     async def _pull(
@@ -379,7 +385,7 @@ class SyncService:
         return {name: parse_schema(body, stored=True) for name, body in docs.items()}
 
     async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:
-        """Register or evolve (additively) a table schema, in one atomic read-modify-write so
+        """Register or evolve (add nullable columns, widen columns) a table schema, in one atomic read-modify-write so
         concurrent evolutions never drop each other's columns (the later one is refused)."""
         rules = (await _run(self.store.get_rules, gateway_id)).rules
         # Only the first schema of a gateway whose rules were set while it had none can leave

@@ -77,8 +77,16 @@ class _Reporting:
     """Where a transport reports the values served deltas carry that the replica cannot hold."""
 
     _on_event: EventHandler | None = None
+    #: What the client reports of its backlog: (pending outbox, dead letters).
+    _backlog: Callable[[], tuple[int, int]] | None = None
     #: Where reading served deltas reports each value the replica cannot hold.
     _cell_errors: CellErrorHandler | None = None
+
+    def set_backlog_source(self, source: Callable[[], tuple[int, int]] | None) -> None:
+        """Report ``source()``, the client's pending outbox and dead letters, to the gateway
+        with each push and pull where the transport can (HTTP headers
+        ``X-LakeSync-Outbox`` / ``X-LakeSync-Dead-Letters``; ``lakesync status`` shows them)."""
+        self._backlog = source
 
     def set_event_handler(self, handler: EventHandler | None) -> None:
         """Receive events about served deltas that do not stop syncing: a ``value_error`` for
@@ -117,6 +125,11 @@ class AsyncTransport(_Reporting, ABC):
         """POST actions (docs/protocol.md §5 ``/action``); their results in order. Transports
         that cannot reach that route raise :class:`ConfigError`."""
         raise ConfigError(f"{type(self).__name__} cannot run actions")
+
+    async def schemas(self) -> list[dict[str, Any]] | None:
+        """The gateway's registered table schemas (``GET /schemas``, docs/protocol.md §10), or
+        None when this transport or the gateway cannot tell them."""
+        return None
 
     async def connect(self) -> None:  # noqa: B027
         """Open a realtime connection now (a no-op for transports without one)."""
@@ -166,6 +179,11 @@ class Transport(_Reporting, ABC):
         """POST actions (docs/protocol.md §5 ``/action``); their results in order. Transports that cannot
         reach that route raise :class:`ConfigError`."""
         raise ConfigError(f"{type(self).__name__} cannot run actions")
+
+    def schemas(self) -> list[dict[str, Any]] | None:
+        """The gateway's registered table schemas (``GET /schemas``, docs/protocol.md §10), or
+        None when this transport or the gateway cannot tell them."""
+        return None
 
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:  # noqa: B027
         """Receive realtime broadcasts (a no-op for transports without them)."""

@@ -21,6 +21,7 @@ from lakesync.client.transport._base import (
 )
 from lakesync.client.transport._bridge import BlockingTransport
 from lakesync.delta import CellErrorHandler, RowDelta
+from lakesync.status import DEAD_LETTERS_HEADER, OUTBOX_HEADER
 from lakesync.wire import (
     FEATURES_HEADER,
     VIEW_EVICTIONS_FEATURE,
@@ -33,6 +34,13 @@ from lakesync.wsframes import decode_response
 __all__ = ["AsyncHttpTransport", "HttpTransport"]
 
 HttpClient = httpx.AsyncClient | httpx.Client
+
+
+class _SchemaList(msgspec.Struct):
+    schemas: list[dict[str, Any]]
+
+
+_SCHEMA_LIST = msgspec.json.Decoder(_SchemaList)
 
 
 class AsyncHttpTransport(AsyncTransport):
@@ -70,13 +78,19 @@ class AsyncHttpTransport(AsyncTransport):
         return self._connected
 
     async def _send(
-        self, method: str, path: str, stream: bool = False, **kw: Any
+        self, method: str, path: str, stream: bool = False, report: bool = False, **kw: Any
     ) -> httpx.Response:
+        backlog = {}
+        if report and self._backlog is not None:
+            # The replica's counts are SQLite reads: off the loop, as the engine's writes are.
+            pending, dead = await asyncio.to_thread(self._backlog)
+            backlog = {OUTBOX_HEADER: str(pending), DEAD_LETTERS_HEADER: str(dead)}
         for attempt in range(2):
             headers = {
                 "Authorization": f"Bearer {self._tokens.token}",
                 # This client forgets a row on a view eviction (lakesync.views).
                 FEATURES_HEADER: VIEW_EVICTIONS_FEATURE,
+                **backlog,
             }
             if "content" in kw:
                 headers["Content-Type"] = "application/json"
@@ -104,14 +118,15 @@ class AsyncHttpTransport(AsyncTransport):
     ) -> PushResult:
         """POST one batch to ``/push``."""
         body = encode_push(client_id, deltas, last_seen_hlc)
-        resp = await self._send("POST", "/push", content=body)
+        resp = await self._send("POST", "/push", content=body, report=True)
         server_hlc, accepted = decode_push_response(resp.content)
         return PushResult(server_hlc, accepted)
 
     async def pull(self, client_id: str, since: int, limit: int) -> PullPage:
         """GET one page from ``/pull``."""
         resp = await self._send(
-            "GET", "/pull", params={"since": str(since), "clientId": client_id, "limit": limit}
+            "GET", "/pull", params={"since": str(since), "clientId": client_id, "limit": limit},
+            report=True,
         )
         deltas, server_hlc, has_more = decode_pull_response(resp.content, self._cell_errors)
         return PullPage(deltas, server_hlc, has_more)
@@ -122,6 +137,19 @@ class AsyncHttpTransport(AsyncTransport):
         resp = await self._send("POST", "/action", content=body)
         results: list[dict[str, Any]] = msgspec.json.decode(resp.content)["results"]
         return results
+
+    async def schemas(self) -> list[dict[str, Any]] | None:
+        """GET ``/schemas``; None from a gateway without the route (404, or a reply that is not
+        a schema list: a LakeSync v1 gateway's)."""
+        resp = await self._send("GET", "/schemas", stream=True)
+        try:
+            if resp.status_code == 404:
+                return None
+            return _SCHEMA_LIST.decode(await resp.aread()).schemas
+        except msgspec.DecodeError:
+            return None
+        finally:
+            await resp.aclose()
 
     async def checkpoint(self) -> AsyncCheckpoint | None:
         """GET ``/checkpoint`` as a stream of ``[uint32 length][SyncResponse]`` frames."""
