@@ -32,7 +32,6 @@ ENTRY_POINTS = {
     ("lakesync/cli/lake.py", "as_of_command"),
     ("lakesync/cli/lake.py", "generate_command"),
     ("lakesync/cli/main.py", "_root"),
-    ("lakesync/cli/main.py", "demo"),
     # The clients' public API, which apps call (nothing inside the package needs to).
     ("lakesync/client/_client.py", "execute_action"),
     ("lakesync/client/_client.py", "run_actions"),

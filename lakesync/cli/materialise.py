@@ -18,14 +18,15 @@ from rich.table import Table
 
 from lakesync.cli.output import print_table
 from lakesync.config import Config, load_config
-from lakesync.errors import LakeSyncError
-from lakesync.lakehouse.catalog import lake_catalog
+from lakesync.destinations.factory import open_destination
+from lakesync.destinations.migrate import migrate_table
+from lakesync.errors import ConfigError, LakeSyncError
+from lakesync.lakehouse.catalog import lake_catalog, require_lake
+from lakesync.lakehouse.materialise import ShipResult, materialise, tier
 from lakesync.lakehouse.settings import LakeSettings
 
 if TYPE_CHECKING:
     from rich.status import Status
-
-    from lakesync.lakehouse.materialise import ShipResult
 
 __all__ = [
     "ConfigOption",
@@ -76,7 +77,6 @@ def ship(settings: LakeSettings, config: Config, lifecycle_only: bool = False) -
     """Ship every declared destination (then tier those with a ``hot_window``) and print what
     happened; raise :class:`MaterialiseError` naming the failures, after shipping everything
     else. ``lifecycle_only`` runs the tiering alone (no Spark)."""
-    from lakesync.lakehouse.materialise import materialise, tier
 
     if not config.destinations:
         Console(stderr=True).print(
@@ -136,8 +136,6 @@ def materialise_command(
     """Ship each destination's changes since its watermark (no dbt run: see pipeline run), then
     move rows whose last change is older than a destination's hot_window out of it (the lake
     keeps them)."""
-    from lakesync.lakehouse.catalog import require_lake
-
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
     require_lake(settings)  # a mistyped --data-dir is an error, even with nothing to ship
@@ -156,10 +154,6 @@ def migrate_command(
 
     The tables and their columns are the source gateway's schemas in the configuration.
     """
-    from lakesync.destinations.factory import open_destination
-    from lakesync.destinations.migrate import migrate_table
-    from lakesync.errors import ConfigError
-
     cfg = load_config(config)
     for name in (source, target):
         if name not in cfg.destinations:

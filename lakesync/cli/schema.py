@@ -19,10 +19,12 @@ from typing import Annotated, Any
 
 import typer
 
+from lakesync.api.store import open_store
 from lakesync.cli.lake import DataDirOption
 from lakesync.cli.materialise import ConfigOption
 from lakesync.config import load_config
 from lakesync.errors import NotFoundError, SchemaError
+from lakesync.hlc import HLC
 from lakesync.schema import (
     MIGRATABLE,
     ColumnSpec,
@@ -92,9 +94,6 @@ def migrate_command(
 ) -> None:
     """Retype a number column registered before typed columns existed as an integer or a
     decimal, after checking every value it holds fits."""
-    from lakesync.api.store import open_store
-    from lakesync.hlc import HLC
-
     loaded = load_config(Path(config) if config else None)
     if gw is None:
         if len(loaded.gateways) != 1:

@@ -61,9 +61,10 @@ class BigQueryDestination(Destination):
     ) -> BigQueryDestination:
         """Connect from ``bigquery://project/dataset[?endpoint=…]``."""
         try:
-            from google.api_core.client_options import ClientOptions
-            from google.auth.credentials import AnonymousCredentials
-            from google.cloud import bigquery
+            # heavy, optional (extras "connectors", "destinations")
+            from google.api_core.client_options import ClientOptions  # noqa: PLC0415
+            from google.auth.credentials import AnonymousCredentials  # noqa: PLC0415
+            from google.cloud import bigquery  # noqa: PLC0415
         except ImportError:
             raise DestinationError(
                 "the bigquery destination needs google-cloud-bigquery: "
@@ -96,8 +97,9 @@ class BigQueryDestination(Destination):
 
     def _job(self, sql: str, params: Mapping[str, Any], what: str) -> Any:
         """Run a statement to completion; the finished query job."""
-        from google.api_core.exceptions import GoogleAPIError
-        from google.cloud import bigquery
+        # heavy, optional (extras "connectors", "destinations")
+        from google.api_core.exceptions import GoogleAPIError  # noqa: PLC0415
+        from google.cloud import bigquery  # noqa: PLC0415
 
         config = bigquery.QueryJobConfig(query_parameters=[
             bigquery.ScalarQueryParameter(name, _param_type(value), value)
@@ -119,7 +121,8 @@ class BigQueryDestination(Destination):
     def _columns(self, table: str) -> dict[str, str]:
         """Each column of ``table`` (folded to lower case) and its type as BigQuery names it,
         with a decimal's precision and scale."""
-        from google.api_core.exceptions import NotFound
+        # heavy, optional (extras "connectors", "destinations")
+        from google.api_core.exceptions import NotFound  # noqa: PLC0415
 
         try:
             found = self._client.get_table(f"{self._project}.{self._dataset}.{table}")
@@ -183,8 +186,9 @@ class BigQueryDestination(Destination):
         newline-delimited JSON, one object per changed row (``row_id``, the layout's columns
         with ``json`` ones as canonical text, ``_deleted``, ``_position``; a missing key is
         null), as Spark's JSON writer produces."""
-        from google.api_core.exceptions import GoogleAPIError
-        from google.cloud import bigquery
+        # heavy, optional (extras "connectors", "destinations")
+        from google.api_core.exceptions import GoogleAPIError  # noqa: PLC0415
+        from google.cloud import bigquery  # noqa: PLC0415
 
         what = f"loading the change set of {layout.table!r}"
         self._run(st.clear_staging(layout, "bigquery"), {}, what)

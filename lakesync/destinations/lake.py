@@ -64,7 +64,8 @@ def lake_namespace(spec: DestinationSpec, url: str) -> str:
 def _iceberg_type(spec: ColumnSpec) -> Any:
     """A column's Iceberg type as a pyiceberg type (:func:`lakesync.column_types.iceberg_type`
     names it in the Iceberg spec's notation, which a field parses)."""
-    from pyiceberg.types import NestedField
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.types import NestedField  # noqa: PLC0415
 
     return NestedField(1, spec.name, iceberg_type(spec)).field_type
 
@@ -72,7 +73,8 @@ def _iceberg_type(spec: ColumnSpec) -> Any:
 def _fields(layout: TableLayout) -> list[tuple[str, Any]]:
     """(name, Iceberg type) of every column the layout's table holds, in order: the schema's
     columns typed by :func:`lakesync.column_types.iceberg_type` (json as its text)."""
-    from pyiceberg.types import StringType, TimestamptzType
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.types import StringType, TimestamptzType  # noqa: PLC0415
 
     out: list[tuple[str, Any]] = [("row_id", StringType())]
     out += [(c.name, _iceberg_type(c)) for c in layout.columns]
@@ -108,7 +110,8 @@ class LakeDestination(Destination):
         return f"{self._namespace}.{table}"
 
     def _load(self, table: str) -> Table | None:
-        from pyiceberg.exceptions import NoSuchTableError
+        # heavy, optional (extra "pipeline")
+        from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
 
         try:
             return self._catalog.load_table(self._identifier(table))
@@ -122,8 +125,9 @@ class LakeDestination(Destination):
         return TableLayout(table, specs, self.spec.delete, external_id, (self._namespace,))
 
     def ensure_table(self, layout: TableLayout) -> None:
-        from pyiceberg.schema import Schema
-        from pyiceberg.types import NestedField
+        # heavy, optional (extra "pipeline")
+        from pyiceberg.schema import Schema  # noqa: PLC0415
+        from pyiceberg.types import NestedField  # noqa: PLC0415
 
         with self._failing(f"creating table {layout.table!r}"):
             self._catalog.create_namespace_if_not_exists(self._namespace)
@@ -152,9 +156,10 @@ class LakeDestination(Destination):
         (:func:`~lakesync.destinations.base.widened_value`) into a table made anew with the
         same properties (the watermarks). An interrupted rebuild leaves no table, or an empty
         one without watermarks: the next shipment then ships the table whole."""
-        import pyarrow as pa
-        from pyiceberg.schema import Schema
-        from pyiceberg.types import NestedField
+        # heavy, optional (extra "pipeline")
+        import pyarrow as pa  # noqa: PLC0415
+        from pyiceberg.schema import Schema  # noqa: PLC0415
+        from pyiceberg.types import NestedField  # noqa: PLC0415
 
         types = {f.name: f.field_type for f in found.schema().fields}
         changed = {
@@ -191,8 +196,9 @@ class LakeDestination(Destination):
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
     ) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        # heavy, optional (extra "pipeline")
+        import pyarrow as pa  # noqa: PLC0415
+        import pyarrow.compute as pc  # noqa: PLC0415
 
         what = f"applying changes to {layout.table!r}"
         with self._failing(what):
@@ -242,8 +248,9 @@ class LakeDestination(Destination):
         self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
     ) -> int:
         """(A lake destination has no hot window: ``mark`` is not kept.)"""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        # heavy, optional (extra "pipeline")
+        import pyarrow as pa  # noqa: PLC0415
+        import pyarrow.compute as pc  # noqa: PLC0415
 
         if not row_ids:
             return 0
@@ -267,7 +274,8 @@ class LakeDestination(Destination):
 
 def _spec_of(name: str, kind: Any) -> ColumnSpec:
     """The column type an Iceberg type holds here (a string: string, or json as its text)."""
-    from pyiceberg import types as it
+    # heavy, optional (extra "pipeline")
+    from pyiceberg import types as it  # noqa: PLC0415
 
     if isinstance(kind, it.DecimalType):
         return ColumnSpec(name, "decimal", kind.precision, kind.scale)

@@ -24,6 +24,8 @@ from typing import Any, Protocol
 import msgspec
 
 from lakesync.checkpoint_chunks import DEFAULT_CHUNK_BYTES, chunk_rows
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.connection import connect
 from lakesync.lakehouse.lake_position import covered_positions
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 from lakesync.merge import Cell, RowState
@@ -117,7 +119,7 @@ order by r.table_name, r.row_id
 
 
 def lake_rows(con: Any, gateway_id: str) -> Iterator[tuple[RowKey, RowRecord]]:
-    """A gateway's merged rows from the models on a :func:`lakesync.lakehouse.query.connect`
+    """A gateway's merged rows from the models on a :func:`lakesync.lakehouse.connection.connect`
     connection,
     in ``(table, row_id)`` order, read in batches."""
     cursor = con.execute(_ROWS_SQL, [gateway_id])
@@ -147,9 +149,6 @@ def build_checkpoints(
 ) -> CheckpointRun:
     """Publish a checkpoint for every gateway of the models whose covered position moved past
     its published checkpoint."""
-    from lakesync.lakehouse.catalog import open_catalog
-    from lakesync.lakehouse.query import connect
-
     covered = covered_positions(open_catalog(settings))
     if covered is None:
         return CheckpointRun([], [])

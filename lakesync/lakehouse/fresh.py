@@ -11,7 +11,7 @@ nothing. The typed columns are decoded by the same functions as the models' UDFs
 (:mod:`lakesync.spark_udfs.decode`), so a fresh row reads exactly as the pipeline will write it.
 
 No gaps: the covered and landed positions are read from the table metadata the connection's
-views were made from (:class:`lakesync.lakehouse.query.PinnedTable`), never from the catalog
+views were made from (:class:`lakesync.lakehouse.connection.PinnedTable`), never from the catalog
 again, so a flush or a pipeline commit in between cannot claim deltas the views lack. A
 registered table with no ``analytics`` table yet is answered from its merged rows, landing and
 the hot log.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -30,16 +30,15 @@ from lakesync.column_types import decimal_params
 from lakesync.delta import ColumnValue, RowDelta
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ROWS_MERGED_IDENTIFIER, landing_state
 from lakesync.lakehouse.checkpoint_builder import lake_rows
+from lakesync.lakehouse.connection import PinnedTable
 from lakesync.lakehouse.lake_position import covered_by
 from lakesync.lakehouse.landing import HotLogSource
 from lakesync.lakehouse.models import table_columns
+from lakesync.lakehouse.registry import registered_table_schemas
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LakeSettings
 from lakesync.merge import RowState, apply_delta
 from lakesync.schema import ColumnSpec
 from lakesync.spark_udfs.decode import decoder, hlc_to_timestamp
-
-if TYPE_CHECKING:
-    from lakesync.lakehouse.query import PinnedTable
 
 __all__ = ["freshen"]
 
@@ -87,7 +86,7 @@ def _positions(pinned: Mapping[str, PinnedTable]) -> _Positions:
     """The positions as the pinned tables record them, never as the catalog says later: a flush
     or a pipeline run after the views were made would move them past what the views read (a
     gap). ``int_rows_merged`` was loaded before the other models
-    (:func:`lakesync.lakehouse.query.connect`), so they hold at least what it says is covered;
+    (:func:`lakesync.lakehouse.connection.connect`), so they hold at least what it says is covered;
     more is harmless (merging is idempotent)."""
     rows = pinned.get(ROWS_MERGED_IDENTIFIER)
     covered = None if rows is None else covered_by(rows.table)
@@ -157,11 +156,9 @@ def freshen(
 ) -> int:
     """Make each ``analytics.<table>`` view on ``con`` answer with the deltas not merged yet
     (``log``: the hot log, if reachable); ``con`` and ``pinned`` are what
-    :func:`lakesync.lakehouse.query.connect` made and the tables its views read. A registered
+    :func:`lakesync.lakehouse.connection.connect` made and the tables its views read. A registered
     table the pipeline has not built yet gets a view of its merged rows and those deltas.
     Returns how many rows changed."""
-    from lakesync.lakehouse.runner import registered_table_schemas
-
     at = _positions(pinned)
     columns = table_columns(registered_table_schemas(settings))
     stored = {t: pinned.get(f"{ANALYTICS_NAMESPACE}.{t}") for t in columns}

@@ -13,7 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lakesync.lakehouse.catalog import landing_state, late_landing_sequence, open_catalog
+# COVERED_PROPERTY is the catalog's (one definition); the runner and readers use it from here.
+from lakesync.lakehouse.catalog import (
+    COVERED_PROPERTY,
+    landing_state,
+    late_landing_sequence,
+    open_catalog,
+)
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 
 __all__ = [
@@ -29,13 +35,6 @@ __all__ = [
 CONSUMED_PROPERTY = "lakesync.landing-sequence"
 """Table property of ``int_rows_merged``: the sequence number of the landing snapshot the last
 pipeline run started from (every landing commit up to it was read by the models)."""
-
-
-COVERED_PROPERTY = "lakesync.covered"
-"""Table property of ``int_rows_merged``: what the last successful pipeline run is complete
-through, as JSON ``{"position": P, "held": {gateway: P_gw}}`` (the landing state it started
-from): every delta of a gateway ingested at or before ``held.get(gateway, position)`` is merged
-into the models. Checkpoints record it (:mod:`lakesync.lakehouse.checkpoint_builder`)."""
 
 
 def landing_sequence(settings: LakeSettings) -> tuple[int, bool, str | None]:

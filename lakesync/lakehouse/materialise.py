@@ -71,6 +71,7 @@ from lakesync.lakehouse.models import (
     write_change_set_models,
     write_models,
 )
+from lakesync.lakehouse.runner import PipelineError, dbt_invoke, registered_table_schemas
 from lakesync.lakehouse.settings import CHANGES_NAMESPACE, LakeSettings
 from lakesync.lakehouse.spark import spark_session
 from lakesync.schema import DELETED_COLUMN, ColumnSpec, TableSchema
@@ -160,8 +161,6 @@ def _build_stale_change_sets(
     current watermark (none after a ``lakesync pipeline run`` that nothing shipped since),
     except those of ``not_built`` tables (their current state is stale).
     Returns dbt's error if that build failed (the shipments it concerns report it)."""
-    from lakesync.lakehouse.runner import PipelineError, dbt_invoke, registered_table_schemas
-
     require_lake(settings)
     tables = table_columns(registered_table_schemas(settings, config))
     models = planned_change_sets(settings, config, tables)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakesync.config import Config
+from lakesync.config import Config, load_config
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import (
@@ -52,6 +52,7 @@ from lakesync.lakehouse.models import (
     write_models,
 )
 from lakesync.lakehouse.process_env import process_environment
+from lakesync.lakehouse.registry import registered_table_schemas  # re-exported: public here too
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakesync.lakehouse.spark import spark_session
 from lakesync.schema import TableSchema
@@ -121,22 +122,6 @@ class PipelineResult:
                   for m, why in self.failed_change_sets.items())]
 
 
-def registered_table_schemas(
-    settings: LakeSettings, config: Config | None = None
-) -> list[TableSchema]:
-    """Every registered schema: the ones the gateways published to ``lakesync.table_schemas``
-    (admin routes and their ``lakesync.yaml``) plus those in ``config`` (default: this process's
-    ``lakesync.yaml``), both kept, so :func:`~lakesync.lakehouse.models.table_columns` unions a
-    column
-    the configuration has and the published schema not yet."""
-    from lakesync.config import load_config
-    from lakesync.lakehouse.registry import registered_schemas
-
-    config = config or load_config()
-    published = [s for _, s in registered_schemas(open_catalog(settings))]
-    return [*published, *(s for gw in config.gateways.values() for s in gw.schemas)]
-
-
 def generate_models(
     settings: LakeSettings, directory: Path | None = None, config: Config | None = None
 ) -> GeneratedModels:
@@ -145,8 +130,6 @@ def generate_models(
     ``directory`` (default: the dbt project's own ``generated/`` model path, which git ignores),
     so a plain ``dbt build`` from the project builds the marts and change sets too
     (``lakesync pipeline generate``). ``models`` of the result lists both kinds."""
-    from lakesync.config import load_config
-
     require_lake(settings)
     config = config or load_config()
     tables = table_columns(registered_table_schemas(settings, config))
@@ -199,7 +182,8 @@ class DbtInvoker:
         """Invoke dbt in-process on the project with this data dir's target and log paths,
         parsing the project first only when it changed since this invoker last parsed it.
         Returns dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt fails."""
-        from dbt.cli.main import dbtRunner
+        # heavy, optional (extra "pipeline")
+        from dbt.cli.main import dbtRunner  # noqa: PLC0415
 
         prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
         errors: list[str] = []  # e.g. a run-operation's failure, which names no node
@@ -313,8 +297,6 @@ def run_pipeline(
     ``dbt`` keeps the parsed project between runs (default: a new :class:`DbtInvoker`).
     :func:`lakesync.lakehouse.pipeline.run_and_ship` runs this, then ships.
     """
-    from lakesync.config import load_config
-
     started = time.monotonic()
     dbt = dbt or DbtInvoker()
     settings = settings or LakeSettings.from_env(data_dir)

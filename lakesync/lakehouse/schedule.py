@@ -40,10 +40,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lakesync.config import Config, ServerConfig
 from lakesync.hlc import encode
-from lakesync.lakehouse.catalog import landing_state
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import landing_state, open_catalog
 from lakesync.lakehouse.checkpoint_builder import CheckpointSink, build_checkpoints
 from lakesync.lakehouse.lake_position import covered_positions
-from lakesync.lakehouse.landing import HotLogSource
+from lakesync.lakehouse.landing import HotLogSource, LandingFlusher
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 from lakesync.lakehouse.worker import PipelineWorker, RunReply, WorkerDiedError
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
     from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.landing import LandingFlusher
 
 __all__ = [
     "HotLogMaintenance",
@@ -123,11 +123,6 @@ def _landing_jobs(
     on_flushed: Callable[[int], None] | None,
 ) -> tuple[LandingFlusher, HotLogMaintenance] | None:
     try:
-        # pyiceberg and pyarrow are the optional `pipeline` extra: without them nothing runs.
-        from lakesync.lakehouse.bootstrap import init_catalog_tables
-        from lakesync.lakehouse.catalog import open_catalog
-        from lakesync.lakehouse.landing import LandingFlusher
-
         lake = (
             LakeSettings.from_env(schedule.data_dir)
             if config is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakesync.lakehouse.process_env import process_environment
@@ -11,7 +12,7 @@ from lakesync.lakehouse.settings import LakeSettings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["spark_session"]
+__all__ = ["lake_spark_conf", "spark_session"]
 
 
 def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSession:
@@ -20,10 +21,11 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
     dbt-spark's session method calls ``getOrCreate()`` too, so a session built here first is the
     one dbt uses, with the UDFs the runner registered on it.
     """
-    from pyspark.sql import SparkSession
+    # heavy, optional (extra "pipeline")
+    from pyspark.sql import SparkSession  # noqa: PLC0415
 
     builder = SparkSession.builder.appName(app_name)
-    for key, value in {**settings.spark_conf(), **_log_to_file(settings)}.items():
+    for key, value in lake_spark_conf(settings).items():
         builder = builder.config(key, value)
     # Python UDF workers must run this venv's interpreter, and daemons must bind loopback only;
     # PySpark reads both when the session starts (a variable the user set wins).
@@ -31,6 +33,13 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
            "SPARK_LOCAL_IP": "127.0.0.1"}
     with process_environment(env, override=False):
         return builder.getOrCreate()
+
+
+def lake_spark_conf(settings: LakeSettings, log: Path | None = None) -> dict[str, str]:
+    """Every Spark setting of a lake JVM: :meth:`LakeSettings.spark_conf` plus the driver's log
+    file (``log``, default :attr:`LakeSettings.spark_log`). The pipeline's session and the SQL
+    endpoint (``lakesync.lakehouse.sql_server``) both start from this, so they see one lake."""
+    return {**settings.spark_conf(), **_log_to_file(settings, log or settings.spark_log)}
 
 
 _LOG4J2 = """\
@@ -44,13 +53,13 @@ appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
 """
 
 
-def _log_to_file(settings: LakeSettings) -> dict[str, str]:
-    """Driver settings that send the JVM's log lines to :attr:`LakeSettings.spark_log`.
+def _log_to_file(settings: LakeSettings, log: Path) -> dict[str, str]:
+    """Driver settings that send the JVM's log lines to ``log``.
 
     Spark's default log4j2 setup writes warnings to the terminal, where they would interleave
     with the CLI's own progress; they apply only when this process starts the JVM.
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    config = settings.data_dir / "spark-log4j2.properties"
-    config.write_text(_LOG4J2.format(path=settings.spark_log), encoding="utf-8")
+    config = settings.data_dir / f"{log.stem}-log4j2.properties"
+    config.write_text(_LOG4J2.format(path=log), encoding="utf-8")
     return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={config.as_uri()}"}

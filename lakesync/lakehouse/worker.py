@@ -38,16 +38,17 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, Literal
 
 import msgspec
 
-from lakesync.lakehouse.compaction import TableCompaction
+from lakesync.config import load_config
+from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.lakehouse.compaction import TableCompaction, compact
+from lakesync.lakehouse.pipeline import Built, NodeProgress, PipelineEvent, run_and_ship
+from lakesync.lakehouse.runner import DbtInvoker
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.status import Shipment
-
-if TYPE_CHECKING:
-    from lakesync.lakehouse.pipeline import PipelineEvent
-    from lakesync.lakehouse.runner import DbtInvoker
 
 __all__ = [
     "PipelineWorker", "RunReply", "RunRequest", "SecondaryFailures", "WorkerDiedError", "main"
@@ -106,8 +107,6 @@ _encoder = msgspec.json.Encoder()
 
 
 def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
-    from lakesync.lakehouse.runner import DbtInvoker
-
     dbt = DbtInvoker()  # kept for the worker's lifetime: dbt parses only a changed project
     for line in requests:
         if not line.strip():
@@ -125,8 +124,6 @@ def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
 
 def _log_event(event: PipelineEvent) -> None:
     """The worker's log of a run's progress (``pipeline.log``)."""
-    from lakesync.lakehouse.pipeline import Built, NodeProgress
-
     match event:
         case NodeProgress(node=node, status=status):
             _log.info("%-8s %s", status, node)
@@ -142,11 +139,6 @@ def _log_event(event: PipelineEvent) -> None:
 def _run(data_dir: Path | None, request: RunRequest, dbt: DbtInvoker) -> RunReply:
     """One pipeline run, then shipping to the declared destinations
     (:func:`lakesync.lakehouse.pipeline.run_and_ship`, as ``lakesync pipeline run`` does)."""
-    from lakesync.config import load_config
-    from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.pipeline import run_and_ship
-    from lakesync.lakehouse.settings import LakeSettings
-
     _log.info("pipeline run started")
     metrics = DestinationMetrics()
     try:
@@ -184,10 +176,6 @@ def _run(data_dir: Path | None, request: RunRequest, dbt: DbtInvoker) -> RunRepl
 
 def _compact(data_dir: Path | None, dbt: DbtInvoker) -> RunReply:
     """One ``lakesync compact`` on this worker's Spark session."""
-    from lakesync.config import load_config
-    from lakesync.lakehouse.compaction import compact
-    from lakesync.lakehouse.settings import LakeSettings
-
     _log.info("compaction started")
     try:
         result = compact(

@@ -1,7 +1,7 @@
-"""Pure cell decoders, one per schema column type (docs/protocol.md §10), plus HLC → time: what fresh reads
-(``lakesync/lakehouse/fresh.py``) and destinations use; the dbt models do the same with Spark built-ins
-(``lakesync_decode`` in ``macros/current_state.sql``, held equal by a test), so plain dbt needs no
-Python UDF.
+"""Pure cell decoders, one per schema column type (docs/protocol.md §10), plus HLC → time: what
+fresh reads (``lakesync/lakehouse/fresh.py``) and destinations use; the dbt models do the same with
+Spark built-ins (``lakesync_decode`` in ``macros/current_state.sql``, held equal by a test), so
+plain dbt needs no Python UDF.
 
 Landing cells carry each value as its own JSON text (``value_json``), so a decoder sees exactly what
 the client sent. A value of the wrong type for the column decodes to null rather than failing the

@@ -20,14 +20,14 @@ from hypothesis import strategies as st
 from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
+from lakesync.config import GatewayConfig
+from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import Destination, typed_change
 from lakesync.destinations.factory import mysql_params, open_destination
 from lakesync.destinations.sql import SqlDestination
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
-from lakesync.config import GatewayConfig
-from lakesync.destination_specs import DestinationSpec
 from lakesync.rules import parse_rules, rules_to_wire
 from lakesync.schema import parse_schema
 from tests.api.helpers import auth, make_settings, token
@@ -197,8 +197,8 @@ def test_json_strings_from_postgres_stay_strings_and_fail_no_pull(
 def test_a_hand_kept_row_with_invalid_json_reads_as_null_and_fails_no_pull(
     tmp_path: Path,
 ) -> None:
-    """A MariaDB table kept by a team in the docs/protocol.md §11 layout, its json column plain text with a
-    value that is not JSON: that cell reads as null, every other cell and row arrives."""
+    """A MariaDB table kept by a team in the docs/protocol.md §11 layout, its json column plain text
+    with a value that is not JSON: that cell reads as null, every other cell and row arrives."""
     dest, db = open_fresh("mysql")
     try:
         conn = pymysql.connect(**mysql_params(dest.spec.url))  # type: ignore[arg-type]

@@ -18,8 +18,8 @@ from litestar.params import FromPath
 
 from lakesync.api.auth import authenticate
 from lakesync.api.errors import client_message
-from lakesync.api.services.initial_sync import check_cursor
 from lakesync.api.services.hub import Connection
+from lakesync.api.services.initial_sync import check_cursor
 from lakesync.api.services.limits import TokenBucket
 from lakesync.api.services.sync import SyncService
 from lakesync.errors import LakeSyncError

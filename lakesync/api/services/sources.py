@@ -18,8 +18,8 @@ from typing import Any
 import anyio.to_thread
 
 from lakesync.api.services.sync import SyncService
-from lakesync.destinations.factory import open_destination
 from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.factory import open_destination
 from lakesync.errors import NotFoundError
 from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings

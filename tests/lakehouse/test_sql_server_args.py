@@ -1,0 +1,78 @@
+"""`lakesync sql-server` without a JVM: its command line, its bind-address guard, its errors."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lakesync.cli.main import app
+from lakesync.errors import ValidationError
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.spark import lake_spark_conf
+from lakesync.lakehouse.sql_server import (
+    SqlServer,
+    SqlServerError,
+    check_bind_address,
+    thrift_server_argv,
+)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_loopback_hosts_need_no_flag(host: str) -> None:
+    check_bind_address(host, allow_remote=False)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "db.example.com"])
+def test_other_hosts_are_refused_unless_allowed(host: str) -> None:
+    with pytest.raises(ValidationError, match="--allow-remote"):
+        check_bind_address(host, allow_remote=False)
+    check_bind_address(host, allow_remote=True)
+
+
+def test_the_server_gets_the_pipelines_spark_settings(tmp_path: Path) -> None:
+    settings = LakeSettings.from_env(tmp_path, env={})
+    conf = lake_spark_conf(settings, tmp_path / "sql-server.log")
+    argv = thrift_server_argv(Path("/spark"), conf, "127.0.0.1", 10001,
+                              ["hive.server2.authentication=NOSASL"])
+    assert argv[:3] == ["/spark/bin/spark-submit", "--class",
+                        "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"]
+    assert argv[-1] == "spark-internal"
+    pairs = list(itertools.pairwise(argv))
+    confs = dict(v.split("=", 1) for k, v in pairs if k == "--conf")
+    for key in ("spark.sql.catalog.lake.uri", "spark.sql.defaultCatalog", "spark.jars",
+                "spark.sql.extensions"):
+        assert confs[key] == settings.spark_conf()[key]
+    assert "sql-server" in confs["spark.driver.extraJavaOptions"]  # its own log file
+    assert confs["spark.driver.extraClassPath"].split(":") == confs["spark.jars"].split(",")
+    hive = [v for k, v in pairs if k == "--hiveconf"]
+    assert hive == ["hive.server2.thrift.port=10001", "hive.server2.thrift.bind.host=127.0.0.1",
+                    "hive.server2.authentication=NOSASL"]
+
+
+def test_a_hiveconf_without_a_value_is_refused() -> None:
+    with pytest.raises(ValidationError, match="KEY=VALUE"):
+        thrift_server_argv(Path("/spark"), {}, "127.0.0.1", 10000, ["nonsense"])
+
+
+def test_a_taken_port_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    settings = LakeSettings.from_env(tmp_path, env={})
+    init_catalog_tables(settings)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SqlServerError, match=f"127.0.0.1:{port}: the address is in use"):
+            SqlServer(settings, port=port).start()
+
+
+def test_cli_refuses_a_remote_host_and_a_missing_lake(tmp_path: Path) -> None:
+    out = CliRunner().invoke(app, ["sql-server", "--data-dir", str(tmp_path), "--host",
+                                   "0.0.0.0"])
+    assert out.exit_code == 2 and "--allow-remote" in " ".join(out.output.split())
+    out = CliRunner().invoke(app, ["sql-server", "--data-dir", str(tmp_path / "none")])
+    assert out.exit_code == 1 and "no lake in" in out.output
