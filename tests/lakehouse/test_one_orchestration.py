@@ -4,7 +4,8 @@ process environment as it found it.
 
 Real parts: the demo's gateway subprocess and clients, Spark, dbt and the Iceberg catalog of one
 data dir, the CLI (typer's runner) and the worker's request handler, all in this process after
-the demo. ``run_and_ship`` is wrapped by a recorder that calls the real function with an
+the demo. ``run_and_ship``, where each caller imported it, is wrapped by a recorder that calls the
+real function with an
 observer teeing its events, so the test sees which callers went through it and what each saw.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from lakesync.cli import demo, lake
 from lakesync.cli.demo import run_demo
 from lakesync.cli.main import app
 from lakesync.lakehouse import pipeline, worker
@@ -54,7 +56,10 @@ def test_the_demo_the_cli_and_the_worker_share_one_run_and_leave_the_environment
 
         return real(*args, observer=tee, **kwargs)
 
-    monkeypatch.setattr(pipeline, "run_and_ship", recorded)
+    # Each caller imports the one function by name: record it where each of them calls it.
+    for caller in (demo, lake, worker):
+        assert caller.run_and_ship is real
+        monkeypatch.setattr(caller, "run_and_ship", recorded)
     data_dir = tmp_path / "d"
     # Before any Spark session or dbt run in this process: nothing they need may stay set.
     environment = _environment()
