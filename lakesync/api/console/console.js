@@ -324,9 +324,9 @@
       h("h1", {}, `Destination ${name}`)];
     if (!d) out.push(h("p", { class: "error" }, `no destination ${name} on gateway ${gw}`));
     else {
-      const error = d.error ? `unreachable: ${d.error}` : d.last_error ? `last shipment failed: ${d.last_error}` : null;
+      const errors = [d.error && `unreachable: ${d.error}`, d.last_error && `last shipment failed: ${d.last_error}`].filter(Boolean);
       out.push(
-        error ? h("div", { class: "card failing", id: "destination-error" }, error)
+        errors.length ? h("div", { class: "card failing", id: "destination-error" }, h("ul", {}, errors.map((e) => h("li", {}, e))))
           : h("p", { class: "ok" }, "Reachable; the last shipment succeeded."),
         h("div", { class: "grid" },
           stat("kind", d.kind), stat("lag", backlog(d.lag)),

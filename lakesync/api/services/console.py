@@ -32,6 +32,8 @@ SESSION_TTL_S = 8 * 3600.0
 """How long a console sign-in lasts."""
 _MAX_SESSIONS = 1000
 _COUNTED = ("pushes", "pulls", "deltas")
+_DRAIN_CHECK_S = 1.0
+"""How often a live stream waiting for a sample checks whether the gateway is draining."""
 
 
 class Snapshot(msgspec.Struct, frozen=True):
@@ -136,13 +138,14 @@ class ConsoleService:
             await asyncio.sleep(self.history.every_s)
 
     async def snapshots(self) -> AsyncIterator[Snapshot]:
-        """The latest snapshot now (if any), then each new one as it is taken."""
+        """The latest snapshot now (if any), then each new one as it is taken; ends when the
+        gateway starts draining (an open stream would otherwise hold up its shutdown)."""
         seen: Snapshot | None = None
-        while True:
+        while not self._service.draining:
             async with self._sampled:
                 if self._snapshot is seen:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._sampled.wait(), self.history.every_s * 4)
+                        await asyncio.wait_for(self._sampled.wait(), _DRAIN_CHECK_S)
                 current = self._snapshot
             if current is not None and current is not seen:
                 seen = current
