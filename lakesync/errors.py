@@ -22,6 +22,7 @@ __all__ = [
     "RateLimitedError",
     "SchemaError",
     "ValidationError",
+    "ValueTypeError",
     "code_for_status",
     "error_for_code",
 ]
@@ -60,6 +61,13 @@ class SchemaError(LakeSyncError):
 
     code = "SCHEMA_ERROR"
     status = 422
+
+
+class ValueTypeError(SchemaError):
+    """A column value that is not its column's declared type in canonical wire form (or a null
+    in a column that is not nullable): bad input, so 400, with the schema error code."""
+
+    status = 400
 
 
 class ClockDriftError(LakeSyncError):
@@ -121,6 +129,7 @@ _GATEWAY_ERRORS: tuple[type[LakeSyncError], ...] = (
     ValidationError,
     PayloadTooLargeError,
     SchemaError,
+    ValueTypeError,
     ClockDriftError,
     AuthError,
     ForbiddenError,

@@ -8,8 +8,15 @@ from typing import Any, Literal
 
 import msgspec
 
+from lakesync.column_types import (
+    check_spec,
+    check_wire_value,
+    decimal_params,
+    type_text,
+    widening_allowed,
+)
 from lakesync.delta import RowDelta, validate_identifier
-from lakesync.errors import SchemaError
+from lakesync.errors import SchemaError, ValueTypeError
 from lakesync.hints import explain
 
 __all__ = [
@@ -41,7 +48,10 @@ __all__ = [
     "widened",
 ]
 
-ColumnType = Literal["string", "number", "boolean", "json", "null"]
+ColumnType = Literal[
+    "string", "number", "boolean", "json", "null",  # the original five
+    "integer", "decimal", "timestamp", "date", "bytes",
+]
 
 # Reserved names: every name LakeSync uses for itself, in one place. A schema naming one is
 # refused at registration (admin route, lakesync.yaml, connectors); one registered before a name
@@ -135,11 +145,18 @@ def reserved_name_problems(schema: TableSchema) -> list[str]:
     return problems
 
 
-class ColumnSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One column of a table: its name and type."""
+class ColumnSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One column of a table: its name, type and options (lakesync.column_types).
+
+    ``precision`` and ``scale`` belong to ``decimal`` alone (38 and 9 when unset); ``nullable``
+    is true unless declared false. Unset options are left out of the JSON form, so a schema of
+    the original types serialises as it always did."""
 
     name: str
     type: ColumnType
+    precision: int | None = None
+    scale: int | None = None
+    nullable: bool = True
 
 
 class TableSchema(
@@ -157,6 +174,10 @@ class TableSchema(
         """``{column name: type}`` in declaration order."""
         return {c.name: c.type for c in self.columns}
 
+    def column_specs(self) -> dict[str, ColumnSpec]:
+        """``{column name: its spec}`` in declaration order."""
+        return {c.name: c for c in self.columns}
+
 
 def parse_schema(obj: object, *, stored: bool = False) -> TableSchema:
     """Validate a table schema document; :class:`SchemaError` names the problem.
@@ -172,10 +193,15 @@ def parse_schema(obj: object, *, stored: bool = False) -> TableSchema:
     seen: set[str] = set()
     for c in schema.columns:
         validate_identifier(c.name, f"column name in table {schema.table!r}")
+        check_spec(c)
         folded = c.name.lower()
         if folded in seen:
             raise SchemaError(f"column {c.name!r} appears twice in {schema.table!r}")
         seen.add(folded)
+    if any(c.type == "decimal" and None in (c.precision, c.scale) for c in schema.columns):
+        schema = msgspec.structs.replace(
+            schema, columns=[_with_defaults(c) for c in schema.columns]
+        )
     names = {c.name for c in schema.columns}
     for extra in (*(schema.primary_key or []), schema.external_id_column):
         if extra is not None and extra != "row_id" and extra not in names:
@@ -186,32 +212,48 @@ def parse_schema(obj: object, *, stored: bool = False) -> TableSchema:
     return schema
 
 
+def _with_defaults(spec: ColumnSpec) -> ColumnSpec:
+    # A decimal's precision and scale are stored explicitly: the defaults could change later.
+    if spec.type != "decimal":
+        return spec
+    precision, scale = decimal_params(spec)
+    return msgspec.structs.replace(spec, precision=precision, scale=scale)
+
+
 def schema_to_wire(schema: TableSchema) -> dict[str, Any]:
     """The JSON-ready form of a schema (camelCase keys, unset options omitted)."""
     return msgspec.to_builtins(schema)  # type: ignore[no-any-return]
 
 
 def evolve(old: TableSchema, new: TableSchema) -> TableSchema:
-    """Accept ``new`` if it only adds columns to ``old``; else raise :class:`SchemaError`."""
+    """Accept ``new`` if it only adds nullable columns to ``old`` and widens existing ones
+    (:func:`lakesync.column_types.widening_allowed`); else raise :class:`SchemaError` saying
+    why and what to do."""
     if old.table != new.table:
         raise SchemaError(f"cannot evolve table {old.table!r} into {new.table!r}")
-    new_types = new.column_types()
-    for name, typ in old.column_types().items():
-        if name not in new_types:
+    new_specs = new.column_specs()
+    old_specs = old.column_specs()
+    for name, spec in old_specs.items():
+        if name not in new_specs:
             raise SchemaError(
                 f"column {name!r} of {old.table!r} cannot be removed (evolution is additive only)"
             )
-        if new_types[name] != typ:
+        why = widening_allowed(spec, new_specs[name])
+        if why is not None:
+            raise SchemaError(f"table {old.table!r}: {why}")
+    for spec in new.columns:
+        if spec.name not in old_specs and not spec.nullable:
             raise SchemaError(
-                f"column {name!r} of {old.table!r} cannot change type from {typ} to "
-                f"{new_types[name]} (evolution is additive only)"
+                f"column {spec.name!r} added to {old.table!r} must be nullable: the rows already "
+                "there have no value for it"
             )
     return new
 
 
 def widened(stored: TableSchema, new: TableSchema) -> TableSchema:
     """``stored`` with the columns only ``new`` has appended and ``new``'s type for the ones
-    both have (so :func:`evolve` still refuses a type change); ``new``'s options."""
+    both have (so :func:`evolve` still refuses a type change that is not a widening);
+    ``new``'s options."""
     by_name = {c.name.lower(): c for c in new.columns}  # names fold case, as everywhere
     have = {c.name.lower() for c in stored.columns}
     columns = [by_name.get(c.name.lower(), c) for c in stored.columns]
@@ -229,8 +271,10 @@ def merge_declared(
     """Merge a schema declared in the config file into the stored one, losing nothing stored.
 
     ``applied`` is the declaration merged last time (None if never). Columns only ``declared``
-    has are appended; stored columns it lacks stay (they were added through the admin API); a
-    column declared with another type (or another letter case) keeps its stored form. The
+    has are appended (nullable: stored rows lack them); stored columns it lacks stay (they were
+    added through the admin API); a column declared with a wider type
+    (:func:`lakesync.column_types.widening_allowed`) takes it; one declared with another type
+    (or another letter case) keeps its stored form. The
     options (``primaryKey``, ``softDelete``, ``externalIdColumn``) are the declared ones when the
     declaration changed them since ``applied``, else the stored ones. Returns the merged schema
     and one message per conflict: a kept column, or stored options (set through the admin API
@@ -243,12 +287,29 @@ def merge_declared(
     conflicts: list[str] = []
     for col in declared.columns:
         have = by_fold.get(col.name.lower())
+        if have is None and not col.nullable:
+            # The stored rows have no value for it: it joins as nullable (docs/protocol.md §10).
+            columns.append(msgspec.structs.replace(col, nullable=True))
+            conflicts.append(
+                f"column {col.name!r} of {stored.table!r} is declared not nullable but added to "
+                "a table that has rows already; adding it nullable"
+            )
+            continue
         if have is None:
             columns.append(col)
-        elif have != col:
+            continue
+        if have == col:
+            continue
+        # A declared widening of a stored column is applied (under the stored name's case).
+        widening = msgspec.structs.replace(col, name=have.name)
+        why = widening_allowed(have, widening)
+        if why is None and have.name == col.name:
+            columns[columns.index(have)] = widening
+        else:
             conflicts.append(
-                f"column {have.name!r} of {stored.table!r} is {have.type} in the store but "
-                f"declared {col.name!r} {col.type}; keeping {have.name!r} {have.type}"
+                f"column {have.name!r} of {stored.table!r} is {_spec_text(have)} in the store "
+                f"but declared {col.name!r} {_spec_text(col)}; keeping {have.name!r} "
+                f"{_spec_text(have)}" + (f" ({why})" if why else "")
             )
     options = _options(stored)
     if applied is None or _options(declared) != _options(applied):
@@ -262,47 +323,39 @@ def merge_declared(
     return parse_schema(schema_to_wire(merged), stored=True), conflicts
 
 
+_spec_text = type_text  # the one way messages name a column's type
+
+
 def check_value(column: str, typ: str, value: Any) -> None:
-    """Raise :class:`SchemaError` if ``value`` does not fit a ``typ`` column (null fits all)."""
-    if value is None:
-        return
-    if typ == "json":
-        try:
-            msgspec.json.encode(value)
-        except UnicodeEncodeError:
-            raise SchemaError(
-                f"column {column!r}: text must be valid Unicode (no lone surrogates)"
-            ) from None
-        except (TypeError, ValueError) as exc:
-            raise SchemaError(f"column {column!r} does not hold a JSON value: {exc}") from None
-        return
-    ok = {
-        "string": isinstance(value, str),
-        "number": isinstance(value, int | float) and not isinstance(value, bool),
-        "boolean": isinstance(value, bool),
-        "null": False,
-    }[typ]
-    if not ok:
-        raise SchemaError(
-            f"column {column!r} is declared {typ} but the value is {type(value).__name__}"
-        )
-    if typ == "string" and not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise SchemaError(
-                f"column {column!r}: text must be valid Unicode (no lone surrogates)"
-            ) from None
+    """Raise :class:`SchemaError` if ``value`` is not the canonical wire form of a value of a
+    nullable ``typ`` column (null fits all); see :func:`lakesync.column_types.check_wire_value`
+    for a column with options (decimal precision and scale, not nullable)."""
+    check_wire_value(ColumnSpec(column, typ), value)  # type: ignore[arg-type]
 
 
 def check_delta(schema: TableSchema, delta: RowDelta) -> None:
-    """Reject a delta naming a column the schema lacks or holding a value of the wrong type."""
-    types = schema.column_types()
+    """Reject a delta naming a column the schema lacks, holding a value that is not its
+    column's type in canonical form (the message names the row, the column, the expected type
+    and its canonical form), or an INSERT leaving a not-nullable column unset."""
+    specs = schema.column_specs()
     for col in delta.columns:
-        typ = types.get(col.column)
-        if typ is None:
+        spec = specs.get(col.column)
+        if spec is None:
             raise SchemaError(
                 f"table {schema.table!r} has no column {col.column!r}; "
                 f"register it first (schemas evolve by adding columns)"
             )
-        check_value(col.column, typ, col.value)
+        try:
+            check_wire_value(spec, col.value)
+        except ValueTypeError as exc:
+            raise ValueTypeError(
+                f"row {delta.row_id!r} of {schema.table!r}: {exc.message}"
+            ) from None
+    if delta.op == "INSERT":
+        written = {col.column for col in delta.columns}
+        for spec in schema.columns:
+            if not spec.nullable and spec.name not in written:
+                raise ValueTypeError(
+                    f"row {delta.row_id!r} of {schema.table!r}: column {spec.name!r} is not "
+                    "nullable: an INSERT must set it"
+                )

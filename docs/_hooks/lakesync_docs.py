@@ -11,7 +11,9 @@ A page holding the marker ``<!-- lakesync:config-reference -->`` gets one table 
 :mod:`lakesync.destination_specs`, :mod:`lakesync.connector_specs`): every key, its type, its
 default (the value an empty file resolves to), its environment variable and its docstring. A key
 without a docstring is a build warning, so ``mkdocs build --strict`` fails on it. A page holding
-``<!-- lakesync:cli-reference -->`` gets typer's own Markdown for the ``lakesync`` command.
+``<!-- lakesync:cli-reference -->`` gets typer's own Markdown for the ``lakesync`` command, and
+one holding ``<!-- lakesync:type-mapping -->`` the column types' mapping table
+(:data:`lakesync.column_types.TYPE_MAPPING`).
 
 The hook imports the package from the checkout that holds ``mkdocs.yml`` (not from whatever
 ``lakesync`` the environment has installed), so the references describe the code being built.
@@ -37,6 +39,7 @@ log = logging.getLogger("mkdocs.hooks.lakesync")
 
 CONFIG_MARKER = "<!-- lakesync:config-reference -->"
 CLI_MARKER = "<!-- lakesync:cli-reference -->"
+TYPES_MARKER = "<!-- lakesync:type-mapping -->"
 ROOT = Path(__file__).resolve().parents[2]
 
 # Keys a Struct carries that a file does not set (filled in by the parser).
@@ -51,6 +54,8 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         markdown = markdown.replace(CONFIG_MARKER, config_reference())
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, cli_reference())
+    if TYPES_MARKER in markdown:
+        markdown = markdown.replace(TYPES_MARKER, type_mapping())
     return markdown
 
 
@@ -278,6 +283,35 @@ class ReSTRoles(griffe.Extension):
         """Rewrite one loaded object's docstring."""
         if obj.docstring is not None:
             obj.docstring.value = _plain(obj.docstring.value)
+
+
+# -- column types -------------------------------------------------------------------------------
+TYPE_COLUMNS = (
+    ("type", "type"),
+    ("wire", "wire encoding (JSON)"),
+    ("ts_reads", "TypeScript client reads"),
+    ("python", "Python client"),
+    ("spark_iceberg", "lake (Spark / Iceberg)"),
+    ("postgres", "PostgreSQL"),
+    ("mysql", "MySQL / MariaDB"),
+    ("bigquery", "BigQuery"),
+)
+
+
+def type_mapping() -> str:
+    """The column types' mapping table, one row per type, from ``TYPE_MAPPING``."""
+    _import_checkout()
+    from lakesync.column_types import TYPE_MAPPING
+
+    lines = [
+        "| " + " | ".join(title for _, title in TYPE_COLUMNS) + " |",
+        "|" + "---|" * len(TYPE_COLUMNS),
+    ]
+    for row in TYPE_MAPPING:
+        cells = [getattr(row, name) for name, _ in TYPE_COLUMNS]
+        cells[0] = f"`{cells[0]}`"
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 # -- CLI ----------------------------------------------------------------------------------------

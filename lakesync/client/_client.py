@@ -28,9 +28,10 @@ from lakesync.client.transport import (
     Transport,
 )
 from lakesync.client.transport._bridge import as_async
+from lakesync.column_types import decimal_params
 from lakesync.delta import Op
 from lakesync.hlc import HLC
-from lakesync.schema import TableSchema, parse_schema
+from lakesync.schema import ColumnSpec, TableSchema, parse_schema
 
 if TYPE_CHECKING:
     import pandas  # type: ignore[import-untyped]
@@ -192,7 +193,9 @@ class LakeSyncClient:
     def insert(self, table: str, row_id: str, values: Mapping[str, Any]) -> Change:
         """Insert a row locally and queue it for the gateway; returns the change.
 
-        Raises :class:`SchemaError` (unknown table or column, wrong value type),
+        Typed columns take Python values (``int``; ``Decimal`` or ``int``; an aware
+        ``datetime``; a ``date``; ``bytes``), encoded canonically before the deltaId is made.
+        Raises :class:`SchemaError` (unknown table or column, a value its type cannot hold),
         :class:`RowExistsError` if the row is live (use :meth:`update`), :class:`ClientClosedError`.
         """
         change = self._write("INSERT", table, row_id, values)
@@ -234,21 +237,27 @@ class LakeSyncClient:
     # -- reads --------------------------------------------------------------------------------
 
     def query(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
-        """Run a read-only SQL query on the replica; rows as dicts of JSON-typed values.
+        """Run a read-only SQL query on the replica; rows as dicts of Python values.
 
-        Booleans come back as ``bool`` and json columns decoded. Raises :class:`ValidationError`
-        for invalid SQL or a statement that would write.
+        Booleans come back as ``bool``, json columns decoded, and typed columns as ``int``,
+        ``decimal.Decimal``, aware ``datetime`` (UTC), ``datetime.date`` and ``bytes``;
+        ``datetime``, ``date`` and ``Decimal`` parameters bind as those columns store them.
+        Raises :class:`ValidationError` for invalid SQL or a statement that would write.
         """
         return self._store.query(sql, params)
 
     def get(self, table: str, row_id: str) -> dict[str, Any] | None:
-        """One row's visible columns (without ``row_id``), or None if it is absent."""
+        """One row's visible columns (without ``row_id``) as Python values, or None if it is
+        absent."""
         self._store.schema(table)
         return self._store.get(table, row_id)
 
     def to_arrow(self, sql: str, params: Params = ()) -> pyarrow.Table:
         """A query's result as a ``pyarrow.Table`` (json values as JSON text).
 
+        A result column named like a typed column of the tables the query reads gets that
+        column's Arrow type: ``int64``, ``decimal128(p, s)``, ``timestamp[us, tz=UTC]``,
+        ``date32``, ``binary``; other columns' types are inferred from their values.
         Raises :class:`MissingExtraError` when pyarrow is not installed.
         """
         try:
@@ -257,16 +266,26 @@ class LakeSyncClient:
             raise MissingExtraError("pyarrow", "pipeline") from None
         from lakesync.client._columns import encode_json
 
-        rows = self._store.query(sql, params)
+        rows, tables = self._store.query_tables(sql, params)
         if not rows:
             return pa.table({})
-        cols = {
-            name: [
+        specs: dict[str, ColumnSpec | None] = {}
+        for schema in self._store.schemas().values():
+            if schema.table.lower() in tables:
+                for spec in schema.columns:
+                    # A name two tables type differently keeps its inferred type.
+                    seen = specs.setdefault(spec.name, spec)
+                    if seen is not None and seen != spec:
+                        specs[spec.name] = None
+        arrays = {}
+        for name in rows[0]:
+            values = [
                 encode_json(r[name]) if isinstance(r[name], dict | list) else r[name] for r in rows
             ]
-            for name in rows[0]
-        }
-        return pa.table(cols)
+            typed = specs.get(name)
+            typ = None if typed is None else _arrow_type(pa, typed)
+            arrays[name] = pa.array(values, typ)
+        return pa.table(arrays)
 
     def to_pandas(self, sql: str, params: Params = ()) -> pandas.DataFrame:
         """A query's result as a ``pandas.DataFrame`` (json values decoded to Python objects).
@@ -581,3 +600,20 @@ class LakeSyncClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _arrow_type(pa: Any, spec: ColumnSpec) -> Any:
+    """The Arrow type of a typed column (None: inferred from the values)."""
+    match spec.type:
+        case "integer":
+            return pa.int64()
+        case "decimal":
+            return pa.decimal128(*decimal_params(spec))
+        case "timestamp":
+            return pa.timestamp("us", tz="UTC")
+        case "date":
+            return pa.date32()
+        case "bytes":
+            return pa.binary()
+        case _:
+            return None

@@ -9,9 +9,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from lakesync.client._columns import (
-    to_sql_value,
-)
+from lakesync.client._columns import python_row, to_sql_value, wire_values
 from lakesync.client._replica import _IN_CHUNK, _hlc_in, _hlc_out, _q
 from lakesync.client._schemas import SchemaStore
 from lakesync.client._types import Change, Origin
@@ -20,9 +18,7 @@ from lakesync.delta import Op, RowDelta, extract_delta, is_view_eviction, valida
 from lakesync.errors import ClockDriftError
 from lakesync.hlc import HLC
 from lakesync.merge import RowState, apply_delta, decode_row_state, encode_row_state, join_delta
-from lakesync.schema import (
-    check_delta,
-)
+from lakesync.schema import ColumnSpec, check_delta
 from lakesync.wire import decode_delta, encode_delta
 
 
@@ -123,7 +119,7 @@ class RowStore(SchemaStore):
         """Write the visible rows of ``touched`` to the user tables."""
         upserts: dict[str, list[tuple[Any, ...]]] = {}
         deletes: dict[str, list[tuple[str]]] = {}
-        columns: dict[str, list[tuple[str, str]]] = {}
+        columns: dict[str, list[tuple[str, ColumnSpec]]] = {}
         for (table, row_id), t in touched.items():
             after = t.after
             if after is None:
@@ -132,10 +128,10 @@ class RowStore(SchemaStore):
                 continue
             types = columns.get(table)
             if types is None:
-                types = columns[table] = list(self._schemas[table].column_types().items())
+                types = columns[table] = list(self._schemas[table].column_specs().items())
             # The full row is rewritten so a revived row reads its pre-tombstone cells as null.
             upserts.setdefault(table, []).append(
-                (row_id, *[to_sql_value(typ, after.get(n)) for n, typ in types])
+                (row_id, *[to_sql_value(spec, after.get(n)) for n, spec in types])
             )
         for table, rows in deletes.items():
             c.executemany(f"DELETE FROM {_q(table)} WHERE row_id = ?", rows)
@@ -145,6 +141,24 @@ class RowStore(SchemaStore):
             c.executemany(
                 f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES ({marks})", rows
             )
+
+    def _refill(self, c: sqlite3.Connection, table: str) -> None:
+        ids = {
+            str(r)
+            for (r,) in c.execute(
+                "SELECT row_id FROM _ls_rows WHERE tbl = ? UNION"
+                " SELECT row_id FROM _ls_outbox WHERE tbl = ?",
+                (table, table),
+            )
+        }
+        keys = [(table, r) for r in ids]
+        states, pending = self._load(c, keys), self._pending(c, keys)
+        self._show(c, {
+            key: _Touched(
+                RowState(), None, _with_pending(states[key], pending.get(key, ())).visible()
+            )
+            for key in keys
+        })
 
     def _merged(self, c: sqlite3.Connection, table: str, row_id: str) -> RowState:
         key = (table, row_id)
@@ -156,8 +170,21 @@ class RowStore(SchemaStore):
             return self._merged(self.conn, table, row_id)
 
     def get(self, table: str, row_id: str) -> dict[str, Any] | None:
-        """The visible columns of one row, or None when it is absent."""
-        return self.row_state(table, row_id).visible()
+        """The visible columns of one row as Python values, or None when it is absent."""
+        visible = self.row_state(table, row_id).visible()
+        return python_row(self._schemas[table].column_specs(), visible)
+
+    def _change(
+        self,
+        table: str,
+        row_id: str,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        origin: Origin,
+    ) -> Change:
+        """A row change for watchers, in Python values (the replica merges wire values)."""
+        specs = self._schemas[table].column_specs()
+        return Change(table, row_id, python_row(specs, before), python_row(specs, after), origin)
 
     # -- local writes ---------------------------------------------------------------------
 
@@ -180,6 +207,8 @@ class RowStore(SchemaStore):
         validate_row_id(row_id, "row_id")
         if not isinstance(values, Mapping):
             raise ValidationError("values must be a mapping of column name to value")
+        # The deltaId covers the canonical wire values, so they are encoded before it is made.
+        values = wire_values(schema.column_specs(), values)
         with self._tx() as c:
             state = self._merged(c, table, row_id)
             before = state.visible()
@@ -210,7 +239,7 @@ class RowStore(SchemaStore):
                 (delta.delta_id, encode_delta(delta), table, row_id),
             )
             self._put_meta(c, "hlc", str(clock.last))
-        return delta, Change(table, row_id, change.before, change.after, "local")
+        return delta, self._change(table, row_id, change.before, change.after, "local")
 
     # -- remote deltas --------------------------------------------------------------------
 
@@ -268,7 +297,7 @@ class RowStore(SchemaStore):
             self._save_state(c, touched)
             self._show(c, touched)
             changes = [
-                Change(table, row_id, t.before, t.after, origin)
+                self._change(table, row_id, t.before, t.after, origin)
                 for (table, row_id), t in touched.items()
                 if t.before != t.after
             ]
@@ -352,7 +381,7 @@ class RowStore(SchemaStore):
         }
         self._show(c, touched)
         return [
-            Change(t, r, x.before, x.after, origin)
+            self._change(t, r, x.before, x.after, origin)
             for (t, r), x in touched.items()
             if x.before != x.after
         ]

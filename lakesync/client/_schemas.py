@@ -7,6 +7,8 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
+import msgspec
+
 from lakesync.client._columns import (
     SQL_TYPES,
     decode_json,
@@ -14,6 +16,7 @@ from lakesync.client._columns import (
     infer_type,
 )
 from lakesync.client._replica import _PREFIX, ReplicaFile, _q
+from lakesync.column_types import widening_allowed
 from lakesync.delta import RowDelta
 from lakesync.errors import SchemaError
 from lakesync.schema import (
@@ -92,8 +95,19 @@ class SchemaStore(ReplicaFile):
                     f"column {spec.name!r} of {schema.table!r} differs from an existing column "
                     "only in case; SQLite column names are case-insensitive"
                 )
+        # A widened column (evolve allowed it) holds its values in another SQLite form: it is
+        # re-created and the table's rows are written again from their merge states.
+        before = old.column_specs()
+        widened = [
+            s
+            for s in merged.columns
+            if s.name in before
+            and msgspec.structs.replace(before[s.name], nullable=s.nullable) != s
+        ]
         if added or schema_to_wire(merged) != schema_to_wire(old):
-            for s in added:
+            for s in widened:
+                c.execute(f"ALTER TABLE {_q(schema.table)} DROP COLUMN {_q(s.name)}")
+            for s in [*widened, *added]:
                 c.execute(
                     f"ALTER TABLE {_q(schema.table)} ADD COLUMN {_q(s.name)} {SQL_TYPES[s.type]}"
                 )
@@ -101,6 +115,72 @@ class SchemaStore(ReplicaFile):
                 "SELECT version FROM _ls_schemas WHERE tbl = ?", (schema.table,)
             ).fetchone()[0]
             self._store_schema(c, merged, int(version) + 1)
+            if widened:
+                self._refill(c, schema.table)
+
+    def _refill(self, c: sqlite3.Connection, table: str) -> None:
+        """Write every visible row of ``table`` to its SQL table again (the row store does)."""
+
+    def adopt(self, schemas: Sequence[TableSchema]) -> None:
+        """Take the gateway's schemas (docs/protocol.md §10), so pulled rows of its typed
+        columns are held as their types: a table this replica lacks is declared as the gateway
+        has it; a local table gains the columns it lacks (nullable: its rows have no value for
+        them) and widens the columns the gateway widened. A local column the gateway types
+        otherwise keeps its local type (a logged warning): the app's declaration wins here, and
+        the gateway refuses what does not fit its own."""
+        with self._tx() as c:
+            for schema in schemas:
+                local = self._schemas.get(schema.table)
+                try:
+                    if local is None:
+                        folded = schema.table.lower()
+                        if folded.startswith(_PREFIX) or any(
+                            t.lower() == folded for t in self._schemas
+                        ):
+                            _log.warning(
+                                "ignoring the gateway's table %r: its name is taken locally",
+                                schema.table,
+                            )
+                            continue
+                        self._declare(c, schema)
+                    else:
+                        self._declare(c, self._with_gateway_columns(local, schema))
+                except SchemaError as exc:
+                    _log.warning("keeping local table %r as it is: %s", schema.table, exc.message)
+
+    def unknown(self, deltas: Sequence[RowDelta]) -> set[tuple[str, str]]:
+        """The ``(table, column)`` pairs ``deltas`` name that no local schema has (column
+        ``""`` for a table this replica lacks), names compared case-insensitively."""
+        out: set[tuple[str, str]] = set()
+        seen: set[tuple[str, tuple[str, ...]]] = set()
+        for d in deltas:
+            shape = (d.table, tuple([cv.column for cv in d.columns]))
+            if shape in seen:
+                continue  # a page repeats few shapes
+            seen.add(shape)
+            schema = self._schemas.get(d.table)
+            if schema is None:
+                out.add((d.table, ""))
+                continue
+            have = {name.lower() for name in schema.column_types()}
+            out.update((d.table, c) for c in shape[1] if c.lower() not in have)
+        return out
+
+    @staticmethod
+    def _with_gateway_columns(local: TableSchema, gateway: TableSchema) -> TableSchema:
+        theirs = {s.name.lower(): s for s in gateway.columns}
+        columns: list[ColumnSpec] = []
+        for spec in local.columns:
+            other = theirs.pop(spec.name.lower(), None)
+            if other is None or other.name != spec.name or other == spec:
+                columns.append(spec)
+            elif (why := widening_allowed(spec, other)) is None:
+                columns.append(other)
+            else:
+                columns.append(spec)
+                _log.warning("table %r: keeping the local column type: %s", local.table, why)
+        columns += [msgspec.structs.replace(s, nullable=True) for s in theirs.values()]
+        return msgspec.structs.replace(local, columns=columns)
 
     def _store_schema(self, c: sqlite3.Connection, schema: TableSchema, version: int) -> None:
         c.execute(

@@ -37,6 +37,8 @@ together; a pulled page commits its rows with the cursor. The merge itself is th
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,8 +48,12 @@ from lakesync.client._columns import (
 )
 from lakesync.client._outbox import DeadLetter, OutboxEntry, OutboxStore
 from lakesync.client.errors import ValidationError
+from lakesync.column_types import encode_value
+from lakesync.schema import ColumnSpec
 
 __all__ = ["DeadLetter", "LocalStore", "OutboxEntry"]
+
+_TIMESTAMP = ColumnSpec("param", "timestamp")
 
 # Actions query() allows: reading only (sqlite3 authorizer action codes).
 _READ_ACTIONS = frozenset(
@@ -66,7 +72,10 @@ class LocalStore(OutboxStore):
     def query(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
     ) -> list[dict[str, Any]]:
-        """Run a read-only SQL statement; rows as dicts with values decoded to JSON types."""
+        """Run a read-only SQL statement; rows as dicts of Python values (see
+        :mod:`lakesync.client._columns`). Parameters bind as the columns store them: an aware
+        ``datetime`` as canonical UTC text, a ``date`` as ISO text, a ``Decimal`` as plain text
+        (compares equal to a decimal of the same scale), dicts and lists as JSON text."""
         return self.query_tables(sql, params)[0]
 
     def query_tables(
@@ -101,7 +110,20 @@ class LocalStore(OutboxStore):
 
 
 def _bind(params: Sequence[Any] | Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:
-    # Bind JSON-typed parameters the way the columns store them (dicts/lists as JSON text).
+    # Bind parameters the way the columns store them (see lakesync.client._columns).
     if isinstance(params, Mapping):
-        return {k: encode_json(v) if isinstance(v, dict | list) else v for k, v in params.items()}
-    return [encode_json(v) if isinstance(v, dict | list) else v for v in params]
+        return {k: _param(v) for k, v in params.items()}
+    return [_param(v) for v in params]
+
+
+def _param(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return encode_json(value)
+    if isinstance(value, dt.datetime):
+        # Timestamps are stored as canonical UTC text: compare an instant in the same form.
+        return encode_value(_TIMESTAMP, value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    return value

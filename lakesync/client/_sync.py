@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,11 +34,15 @@ from lakesync.client.errors import (
 )
 from lakesync.client.transport import AsyncTransport
 from lakesync.delta import RowDelta
+from lakesync.errors import SchemaError
 from lakesync.hlc import HLC
+from lakesync.schema import TableSchema, parse_schema
 
 __all__ = ["BlockingEngine", "SyncEngine", "SyncReport"]
 
 T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
 
 # The gateway accepts at most 1 MiB per push body; stay well under it (JSON adds framing).
 _PUSH_MAX_BYTES = 512 * 1024
@@ -84,6 +89,8 @@ class SyncEngine:
         self._sleep = sleep
         self._cycle = asyncio.Lock()
         self._checkpoint_absent = False
+        self._schemas_adopted = False
+        self._asked: set[tuple[str, str]] = set()  # unknown names the gateway was asked about
 
     # -- public -----------------------------------------------------------------------------
 
@@ -123,8 +130,12 @@ class SyncEngine:
             return report
 
     async def sync_once(self) -> SyncReport:
-        """One pull-push-pull cycle without retries."""
+        """One pull-push-pull cycle without retries; the first also takes the gateway's table
+        schemas (the store's ``adopt``) before it pulls a row."""
         async with self._cycle:
+            if not self._schemas_adopted:
+                await self._adopt_schemas()
+                self._schemas_adopted = True
             pulled = await self._pull_all()
             pushed, dead = await self._push_all()
             if pushed:
@@ -180,6 +191,7 @@ class SyncEngine:
                 else None
             )
             async with _settled(following):
+                await self._learn_types(page.deltas)
                 # Page and cursor commit together: a crash leaves both at the previous page.
                 changes = await asyncio.to_thread(
                     self.store.apply_remote,
@@ -194,6 +206,18 @@ class SyncEngine:
             if following is None:
                 return applied
             page = await following
+
+    async def _adopt_schemas(self) -> None:
+        self.store.adopt(_parsed(await self.transport.schemas() or ()))
+
+    async def _learn_types(self, deltas: Sequence[RowDelta]) -> None:
+        """Ask the gateway for its schemas again when ``deltas`` name a table or column this
+        replica lacks (registered after the first cycle), so it is held as its type rather
+        than as the type its values suggest; each unknown name is asked about once."""
+        new = self.store.unknown(deltas) - self._asked
+        if new:
+            self._asked |= new
+            await self._adopt_schemas()
 
     async def _load_checkpoint(self, resync: bool = False) -> tuple[int, int]:
         """Apply the gateway's checkpoint and move the cursor to its position. A ``resync``
@@ -213,6 +237,7 @@ class SyncEngine:
             while (deltas := await following) is not None:
                 following = _ahead(_next(pages))
                 async with _settled(following):
+                    await self._learn_types(deltas)
                     changes = await asyncio.to_thread(
                         self.store.apply_remote, deltas, "remote", self.clock, mark=resync
                     )
@@ -325,3 +350,14 @@ class BlockingEngine:
     def push(self) -> tuple[int, int]:
         """See :meth:`SyncEngine.push`."""
         return self._loop.run(self.core.push())
+
+
+def _parsed(docs: Sequence[dict[str, Any]]) -> list[TableSchema]:
+    """The gateway's schemas this client can read (a newer gateway's may use more)."""
+    out = []
+    for doc in docs:
+        try:
+            out.append(parse_schema(doc, stored=True))
+        except SchemaError as exc:
+            _log.warning("ignoring a schema of the gateway: %s", exc.message)
+    return out

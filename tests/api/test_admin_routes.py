@@ -49,7 +49,7 @@ def test_schema_registration_checks_pushes_and_evolves_additively(gateway: Gatew
     unknown = gateway.push(alice, "alice", [delta("INSERT", "r2", "alice", colour="red")])
     assert unknown.status_code == 422 and unknown.json()["code"] == "SCHEMA_ERROR"
     wrong = gateway.push(alice, "alice", [delta("INSERT", "r2", "alice", done="yes")])
-    assert wrong.status_code == 422
+    assert wrong.status_code == 400 and wrong.json()["code"] == "SCHEMA_ERROR"  # issue 23
     note = delta("INSERT", "n1", "alice", table="notes", z=1)
     other_table = gateway.push(alice, "alice", [note])
     assert other_table.status_code == 200  # unregistered tables are free-form
@@ -253,7 +253,13 @@ def test_openapi_documents_the_admin_request_bodies(gateway: Gateway) -> None:
         "boolean",
         "json",
         "null",
+        "integer",
+        "decimal",
+        "timestamp",
+        "date",
+        "bytes",
     }
+    assert {"precision", "scale", "nullable"} <= set(column["properties"])
     rules = body_schema("/v1/admin/sync-rules/{gw}")
     assert {"version", "buckets"} <= set(rules["properties"])
     bucket = resolve(rules["properties"]["buckets"]["items"])
@@ -277,3 +283,86 @@ def test_flush_route_runs_the_attached_flusher(tmp_path: Path) -> None:
     assert flushed == ["gw1"]
     assert body["flushed"] is True and body["unflushedBytes"] == 0
     assert int(body["flushedPosition"]) > 0
+
+
+TYPED = {
+    "table": "orders",
+    "columns": [
+        {"name": "id", "type": "integer", "nullable": False},
+        {"name": "amount", "type": "decimal", "precision": 10, "scale": 2},
+        {"name": "at", "type": "timestamp"},
+        {"name": "day", "type": "date"},
+        {"name": "blob", "type": "bytes"},
+    ],
+}
+
+
+def test_typed_pushes_are_checked_and_a_wrong_value_is_refused_with_400(gateway: Gateway) -> None:
+    r = gateway.admin("POST", "/v1/admin/schema/gw1", json=TYPED)
+    assert r.status_code == 200 and r.json() == TYPED
+    alice = token("alice")
+    row = {
+        "id": "4611686018427387905",
+        "amount": "12.50",
+        "at": "2024-01-02T03:04:05.000006Z",
+        "day": "1969-07-20",
+        "blob": "AP8=",
+    }
+    ok = gateway.push(alice, "alice", [delta("INSERT", "o1", "alice", table="orders", **row)])
+    assert ok.status_code == 200, ok.text
+    for column, value, canonical in [
+        ("amount", "12.5", '"12.50"'),
+        ("amount", 12.5, "exactly 2 fraction digits"),
+        ("id", "5", "JSON integer number"),
+        ("id", 1.5, "integer"),
+        ("at", "2024-01-02T03:04:05+01:00", "YYYY-MM-DDTHH:MM:SS.ffffffZ"),
+        ("day", "20.7.1969", "YYYY-MM-DD"),
+        ("blob", "AP9=", "base64"),
+    ]:
+        bad = gateway.push(
+            alice, "alice", [delta("UPDATE", "o2", "alice", table="orders", **{column: value})]
+        )
+        assert bad.status_code == 400, (column, value, bad.text)
+        body = bad.json()
+        assert body["code"] == "SCHEMA_ERROR"
+        assert "row 'o2'" in body["error"] and repr(column) in body["error"]
+        assert canonical in body["error"], body["error"]
+    unset = gateway.push(
+        alice, "alice", [delta("INSERT", "o3", "alice", table="orders", amount="1.00")]
+    )
+    assert unset.status_code == 400 and "'id' is not nullable" in unset.json()["error"]
+
+
+def test_the_admin_route_widens_a_column_and_refuses_a_narrowing_saying_why(
+    gateway: Gateway,
+) -> None:
+    assert gateway.admin("POST", "/v1/admin/schema/gw1", json=TYPED).status_code == 200
+    columns = TYPED["columns"]
+    widened = (
+        TYPED
+        | {
+            "columns": [
+                {
+                    "name": "id",
+                    "type": "decimal",
+                    "precision": 38,
+                    "scale": 0,
+                },  # and nullable again
+                {"name": "amount", "type": "decimal", "precision": 12, "scale": 3},
+                *columns[2:4],
+                {"name": "blob", "type": "string"},
+            ]
+        }
+    )
+    r = gateway.admin("POST", "/v1/admin/schema/gw1", json=widened)
+    assert r.status_code == 200, r.text
+    narrowed = widened | {"columns": [{"name": "id", "type": "integer"}, *widened["columns"][1:]]}
+    r = gateway.admin("POST", "/v1/admin/schema/gw1", json=narrowed)
+    assert r.status_code == 422 and r.json()["code"] == "SCHEMA_ERROR"
+    assert "'id' cannot change type from decimal(38,0) to integer" in r.json()["error"]
+    assert "add a new column" in r.json()["error"]
+    strict = widened | {
+        "columns": [*widened["columns"], {"name": "extra", "type": "date", "nullable": False}]
+    }
+    r = gateway.admin("POST", "/v1/admin/schema/gw1", json=strict)
+    assert r.status_code == 422 and "must be nullable" in r.json()["error"]

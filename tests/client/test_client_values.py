@@ -25,6 +25,7 @@ from lakesync.client.errors import ValidationError
 from lakesync.delta import CellError, delta_id
 from lakesync.proto import lakesync_pb2 as pb
 from lakesync.tokens import mint_token
+from lakesync.schema import ColumnSpec
 from lakesync.values import MAX_VALUE_DEPTH
 from lakesync.wire import decode_pull_response
 from lakesync.wsframes import decode_response
@@ -73,10 +74,10 @@ BAD_CELLS = {("big", "n"), ("inf", "n"), ("deep", "tags")}
     "n", [2**63, -(2**63) - 1, 10**400, -(10**400)], ids=["2^63", "-2^63-1", "1e400", "-1e400"]
 )
 def test_to_sql_value_never_raises_for_a_number_of_any_size(n: int) -> None:
-    stored = to_sql_value("number", n)
+    stored = to_sql_value(ColumnSpec("n", "number"), n)
     expected = float(n) if abs(n) < 2**1000 else math.inf if n > 0 else -math.inf
     assert isinstance(stored, float) and stored == expected
-    assert to_sql_value("json", n) == str(n)
+    assert to_sql_value(ColumnSpec("j", "json"), n) == str(n)
 
 
 def test_pull_reply_reads_cells_it_cannot_hold_as_null_and_reports_them() -> None:

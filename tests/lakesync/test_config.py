@@ -80,6 +80,36 @@ def test_only_previous_secret_or_empty_values() -> None:
     )
 
 
+TYPED_YAML = """
+gateways:
+  gw1:
+    schemas:
+      - table: orders
+        columns:
+          - {name: id, type: integer, nullable: false}
+          - {name: amount, type: decimal, precision: 38, scale: 9}
+          - {name: fee, type: decimal}
+          - {name: at, type: timestamp}
+          - {name: day, type: date}
+          - {name: blob, type: bytes}
+"""
+
+
+def test_typed_columns_are_declared_in_the_file(tmp_path: Path) -> None:
+    (orders,) = load_config(write(tmp_path, TYPED_YAML), env={}).gateways["gw1"].schemas
+    assert orders.columns == [
+        ColumnSpec("id", "integer", nullable=False),
+        ColumnSpec("amount", "decimal", precision=38, scale=9),
+        ColumnSpec("fee", "decimal", precision=38, scale=9),
+        ColumnSpec("at", "timestamp"),
+        ColumnSpec("day", "date"),
+        ColumnSpec("blob", "bytes"),
+    ]
+    bad = TYPED_YAML.replace("{name: day, type: date}", "{name: day, type: date, scale: 2}")
+    with pytest.raises(ConfigError, match="gateway 'gw1': column 'day' is date: only a decimal"):
+        load_config(write(tmp_path, bad), env={})
+
+
 def test_yaml_file_with_gateways_schemas_and_rules(tmp_path: Path) -> None:
     path = write(tmp_path, YAML)
     config = load_config(path, env={})

@@ -64,7 +64,13 @@ def test_parse_schema_defaults() -> None:
         ({**TODOS, "table": "bad-name"}, "'bad-name'"),
         ({**TODOS, "table": "t; drop table x"}, "identifiers must match"),
         ({**TODOS, "columns": [{"name": "1st", "type": "string"}]}, "'1st'"),
-        ({**TODOS, "columns": [{"name": "a", "type": "integer"}]}, "'integer'"),
+        ({**TODOS, "columns": [{"name": "a", "type": "int64"}]}, "'int64'"),
+        ({**TODOS, "columns": [{"name": "a", "type": "string", "scale": 2}]}, "only a decimal"),
+        ({**TODOS, "columns": [{"name": "a", "type": "decimal", "precision": 39}]}, "1..38"),
+        (
+            {**TODOS, "columns": [{"name": "a", "type": "decimal", "precision": 4, "scale": 5}]},
+            "scale",
+        ),
         ({**TODOS, "columns": [{"name": "a"}]}, "type"),
         ({"columns": []}, "table"),
         ({**TODOS, "bogus": 1}, "bogus"),
@@ -217,13 +223,141 @@ def test_merge_declared_options_follow_the_file_only_when_it_changed_them() -> N
 def test_widened_keeps_stored_columns_and_appends_new_ones() -> None:
     from lakesync.schema import evolve, widened
 
-    stored = parse_schema({"table": "logs", "columns": [
-        {"name": "message", "type": "string"}, {"name": "level", "type": "string"}]})
-    base = parse_schema({"table": "logs", "columns": [
-        {"name": "message", "type": "string"}, {"name": "host", "type": "string"}]})
+    stored = parse_schema(
+        {
+            "table": "logs",
+            "columns": [{"name": "message", "type": "string"}, {"name": "level", "type": "string"}],
+        }
+    )
+    base = parse_schema(
+        {
+            "table": "logs",
+            "columns": [{"name": "message", "type": "string"}, {"name": "host", "type": "string"}],
+        }
+    )
     wide = widened(stored, base)
     assert [c.name for c in wide.columns] == ["message", "level", "host"]
     assert evolve(stored, wide) == wide
     changed = parse_schema({"table": "logs", "columns": [{"name": "level", "type": "number"}]})
     with pytest.raises(SchemaError, match="cannot change type"):
         evolve(stored, widened(stored, changed))
+
+
+def _typed(*cols: dict[str, Any]) -> TableSchema:
+    return parse_schema({"table": "todos", "columns": list(cols)})
+
+
+def test_a_decimal_gets_its_default_precision_and_scale_explicitly() -> None:
+    schema = _typed({"name": "amount", "type": "decimal"})
+    assert schema.columns[0] == ColumnSpec("amount", "decimal", precision=38, scale=9)
+    assert schema_to_wire(schema)["columns"] == [
+        {"name": "amount", "type": "decimal", "precision": 38, "scale": 9}
+    ]
+
+
+def test_typed_columns_keep_their_public_shape() -> None:
+    cols = [
+        {"name": "id", "type": "integer", "nullable": False},
+        {"name": "amount", "type": "decimal", "precision": 10, "scale": 2},
+        {"name": "at", "type": "timestamp"},
+        {"name": "day", "type": "date"},
+        {"name": "blob", "type": "bytes"},
+    ]
+    assert schema_to_wire(_typed(*cols))["columns"] == cols
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ({"type": "integer"}, {"type": "decimal", "precision": 38, "scale": 9}),
+        ({"type": "integer"}, {"type": "number"}),
+        ({"type": "decimal", "precision": 10, "scale": 2}, {"type": "number"}),
+        (
+            {"type": "decimal", "precision": 10, "scale": 2},
+            {"type": "decimal", "precision": 12, "scale": 4},
+        ),
+        ({"type": "timestamp"}, {"type": "string"}),
+        ({"type": "integer", "nullable": False}, {"type": "integer"}),
+    ],
+)
+def test_evolve_accepts_a_widening(old: dict[str, Any], new: dict[str, Any]) -> None:
+    new_schema = _typed({"name": "c", **new})
+    assert evolve(_typed({"name": "c", **old}), new_schema) == new_schema
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "needle"),
+    [
+        ({"type": "number"}, {"type": "integer"}, "only widening is allowed"),
+        (
+            {"type": "decimal", "precision": 10, "scale": 2},
+            {"type": "decimal", "precision": 10, "scale": 4},
+            "as many integer digits, 8",
+        ),
+        (
+            {"type": "integer"},
+            {"type": "decimal", "precision": 10, "scale": 2},
+            "precision - scale",
+        ),
+        ({"type": "integer"}, {"type": "integer", "nullable": False}, "cannot become not nullable"),
+        ({"type": "string"}, {"type": "timestamp"}, "add a new column"),
+    ],
+)
+def test_evolve_refuses_a_narrowing_and_says_what_to_do(
+    old: dict[str, Any], new: dict[str, Any], needle: str
+) -> None:
+    with pytest.raises(SchemaError, match=needle):
+        evolve(_typed({"name": "c", **old}), _typed({"name": "c", **new}))
+
+
+def test_evolve_refuses_a_new_column_that_is_not_nullable() -> None:
+    old = _typed({"name": "c", "type": "integer"})
+    with pytest.raises(SchemaError, match="'d' added to 'todos' must be nullable"):
+        evolve(
+            old,
+            _typed(
+                {"name": "c", "type": "integer"}, {"name": "d", "type": "date", "nullable": False}
+            ),
+        )
+
+
+def test_merge_declared_applies_a_declared_widening() -> None:
+    stored = _typed({"name": "n", "type": "integer"}, {"name": "s", "type": "string"})
+    declared = _typed(
+        {"name": "n", "type": "decimal", "precision": 30, "scale": 2},
+        {"name": "s", "type": "integer"},
+    )
+    merged, conflicts = merge_declared(stored, declared, None)
+    assert merged == _typed(
+        {"name": "n", "type": "decimal", "precision": 30, "scale": 2},
+        {"name": "s", "type": "string"},
+    )
+    assert len(conflicts) == 1
+    assert "'s' of 'todos' is string in the store but declared 's' integer" in conflicts[0]
+    assert "only widening" in conflicts[0]
+
+
+def test_check_delta_names_row_column_type_and_canonical_form() -> None:
+    schema = _typed(
+        {"name": "id", "type": "integer"},
+        {"name": "amount", "type": "decimal", "precision": 10, "scale": 2},
+    )
+    with pytest.raises(SchemaError) as info:
+        check_delta(schema, RowDelta.create("UPDATE", "todos", "r9", "c1", {"amount": "12.5"}, 1))
+    message = info.value.message
+    assert "row 'r9'" in message and "'amount'" in message
+    assert "decimal(10,2)" in message and '"12.50"' in message
+    with pytest.raises(SchemaError, match="within ±2\\^53 an integer is sent as a JSON number"):
+        check_delta(schema, RowDelta.create("UPDATE", "todos", "r9", "c1", {"id": "5"}, 1))
+
+
+def test_an_insert_must_set_a_column_that_is_not_nullable() -> None:
+    schema = _typed(
+        {"name": "id", "type": "integer", "nullable": False}, {"name": "x", "type": "string"}
+    )
+    check_delta(schema, RowDelta.create("INSERT", "todos", "r1", "c1", {"id": 1}, 1))
+    check_delta(schema, RowDelta.create("UPDATE", "todos", "r1", "c1", {"x": "a"}, 1))
+    with pytest.raises(SchemaError, match="'id' is not nullable: an INSERT must set it"):
+        check_delta(schema, RowDelta.create("INSERT", "todos", "r1", "c1", {"x": "a"}, 1))
+    with pytest.raises(SchemaError, match="'id' is not nullable"):
+        check_delta(schema, RowDelta.create("UPDATE", "todos", "r1", "c1", {"id": None}, 1))

@@ -130,7 +130,8 @@ class AdminController(Controller):
         claims: NamedDependency[Claims],
         service: NamedDependency[SyncService],
     ) -> TableSchema:
-        """Register a table schema or evolve it additively (422 otherwise)."""
+        """Register a table schema or evolve it: new nullable columns, widened columns (422
+        otherwise, saying why)."""
         return await service.put_schema(gw, data)
 
     @post(

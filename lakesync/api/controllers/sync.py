@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import msgspec
 from litestar import Controller, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.dto import DTOConfig, MsgspecDTO
@@ -19,6 +20,7 @@ from lakesync.api.services.sync import SyncService
 from lakesync import hlc as _hlc
 from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.errors import ValidationError
+from lakesync.schema import TableSchema
 from lakesync.status import DEAD_LETTERS_HEADER, OUTBOX_HEADER, reported_count
 from lakesync.tokens import Claims
 from lakesync.wire import (
@@ -33,7 +35,14 @@ from lakesync.wire import (
     push_response,
 )
 
-__all__ = ["PushBody", "SyncController"]
+__all__ = ["PushBody", "SchemaList", "SyncController"]
+
+
+class SchemaList(msgspec.Struct, frozen=True):
+    """``GET /v1/sync/{gw}/schemas``: every registered table schema, by table name."""
+
+    schemas: list[TableSchema]
+
 
 Outbox = Annotated[
     str | None,
@@ -60,6 +69,7 @@ def _note_reported(
     pending, dead_letters = reported_count(outbox), reported_count(dead)
     if pending is not None or dead_letters is not None:
         service.clients.seen(gw, str(claims["sub"]), time.time(), pending, dead_letters)
+
 
 Features = Annotated[
     str | None,
@@ -149,6 +159,20 @@ class SyncController(Controller):
         await check_cursor(service, gw, cursor)
         _note_reported(service, gw, claims, outbox, dead_letters)
         return pull_response(result.deltas, result.server_hlc, result.has_more)
+
+    @get("/schemas", responses=ERROR_RESPONSES)
+    async def schemas(
+        self,
+        gw: FromPath[str],
+        claims: NamedDependency[Claims],
+        service: NamedDependency[SyncService],
+    ) -> SchemaList:
+        """**Extension:** the gateway's registered table schemas (docs/protocol.md §10), so a
+        client knows its tables' column types (and decodes them) before it pulls a row."""
+        service.check_rate(gw, str(claims["sub"]))
+        service.check_client(claims, None)
+        found = await service.schemas(gw)
+        return SchemaList([found[name] for name in sorted(found)])
 
     @get("/checkpoint", responses=ERROR_RESPONSES, media_type=CONTENT_TYPE)
     async def checkpoint(

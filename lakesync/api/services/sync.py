@@ -385,7 +385,7 @@ class SyncService:
         return {name: parse_schema(body, stored=True) for name, body in docs.items()}
 
     async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:
-        """Register or evolve (additively) a table schema, in one atomic read-modify-write so
+        """Register or evolve (add nullable columns, widen columns) a table schema, in one atomic read-modify-write so
         concurrent evolutions never drop each other's columns (the later one is refused)."""
         rules = (await _run(self.store.get_rules, gateway_id)).rules
         # Only the first schema of a gateway whose rules were set while it had none can leave

@@ -126,6 +126,11 @@ class AsyncTransport(_Reporting, ABC):
         that cannot reach that route raise :class:`ConfigError`."""
         raise ConfigError(f"{type(self).__name__} cannot run actions")
 
+    async def schemas(self) -> list[dict[str, Any]] | None:
+        """The gateway's registered table schemas (``GET /schemas``, docs/protocol.md §10), or
+        None when this transport or the gateway cannot tell them."""
+        return None
+
     async def connect(self) -> None:  # noqa: B027
         """Open a realtime connection now (a no-op for transports without one)."""
 
@@ -174,6 +179,11 @@ class Transport(_Reporting, ABC):
         """POST actions (docs/protocol.md §5 ``/action``); their results in order. Transports that cannot
         reach that route raise :class:`ConfigError`."""
         raise ConfigError(f"{type(self).__name__} cannot run actions")
+
+    def schemas(self) -> list[dict[str, Any]] | None:
+        """The gateway's registered table schemas (``GET /schemas``, docs/protocol.md §10), or
+        None when this transport or the gateway cannot tell them."""
+        return None
 
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:  # noqa: B027
         """Receive realtime broadcasts (a no-op for transports without them)."""

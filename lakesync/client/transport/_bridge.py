@@ -67,6 +67,10 @@ class BlockingTransport(Transport):
         """See :meth:`AsyncTransport.actions`."""
         return self._loop.run(self.core.actions(client_id, actions))
 
+    def schemas(self) -> list[dict[str, Any]] | None:
+        """See :meth:`AsyncTransport.schemas`."""
+        return self._loop.run(self.core.schemas())
+
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:
         """See :meth:`AsyncTransport.set_broadcast_handler` (called on the loop thread)."""
         self.core.set_broadcast_handler(handler)
@@ -132,6 +136,10 @@ class _ThreadedTransport(AsyncTransport):
     async def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """See :meth:`Transport.actions`."""
         return await self._call(self._blocking.actions, client_id, actions)
+
+    async def schemas(self) -> list[dict[str, Any]] | None:
+        """See :meth:`Transport.schemas`."""
+        return await self._call(self._blocking.schemas)
 
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:
         """Apply broadcasts on the loop the calls come from."""

@@ -36,6 +36,13 @@ __all__ = ["AsyncHttpTransport", "HttpTransport"]
 HttpClient = httpx.AsyncClient | httpx.Client
 
 
+class _SchemaList(msgspec.Struct):
+    schemas: list[dict[str, Any]]
+
+
+_SCHEMA_LIST = msgspec.json.Decoder(_SchemaList)
+
+
 class AsyncHttpTransport(AsyncTransport):
     """Talks to ``{url}/v1/sync/{gateway_id}/…`` with a bearer token; one pooled httpx client.
 
@@ -130,6 +137,19 @@ class AsyncHttpTransport(AsyncTransport):
         resp = await self._send("POST", "/action", content=body)
         results: list[dict[str, Any]] = msgspec.json.decode(resp.content)["results"]
         return results
+
+    async def schemas(self) -> list[dict[str, Any]] | None:
+        """GET ``/schemas``; None from a gateway without the route (404, or a reply that is not
+        a schema list: a LakeSync v1 gateway's)."""
+        resp = await self._send("GET", "/schemas", stream=True)
+        try:
+            if resp.status_code == 404:
+                return None
+            return _SCHEMA_LIST.decode(await resp.aread()).schemas
+        except msgspec.DecodeError:
+            return None
+        finally:
+            await resp.aclose()
 
     async def checkpoint(self) -> AsyncCheckpoint | None:
         """GET ``/checkpoint`` as a stream of ``[uint32 length][SyncResponse]`` frames."""

@@ -126,6 +126,10 @@ class AsyncWebSocketTransport(AsyncTransport):
         """The checkpoint route is HTTP only."""
         return await self._http.checkpoint()
 
+    async def schemas(self) -> list[dict[str, Any]] | None:
+        """The schemas route is HTTP only."""
+        return await self._http.schemas()
+
     async def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The action route is HTTP only."""
         return await self._http.actions(client_id, actions)

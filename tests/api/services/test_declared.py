@@ -93,3 +93,28 @@ def test_a_conflicting_declaration_is_a_warning_not_a_failed_start(
         service: SyncService = client.app.state.service
         assert service.store.list_docs("gw1", "schema")["todos"]["columns"][0]["type"] == "string"
     assert "is string in the store but declared 'title' number" in caplog.text
+
+
+def test_a_widening_in_the_file_is_applied_and_a_narrowing_kept_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def typed(amount: dict[str, Any], *extra: dict[str, Any]) -> dict[str, GatewayConfig]:
+        schema = {"table": "todos", "columns": [{"name": "amount", **amount}, *extra]}
+        return {"gw1": GatewayConfig("gw1", [parse_schema(schema)], None)}
+
+    def amount(client: TestClient[Any]) -> list[dict[str, Any]]:
+        service: SyncService = client.app.state.service
+        columns: list[dict[str, Any]] = service.store.list_docs("gw1", "schema")["todos"]["columns"]
+        return columns
+
+    with _start(tmp_path, typed({"type": "integer"})) as client:
+        assert amount(client) == [{"name": "amount", "type": "integer"}]
+    wide = {"type": "decimal", "precision": 30, "scale": 2}
+    with _start(tmp_path, typed(wide, {"name": "n", "type": "date", "nullable": False})) as client:
+        assert amount(client) == [{"name": "amount", **wide}, {"name": "n", "type": "date"}]
+    assert "adding it nullable" in caplog.text
+    caplog.clear()
+    with _start(tmp_path, typed({"type": "integer"})) as client:
+        assert amount(client)[0] == {"name": "amount", **wide}
+    assert "keeping 'amount' decimal(30,2)" in caplog.text
+    assert "only widening is allowed" in caplog.text
