@@ -16,14 +16,31 @@ import binascii
 import datetime as dt
 import decimal
 import re
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 from lakesync.canonical import canonical_json, js_number_str
 from lakesync.errors import SchemaError, ValidationError, ValueTypeError
 from lakesync.values import MAX_SAFE_MAGNITUDE, normalize_value
 
-if TYPE_CHECKING:  # schema.py imports this module; the spec is only a type here
-    from lakesync.schema import ColumnSpec
+
+class ColumnLike(Protocol):
+    """What this module reads of a column: :class:`lakesync.schema.ColumnSpec` is one. A protocol
+    rather than an import of ``lakesync.schema``, which imports this module (no import cycle)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def precision(self) -> int | None: ...
+
+    @property
+    def scale(self) -> int | None: ...
+
+    @property
+    def nullable(self) -> bool: ...
 
 __all__ = [
     "DECIMAL_DEFAULT_PRECISION",
@@ -32,6 +49,7 @@ __all__ = [
     "INTEGER_MIN",
     "MAX_DECIMAL_PRECISION",
     "TYPE_MAPPING",
+    "ColumnLike",
     "Dialect",
     "TypeMappingRow",
     "check_spec",
@@ -69,7 +87,7 @@ _DATE_TEXT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _OPTIONED = ("precision", "scale")  # options only a decimal column may set
 
 
-def decimal_params(spec: ColumnSpec) -> tuple[int, int]:
+def decimal_params(spec: ColumnLike) -> tuple[int, int]:
     """A ``decimal`` column's ``(precision, scale)``, the defaults (38, 9) filled in."""
     precision = DECIMAL_DEFAULT_PRECISION if spec.precision is None else spec.precision
     if spec.scale is not None:
@@ -77,7 +95,7 @@ def decimal_params(spec: ColumnSpec) -> tuple[int, int]:
     return precision, min(DECIMAL_DEFAULT_SCALE, precision)
 
 
-def check_spec(spec: ColumnSpec) -> None:
+def check_spec(spec: ColumnLike) -> None:
     """Raise :class:`SchemaError` if a column's options do not fit its type: precision and
     scale belong to ``decimal`` alone, with 1 ≤ precision ≤ 38 and 0 ≤ scale ≤ precision."""
     if spec.type != "decimal":
@@ -100,7 +118,7 @@ def check_spec(spec: ColumnSpec) -> None:
         )
 
 
-def expected_form(spec: ColumnSpec) -> str:
+def expected_form(spec: ColumnLike) -> str:
     """A column's type and its canonical wire form, as error messages name them."""
     match spec.type:
         case "integer":
@@ -133,7 +151,7 @@ def expected_form(spec: ColumnSpec) -> str:
             return "null: only null"
 
 
-def _refuse(spec: ColumnSpec, wire: Any, why: str = "") -> ValueTypeError:
+def _refuse(spec: ColumnLike, wire: Any, why: str = "") -> ValueTypeError:
     shown = repr(wire)
     if len(shown) > 80:
         shown = shown[:77] + "..."
@@ -143,7 +161,7 @@ def _refuse(spec: ColumnSpec, wire: Any, why: str = "") -> ValueTypeError:
     )
 
 
-def check_wire_value(spec: ColumnSpec, wire: Any) -> None:
+def check_wire_value(spec: ColumnLike, wire: Any) -> None:
     """Raise :class:`ValueTypeError` (a :class:`SchemaError` the gateway answers with 400)
     unless ``wire`` is the canonical wire encoding of a value of
     the column's type (null fits every nullable column); the message names the column, its type
@@ -200,7 +218,7 @@ def check_wire_value(spec: ColumnSpec, wire: Any) -> None:
             _parse_bytes(spec, wire)
 
 
-def _check_json_text(spec: ColumnSpec, value: Any) -> None:
+def _check_json_text(spec: ColumnLike, value: Any) -> None:
     # Lone surrogates anywhere in a JSON value cannot be written as UTF-8 by any replica.
     if isinstance(value, str):
         if not value.isascii():
@@ -219,7 +237,7 @@ def _check_json_text(spec: ColumnSpec, value: Any) -> None:
             _check_json_text(spec, v)
 
 
-def _check_integer(spec: ColumnSpec, wire: Any) -> None:
+def _check_integer(spec: ColumnLike, wire: Any) -> None:
     kind = type(wire)
     if kind is int:
         if not -MAX_SAFE_MAGNITUDE <= wire <= MAX_SAFE_MAGNITUDE:
@@ -235,7 +253,7 @@ def _check_integer(spec: ColumnSpec, wire: Any) -> None:
     raise _refuse(spec, wire)
 
 
-def _parse_decimal(spec: ColumnSpec, wire: str) -> decimal.Decimal:
+def _parse_decimal(spec: ColumnLike, wire: str) -> decimal.Decimal:
     p, s = decimal_params(spec)
     match = _DECIMAL_TEXT.fullmatch(wire)
     if match is None:
@@ -250,7 +268,7 @@ def _parse_decimal(spec: ColumnSpec, wire: str) -> decimal.Decimal:
     return decimal.Decimal(wire)
 
 
-def _parse_timestamp(spec: ColumnSpec, wire: str) -> dt.datetime:
+def _parse_timestamp(spec: ColumnLike, wire: str) -> dt.datetime:
     # The pattern was matched before: fromisoformat only checks the calendar (and is fast).
     try:
         value = dt.datetime.fromisoformat(wire[:-1])
@@ -259,14 +277,14 @@ def _parse_timestamp(spec: ColumnSpec, wire: str) -> dt.datetime:
     return value.replace(tzinfo=dt.UTC)
 
 
-def _parse_date(spec: ColumnSpec, wire: str) -> dt.date:
+def _parse_date(spec: ColumnLike, wire: str) -> dt.date:
     try:
         return dt.date.fromisoformat(wire)
     except ValueError:
         raise _refuse(spec, wire, "not a valid date") from None
 
 
-def _parse_bytes(spec: ColumnSpec, wire: str) -> bytes:
+def _parse_bytes(spec: ColumnLike, wire: str) -> bytes:
     try:
         raw = base64.b64decode(wire, validate=True)
     except (binascii.Error, ValueError):
@@ -281,7 +299,7 @@ def _format_timestamp(value: dt.datetime) -> str:
     return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
-def encode_value(spec: ColumnSpec, value: Any) -> Any:
+def encode_value(spec: ColumnLike, value: Any) -> Any:
     """A Python value as its column's canonical wire JSON value.
 
     Accepts ``int`` for integer; ``decimal.Decimal`` or ``int`` for decimal (a value needing
@@ -330,7 +348,7 @@ def encode_value(spec: ColumnSpec, value: Any) -> Any:
             return value
 
 
-def _encode_decimal(spec: ColumnSpec, value: Any) -> str:
+def _encode_decimal(spec: ColumnLike, value: Any) -> str:
     if type(value) is bool or not isinstance(value, decimal.Decimal | int):
         raise _refuse(spec, value, "write a decimal.Decimal or an int")
     p, s = decimal_params(spec)
@@ -350,7 +368,7 @@ def _encode_decimal(spec: ColumnSpec, value: Any) -> str:
     return format(quantized, "f")
 
 
-def decode_value(spec: ColumnSpec, wire: Any) -> Any:
+def decode_value(spec: ColumnLike, wire: Any) -> Any:
     """A wire value as its Python value: integer → ``int``, decimal → ``decimal.Decimal``
     (quantized to the scale), timestamp → aware ``datetime`` in UTC, date → ``datetime.date``,
     bytes → ``bytes``; the original types as they are. Raises :class:`ValueTypeError` for a
@@ -394,7 +412,7 @@ def decode_value(spec: ColumnSpec, wire: Any) -> Any:
             return wire
 
 
-def _widened_decimal(spec: ColumnSpec, wire: Any) -> decimal.Decimal:
+def _widened_decimal(spec: ColumnLike, wire: Any) -> decimal.Decimal:
     if type(wire) is int:
         return _encode_and_parse(spec, wire)
     if type(wire) is not str or _DECIMAL_TEXT.fullmatch(wire) is None:
@@ -405,7 +423,7 @@ def _widened_decimal(spec: ColumnSpec, wire: Any) -> decimal.Decimal:
         return _encode_and_parse(spec, decimal.Decimal(wire))
 
 
-def _encode_and_parse(spec: ColumnSpec, value: int | decimal.Decimal) -> decimal.Decimal:
+def _encode_and_parse(spec: ColumnLike, value: int | decimal.Decimal) -> decimal.Decimal:
     return decimal.Decimal(_encode_decimal(spec, value))
 
 
@@ -417,7 +435,7 @@ def _as_text(wire: Any) -> str:
     return canonical_json(wire)
 
 
-def spark_type(spec: ColumnSpec) -> str:
+def spark_type(spec: ColumnLike) -> str:
     """The column's Spark SQL type in the lake (``analytics.<table>``)."""
     if spec.type == "decimal":
         p, s = decimal_params(spec)
@@ -438,7 +456,7 @@ _SPARK = {
 }
 
 
-def iceberg_type(spec: ColumnSpec) -> str:
+def iceberg_type(spec: ColumnLike) -> str:
     """The column's Iceberg type, in the Iceberg spec's notation (``"long"``,
     ``"decimal(38, 9)"``, ``"timestamptz"``, ``"date"``, ``"binary"``, ...), which pyiceberg
     takes wherever it takes a type (``NestedField(1, "id", iceberg_type(spec))``): the core
@@ -455,7 +473,7 @@ _ICEBERG = {
 }
 
 
-def sql_type(spec: ColumnSpec, dialect: Dialect) -> str:
+def sql_type(spec: ColumnLike, dialect: Dialect) -> str:
     """The column's type in a destination database of ``dialect``.
 
     MySQL/MariaDB's DECIMAL holds at most 30 fraction digits: a decimal of a larger scale is a
@@ -630,7 +648,7 @@ and its type in the lake and each destination: the docs' mapping table is genera
 _WIDER = {("integer", "decimal"), ("integer", "number"), ("decimal", "number")}
 
 
-def widening_allowed(old: ColumnSpec, new: ColumnSpec) -> str | None:
+def widening_allowed(old: ColumnLike, new: ColumnLike) -> str | None:
     """None if a column may change from ``old`` to ``new`` in place (the same type, or a
     widening: integer → decimal → number, decimal(p,s) → decimal(p',s') with p'-s' ≥ p-s and
     s' ≥ s, any type → string, not nullable → nullable); else why not and what to do."""
@@ -667,7 +685,7 @@ def widening_allowed(old: ColumnSpec, new: ColumnSpec) -> str | None:
     )
 
 
-def type_text(spec: ColumnSpec) -> str:
+def type_text(spec: ColumnLike) -> str:
     """A column's type as messages name it: ``integer``, ``decimal(38,9)``, ``date not
     nullable``."""
     if spec.type == "decimal":

@@ -16,6 +16,14 @@ lists :class:`ActionGrant`\s (:func:`may_run`); without one, only admin tokens m
       - {action: create_issue, claims: {team: [support, ops]}}   # these teams
       - {action: "*", claims: {sub: svc-sync}}                  # every action: this client
 
+Each connector has a schema contract (``contract:``, :class:`SchemaContract`): what happens when
+its source brings a column the gateway's table lacks or a value its column's type does not hold,
+in dlt's vocabulary (``evolve``, ``freeze``, ``discard_row``, ``discard_value``)::
+
+    contract: freeze                                   # both cases, every table
+    contract: {columns: discard_value, data_type: discard_row,
+               tables: {jira_comments: evolve}}        # per table
+
 A string value may hold ``${VAR}`` / ``${file:PATH}`` references (:mod:`lakesync.secrets`),
 resolved by :func:`resolve_secrets` when the connector starts, so the stored declaration keeps
 the reference, never the secret. :func:`redact` is what admin routes
@@ -51,16 +59,20 @@ __all__ = [
     "BigQuerySpec",
     "CloudWatchLogsSpec",
     "ConnectorSpec",
+    "ContractMode",
     "DatabaseSpec",
     "JiraSpec",
     "MysqlSpec",
     "PostgresCdcSpec",
     "PostgresSpec",
     "SalesforceSpec",
+    "SchemaContract",
+    "TableContract",
     "TableReadSpec",
     "connector_client_id",
     "connector_kind",
     "connector_tables",
+    "contract_for",
     "may_run",
     "parse_connector",
     "parse_connectors",
@@ -121,6 +133,50 @@ def may_run(grants: Sequence[ActionGrant], action_type: str, claims: Mapping[str
     )
 
 
+ContractMode = Literal["evolve", "freeze", "discard_row", "discard_value"]
+"""What a schema contract does with what does not fit (dlt's modes): ``evolve`` the table,
+``freeze`` (stop the poll, naming table, row and column), ``discard_row`` (refuse the row) or
+``discard_value`` (keep the row without the value)."""
+
+
+class TableContract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A table's schema contract.
+
+    ``columns``: a source column the gateway's table lacks (its first registration takes every
+    column the source has): ``evolve`` adds it (nullable); ``freeze`` stops the poll naming it;
+    ``discard_row`` leaves it out and refuses the rows holding a value in it; ``discard_value``
+    leaves it out and drops its values.
+
+    ``data_type``: a value the column's declared type does not hold (a type declared in
+    ``lakesync.yaml`` or the admin route wins over the source's): ``evolve`` widens the column
+    (to the source's type when that is a widening, else to ``string``, holding the value's
+    text); ``freeze`` stops the poll naming table, row, column and expected type;
+    ``discard_row`` refuses the row; ``discard_value`` stores null instead (a column declared
+    ``nullable: false`` refuses the row). Refused rows and discarded values are counted
+    (``rows_refused``, ``values_discarded`` in the status route and ``/metrics``) and logged
+    with table, row, column and why."""
+
+    columns: ContractMode = "evolve"
+    data_type: ContractMode = "freeze"
+
+
+class SchemaContract(TableContract, frozen=True):
+    """A connector's contract (:class:`TableContract`) and per-table overrides (``tables``:
+    gateway table → a mode for both cases, or a :class:`TableContract`)."""
+
+    tables: dict[str, TableContract | ContractMode] = msgspec.field(default_factory=dict)
+
+
+def contract_for(contract: SchemaContract | ContractMode, table: str) -> TableContract:
+    """The contract of one gateway ``table`` under a connector's ``contract``."""
+    if isinstance(contract, str):
+        return TableContract(contract, contract)
+    found = contract.tables.get(table)
+    if found is None:
+        return TableContract(contract.columns, contract.data_type)
+    return TableContract(found, found) if isinstance(found, str) else found
+
+
 BIGQUERY_URL = re.compile(r"bigquery://[A-Za-z0-9:._-]+/?(\?.*)?")
 """A bigquery connector's ``url``: ``bigquery://PROJECT``, optionally ``?endpoint=…``."""
 
@@ -139,6 +195,10 @@ class _Common(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field
     """Rows per push: the bound on what a poll holds in memory at once."""
     actions: list[ActionGrant] = msgspec.field(default_factory=list)
     """Who may run the kind's actions (:func:`may_run`); empty = admin tokens only."""
+    contract: SchemaContract | ContractMode = SchemaContract()
+    """The tables' schema contract (:class:`TableContract`): a mode for both cases, or
+    ``{columns: …, data_type: …, tables: {TABLE: …}}``; default ``columns: evolve,
+    data_type: freeze``."""
 
 
 class JiraSpec(_Common, frozen=True, tag="jira"):
@@ -263,6 +323,7 @@ class CloudWatchLogsSpec(_Common, frozen=True, tag="cloudwatch_logs"):
     """CloudWatch Logs: the events of log groups, one row each, by a time cursor."""
 
     log_groups: list[str] = msgspec.field(default_factory=list)
+    """The log groups whose events are read."""
     stream_prefixes: list[str] = msgspec.field(default_factory=list)
     """Only streams whose name starts with one of these (empty = every stream)."""
     filter_pattern: str = ""
@@ -271,6 +332,7 @@ class CloudWatchLogsSpec(_Common, frozen=True, tag="cloudwatch_logs"):
     """Where the first poll starts: a duration before it (``90s``, ``15m``, ``1h``, ``7d``) or
     an ISO 8601 instant."""
     table: str = "logs"
+    """The gateway table the events land in."""
     parse: Literal["text", "json"] = "text"
     """``json``: a JSON object message's top-level fields become columns too."""
     retention: str = ""
@@ -279,9 +341,11 @@ class CloudWatchLogsSpec(_Common, frozen=True, tag="cloudwatch_logs"):
     overlap: NonNegative = 300.0
     """Seconds re-read before the time cursor: events ingested late are still found."""
     region: str = ""
+    """The AWS region (empty = the standard AWS chain's)."""
     endpoint: str = ""
     """A local server (moto) instead of AWS's."""
     access_key_id: str = ""
+    """An explicit access key id (``${VAR}``), with ``secret_access_key``."""
     secret_access_key: str = ""
     """Explicit keys (``${VAR}``); empty = the standard AWS chain."""
 
@@ -334,6 +398,7 @@ def parse_connector(name: str, body: Mapping[str, Any]) -> ConnectorSpec:
             raise ValidationError(f"missing {', '.join(missing)}")
         _check_kind(spec)
         _check_actions(connector_kind(spec), spec.actions)
+        _check_contract(spec)
     except LakeSyncError as exc:
         raise ValidationError(f"connector {name!r}: {exc.message}") from None
     return spec
@@ -404,6 +469,18 @@ def _check_actions(kind: str, grants: Sequence[ActionGrant]) -> None:
                 f"actions: no action {grant.action!r} (a {kind} connector has: "
                 f"{', '.join(known)}, or '*' for all)"
             )
+
+
+def _check_contract(spec: ConnectorSpec) -> None:
+    if isinstance(spec.contract, str):
+        return
+    tables = connector_tables(spec)
+    unknown = sorted(set(spec.contract.tables) - set(tables))
+    if unknown:
+        raise ValidationError(
+            f"contract.tables: {', '.join(map(repr, unknown))} is not a table of this connector"
+            f" (it fills: {', '.join(tables)})"
+        )
 
 
 def _check_kind(spec: ConnectorSpec) -> None:

@@ -18,6 +18,7 @@ from lakesync.column_types import (
 from lakesync.delta import RowDelta, validate_identifier
 from lakesync.errors import SchemaError, ValueTypeError
 from lakesync.hints import explain
+from lakesync.values import MAX_SAFE_MAGNITUDE
 
 __all__ = [
     "ANALYTICS_NAMESPACE",
@@ -25,6 +26,7 @@ __all__ = [
     "DELETED_COLUMN",
     "LANDING_NAMESPACE",
     "MAX_TABLE_NAME_LENGTH",
+    "MIGRATABLE",
     "RESERVED_COLUMNS",
     "RESERVED_COLUMN_PREFIX",
     "RESERVED_COLUMN_REASONS",
@@ -42,6 +44,8 @@ __all__ = [
     "check_value",
     "evolve",
     "merge_declared",
+    "migrated",
+    "migration_refusal",
     "parse_schema",
     "reserved_name_problems",
     "schema_to_wire",
@@ -359,3 +363,50 @@ def check_delta(schema: TableSchema, delta: RowDelta) -> None:
                     f"row {delta.row_id!r} of {schema.table!r}: column {spec.name!r} is not "
                     "nullable: an INSERT must set it"
                 )
+
+
+MIGRATABLE = ("integer", "decimal")
+"""The types ``lakesync schema migrate`` gives a ``number`` column."""
+
+
+def migrated(schema: TableSchema, column: str, spec: ColumnSpec) -> TableSchema:
+    """``schema`` with its ``number`` column ``column`` retyped as ``spec`` (``integer`` or
+    ``decimal``): the explicit migration of a column registered before typed columns existed
+    (``lakesync schema migrate``), which :func:`evolve` refuses as a narrowing. Every value the
+    column holds must fit the new type (:func:`migration_refusal`); a column of another type
+    is refused, saying what to do."""
+    found = {c.name: c for c in schema.columns}.get(column)
+    if found is None:
+        raise SchemaError(f"table {schema.table!r} has no column {column!r}")
+    if found.type != "number":
+        raise SchemaError(
+            f"column {column!r} of {schema.table!r} is {_spec_text(found)}: only a number "
+            "column registered before typed columns existed is migrated; widen other columns "
+            "by registering the wider type, or add a new column"
+        )
+    if spec.type not in MIGRATABLE:
+        raise SchemaError(
+            f"a number column migrates to {' or '.join(MIGRATABLE)}, not {spec.type}; to make "
+            "it a string, register it as string (a widening)"
+        )
+    new = msgspec.structs.replace(spec, name=found.name, nullable=found.nullable)
+    columns = [new if c.name == column else c for c in schema.columns]
+    return parse_schema(schema_to_wire(msgspec.structs.replace(schema, columns=columns)),
+                        stored=True)
+
+
+def migration_refusal(spec: ColumnSpec, value: Any) -> str | None:
+    """Why a ``number`` column's value cannot stay once the column is ``spec`` (None: it
+    fits). The value is not rewritten (a delta's id is over the values its client wrote), so
+    it must already be a value of the new type as every reader takes it: an integer within
+    ±2^53 (beyond, a double is no exact integer), with at most precision - scale digits for a
+    decimal."""
+    if value is None:
+        return None
+    if type(value) is not int or abs(value) > MAX_SAFE_MAGNITUDE:
+        return f"{value!r} is not an integer within ±2^53"
+    if spec.type == "decimal":
+        precision, scale = decimal_params(spec)
+        if len(str(abs(value))) > precision - scale and value != 0:
+            return f"{value!r} has more than {precision - scale} integer digits"
+    return None

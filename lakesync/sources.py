@@ -34,8 +34,10 @@ from typing import Any
 import msgspec
 
 from lakesync import hlc
+from lakesync.column_types import encode_value
 from lakesync.delta import RESERVED_CLIENT_PREFIX, RowDelta
 from lakesync.rules import SyncRules, visible
+from lakesync.schema import ColumnSpec
 
 __all__ = [
     "SourcePage",
@@ -80,13 +82,20 @@ def source_client_id(name: str) -> str:
 
 
 def source_row(
-    table: str, row: Mapping[str, Any], columns: Sequence[tuple[str, str]]
+    table: str, row: Mapping[str, Any], columns: Sequence[ColumnSpec | tuple[str, str]]
 ) -> SourceRow:
-    """A :class:`SourceRow` from an adapter's normalised row (json columns as JSON text)."""
+    """A :class:`SourceRow` from an adapter's normalised row (json columns as JSON text, typed
+    columns as Python values): each cell in its canonical wire form
+    (:func:`lakesync.column_types.encode_value`), exactly as a client wrote it. A column is a
+    spec, or a ``(name, type)`` pair for a type without options."""
     cells: dict[str, Any] = {}
-    for name, kind in columns:
-        value = row.get(name)
-        cells[name] = json.loads(value) if kind == "json" and value is not None else value
+    for column in columns:
+        spec = column if isinstance(column, ColumnSpec) else ColumnSpec(*column)  # type: ignore[arg-type]
+        value = row.get(spec.name)
+        if spec.type == "json" and value is not None:
+            cells[spec.name] = json.loads(value)
+        else:
+            cells[spec.name] = encode_value(spec, value)
     return SourceRow(
         table, str(row["row_id"]), to_micros(row["synced_at"]), cells,
         row.get("deleted_at") is not None,

@@ -1,21 +1,47 @@
 {#- Typed current state of one synced table, generated from its registered schema.
-    `columns` is a list of {name, type} (docs/protocol.md §10 types). One row per live row per gateway:
+    `columns` is a list of {name, type[, precision, scale]} (docs/protocol.md §10 types). One row per live row per gateway:
     gateway_id, row_id, one typed column per schema column, _hlc (the HLC of the row's last change),
     _changed_at (its wall time) and _ingest_hlc (landing position of the row's last delta). -#}
 
 {#- A cell's canonical JSON text (landing `value_json`) as the column's SQL type, with Spark
     built-ins only, so a plain `dbt build` needs no Python UDF. The same decoding as
-    lakesync/spark_udfs/decode.py (fresh reads and destinations use those; a test holds them equal): a value
-    of the wrong type for the column reads null; a `json` column keeps the canonical text. -#}
-{% macro lakesync_decode(type, expr) -%}
+    lakesync/spark_udfs/decode.py (fresh reads and destinations use those; a test holds them equal),
+    with the same regular expressions: a value of the wrong type for the column reads null; a
+    `json` column keeps the canonical text; a column reads every value of a type that widens to
+    its own (integer -> decimal -> number, any type -> string). `precision` and `scale` are a
+    decimal column's. -#}
+{% macro lakesync_decode(type, expr, precision=none, scale=none) -%}
+    {%- set integer = '-?(0|[1-9][0-9]*)' -%}
+    {%- set year = '([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})' -%}
+    {%- set unquoted = 'substr(' ~ expr ~ ', 2, length(' ~ expr ~ ') - 2)' -%}
     {%- if type == 'string' -%}
-        case when startswith({{ expr }}, '"') then get_json_object(concat('[', {{ expr }}, ']'), '$[0]') end
+        case when startswith({{ expr }}, '"') then get_json_object(concat('[', {{ expr }}, ']'), '$[0]')
+            when {{ expr }} <> 'null' then {{ expr }} end
     {%- elif type == 'number' -%}
-        case when {{ expr }} rlike '^-?[0-9]' then cast({{ expr }} as double) end
+        case when {{ expr }} rlike '^-?[0-9]' then cast({{ expr }} as double)
+            when {{ expr }} rlike '^"{{ integer }}([.][0-9]+)?"$' then cast({{ unquoted }} as double) end
     {%- elif type == 'boolean' -%}
         case {{ expr }} when 'true' then true when 'false' then false end
     {%- elif type == 'json' -%} nullif({{ expr }}, 'null')
     {%- elif type == 'null' -%} cast(null as string)
+    {%- elif type == 'integer' -%}
+        case when {{ expr }} rlike '^{{ integer }}$' then try_cast({{ expr }} as bigint)
+            when {{ expr }} rlike '^"{{ integer }}"$' then try_cast({{ unquoted }} as bigint) end
+    {%- elif type == 'decimal' -%}
+        {%- set p = 38 if precision is none else precision -%}
+        {%- set s = ([9, p] | min) if scale is none else scale -%}
+        {%- set fraction = '([.][0-9]{1,' ~ s ~ '})?' if s > 0 else '' -%}
+        case when {{ expr }} rlike '^{{ integer }}$' then try_cast({{ expr }} as decimal({{ p }},{{ s }}))
+            when {{ expr }} rlike '^"{{ integer }}{{ fraction }}"$'
+                then try_cast({{ unquoted }} as decimal({{ p }},{{ s }})) end
+    {%- elif type == 'timestamp' -%}
+        case when {{ expr }} rlike '^"{{ year }}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z"$'
+            then try_to_timestamp({{ unquoted }}, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX") end
+    {%- elif type == 'date' -%}
+        case when {{ expr }} rlike '^"{{ year }}-[0-9]{2}-[0-9]{2}"$' then try_cast({{ unquoted }} as date) end
+    {%- elif type == 'bytes' -%}
+        case when {{ expr }} rlike '^"([A-Za-z0-9+/]{4})*([A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?"$'
+            then unbase64({{ unquoted }}) end
     {%- else -%} {{ exceptions.raise_compiler_error('unknown column type ' ~ type) }}
     {%- endif -%}
 {%- endmacro %}
@@ -38,7 +64,8 @@
         r.gateway_id,
         r.row_id,
         {%- for col in columns %}
-        {{ lakesync_decode(col['type'], 'v.`' ~ col['name'] ~ '`') }} as `{{ col['name'] }}`,
+        {{ lakesync_decode(col['type'], 'v.`' ~ col['name'] ~ '`', col.get('precision'), col.get('scale')) }}
+            as `{{ col['name'] }}`,
         {%- endfor %}
         case when r.is_live then r.write_hlc end as _hlc,
         case when r.is_live then {{ lakesync_hlc_to_timestamp('r.write_hlc') }} end as _changed_at,

@@ -321,8 +321,8 @@ def cli_reference() -> str:
     import typer
     import typer.cli
 
-    from lakesync.cli.main import app
+    from lakesync.cli.main import fully_loaded
 
-    command = typer.main.get_command(app)
+    command = fully_loaded()  # the lazy commands too, with their options
     context = typer.Context(command)
     return typer.cli.get_docs_for_click(obj=command, ctx=context, name="lakesync", indent=1)

@@ -21,10 +21,10 @@ GATEWAY = "finance"
 LEDGER = {
     "table": "ledger",
     "columns": [
-        {"name": "id", "type": "number"},
+        {"name": "id", "type": "integer"},
         {"name": "cost_centre", "type": "string"},
-        {"name": "amount", "type": "number"},
-        {"name": "booked_at", "type": "string"},
+        {"name": "amount", "type": "decimal", "precision": 12, "scale": 2},
+        {"name": "booked_at", "type": "timestamp"},
         {"name": "memo", "type": "string"},
     ],
 }
@@ -38,7 +38,8 @@ MONTHLY = {
     ],
 }
 
-# booked_at is ISO 8601 text (a BigQuery TIMESTAMP): its first 7 characters are the month.
+# The connector types the columns from BigQuery's (INT64, NUMERIC(12, 2), TIMESTAMP); the replica
+# keeps a timestamp as its canonical UTC text, so its first 7 characters are the month.
 SUMMARY = """
 select cost_centre, substr(booked_at, 1, 7) as month, round(sum(amount), 2) as total,
        count(*) as entries

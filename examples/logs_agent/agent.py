@@ -21,7 +21,7 @@ GATEWAY = "ops"
 LOGS = {
     "table": "logs",
     "columns": [
-        {"name": "timestamp", "type": "string"},
+        {"name": "timestamp", "type": "timestamp"},
         {"name": "log_stream", "type": "string"},
         {"name": "message", "type": "string"},
         {"name": "level", "type": "string"},

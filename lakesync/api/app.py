@@ -144,8 +144,8 @@ def create_app(
             else None
         ),
         debug=False,
-        # Logging is configured by the process (lakesync.api.logs.configure_logging in `lakesync up`):
-        # Litestar's default queue handler would drop the last lines when the process exits.
+        # Logging is configured by the process (lakesync.api.logs.configure_logging in `lakesync
+        # up`): Litestar's default queue handler would drop the last lines when the process exits.
         logging_config=None,
     )
     # Outside the router, so unrouted requests (404/405) get a request id, a log line and the

@@ -1,7 +1,7 @@
 """``lakesync up``: serve the gateway with uvicorn (graceful shutdown finishes in-flight pushes).
 
-Exposed as the plain typer-compatible function :func:`up`; ``lakesync/cli/main.py`` registers it with
-``app.command("up")(up)`` and ``python -m lakesync.api`` runs it standalone.
+Exposed as the plain typer-compatible function :func:`up`, listed in ``lakesync/cli/main.py``'s
+``LAZY_COMMANDS`` (loaded when ``lakesync up`` runs); ``python -m lakesync.api`` runs it too.
 """
 
 from __future__ import annotations
@@ -11,13 +11,23 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
+import msgspec
 import typer
+import uvicorn
+
+from lakesync.api.app import create_app
+from lakesync.api.datadir import hold_data_dir
+from lakesync.api.lake import lake_jobs
+from lakesync.api.logs import configure_logging
+from lakesync.api.services.declared import apply_declared
+from lakesync.api.settings import GatewaySettings
+from lakesync.api.store import open_store
+from lakesync.config import Config, load_config
+from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.hlc import HLC
 
 if TYPE_CHECKING:
     from litestar import Litestar
-
-    from lakesync.api.settings import GatewaySettings
-    from lakesync.config import Config
 
 __all__ = ["up"]
 
@@ -31,19 +41,6 @@ def up(
     config: Annotated[Path | None, typer.Option("--config", help="Path of lakesync.yaml.")] = None,
 ) -> None:
     """Serve the sync gateway (HTTP + WebSocket) until SIGINT/SIGTERM."""
-    import msgspec
-
-    from lakesync.api.app import create_app
-    from lakesync.api.datadir import hold_data_dir
-    from lakesync.api.lake import lake_jobs
-    from lakesync.api.logs import configure_logging
-    from lakesync.api.services.declared import apply_declared
-    from lakesync.api.settings import GatewaySettings
-    from lakesync.api.store import open_store
-    from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.config import load_config
-    from lakesync.hlc import HLC
-
     cfg = load_config(config)
     if data_dir is not None:
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
@@ -66,8 +63,6 @@ def up(
 def _serve(
     app: Litestar, settings: GatewaySettings, cfg: Config, host: str | None, port: int | None
 ) -> None:
-    import uvicorn
-
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             # /ready turns 503 and new pushes are refused while in-flight ones finish.

@@ -1,4 +1,5 @@
-"""The one place exceptions become HTTP replies: ``{"error": message, "code": CODE}`` (docs/protocol.md §5)."""
+"""The one place exceptions become HTTP replies: ``{"error": message, "code": CODE}``
+(docs/protocol.md §5)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The gateway's edge to the lake: the landing flusher and the scheduled pipeline.
 
-``lakesync up`` runs the :class:`~lakesync.lakehouse.landing.LandingFlusher` next to the gateway (the
-landing table's single writer) every ``flush_interval`` seconds and on
+``lakesync up`` runs the :class:`~lakesync.lakehouse.landing.LandingFlusher` next to the gateway
+(the landing table's single writer) every ``flush_interval`` seconds and on
 ``POST /v1/admin/flush/{gw}`` (each flush first publishes the registered table schemas to
 ``lakesync.table_schemas`` for the pipeline), and, if ``pipeline_interval`` is set, a
 ``lakesync pipeline run`` on that schedule, and every ``compaction_interval`` seconds (default
@@ -28,9 +28,9 @@ import logging
 import os
 import threading
 import time
-from datetime import UTC, datetime
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
@@ -41,6 +41,13 @@ from lakesync.api.store import HotLog
 from lakesync.api.store.ports import CheckpointStore, Coordination, DocumentStore
 from lakesync.config import Config, ServerConfig
 from lakesync.hlc import encode
+from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.catalog import landing_state, open_catalog
+from lakesync.lakehouse.checkpoints import build_checkpoints, covered_positions
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
+from lakesync.lakehouse.worker import PipelineWorker, RunReply, WorkerDiedError
 from lakesync.schema import parse_schema
 from lakesync.status import (
     HISTORY_GATEWAY,
@@ -54,9 +61,6 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
     from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.landing import LandingFlusher
-    from lakesync.lakehouse.settings import LakeSettings
-    from lakesync.lakehouse.worker import PipelineWorker, RunReply
 
 __all__ = ["HotLogMaintenance", "Lead", "SchemaPublisher", "lake_jobs"]
 
@@ -75,11 +79,6 @@ def _landing_flusher(
     settings: GatewaySettings, store: HotLog, config: Config | None
 ) -> tuple[LandingFlusher, HotLogMaintenance] | None:
     try:
-        from lakesync.lakehouse.bootstrap import init_catalog_tables
-        from lakesync.lakehouse.catalog import open_catalog
-        from lakesync.lakehouse.landing import LandingFlusher
-        from lakesync.lakehouse.settings import LakeSettings
-
         lake = (
             LakeSettings.from_env(settings.data_dir)
             if config is None
@@ -128,10 +127,6 @@ class HotLogMaintenance:
 
     def __call__(self) -> int:
         """One round; returns the log entries trimmed."""
-        from lakesync.lakehouse.catalog import landing_state
-        from lakesync.lakehouse.checkpoints import build_checkpoints, covered_positions
-        from lakesync.lakehouse.settings import LANDING_NAMESPACE
-
         covered = covered_positions(self._catalog)
         if covered != self._covered:
             self._gateways = build_checkpoints(self._lake, self._store).gateways
@@ -193,8 +188,6 @@ class SchemaPublisher:
 
     def __call__(self) -> bool:
         """True when the registry needed a commit."""
-        from lakesync.lakehouse.registry import publish_schemas
-
         docs = self._store.docs_of_kind("schema")
         if docs == self._last:
             return False
@@ -217,16 +210,14 @@ def _lake_worker_loop(
     ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
     while ``lead()`` says this process is the scheduler (the others check every few seconds
     whether to take over), so two gateway processes never run or compact together. Both go to
-    one warm worker process, one at a time (:class:`~lakesync.lakehouse.worker.PipelineWorker`: Spark
-    stays out of the gateway process, and its session and dbt stay loaded between runs); a run
+    one warm worker process, one at a time (:class:`~lakesync.lakehouse.worker.PipelineWorker`:
+    Spark stays out of the gateway process, and its session and dbt stay loaded between runs); a run
     still going at shutdown is terminated (its Iceberg commits are atomic, so the next run picks
     up where the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run
     is logged with its error and the log's tail, and a worker that died is started again for the
     next run. A run's failed writes to fan-out secondaries are added to ``shipping`` (the
     gateway's ``/metrics``); each pipeline run and its shipments are recorded in ``store``
     (the status's history)."""
-    from lakesync.lakehouse.worker import PipelineWorker
-
     env = dict(os.environ)
     if config is not None and config.source is not None:
         env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
@@ -272,8 +263,6 @@ def _lake_job(
     """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome, count
     its failed writes to fan-out secondaries in ``shipping`` and record a pipeline run in
     ``store``; False when ``stop`` was set meanwhile."""
-    from lakesync.lakehouse.worker import RunReply, WorkerDiedError
-
     log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
     started = time.time()
     try:

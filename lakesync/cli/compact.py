@@ -1,22 +1,18 @@
 """``lakesync compact``: Iceberg maintenance of every lake table, on Spark through dbt.
 
-Wire into ``lakesync/cli/main.py`` with ``app.command("compact")(compact_command)``. What runs
+Listed in ``lakesync/cli/main.py``'s ``LAZY_COMMANDS`` (loaded when the command runs). What runs
 and the retention settings: :mod:`lakesync.lakehouse.compaction` and ``macros/maintenance.sql``.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from lakesync.cli.lake import DataDirOption
 from lakesync.cli.materialise import ConfigOption
 from lakesync.config import load_config
+from lakesync.lakehouse.compaction import CompactionError, TableCompaction, compact
 from lakesync.lakehouse.settings import LakeSettings
-
-if TYPE_CHECKING:
-    from lakesync.lakehouse.compaction import TableCompaction
 
 __all__ = ["compact_command"]
 
@@ -47,8 +43,6 @@ def compact_command(data_dir: DataDirOption = None, config: ConfigOption = None)
     lake.snapshot_retention and remove orphan files, for the landing table and every model.
     A table whose maintenance fails is listed and the others are maintained; the command then
     exits 1."""
-    from lakesync.lakehouse.compaction import CompactionError, compact
-
     settings = LakeSettings.from_config(load_config(config), data_dir)
     out = Console(highlight=False)
     with Console(stderr=True).status("compacting (Spark starting)") as status:

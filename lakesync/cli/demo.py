@@ -24,11 +24,18 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.lake import DataDirOption
 from lakesync.cli.output import print_table
+from lakesync.client import LakeSyncClient
+from lakesync.config import load_config
 from lakesync.errors import LakeSyncError
+from lakesync.lakehouse.query import run_query
+from lakesync.lakehouse.runner import run_pipeline
+from lakesync.lakehouse.settings import LakeSettings
+from lakesync.schema import parse_schema
 from lakesync.tokens import mint_token
 
-__all__ = ["run_demo"]
+__all__ = ["demo_command", "run_demo"]
 
 GATEWAY = "demo"
 TODOS: dict[str, Any] = {
@@ -104,14 +111,13 @@ def _show(console: Console, title: str, rows: list[dict[str, Any]]) -> None:
     print_table(table, console)
 
 
+def demo_command(data_dir: DataDirOption = None) -> None:
+    """Run the main job end to end: gateway, two clients, landing, dbt on Spark, DuckDB query."""
+    run_demo(data_dir or load_config().data_dir)
+
+
 def run_demo(data_dir: Path) -> None:
     """Run the whole flow once under ``data_dir`` and print what each stage produced."""
-    from lakesync.client import LakeSyncClient
-    from lakesync.lakehouse.query import run_query
-    from lakesync.lakehouse.runner import run_pipeline
-    from lakesync.lakehouse.settings import LakeSettings
-    from lakesync.schema import parse_schema
-
     console = Console()
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

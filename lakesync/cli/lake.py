@@ -1,8 +1,7 @@
 """Command-line edges of the lake: ``lakesync pipeline …`` and ``lakesync query``.
 
-Wire into ``lakesync/cli/main.py`` with ``app.add_typer(pipeline_app, name="pipeline")`` and
-``app.command("query")(query_command)``; its error boundary turns the errors these commands
-raise into one line on stderr. Heavy dependencies load inside the commands.
+Listed in ``lakesync/cli/main.py``'s ``LAZY_COMMANDS`` (loaded when one of them runs); its error
+boundary turns the errors these commands raise into one line on stderr.
 """
 
 from __future__ import annotations
@@ -15,12 +14,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from lakesync import hlc as hlc_mod
+from lakesync.api.store import open_store
 from lakesync.cli.materialise import ConfigOption, ship
 from lakesync.cli.output import print_table
 from lakesync.config import load_config
 from lakesync.errors import ConfigError
+from lakesync.hlc import HLC
+from lakesync.lakehouse.catalog import require_lake
+from lakesync.lakehouse.models import GENERATED
+from lakesync.lakehouse.query import QueryResult, format_rows, run_query, table_cells
+from lakesync.lakehouse.runner import PipelineError, generate_models, run_pipeline, state_as_of_hlc
 from lakesync.lakehouse.settings import LakeSettings
 
 if TYPE_CHECKING:
@@ -54,11 +61,6 @@ def run_command(
 ) -> None:
     """Run the dbt build once: merge new landing deltas into the current-state tables, then
     ship the changes to the destinations the configuration declares."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from lakesync.lakehouse.catalog import require_lake
-    from lakesync.lakehouse.runner import PipelineError, run_pipeline
-
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
     # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only the
@@ -119,10 +121,6 @@ def as_of_command(
     fmt: FormatOption = "table",
 ) -> None:
     """Time travel by HLC: print TABLE's state from the landing deltas with hlc <= HLC."""
-    from lakesync import hlc as hlc_mod
-    from lakesync.lakehouse.query import QueryResult
-    from lakesync.lakehouse.runner import state_as_of_hlc
-
     frame = state_as_of_hlc(
         table, hlc_mod.parse(hlc, "hlc"), settings=LakeSettings.from_env(data_dir)
     )
@@ -153,9 +151,6 @@ def generate_command(
     every declared destination and table, into the dbt project (the one this is run in, or
     --project), so a plain `dbt build` there builds the analytics tables and the change sets
     too."""
-    from lakesync.lakehouse.models import GENERATED
-    from lakesync.lakehouse.runner import generate_models
-
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
     directory = into or dbt_project(project, settings.dbt_project_dir) / GENERATED
@@ -242,8 +237,6 @@ def query_command(
     ] = False,
 ) -> None:
     """Run SQL over the lake's Iceberg tables with DuckDB (no Spark), e.g. analytics.todos."""
-    from lakesync.lakehouse.query import run_query
-
     if fmt not in ("table", "json", "csv"):
         raise typer.BadParameter("use table, json or csv", param_hint="--format")
     if fresh and (as_of is not None or snapshot):
@@ -259,9 +252,6 @@ def query_command(
 
 def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> HotLogSource | None:
     """The gateway's hot log for a fresh read (None when this data dir has none)."""
-    from lakesync.api.store import open_store
-    from lakesync.hlc import HLC
-
     cfg = load_config()
     remote = cfg.store_url.startswith(("postgresql://", "postgres://"))
     if not remote and cfg.store_url == "sqlite" and not (data_dir / "hotlog.sqlite3").exists():
@@ -272,8 +262,6 @@ def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> HotLogSource | None
 
 
 def _print(result: Any, fmt: str) -> None:
-    from lakesync.lakehouse.query import format_rows, table_cells
-
     if fmt in ("json", "csv"):
         for line in format_rows(result, "json" if fmt == "json" else "csv"):
             sys.stdout.write(line + "\n")

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
-from lakesync.api.cli import up
-from lakesync.cli.compact import compact_command
-from lakesync.cli.connectors import connectors_command
 from lakesync.cli.init import init_command
-from lakesync.cli.lake import DataDirOption, pipeline_app, query_command
-from lakesync.cli.materialise import materialise_command, migrate_command
-from lakesync.cli.status import status_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.tokens import mint_client_token
@@ -23,7 +18,48 @@ from lakesync.tokens import mint_client_token
 if TYPE_CHECKING:
     from typer._click import Context  # typer vendors click; its commands take this Context
 
-__all__ = ["app", "expected_failure", "main", "run"]
+__all__ = [
+    "LAZY_COMMANDS", "app", "expected_failure", "fully_loaded", "load_command", "main", "run"
+]
+
+LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "up": ("lakesync.api.cli", "up",
+           "Serve the sync gateway (HTTP + WebSocket) until SIGINT/SIGTERM."),
+    "query": ("lakesync.cli.lake", "query_command",
+              "Run SQL over the lake's Iceberg tables with DuckDB (no Spark), e.g. "
+              "analytics.todos."),
+    "materialise": ("lakesync.cli.materialise", "materialise_command",
+                    "Ship each destination's changes since its watermark (no dbt run: see "
+                    "pipeline run), then move rows whose last change is older than a "
+                    "destination's hot_window out of it (the lake keeps them)."),
+    "migrate": ("lakesync.cli.materialise", "migrate_command",
+                "Copy tables between two declared destinations (idempotent: run it again to "
+                "finish)."),
+    "compact": ("lakesync.cli.compact", "compact_command",
+                "Compact small data files, rewrite manifests, expire snapshots older than "
+                "lake.snapshot_retention and remove orphan files, for the landing table and "
+                "every model."),
+    "connectors": ("lakesync.cli.connectors", "connectors_command",
+                   "List a gateway's connectors (declared and registered) with their last "
+                   "poll, cursor and last error."),
+    "status": ("lakesync.cli.status", "status_command",
+               "Show whether data is flowing: hot log, landing, pipeline, destinations, "
+               "connectors and clients of a running gateway; exit 1 when something is failing, "
+               "naming it."),
+    "demo": ("lakesync.cli.demo", "demo_command",
+             "Run the main job end to end: gateway, two clients, landing, dbt on Spark, DuckDB "
+             "query."),
+    "pipeline": ("lakesync.cli.lake", "pipeline_app",
+                 "Lakehouse pipeline: landing → dbt on Spark → analytics.<table>."),
+    "schema": ("lakesync.cli.schema", "schema_app",
+               "Table schemas: migrate a column registered before typed columns existed."),
+}
+"""The commands whose modules load heavy optional packages (the gateway's Litestar, the lake's
+sqlglot and pyiceberg, the client's websockets), as ``name: (module, attribute, summary)``: the
+root group imports a command's module when that command runs (click's lazily loaded
+subcommands), so ``lakesync --help`` and ``lakesync token`` start in a fraction of the time. The
+attribute is a typer command function or a :class:`typer.Typer` group; the summary (the start of
+its help, tests/cli/test_main.py checks) is what ``lakesync --help`` lists."""
 
 
 def expected_failure(exc: Exception) -> tuple[str, int] | None:
@@ -74,9 +110,55 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+_LOADED: dict[str, Any] = {}
+"""The lazy commands loaded so far (this process runs one root group)."""
+
+
+def load_command(name: str) -> Any:
+    """The click command of :data:`LAZY_COMMANDS` ``name``, its module imported (once)."""
+    if name in _LOADED:
+        return _LOADED[name]
+    module, attribute, _ = LAZY_COMMANDS[name]
+    target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command: Any = typer.main.get_group(target)
+    else:
+        single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    _LOADED[name] = command
+    return command
+
+
+def fully_loaded() -> Any:
+    """The root click command with every lazy command loaded: what the CLI reference documents
+    (``docs/_hooks``), options and sub-commands included."""
+    for name in LAZY_COMMANDS:
+        load_command(name)
+    return typer.main.get_command(app)
+
+
 class _ErrorBoundary(TyperGroup):
     """The root command group: every command runs inside its ``invoke``, so an expected failure
-    of any of them becomes one red line on stderr and a non-zero exit instead of a traceback."""
+    of any of them becomes one red line on stderr and a non-zero exit instead of a traceback.
+    It lists :data:`LAZY_COMMANDS` by their summaries and loads one only to run it."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return [*super().list_commands(ctx), *LAZY_COMMANDS]
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Any:
+        if cmd_name not in LAZY_COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        loaded = _LOADED.get(cmd_name)
+        # Listing the commands (--help) needs only the summary: no import.
+        return loaded or TyperCommand(cmd_name, help=LAZY_COMMANDS[cmd_name][2])
+
+    def resolve_command(self, ctx: Context, args: list[str]) -> Any:
+        name = args[0] if args else None
+        if name in LAZY_COMMANDS:
+            load_command(name)
+        return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: Context) -> Any:
         try:
@@ -136,23 +218,7 @@ def token(
     typer.echo(mint_client_token(config.jwt_secrets[0], sub, gw, claims, ttl, role=role))
 
 
-app.command("init")(init_command)
-app.command("up")(up)
-app.add_typer(pipeline_app, name="pipeline")
-app.command("query")(query_command)
-app.command("materialise")(materialise_command)
-app.command("migrate")(migrate_command)
-app.command("compact")(compact_command)
-app.command("connectors")(connectors_command)
-app.command("status")(status_command)
-
-
-@app.command()
-def demo(data_dir: DataDirOption = None) -> None:
-    """Run the main job end to end: gateway, two clients, landing, dbt on Spark, DuckDB query."""
-    from lakesync.cli.demo import run_demo
-
-    run_demo(data_dir or load_config().data_dir)
+app.command("init")(init_command)  # light: loaded with the root group
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,8 +17,11 @@ from rich.table import Table
 
 from lakesync.cli.output import print_table
 from lakesync.config import Config, load_config
-from lakesync.errors import LakeSyncError
-from lakesync.lakehouse.catalog import lake_catalog
+from lakesync.destinations.factory import open_destination
+from lakesync.destinations.migrate import migrate_table
+from lakesync.errors import ConfigError, LakeSyncError
+from lakesync.lakehouse.catalog import lake_catalog, require_lake
+from lakesync.lakehouse.materialise import ShipResult, materialise, tier
 from lakesync.lakehouse.settings import LakeSettings
 
 __all__ = ["ConfigOption", "MaterialiseError", "materialise_command", "migrate_command", "ship"]
@@ -48,8 +51,6 @@ def ship(
     happened; raise :class:`MaterialiseError` naming the failures, after shipping everything
     else. ``lifecycle_only`` runs the tiering alone (no Spark); ``not_built`` are the tables
     the pipeline run before failed to build (reported failed, not shipped)."""
-    from lakesync.lakehouse.materialise import ShipResult, materialise, tier
-
     if not config.destinations:
         Console(stderr=True).print(
             "no destinations declared: add a destinations: section to lakesync.yaml"
@@ -113,8 +114,6 @@ def materialise_command(
     """Ship each destination's changes since its watermark (no dbt run: see pipeline run), then
     move rows whose last change is older than a destination's hot_window out of it (the lake
     keeps them)."""
-    from lakesync.lakehouse.catalog import require_lake
-
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
     require_lake(settings)  # a mistyped --data-dir is an error, even with nothing to ship
@@ -133,10 +132,6 @@ def migrate_command(
 
     The tables and their columns are the source gateway's schemas in the configuration.
     """
-    from lakesync.destinations.factory import open_destination
-    from lakesync.destinations.migrate import migrate_table
-    from lakesync.errors import ConfigError
-
     cfg = load_config(config)
     for name in (source, target):
         if name not in cfg.destinations:
@@ -156,6 +151,5 @@ def migrate_command(
     with open_destination(spec, catalog=lake) as src, \
             open_destination(cfg.destinations[target], catalog=lake) as dst:
         for schema in schemas:
-            columns = [(c.name, c.type) for c in schema.columns]
-            n = migrate_table(src, dst, schema.table, columns, schema.external_id_column)
+            n = migrate_table(src, dst, schema.table, schema.columns, schema.external_id_column)
             Console().print(f"{schema.table}: {n} rows from {source} to {target}")

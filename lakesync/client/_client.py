@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lakesync.client._actions import ActionOutbox, ActionRecord, send_actions
 from lakesync.client._auth import TokenProvider, TokenSource
 from lakesync.client._backoff import Backoff, is_retryable
+from lakesync.client._columns import encode_json
 from lakesync.client._loop import LoopThread
 from lakesync.client._store import DeadLetter, LocalStore
 from lakesync.client._sync import BlockingEngine, SyncEngine, SyncReport
@@ -52,8 +53,8 @@ class LakeSyncClient:
     ``path`` is the SQLite file (or ``":memory:"``). With ``url``, ``gateway_id`` and ``token``
     (a JWT string, or a callable returning a fresh one, called again on 401) the client syncs;
     without them it works purely locally. The client id is the token's ``sub`` claim (or
-    ``client_id`` for a local-only replica). ``schemas`` declares the tables (docs/protocol.md §10 dicts or
-    :class:`TableSchema`); declaring more columns later evolves the tables additively.
+    ``client_id`` for a local-only replica). ``schemas`` declares the tables (docs/protocol.md §10
+    dicts or :class:`TableSchema`); declaring more columns later evolves the tables additively.
     ``transport`` is ``"http"``, ``"websocket"`` (realtime broadcasts), an
     :class:`AsyncTransport` or a :class:`Transport`.
 
@@ -261,10 +262,10 @@ class LakeSyncClient:
         Raises :class:`MissingExtraError` when pyarrow is not installed.
         """
         try:
-            import pyarrow as pa
+            # heavy, optional (extra "pipeline")
+            import pyarrow as pa  # noqa: PLC0415
         except ImportError:
             raise MissingExtraError("pyarrow", "pipeline") from None
-        from lakesync.client._columns import encode_json
 
         rows, tables = self._store.query_tables(sql, params)
         if not rows:
@@ -293,7 +294,8 @@ class LakeSyncClient:
         Raises :class:`MissingExtraError` when pandas is not installed.
         """
         try:
-            import pandas as pd
+            # heavy, optional (not in the client extra)
+            import pandas as pd  # noqa: PLC0415
         except ImportError:
             raise MissingExtraError("pandas", "pipeline") from None
         return pd.DataFrame.from_records(self._store.query(sql, params))

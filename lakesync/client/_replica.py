@@ -1,5 +1,5 @@
-"""The replica's SQLite file: connection, transactions, layout (see :mod:`lakesync.client._store`) and
-small settings."""
+"""The replica's SQLite file: connection, transactions, layout (see :mod:`lakesync.client._store`)
+and small settings."""
 
 from __future__ import annotations
 

@@ -255,8 +255,8 @@ class RowStore(SchemaStore):
 
         A delta never overwrites a cell holding a newer write and keeps every cell it wins;
         an INSERT of an existing row merges into it, an UPDATE of a deleted row revives it only
-        if it beats the tombstone (docs/protocol.md §4); a view eviction forgets the row's acknowledged
-        state. Pending local writes are merged over the result. ``cursor`` is
+        if it beats the tombstone (docs/protocol.md §4); a view eviction forgets the row's
+        acknowledged state. Pending local writes are merged over the result. ``cursor`` is
         ``(gateway_id, server_hlc)``; ``mark`` records the rows as sent by a re-sync in progress
         (:meth:`begin_resync`).
         """

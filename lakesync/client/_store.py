@@ -64,8 +64,8 @@ _READ_ACTIONS = frozenset(
 class LocalStore(OutboxStore):
     """The SQLite replica behind a client; thread-safe (one connection behind a lock). Its
     concerns live in layers: the file (:mod:`lakesync.client._replica`), schemas
-    (:mod:`lakesync.client._schemas`), rows (:mod:`lakesync.client._rows`), the outbox (:mod:`lakesync.client._outbox`);
-    read-only queries are here."""
+    (:mod:`lakesync.client._schemas`), rows (:mod:`lakesync.client._rows`), the outbox
+    (:mod:`lakesync.client._outbox`); read-only queries are here."""
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -11,17 +11,65 @@ value as a quoted literal (``''`` for a quote); an unchanged TOASTed value print
 ``unchanged-toast-datum`` and is left out of the tuple. ``BEGIN``/``COMMIT`` lines and
 ``TRUNCATE`` are not row changes (:func:`parse_change` returns None for the first and a
 :class:`RowChange` with ``op`` ``TRUNCATE`` for the second).
+
+Each value is read by the type name printed with it (``test_decoding`` prints names, not type
+OIDs) into the Python value the driver would have given for the column (:func:`typed`), so a
+change and a first load of the same row encode alike.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RowChange", "parse_change", "typed"]
+__all__ = ["RowChange", "parse_array", "parse_change", "typed"]
 
-_NUMERIC = {"smallint", "integer", "bigint", "numeric", "real", "double precision", "oid"}
+
+def _bytea(text: str) -> Any:
+    return bytes.fromhex(text[2:]) if text.startswith("\\x") else text
+
+
+def _instant(text: str) -> Any:
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return text  # infinity, BC: left as text, which the column's encoding refuses
+
+
+def _day(text: str) -> Any:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return text
+
+
+def _number(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+_READERS: dict[str, Callable[[str], Any]] = {
+    "smallint": int,
+    "integer": int,
+    "bigint": int,
+    "oid": int,
+    "numeric": decimal.Decimal,
+    "real": _number,
+    "double precision": _number,
+    "boolean": lambda t: t in ("true", "t"),
+    "json": json.loads,
+    "jsonb": json.loads,
+    "bytea": _bytea,
+    "date": _day,
+    "timestamp with time zone": _instant,
+    "timestamp without time zone": _instant,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,20 +85,57 @@ class RowChange:
 
 
 def typed(text: str | None, typ: str) -> Any:
-    """A printed value as JSON: numbers and booleans by their type, json/jsonb decoded, the
-    rest as text."""
+    """A printed value of type ``typ`` (as ``test_decoding`` names it) as the driver's Python
+    value: integers, ``Decimal``, floats, booleans, JSON documents, ``bytes``, dates and
+    datetimes (with their offset), arrays as lists; the rest (text, uuid, enums, time) as
+    text."""
     if text is None:
         return None
-    if typ in _NUMERIC:
-        try:
-            return int(text)
-        except ValueError:
-            return float(text)
-    if typ == "boolean":
-        return text == "true"
-    if typ in ("json", "jsonb"):
-        return json.loads(text)
-    return text
+    if typ.endswith("[]"):
+        return parse_array(text, typ[:-2])
+    reader = _READERS.get(typ)
+    return text if reader is None else reader(text)
+
+
+def parse_array(text: str, element: str) -> list[Any]:
+    """A PostgreSQL array literal (``{1,2,NULL}``, ``{"a b","c\\"d"}``, nested braces for
+    more dimensions) as a list of ``element`` values (:func:`typed`)."""
+    if "=" in text and text.startswith("["):  # explicit bounds: [0:1]={…}
+        text = text.split("=", 1)[1]
+    out, i = _array(text, 0, element)
+    if i != len(text):
+        raise ValueError(f"trailing text in array literal {text[:200]!r}")
+    return out
+
+
+def _array(s: str, i: int, element: str) -> tuple[list[Any], int]:
+    if s[i] != "{":
+        raise ValueError(f"expected '{{' at {i} in array literal {s[:200]!r}")
+    i += 1
+    out: list[Any] = []
+    while i < len(s) and s[i] != "}":
+        if s[i] == "{":
+            nested, i = _array(s, i, element)
+            out.append(nested)
+        elif s[i] == '"':
+            chars, i = [], i + 1
+            while s[i] != '"':
+                if s[i] == "\\":
+                    i += 1
+                chars.append(s[i])
+                i += 1
+            out.append(typed("".join(chars), element))
+            i += 1
+        else:
+            j = i
+            while s[j] not in ",}":
+                j += 1
+            raw = s[i:j].strip()
+            out.append(None if raw == "NULL" else typed(raw, element))
+            i = j
+        if i < len(s) and s[i] == ",":
+            i += 1
+    return out, i + 1
 
 
 class _Reader:

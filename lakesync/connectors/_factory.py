@@ -16,6 +16,12 @@ from lakesync.connector_specs import (
 )
 from lakesync.connectors.actions import ActionHandler
 from lakesync.connectors.base import Source
+from lakesync.connectors.bigquery import BigQuerySource
+from lakesync.connectors.cloudwatch_logs import CloudWatchLogsSource
+from lakesync.connectors.database import DatabaseSource, MysqlDialect, PostgresDialect
+from lakesync.connectors.jira import JiraActions, JiraSource
+from lakesync.connectors.pg_cdc import PostgresCdcSource
+from lakesync.connectors.salesforce import SalesforceActions, SalesforceSource
 from lakesync.errors import ConfigError
 
 __all__ = ["open_actions", "open_source"]
@@ -26,32 +32,18 @@ def open_source(spec: ConnectorSpec) -> Source:
     try:
         match spec:
             case JiraSpec():
-                from lakesync.connectors.jira import JiraSource
-
                 return JiraSource(spec)
             case SalesforceSpec():
-                from lakesync.connectors.salesforce import SalesforceSource
-
                 return SalesforceSource(spec)
             case PostgresSpec():
-                from lakesync.connectors.database import DatabaseSource, PostgresDialect
-
                 return DatabaseSource(spec, PostgresDialect())
             case MysqlSpec():
-                from lakesync.connectors.database import DatabaseSource, MysqlDialect
-
                 return DatabaseSource(spec, MysqlDialect())
             case PostgresCdcSpec():
-                from lakesync.connectors.pg_cdc import PostgresCdcSource
-
                 return PostgresCdcSource(spec)
             case BigQuerySpec():
-                from lakesync.connectors.bigquery import BigQuerySource
-
                 return BigQuerySource(spec)
             case CloudWatchLogsSpec():
-                from lakesync.connectors.cloudwatch_logs import CloudWatchLogsSource
-
                 return CloudWatchLogsSource(spec)
     except ModuleNotFoundError as exc:
         raise ConfigError(
@@ -66,12 +58,8 @@ def open_actions(spec: ConnectorSpec) -> ActionHandler | None:
     handler: ActionHandler
     match spec:
         case JiraSpec():
-            from lakesync.connectors.jira import JiraActions
-
             handler = JiraActions(spec)
         case SalesforceSpec():
-            from lakesync.connectors.salesforce import SalesforceActions
-
             handler = SalesforceActions(spec)
         case _:
             return None

@@ -38,8 +38,11 @@ class Source(abc.ABC):
 class Sink(Protocol):
     """What a connector needs of its gateway."""
 
+    async def schemas(self) -> dict[str, TableSchema]:
+        """The gateway's registered table schemas, by table."""
+
     async def register(self, schemas: Sequence[TableSchema]) -> None:
-        """Register (or evolve additively) the source's table schemas."""
+        """Register (or evolve) table schemas."""
 
     async def current(self, table: str, row_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The visible columns of the live rows among ``row_ids``."""

@@ -6,15 +6,15 @@ by the database sources' strategies (:class:`~lakesync.connectors.database.Datab
 Every read is one query job whose results are paged ``chunk_rows`` rows at a time
 (``getQueryResults`` with ``maxResults``), so a poll holds one page of rows, whatever the
 table's size. Columns are typed from BigQuery's own schema by :data:`BIGQUERY_TYPES`, the one
-table of how a BigQuery type lands in the gateway's column types; values are converted to match
-by :func:`bigquery_value`.
+table of how a BigQuery type lands in the gateway's column types (in
+:mod:`lakesync.connectors._types`, next to the databases'); values are converted to match
+by :func:`bigquery_value` (the client's Python values: ``int``, ``Decimal``, ``datetime``,
+``date``, ``bytes``, dicts and lists, each encoded for its column by the poller).
 """
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import decimal
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -23,13 +23,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from lakesync.connector_specs import BIGQUERY_URL, BigQuerySpec
-from lakesync.connectors._values import json_value
+from lakesync.connectors._types import BIGQUERY_TYPES, SourceColumn, map_column
+from lakesync.connectors._values import fit_value
 from lakesync.connectors.database import DatabaseSource, Dialect
 from lakesync.errors import ConfigError
 
 __all__ = [
     "BIGQUERY_TYPES",
-    "EXACT_DIGITS",
     "BigQueryDialect",
     "BigQuerySource",
     "bigquery_client",
@@ -37,66 +37,21 @@ __all__ = [
     "bigquery_value",
 ]
 
-BIGQUERY_TYPES: dict[str, str] = {
-    # Numbers a double holds (INT64 beyond ±2^53 rounds, as every number does: docs/protocol.md §1).
-    "INTEGER": "number",
-    "INT64": "number",
-    "FLOAT": "number",
-    "FLOAT64": "number",
-    # Decimals: a number when the declared precision is exact in a double (EXACT_DIGITS), else
-    # their exact text (an unparameterised NUMERIC has 38 digits, BIGNUMERIC 76).
-    "NUMERIC": "string",
-    "BIGNUMERIC": "string",
-    "BOOLEAN": "boolean",
-    "BOOL": "boolean",
-    "STRING": "string",
-    # Times as ISO 8601 text (TIMESTAMP with its +00:00), bytes as base64 text.
-    "DATE": "string",
-    "DATETIME": "string",
-    "TIME": "string",
-    "TIMESTAMP": "string",
-    "BYTES": "string",
-    "GEOGRAPHY": "string",
-    "INTERVAL": "string",
-    "JSON": "json",
-    "RECORD": "json",
-    "STRUCT": "json",
-    "RANGE": "json",
-}
-"""BigQuery type → gateway column type: the one place to widen when the gateway gains types.
-A REPEATED field of any type is ``json`` (an array)."""
-
-EXACT_DIGITS = 15
-"""A decimal of at most this many significant digits survives a double's round trip."""
-
-
-def bigquery_type(field_type: str, mode: str = "NULLABLE", precision: int | None = None) -> str:
-    """The gateway column type of a BigQuery field (see :data:`BIGQUERY_TYPES`)."""
-    if mode == "REPEATED":
-        return "json"
-    if field_type in ("NUMERIC", "BIGNUMERIC") and precision and precision <= EXACT_DIGITS:
-        return "number"
-    return BIGQUERY_TYPES.get(field_type, "string")
+def bigquery_type(
+    field_type: str,
+    mode: str = "NULLABLE",
+    precision: int | None = None,
+    scale: int | None = None,
+) -> str:
+    """The gateway column type of a BigQuery field (:data:`BIGQUERY_TYPES`)."""
+    column, _ = map_column(SourceColumn("bigquery", "f", field_type, mode, precision, scale))
+    return str(column["type"])
 
 
 def bigquery_value(value: Any, typ: str) -> Any:
-    """A value the client read, as a ``typ`` gateway column holds it: decimals as numbers or
-    exact text (nested ones: a number when the double is exact), bytes as base64, times as ISO
-    8601 text, records and arrays as JSON."""
-    match value:
-        case bytes():
-            return base64.b64encode(value).decode("ascii")
-        case decimal.Decimal():
-            if typ == "number":
-                return float(value)
-            exact = math.isfinite(value) and decimal.Decimal(float(value)) == value
-            return float(value) if exact and typ != "string" else str(value)
-        case dict():
-            return {str(k): bigquery_value(v, "json") for k, v in value.items()}
-        case list() | tuple():
-            return [bigquery_value(v, "json") for v in value]
-        case _:
-            return json_value(value)
+    """A value the client read as the Python value of a ``typ`` column (the poller encodes it:
+    :func:`lakesync.connectors._values.fit_value`)."""
+    return fit_value(typ, value)
 
 
 def _quote(name: str) -> str:
@@ -107,8 +62,9 @@ def bigquery_client(url: str, credentials: str = "") -> Any:
     """A client for ``bigquery://PROJECT[?endpoint=…]``: the service account key ``credentials``
     (its JSON text) when given, anonymous with an ``endpoint`` (an emulator), else Google's
     default chain."""
-    from google.api_core.client_options import ClientOptions
-    from google.cloud import bigquery
+    # heavy, optional (extras "connectors", "destinations")
+    from google.api_core.client_options import ClientOptions  # noqa: PLC0415
+    from google.cloud import bigquery  # noqa: PLC0415
 
     if not BIGQUERY_URL.fullmatch(url):
         raise ConfigError("a bigquery url is bigquery://PROJECT[?endpoint=…]")
@@ -118,7 +74,8 @@ def bigquery_client(url: str, credentials: str = "") -> Any:
     options = ClientOptions(api_endpoint=endpoint) if endpoint else None
     creds: Any = None
     if credentials:
-        from google.oauth2 import service_account
+        # heavy, optional (extras "connectors", "destinations")
+        from google.oauth2 import service_account  # noqa: PLC0415
 
         try:
             info = json.loads(credentials)
@@ -126,7 +83,8 @@ def bigquery_client(url: str, credentials: str = "") -> Any:
             raise ConfigError("bigquery credentials must be a service account's JSON key") from None
         creds = service_account.Credentials.from_service_account_info(info)  # type: ignore[no-untyped-call]
     elif endpoint:
-        from google.auth.credentials import AnonymousCredentials
+        # heavy, optional (extras "connectors", "destinations")
+        from google.auth.credentials import AnonymousCredentials  # noqa: PLC0415
 
         creds = AnonymousCredentials()  # type: ignore[no-untyped-call]
     return bigquery.Client(project=project, credentials=creds, client_options=options)
@@ -161,11 +119,12 @@ class BigQueryDialect(Dialect[BigQuerySpec]):
             return f"({spec.query}) AS src"
         return ".".join(_quote(p) for p in spec.source_table.split("."))
 
-    def columns(self, conn: Any, spec: BigQuerySpec) -> list[tuple[str, str, str]]:
+    def columns(self, conn: Any, spec: BigQuerySpec) -> list[SourceColumn]:
         if spec.query:
             schema = conn.query(f"SELECT * FROM {self._source(spec)} LIMIT 0").result().schema
         else:
-            from google.api_core.exceptions import NotFound
+            # heavy, optional (extras "connectors", "destinations")
+            from google.api_core.exceptions import NotFound  # noqa: PLC0415
 
             try:
                 schema = conn.get_table(spec.source_table).schema
@@ -173,20 +132,22 @@ class BigQueryDialect(Dialect[BigQuerySpec]):
                 return []
         self._types = {f.name: f.field_type for f in schema}
         return [
-            (f.name, f.field_type, f"{f.mode or 'NULLABLE'}:{f.precision or ''}") for f in schema
+            SourceColumn(
+                "bigquery",
+                f.name,
+                f.field_type,
+                f.mode or "NULLABLE",
+                None if f.precision is None else int(f.precision),
+                None if f.scale is None else int(f.scale),
+            )
+            for f in schema
         ]
-
-    def column_type(self, data_type: str, column_type_text: str) -> str:
-        mode, _, precision = column_type_text.partition(":")
-        return bigquery_type(data_type, mode, int(precision) if precision else None)
-
-    def cell(self, value: Any, typ: str) -> Any:
-        return bigquery_value(value, typ)
 
     def stream(
         self, conn: Any, spec: BigQuerySpec, columns: Sequence[str], since: Any
     ) -> AbstractContextManager[Iterator[dict[str, Any]]]:
-        from google.cloud import bigquery
+        # heavy, optional (extras "connectors", "destinations")
+        from google.cloud import bigquery  # noqa: PLC0415
 
         query = f"SELECT {', '.join(_quote(c) for c in columns)} FROM {self._source(spec)}"
         params = []

@@ -27,10 +27,8 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
-
-from botocore.exceptions import ClientError
 
 from lakesync.connector_specs import CloudWatchLogsSpec, parse_start
 from lakesync.connectors._changes import Chunk
@@ -56,11 +54,11 @@ BASE_COLUMNS = {
     "log_group": "string",
     "log_stream": "string",
     "event_id": "string",
-    "timestamp": "string",
-    "ingestion_time": "string",
+    "timestamp": "timestamp",
+    "ingestion_time": "timestamp",
     "message": "string",
 }
-"""The columns of every event (times as ISO 8601 UTC text, milliseconds)."""
+"""The columns of every event (its times are timestamps, milliseconds)."""
 
 MAX_FIELDS = 100
 """At most this many JSON fields become columns (the rest stay in ``message``)."""
@@ -73,10 +71,12 @@ RETRIED = frozenset({"ThrottlingException", "ServiceUnavailableException"})
 _TIME_DIGITS = 13  # epoch milliseconds, zero-padded: row ids sort by event time
 
 
-def _iso(ms: int | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _instant(ms: int | None) -> datetime | None:
+    # Exact: a float of epoch seconds could be a microsecond off.
+    return None if ms is None else _EPOCH + timedelta(milliseconds=ms)
 
 
 def event_row(group: str, event: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -91,8 +91,8 @@ def event_row(group: str, event: Mapping[str, Any]) -> tuple[str, dict[str, Any]
         "log_group": group,
         "log_stream": stream,
         "event_id": str(event["eventId"]),
-        "timestamp": _iso(ts),
-        "ingestion_time": _iso(event.get("ingestionTime")),
+        "timestamp": _instant(ts),
+        "ingestion_time": _instant(event.get("ingestionTime")),
         "message": str(event.get("message", "")),
     }
 
@@ -162,8 +162,9 @@ class CloudWatchLogsSource(Source):
 
     def _logs(self) -> Any:
         if self._client is None:
-            import boto3
-            from botocore.config import Config
+            # heavy, optional (extra "connectors")
+            import boto3  # noqa: PLC0415
+            from botocore.config import Config  # noqa: PLC0415
 
             spec = self.spec
             self._client = boto3.client(
@@ -181,6 +182,9 @@ class CloudWatchLogsSource(Source):
 
     async def _page(self, args: dict[str, Any]) -> dict[str, Any]:
         """One ``FilterLogEvents`` call, throttling retried with exponential backoff."""
+        # heavy, optional (extra "connectors"): the gateway imports this module without it
+        from botocore.exceptions import ClientError  # noqa: PLC0415
+
         client = self._logs()
         for attempt in range(ATTEMPTS):
             try:
@@ -226,6 +230,9 @@ class CloudWatchLogsSource(Source):
         cutoff: int | None,
     ) -> AsyncGenerator[Chunk, None]:
         """One (log group, prefix) read, a chunk per page, each carrying the cursor."""
+        # heavy, optional (extra "connectors"): the gateway imports this module without it
+        from botocore.exceptions import ClientError  # noqa: PLC0415
+
         state = reads.get(key, {})
         token = state.get("token")
         since = int(state["since"]) if token else self._since(state, first, cutoff)

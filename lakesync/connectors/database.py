@@ -24,6 +24,7 @@ import abc
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
@@ -32,12 +33,22 @@ from urllib.parse import unquote, urlsplit
 from lakesync.connector_specs import DatabaseSpec, TableReadSpec
 from lakesync.connectors._changes import Chunk
 from lakesync.connectors._spill import SpilledKeys
-from lakesync.connectors._values import column_type, json_value, typed_value
+from lakesync.connectors._types import SourceColumn, map_column
+from lakesync.connectors._values import json_value
 from lakesync.connectors.base import Source
 from lakesync.errors import ConfigError
 from lakesync.schema import TableSchema, parse_schema
 
-__all__ = ["DatabaseSource", "Dialect", "MysqlDialect", "PostgresDialect", "row_id_of"]
+__all__ = [
+    "DatabaseSource",
+    "Dialect",
+    "MysqlDialect",
+    "PostgresDialect",
+    "row_id_of",
+    "source_schema",
+]
+
+_log = logging.getLogger("lakesync.connectors")
 
 S = TypeVar("S", bound=TableReadSpec)
 
@@ -45,6 +56,22 @@ S = TypeVar("S", bound=TableReadSpec)
 def row_id_of(row: Mapping[str, Any], key: Sequence[str]) -> str:
     """A row's id: its key values as text, joined with ``:``."""
     return ":".join(str(json_value(row[k])) for k in key)
+
+
+def source_schema(
+    table: str, columns: Sequence[SourceColumn], warned: set[str]
+) -> TableSchema:
+    """The gateway table of source ``columns``, typed by :func:`map_column`; a column whose
+    type has no mapping (it is brought as ``string``) is logged once (``warned`` holds the
+    ``table.column`` names already logged)."""
+    declared = []
+    for col in columns:
+        spec, warning = map_column(col)
+        if warning is not None and f"{table}.{col.name}" not in warned:
+            warned.add(f"{table}.{col.name}")
+            _log.warning("table %s: %s", table, warning)
+        declared.append(spec)
+    return parse_schema({"table": table, "columns": declared})
 
 
 def _split_table(name: str) -> tuple[str | None, str]:
@@ -67,16 +94,8 @@ class Dialect(abc.ABC, Generic[S]):
         else rows with the cursor column >= ``since`` in cursor order."""
 
     @abc.abstractmethod
-    def columns(self, conn: Any, spec: S) -> list[tuple[str, str, str]]:
-        """``(name, data_type, column_type)`` of the source table, in order."""
-
-    def column_type(self, data_type: str, column_type_text: str) -> str:
-        """The gateway column type of a source column."""
-        return column_type(data_type, column_type_text)
-
-    def cell(self, value: Any, typ: str) -> Any:
-        """A value the driver read, as a ``typ`` gateway column holds it."""
-        return typed_value(json_value(value), typ)
+    def columns(self, conn: Any, spec: S) -> list[SourceColumn]:
+        """The source table's columns and their types, in order."""
 
 
 class SqlDialect(Dialect[DatabaseSpec]):
@@ -101,26 +120,41 @@ class PostgresDialect(SqlDialect):
     """psycopg 3, a named (server-side) cursor per poll."""
 
     def connect(self, dsn: str) -> Any:
-        import psycopg
+        # optional driver (extras "connectors", "destinations"): only the one in use loads
+        import psycopg  # noqa: PLC0415
 
         return psycopg.connect(dsn)
 
-    def columns(self, conn: Any, spec: DatabaseSpec) -> list[tuple[str, str, str]]:
+    def columns(self, conn: Any, spec: DatabaseSpec) -> list[SourceColumn]:
         schema, table = _split_table(spec.source_table)
+        return self.table_columns(conn, schema, table)
+
+    @staticmethod
+    def table_columns(conn: Any, schema: str | None, table: str) -> list[SourceColumn]:
+        """The columns of ``schema.table`` (None = the current schema), with their decimals'
+        precision and scale and whether their type is an enum."""
         rows = conn.execute(
-            "SELECT column_name, data_type, udt_name FROM information_schema.columns"
-            " WHERE table_schema = coalesce(%s, current_schema()) AND table_name = %s"
-            " ORDER BY ordinal_position",
+            "SELECT c.column_name, c.data_type, c.udt_name, c.numeric_precision,"
+            " c.numeric_scale, t.typtype = 'e' FROM information_schema.columns c"
+            " LEFT JOIN pg_catalog.pg_type t ON t.typname = c.udt_name"
+            " AND t.typnamespace = to_regnamespace(c.udt_schema)"
+            " WHERE c.table_schema = coalesce(%s, current_schema()) AND c.table_name = %s"
+            " ORDER BY c.ordinal_position",
             (schema, table),
         ).fetchall()
-        conn.rollback()
-        return [(str(n), str(t), str(u)) for n, t, u in rows]
+        if not conn.autocommit:
+            conn.rollback()
+        return [
+            SourceColumn("postgres", str(n), str(t), str(u), p, s, bool(e))
+            for n, t, u, p, s, e in rows
+        ]
 
     def stream(
         self, conn: Any, spec: DatabaseSpec, columns: Sequence[str], since: Any
     ) -> AbstractContextManager[Iterator[dict[str, Any]]]:
-        from psycopg import sql
-        from psycopg.rows import dict_row
+        # optional driver (extras "connectors", "destinations"): only the one in use loads
+        from psycopg import sql  # noqa: PLC0415
+        from psycopg.rows import dict_row  # noqa: PLC0415
 
         schema, table = _split_table(spec.source_table)
         source = sql.Identifier(*([schema] if schema else []), table)
@@ -155,7 +189,8 @@ class MysqlDialect(SqlDialect):
     """PyMySQL, an unbuffered cursor per poll."""
 
     def connect(self, dsn: str) -> Any:
-        import pymysql
+        # optional driver (extras "connectors", "destinations"): only the one in use loads
+        import pymysql  # noqa: PLC0415
 
         url = urlsplit(dsn)
         return pymysql.connect(
@@ -166,6 +201,8 @@ class MysqlDialect(SqlDialect):
             database=url.path.lstrip("/") or None,
             charset="utf8mb4",
             autocommit=False,
+            # TIMESTAMP columns are read in UTC (DATETIME, zone-less, is read as UTC too).
+            init_command="SET time_zone = '+00:00'",
         )
 
     @staticmethod
@@ -173,11 +210,12 @@ class MysqlDialect(SqlDialect):
         """A MySQL identifier in backticks."""
         return "`" + name.replace("`", "``") + "`"
 
-    def columns(self, conn: Any, spec: DatabaseSpec) -> list[tuple[str, str, str]]:
+    def columns(self, conn: Any, spec: DatabaseSpec) -> list[SourceColumn]:
         schema, table = _split_table(spec.source_table)
         with conn.cursor() as cur:
             cur.execute(
-                "SELECT column_name, data_type, column_type FROM information_schema.columns"
+                "SELECT column_name, data_type, column_type, numeric_precision, numeric_scale"
+                " FROM information_schema.columns"
                 " WHERE table_schema = coalesce(%s, database()) AND table_name = %s"
                 " ORDER BY ordinal_position",
                 (schema, table),
@@ -192,14 +230,22 @@ class MysqlDialect(SqlDialect):
             checked = {str(c).strip() for (c,) in cur.fetchall()}
         conn.rollback()
         return [
-            (str(n), "json" if f"json_valid({self.quote(str(n))})" in checked else str(t), str(u))
-            for n, t, u in rows
+            SourceColumn(
+                "mysql",
+                str(n),
+                "json" if f"json_valid({self.quote(str(n))})" in checked else str(t).lower(),
+                str(u),
+                None if p is None else int(p),
+                None if s is None else int(s),
+            )
+            for n, t, u, p, s in rows
         ]
 
     def stream(
         self, conn: Any, spec: DatabaseSpec, columns: Sequence[str], since: Any
     ) -> AbstractContextManager[Iterator[dict[str, Any]]]:
-        import pymysql.cursors
+        # optional driver (extras "connectors", "destinations"): only the one in use loads
+        import pymysql.cursors  # noqa: PLC0415
 
         schema, table = _split_table(spec.source_table)
         source = ".".join(self.quote(p) for p in (schema, table) if p)
@@ -234,40 +280,32 @@ class DatabaseSource(Source, Generic[S]):
         self.spec = spec
         self.dialect = dialect
         self._conn: Any = None
-        self._columns: list[tuple[str, str, str]] | None = None
+        self._columns: list[SourceColumn] | None = None
+        self._warned: set[str] = set()
 
     async def _connection(self) -> Any:
         if self._conn is None:
             self._conn = await asyncio.to_thread(self.dialect.open, self.spec)
         return self._conn
 
-    async def _source_columns(self) -> list[tuple[str, str, str]]:
+    async def _source_columns(self) -> list[SourceColumn]:
         conn = await self._connection()
         found = await asyncio.to_thread(self.dialect.columns, conn, self.spec)
         what = repr(self.spec.source_table) if self.spec.source_table else "the query"
         if not found:
             raise ConfigError(f"source table {what} not found")
-        wanted = self.spec.columns or [n for n, _, _ in found]
-        by_name = {n: (n, t, u) for n, t, u in found}
+        wanted = self.spec.columns or [c.name for c in found]
+        by_name = {c.name: c for c in found}
         missing = [c for c in {*wanted, *self.spec.key} if c not in by_name]
         if missing:
             raise ConfigError(f"{what} has no column {sorted(missing)}")
         return [by_name[c] for c in dict.fromkeys([*self.spec.key, *wanted])]
 
     async def schemas(self) -> Sequence[TableSchema]:
-        """The gateway table, typed from ``information_schema`` (key columns included)."""
+        """The gateway table, typed from the source's column types (key columns included;
+        see :mod:`lakesync.connectors._types`)."""
         self._columns = await self._source_columns()
-        return [
-            parse_schema(
-                {
-                    "table": self.spec.table,
-                    "columns": [
-                        {"name": n, "type": self.dialect.column_type(t, u)}
-                        for n, t, u in self._columns
-                    ],
-                }
-            )
-        ]
+        return [source_schema(self.spec.table, self._columns, self._warned)]
 
     async def aclose(self) -> None:
         """Close the connection."""
@@ -278,8 +316,7 @@ class DatabaseSource(Source, Generic[S]):
     async def poll(self, cursor: Mapping[str, Any]) -> AsyncGenerator[Chunk, None]:
         """One poll by the configured strategy."""
         found = self._columns or await self._source_columns()
-        types = {n: self.dialect.column_type(t, u) for n, t, u in found}
-        columns = list(types)
+        columns = [c.name for c in found]
         conn = await self._connection()
         diff = self.spec.strategy == "diff"
         since = None
@@ -289,7 +326,7 @@ class DatabaseSource(Source, Generic[S]):
         seen = SpilledKeys() if diff else None
         state = dict(cursor)
         try:
-            async with contextlib.aclosing(self._chunks(stream, types, state, seen)) as chunks:
+            async with contextlib.aclosing(self._chunks(stream, columns, state, seen)) as chunks:
                 async for chunk in chunks:
                     yield chunk
             if seen is not None:
@@ -301,20 +338,19 @@ class DatabaseSource(Source, Generic[S]):
     async def _chunks(
         self,
         stream: AbstractContextManager[Iterator[dict[str, Any]]],
-        types: Mapping[str, str],
+        columns: Sequence[str],
         state: dict[str, Any],
         seen: SpilledKeys | None,
     ) -> AsyncGenerator[Chunk, None]:
-        """The streamed rows in chunks: cursor chunks carry the cursor, diff chunks' ids go to
-        ``seen``. The read transaction ends with the stream."""
+        """The streamed rows in chunks (the driver's values: the poller encodes them for their
+        columns): cursor chunks carry the cursor, diff chunks' ids go to ``seen``. The read
+        transaction ends with the stream."""
         rows = await asyncio.to_thread(stream.__enter__)
         try:
             while batch := await asyncio.to_thread(_take, rows, self.spec.chunk_rows):
                 chunk = Chunk(self.spec.table)
                 for row in batch:
-                    chunk.upserts[row_id_of(row, self.spec.key)] = {
-                        c: self.dialect.cell(row[c], t) for c, t in types.items()
-                    }
+                    chunk.upserts[row_id_of(row, self.spec.key)] = {c: row[c] for c in columns}
                 if seen is None:
                     state["cursor"] = _cursor_out(batch[-1][self.spec.cursor_column])
                     chunk.cursor = dict(state)

@@ -68,6 +68,8 @@ def _path(*keys: str) -> _Getter:
 
 
 # column → (type, where it is in Jira's JSON); one table definition drives schema and flattening.
+# Types as Jira documents its fields: dates-times (``2026-01-02T03:04:05.678+0000``) are
+# timestamps, read into datetimes by the poller's encoding (lakesync.connectors._values).
 _ISSUE: dict[str, tuple[str, _Getter]] = {
     "key": ("string", _path("key")),
     "summary": ("string", _path("fields", "summary")),
@@ -83,16 +85,16 @@ _ISSUE: dict[str, tuple[str, _Getter]] = {
     "reporter_name": ("string", _path("fields", "reporter", "displayName")),
     "labels": ("json", _path("fields", "labels")),
     "description": ("json", _path("fields", "description")),
-    "created": ("string", _path("fields", "created")),
-    "updated": ("string", _path("fields", "updated")),
-    "resolution_date": ("string", _path("fields", "resolutiondate")),
+    "created": ("timestamp", _path("fields", "created")),
+    "updated": ("timestamp", _path("fields", "updated")),
+    "resolution_date": ("timestamp", _path("fields", "resolutiondate")),
 }
 _COMMENT: dict[str, tuple[str, _Getter]] = {
     "author_account_id": ("string", _path("author", "accountId")),
     "author_name": ("string", _path("author", "displayName")),
     "body": ("json", _path("body")),
-    "created": ("string", _path("created")),
-    "updated": ("string", _path("updated")),
+    "created": ("timestamp", _path("created")),
+    "updated": ("timestamp", _path("updated")),
 }
 _PROJECT: dict[str, tuple[str, _Getter]] = {
     "key": ("string", _path("key")),

@@ -25,11 +25,10 @@ from lakesync.connector_specs import DatabaseSpec, PostgresCdcSpec
 from lakesync.connectors._changes import Chunk
 from lakesync.connectors._decoding import parse_change
 from lakesync.connectors._paging import PageGuard
-from lakesync.connectors._values import column_type, typed_value
 from lakesync.connectors.base import Source
-from lakesync.connectors.database import DatabaseSource, PostgresDialect, row_id_of
+from lakesync.connectors.database import DatabaseSource, PostgresDialect, row_id_of, source_schema
 from lakesync.errors import ConfigError
-from lakesync.schema import TableSchema, parse_schema
+from lakesync.schema import TableSchema
 
 __all__ = ["PostgresCdcSource"]
 
@@ -44,7 +43,7 @@ class PostgresCdcSource(Source):
         self.dialect = PostgresDialect()
         self._conn: Any = None
         self._keys: dict[str, list[str]] = {}
-        self._types: dict[str, dict[str, str]] = {}
+        self._warned: set[str] = set()
 
     async def _sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         def run() -> list[tuple[Any, ...]]:
@@ -60,15 +59,16 @@ class PostgresCdcSource(Source):
         return source if "." in source else f"public.{source}"
 
     async def schemas(self) -> Sequence[TableSchema]:
-        """One gateway table per source table, typed from ``information_schema``; the primary
-        key of each becomes its row id."""
+        """One gateway table per source table, typed from ``information_schema`` as the
+        ``postgres`` connector types it (:mod:`lakesync.connectors._types`); the primary key of
+        each becomes its row id."""
         out = []
         for source, table in self.spec.tables.items():
             name = self._qualified(source)
-            columns = await self._sql(
-                "SELECT column_name, data_type, udt_name FROM information_schema.columns"
-                " WHERE table_schema || '.' || table_name = %s ORDER BY ordinal_position",
-                (name,),
+            schema_name, _, table_name = name.partition(".")
+            await self._sql("SELECT 1")  # connects
+            columns = await asyncio.to_thread(
+                PostgresDialect.table_columns, self._conn, schema_name, table_name
             )
             if not columns:
                 raise ConfigError(f"source table {name!r} not found")
@@ -81,9 +81,7 @@ class PostgresCdcSource(Source):
             if not keys:
                 raise ConfigError(f"{name!r} has no primary key: change capture needs one")
             self._keys[name] = [str(k) for (k,) in keys]
-            self._types[name] = {str(n): column_type(t, u) for n, t, u in columns}
-            cols = [{"name": n, "type": t} for n, t in self._types[name].items()]
-            out.append(parse_schema({"table": table, "columns": cols}))
+            out.append(source_schema(table, columns, self._warned))
         return out
 
     async def _ensure_slot(self) -> bool:
@@ -150,7 +148,7 @@ class PostgresCdcSource(Source):
                 continue
             if not out or out[-1].table != table:
                 out.append(Chunk(table))
-            chunk, keys, types = out[-1], self._keys[name], self._types[name]
+            chunk, keys = out[-1], self._keys[name]
             if change.old:
                 old_id = row_id_of(change.old, keys)
                 chunk.upserts.pop(old_id, None)
@@ -159,8 +157,7 @@ class PostgresCdcSource(Source):
                 rid = row_id_of(change.new, keys)
                 if rid in chunk.deletes:
                     chunk.deletes.remove(rid)
-                row = {c: typed_value(v, types.get(c, "string")) for c, v in change.new.items()}
-                chunk.upserts[rid] = chunk.upserts.get(rid, {}) | row
+                chunk.upserts[rid] = chunk.upserts.get(rid, {}) | change.new
         return out
 
     async def _load(self) -> AsyncGenerator[Chunk, None]:

@@ -2,8 +2,10 @@
 :class:`~lakesync.connectors.base.Sink`
 every ``interval`` seconds, one chunk at a time, until stopped.
 
-Each chunk is turned into deltas against the gateway's current rows (only real changes are
-pushed), pushed, and then its cursor is stored: a crash between the two re-reads the chunk and
+Each chunk's values are encoded for the gateway table's column types under the connector's
+schema contract (:mod:`lakesync.connectors._contract`: refused rows and discarded values are
+counted and logged), turned into deltas against the gateway's current rows (only real changes
+are pushed), pushed, and then its cursor is stored: a crash between the two re-reads the chunk and
 pushes nothing twice. A gateway that answers with backpressure is waited on and retried (the
 chunk is never dropped); any other error ends the poll, is kept as the last error and the next
 poll starts from the last stored cursor.
@@ -15,13 +17,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 
+from lakesync.connector_specs import ContractMode, SchemaContract, contract_for
 from lakesync.connectors._changes import Chunk, KeySet, changes_for
+from lakesync.connectors._contract import (
+    ContractError,
+    Refusal,
+    encode_rows,
+    merge_source_schema,
+    widen_to_text,
+)
 from lakesync.connectors.base import Sink, Source
 from lakesync.errors import BackpressureError, RateLimitedError
+from lakesync.schema import TableSchema
 
 __all__ = ["ConnectorStatus", "Poller"]
 
@@ -37,6 +48,12 @@ class ConnectorStatus(msgspec.Struct):
     rows_read: int = 0
     deltas_pushed: int = 0
     backpressure_waits: int = 0
+    rows_refused: int = 0
+    """Source rows the schema contract refused (``discard_row``, and ``freeze`` stops)."""
+    values_discarded: int = 0
+    """Source values the schema contract discarded (``discard_value``)."""
+    last_refusal: str | None = None
+    """The last refusal: table, row, column and why."""
     last_poll_started: float | None = None
     last_poll_seconds: float | None = None
     last_success: float | None = None
@@ -58,6 +75,7 @@ class Poller:
         backpressure_wait: float = 1.0,
         lead: Callable[[], Awaitable[bool]] | None = None,
         chunk_rows: int = 500,
+        contract: SchemaContract | ContractMode | None = None,
     ) -> None:
         self.name = name
         self.source = source
@@ -67,7 +85,10 @@ class Poller:
         self.backpressure_wait = backpressure_wait
         self.lead = lead
         self.chunk_rows = chunk_rows
+        self.contract = SchemaContract() if contract is None else contract
         self.status = ConnectorStatus()
+        self._schemas: dict[str, TableSchema] = {}
+        self._noted: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
     async def poll_once(self) -> int:
@@ -78,7 +99,7 @@ class Poller:
         started = time.monotonic()
         pushed = 0
         try:
-            await self.sink.register(await self.source.schemas())
+            await self._register(await self.source.schemas())
             cursor = await self.sink.load_cursor()
             async with contextlib.aclosing(self.source.poll(cursor)) as chunks:
                 async for chunk in chunks:
@@ -95,10 +116,63 @@ class Poller:
         status.last_success = time.time()
         return pushed
 
+    async def _register(self, schemas: Sequence[TableSchema]) -> None:
+        """Register the source's schemas as the contract merges them into the gateway's."""
+        stored = await self.sink.schemas()
+        for schema in schemas:
+            merged, notes = merge_source_schema(
+                stored.get(schema.table), schema, contract_for(self.contract, schema.table)
+            )
+            for note in notes:
+                if note not in self._noted:  # once per poller: a source is read every poll
+                    self._noted.add(note)
+                    _log.warning("connector %s: %s", self.name, note)
+            if merged != stored.get(schema.table):
+                await self.sink.register([merged])
+            self._schemas[schema.table] = merged
+
+    async def _encode(self, chunk: Chunk) -> None:
+        """Encode ``chunk``'s rows for their columns under the contract (in place)."""
+        contract = contract_for(self.contract, chunk.table)
+        schema = self._schemas.get(chunk.table) or (await self.sink.schemas())[chunk.table]
+        try:
+            encoded = encode_rows(schema, chunk.upserts, contract)
+            if encoded.widen:
+                schema = widen_to_text(schema, encoded.widen)
+                _log.warning(
+                    "connector %s: table %r: columns %s widened to string (contract data_type:"
+                    " evolve)", self.name, chunk.table, ", ".join(encoded.widen)
+                )
+                await self.sink.register([schema])
+                self._schemas[chunk.table] = schema
+                encoded = encode_rows(schema, chunk.upserts, contract)
+        except ContractError as exc:
+            self.status.rows_refused += 1
+            self.status.last_refusal = exc.message
+            raise
+        self._count(encoded.refusals)
+        chunk.upserts = encoded.rows
+
+    def _count(self, refusals: Sequence[Refusal]) -> None:
+        """Count and log refusals: one line per table, column and outcome per chunk."""
+        grouped: dict[tuple[str, str, bool], list[Refusal]] = {}
+        for r in refusals:
+            grouped.setdefault((r.table, r.column, r.row_refused), []).append(r)
+            if r.row_refused:
+                self.status.rows_refused += 1
+            else:
+                self.status.values_discarded += 1
+            self.status.last_refusal = r.message()
+        for found in grouped.values():
+            more = f" (and {len(found) - 1} more rows)" if len(found) > 1 else ""
+            _log.warning("connector %s: %s%s", self.name, found[0].message(), more)
+
     async def _store(self, chunk: Chunk) -> int:
         self.status.rows_read += len(chunk.upserts)
         if chunk.schema is not None:
-            await self.sink.register([chunk.schema])
+            await self._register([chunk.schema])
+        if chunk.upserts:
+            await self._encode(chunk)
         pushed = await self._push(chunk)
         if chunk.keep_only is not None:
             pushed += await self._delete_unseen(chunk.table, chunk.keep_only)

@@ -28,14 +28,18 @@ from lakesync.connectors._changes import split_rows
 from lakesync.connectors._cursor import later, parse_time
 from lakesync.connectors._http import SourceHTTPError, check, request, segment
 from lakesync.connectors._paging import PageGuard, PagingError
+from lakesync.connectors._types import declared_column
 from lakesync.connectors.actions import ActionDescriptor, ActionHandler, http_failure
 from lakesync.connectors.base import Chunk, Source
 from lakesync.schema import TableSchema, parse_schema
 
 __all__ = ["OBJECTS", "SalesforceActions", "SalesforceSession", "SalesforceSource", "soql_for"]
 
-_COMMON = {"Name": "string", "OwnerId": "string", "CreatedDate": "string"}
-_COMMON |= {"LastModifiedDate": "string"}
+# Types as Salesforce documents the fields: datetime → timestamp, date → date, currency →
+# decimal(18,2) (the precision and scale of the standard currency fields), int → integer,
+# percent → number; the poller encodes the API's values (ISO 8601 text, JSON numbers).
+_COMMON = {"Name": "string", "OwnerId": "string", "CreatedDate": "timestamp"}
+_COMMON |= {"LastModifiedDate": "timestamp"}
 OBJECTS: dict[str, tuple[str, dict[str, str]]] = {
     "Account": (
         SALESFORCE_TABLES["Account"],
@@ -43,8 +47,8 @@ OBJECTS: dict[str, tuple[str, dict[str, str]]] = {
         | {
             "Type": "string",
             "Industry": "string",
-            "AnnualRevenue": "number",
-            "NumberOfEmployees": "number",
+            "AnnualRevenue": "decimal(18,2)",
+            "NumberOfEmployees": "integer",
             "BillingCity": "string",
             "BillingCountry": "string",
         },
@@ -66,9 +70,9 @@ OBJECTS: dict[str, tuple[str, dict[str, str]]] = {
         _COMMON
         | {
             "StageName": "string",
-            "Amount": "number",
+            "Amount": "decimal(18,2)",
             "Probability": "number",
-            "CloseDate": "string",
+            "CloseDate": "date",
             "IsClosed": "boolean",
             "IsWon": "boolean",
             "AccountId": "string",
@@ -88,7 +92,7 @@ OBJECTS: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
 }
-"""Object → (gateway table, field → column type)."""
+"""Object → (gateway table, field → column type, ``decimal(p,s)`` written out)."""
 
 
 def column_name(field: str) -> str:
@@ -167,7 +171,7 @@ class SalesforceSource(Source):
                 {
                     "table": OBJECTS[o][0],
                     "columns": [
-                        {"name": column_name(f), "type": t} for f, t in OBJECTS[o][1].items()
+                        declared_column(column_name(f), t) for f, t in OBJECTS[o][1].items()
                     ],
                 }
             )

@@ -11,30 +11,30 @@ from __future__ import annotations
 import abc
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from decimal import Context, Decimal
 from typing import TYPE_CHECKING, Any
 
 from lakesync.canonical import canonical_json
+from lakesync.column_types import MAX_DECIMAL_PRECISION, decimal_params, encode_value
 from lakesync.destination_specs import DestinationSpec
-from lakesync.destinations.statements import DELETED, POSITION, TableLayout
+from lakesync.destinations.statements import DELETED, POSITION, Columns, TableLayout
 from lakesync.errors import LakeSyncError
-from lakesync.spark_udfs.decode import (
-    json_to_boolean,
-    json_to_double,
-    json_to_json_text,
-    json_to_string,
-)
+from lakesync.schema import ColumnSpec
+from lakesync.spark_udfs.decode import decoder
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["EVICT_CHUNK", "Change", "Destination", "DestinationError", "TieringMark",
            "collect_change_set", "eviction_batches", "latest_per_row", "normalise_row",
-           "typed_change"]
+           "typed_change", "widened_value"]
 
 _log = logging.getLogger(__name__)
+
+_EXACT = Context(prec=MAX_DECIMAL_PRECISION + 2)  # a 38-digit decimal quantizes without rounding
 
 EVICT_CHUNK = 1_000
 """Row ids per eviction statement (bound parameters ``r0`` …, see
@@ -58,30 +58,29 @@ class Change:
     deleted: bool = False
 
 
-def _null(_: str | None) -> None:
-    return None
-
-
-_DECODERS: dict[str, Callable[[str | None], Any]] = {
-    "string": json_to_string,
-    "number": json_to_double,
-    "boolean": json_to_boolean,
-    "json": json_to_json_text,
-    "null": _null,
-}
-
-
 def typed_change(layout: TableLayout, row_id: str, cells: Mapping[str, Any] | None) -> Change:
-    """The change of a row from its merged cells (``lakesync.merge`` values; None = deleted),
-    typed exactly as the lake's current-state models type them (a value of the wrong type for
-    its column is null)."""
+    """The change of a row from its merged cells (``lakesync.merge`` values, the wire form;
+    None = deleted), typed exactly as the lake's current-state models type them (a value of
+    the wrong type for its column is null): Python values (int, Decimal, aware UTC datetime,
+    date, bytes; json as canonical text)."""
     if cells is None:
         return Change(row_id, {}, deleted=True)
     values = {
-        name: _DECODERS[kind](None if name not in cells else canonical_json(cells[name]))
-        for name, kind in layout.columns
+        c.name: decoder(c)(None if c.name not in cells else canonical_json(cells[c.name]))
+        for c in layout.columns
     }
     return Change(row_id, values)
+
+
+def widened_value(old: ColumnSpec, new: ColumnSpec, value: Any) -> Any:
+    """A typed value of an ``old`` column as the column widened to ``new`` holds it: the value
+    the lake's decoder of ``new`` reads its wire form as (a string column: its JSON text), so
+    a destination that widens by rewriting its rows (the lake, one without ``ALTER … TYPE``)
+    keeps every value exactly as a re-shipment would write it."""
+    if value is None:
+        return None
+    wire = json.loads(value) if old.type == "json" else encode_value(old, value)
+    return decoder(new)(canonical_json(wire))
 
 
 def eviction_batches(row_ids: Sequence[str]) -> Iterator[dict[str, str]]:
@@ -109,11 +108,11 @@ def normalise_row(
     JSON text, a number column holding text) reads as null and is logged, so one bad row never
     fails a whole read (a source pull serves every client from it).
     """
-    kinds = dict(layout.columns)
+    specs = {c.name: c for c in layout.columns}
     out: dict[str, Any] = {}
     for name, value in row.items():
         try:
-            out[name] = _normal_cell(kinds.get(name), name, value, json_decoded)
+            out[name] = _normal_cell(specs.get(name), name, value, json_decoded)
         except (TypeError, ValueError, AttributeError) as exc:
             _log.warning("table %r, row %r: column %r holds %s, read as null (%s)",
                          layout.table, row.get("row_id"), name, type(value).__name__, exc)
@@ -129,22 +128,55 @@ def collect_change_set(layout: TableLayout, rows: DataFrame) -> tuple[list[Chang
     top: int | None = None
     for row in rows.toLocalIterator():
         deleted = bool(row[DELETED])
-        out.append(Change(row["row_id"], {} if deleted else {n: row[n] for n in names}, deleted))
+        values = {} if deleted else {n: _from_spark(row[n]) for n in names}
+        out.append(Change(row["row_id"], values, deleted))
         top = max(top or 0, int(row[POSITION]))
     return out, top
-def _normal_cell(kind: str | None, name: str, value: Any, json_decoded: bool) -> Any:
+def _from_spark(value: Any) -> Any:
+    """A value PySpark collected as a change's typed value: PySpark hands a timestamp over as a
+    naive datetime in this process's local time (``astimezone`` reads it so), binary as a
+    bytearray."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.astimezone(UTC)
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+def _normal_cell(spec: ColumnSpec | None, name: str, value: Any, json_decoded: bool) -> Any:
     if value is None:
         return None
+    kind = None if spec is None else spec.type
     if kind == "boolean":
         return bool(value)
     if kind == "number":
         return float(value)
     if kind == "json":
         return canonical_json(value if json_decoded else json.loads(value))
+    if kind == "integer":
+        if isinstance(value, bool | float) or int(value) != value:
+            raise ValueError("not an integer")
+        return int(value)
+    if kind == "decimal" and spec is not None:
+        # MySQL keeps a decimal of a large scale as its text; the others hand a Decimal over.
+        _, scale = decimal_params(spec)
+        number = Decimal(value) if isinstance(value, str | int | Decimal) else None
+        if number is None or not number.is_finite():
+            raise ValueError("not a decimal")
+        return number.quantize(Decimal(1).scaleb(-scale), context=_EXACT)
+    if kind == "date":
+        if isinstance(value, datetime) or not isinstance(value, date):
+            raise TypeError("not a date")
+        return value
+    if kind == "bytes":
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError("not bytes")
+        return bytes(value)
     if name == "props":
         return value if json_decoded else json.loads(value)
-    if name in ("synced_at", "deleted_at"):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if kind == "timestamp" or name in ("synced_at", "deleted_at"):
+        # MySQL's DATETIME holds UTC without a zone.
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return value
 
 
@@ -166,7 +198,7 @@ class Destination(abc.ABC):
     spec: DestinationSpec
 
     @abc.abstractmethod
-    def layout(self, table: str, columns: Sequence[tuple[str, str]],
+    def layout(self, table: str, columns: Columns,
                external_id: str | None = None) -> TableLayout:
         """The layout of ``table`` in this destination (its delete mode, dataset or schema)."""
 

@@ -12,12 +12,13 @@ which changes nothing (rows carry their whole state).
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -34,7 +35,7 @@ from lakesync.destinations.base import (
     latest_per_row,
     normalise_row,
 )
-from lakesync.destinations.statements import DELETED, TableLayout
+from lakesync.destinations.statements import DELETED, Columns, TableLayout, column_spec
 from lakesync.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -60,9 +61,10 @@ class BigQueryDestination(Destination):
     ) -> BigQueryDestination:
         """Connect from ``bigquery://project/dataset[?endpoint=…]``."""
         try:
-            from google.api_core.client_options import ClientOptions
-            from google.auth.credentials import AnonymousCredentials
-            from google.cloud import bigquery
+            # heavy, optional (extras "connectors", "destinations")
+            from google.api_core.client_options import ClientOptions  # noqa: PLC0415
+            from google.auth.credentials import AnonymousCredentials  # noqa: PLC0415
+            from google.cloud import bigquery  # noqa: PLC0415
         except ImportError:
             raise DestinationError(
                 "the bigquery destination needs google-cloud-bigquery: "
@@ -88,14 +90,16 @@ class BigQueryDestination(Destination):
         return dest
 
     def layout(
-        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+        self, table: str, columns: Columns, external_id: str | None = None
     ) -> TableLayout:
-        return TableLayout(table, list(columns), self.spec.delete, external_id, self._qualifier)
+        specs = [column_spec(c) for c in columns]
+        return TableLayout(table, specs, self.spec.delete, external_id, self._qualifier)
 
     def _job(self, sql: str, params: Mapping[str, Any], what: str) -> Any:
         """Run a statement to completion; the finished query job."""
-        from google.api_core.exceptions import GoogleAPIError
-        from google.cloud import bigquery
+        # heavy, optional (extras "connectors", "destinations")
+        from google.api_core.exceptions import GoogleAPIError  # noqa: PLC0415
+        from google.cloud import bigquery  # noqa: PLC0415
 
         config = bigquery.QueryJobConfig(query_parameters=[
             bigquery.ScalarQueryParameter(name, _param_type(value), value)
@@ -114,14 +118,21 @@ class BigQueryDestination(Destination):
     def _run(self, sql: str, params: Mapping[str, Any], what: str) -> list[dict[str, Any]]:
         return [dict(row.items()) for row in self._job(sql, params, what).result()]
 
-    def _columns(self, table: str) -> list[str]:
-        from google.api_core.exceptions import NotFound
+    def _columns(self, table: str) -> dict[str, str]:
+        """Each column of ``table`` (folded to lower case) and its type as BigQuery names it,
+        with a decimal's precision and scale."""
+        # heavy, optional (extras "connectors", "destinations")
+        from google.api_core.exceptions import NotFound  # noqa: PLC0415
 
         try:
             found = self._client.get_table(f"{self._project}.{self._dataset}.{table}")
         except NotFound:
-            return []
-        return [f.name for f in found.schema]
+            return {}
+        return {
+            f.name.lower(): f.field_type + (
+                f"({f.precision},{f.scale or 0})" if f.precision is not None else "")
+            for f in found.schema
+        }
 
     def ensure_table(self, layout: TableLayout) -> None:
         if not self._bookkept:
@@ -129,12 +140,16 @@ class BigQueryDestination(Destination):
             self._bookkept = True
         what = f"creating table {layout.table!r}"
         self._run(st.create_table(layout, "bigquery"), {}, what)
-        for alter in st.add_columns(layout, self._columns(layout.table), "bigquery"):
+        found = self._columns(layout.table)
+        changes = [*st.add_columns(layout, list(found), "bigquery"),
+                   *st.widen_columns(layout, found, "bigquery")]
+        for alter in changes:
             self._run(alter, {}, what)
-        staging = layout.staging()
+        staged = self._columns(layout.staging().table)
+        if changes or any(c.name.lower() not in staged for c in layout.columns):
+            # Recreated in the new shape (it holds json and bytes as text, not as the table).
+            self._run(st.drop_staging(layout, "bigquery"), {}, what)
         self._run(st.create_staging(layout, "bigquery"), {}, what)
-        for alter in st.add_columns(staging, self._columns(staging.table), "bigquery"):
-            self._run(alter, {}, what)
 
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
@@ -142,7 +157,8 @@ class BigQueryDestination(Destination):
         rows = io.BytesIO()
         for change in latest_per_row(changes):
             staged = {"row_id": change.row_id, **change.values, DELETED: change.deleted}
-            rows.write(json.dumps(staged, ensure_ascii=False).encode() + b"\n")
+            line = json.dumps(staged, ensure_ascii=False, default=_load_json)
+            rows.write(line.encode() + b"\n")
         rows.seek(0)
         self.load_staging(layout, rows)
         self._apply_staged(layout, position)
@@ -154,7 +170,9 @@ class BigQueryDestination(Destination):
         applies it (:meth:`apply_staged`)."""
         with tempfile.TemporaryDirectory(prefix="lakesync-bigquery-") as tmp:
             parts = Path(tmp) / "change_set"
-            rows.write.json(parts.as_uri())
+            # Spark writes binary as base64, as a load job reads BYTES; its timestamps need
+            # their microseconds spelled out.
+            rows.write.option("timestampFormat", _SPARK_TIMESTAMP).json(parts.as_uri())
             with (Path(tmp) / "change_set.ndjson").open("w+b") as combined:
                 for part in sorted(parts.glob("part-*")):
                     with part.open("rb") as src:
@@ -168,8 +186,9 @@ class BigQueryDestination(Destination):
         newline-delimited JSON, one object per changed row (``row_id``, the layout's columns
         with ``json`` ones as canonical text, ``_deleted``, ``_position``; a missing key is
         null), as Spark's JSON writer produces."""
-        from google.api_core.exceptions import GoogleAPIError
-        from google.cloud import bigquery
+        # heavy, optional (extras "connectors", "destinations")
+        from google.api_core.exceptions import GoogleAPIError  # noqa: PLC0415
+        from google.cloud import bigquery  # noqa: PLC0415
 
         what = f"loading the change set of {layout.table!r}"
         self._run(st.clear_staging(layout, "bigquery"), {}, what)
@@ -267,6 +286,21 @@ class BigQueryDestination(Destination):
 
     def close(self) -> None:
         self._client.close()
+
+
+_SPARK_TIMESTAMP = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+
+
+def _load_json(value: Any) -> Any:
+    """A typed value as a BigQuery JSON load job reads it: a decimal as its text (a JSON number
+    would be read as a double), times and dates in ISO 8601, bytes in base64."""
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"cannot load a {type(value).__name__} into BigQuery")
 
 
 def _param_type(value: Any) -> str:

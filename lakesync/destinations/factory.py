@@ -14,6 +14,9 @@ from urllib.parse import unquote, urlsplit
 
 from lakesync.destination_specs import DestinationSpec, resolve_url
 from lakesync.destinations.base import Destination, DestinationError
+from lakesync.destinations.bigquery import BigQueryDestination
+from lakesync.destinations.lake import LakeDestination, lake_namespace
+from lakesync.destinations.sql import SqlDestination
 from lakesync.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -61,10 +64,10 @@ def open_destination(
     url = resolve_url(spec, env, _read_file)
     if spec.kind == "postgres":
         try:
-            import psycopg
+            # optional driver (extras "connectors", "destinations"): only the one in use loads
+            import psycopg  # noqa: PLC0415
         except ImportError:
             raise _missing("postgres", "psycopg") from None
-        from lakesync.destinations.sql import SqlDestination
 
         return SqlDestination(
             spec, "postgres", lambda: psycopg.connect(url, connect_timeout=10),
@@ -72,10 +75,10 @@ def open_destination(
         )
     if spec.kind == "mysql":
         try:
-            import pymysql
+            # optional driver (extras "connectors", "destinations"): only the one in use loads
+            import pymysql  # noqa: PLC0415
         except ImportError:
             raise _missing("mysql", "PyMySQL") from None
-        from lakesync.destinations.sql import SqlDestination
 
         params = mysql_params(url)
 
@@ -88,10 +91,7 @@ def open_destination(
 
         return SqlDestination(spec, "mysql", connect, (pymysql.MySQLError,), url)
     if spec.kind == "bigquery":
-        from lakesync.destinations.bigquery import BigQueryDestination
-
         return BigQueryDestination.from_url(spec, url, env)
-    from lakesync.destinations.lake import LakeDestination, lake_namespace
 
     if catalog is None:
         raise ConfigError(

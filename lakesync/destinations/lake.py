@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from lakesync.column_types import iceberg_type
 from lakesync.delta import validate_identifier
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import (
@@ -28,10 +29,11 @@ from lakesync.destinations.base import (
     TieringMark,
     latest_per_row,
     normalise_row,
+    widened_value,
 )
-from lakesync.destinations.statements import TableLayout
+from lakesync.destinations.statements import Columns, TableLayout, column_spec
 from lakesync.errors import ConfigError, LakeSyncError
-from lakesync.schema import RESERVED_NAMESPACES
+from lakesync.schema import RESERVED_NAMESPACES, ColumnSpec, ColumnType
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -59,21 +61,26 @@ def lake_namespace(spec: DestinationSpec, url: str) -> str:
     return namespace
 
 
-def _iceberg_type(kind: str) -> Any:
-    from pyiceberg.types import BooleanType, DoubleType, StringType, TimestamptzType
+def _iceberg_type(spec: ColumnSpec) -> Any:
+    """A column's Iceberg type as a pyiceberg type (:func:`lakesync.column_types.iceberg_type`
+    names it in the Iceberg spec's notation, which a field parses)."""
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.types import NestedField  # noqa: PLC0415
 
-    return {
-        "number": DoubleType(),
-        "boolean": BooleanType(),
-        "timestamp": TimestamptzType(),
-    }.get(kind, StringType())
+    return NestedField(1, spec.name, iceberg_type(spec)).field_type
 
 
-def _fields(layout: TableLayout) -> list[tuple[str, str]]:
-    """(name, kind) of every column the layout's table holds, in order."""
-    out = [("row_id", "string"), *layout.columns, ("props", "string"), ("synced_at", "timestamp")]
+def _fields(layout: TableLayout) -> list[tuple[str, Any]]:
+    """(name, Iceberg type) of every column the layout's table holds, in order: the schema's
+    columns typed by :func:`lakesync.column_types.iceberg_type` (json as its text)."""
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.types import StringType, TimestamptzType  # noqa: PLC0415
+
+    out: list[tuple[str, Any]] = [("row_id", StringType())]
+    out += [(c.name, _iceberg_type(c)) for c in layout.columns]
+    out += [("props", StringType()), ("synced_at", TimestamptzType())]
     if layout.delete == "soft":
-        out.append(("deleted_at", "timestamp"))
+        out.append(("deleted_at", TimestamptzType()))
     return out
 
 
@@ -103,7 +110,8 @@ class LakeDestination(Destination):
         return f"{self._namespace}.{table}"
 
     def _load(self, table: str) -> Table | None:
-        from pyiceberg.exceptions import NoSuchTableError
+        # heavy, optional (extra "pipeline")
+        from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
 
         try:
             return self._catalog.load_table(self._identifier(table))
@@ -111,20 +119,22 @@ class LakeDestination(Destination):
             return None
 
     def layout(
-        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+        self, table: str, columns: Columns, external_id: str | None = None
     ) -> TableLayout:
-        return TableLayout(table, list(columns), self.spec.delete, external_id, (self._namespace,))
+        specs = [column_spec(c) for c in columns]
+        return TableLayout(table, specs, self.spec.delete, external_id, (self._namespace,))
 
     def ensure_table(self, layout: TableLayout) -> None:
-        from pyiceberg.schema import Schema
-        from pyiceberg.types import NestedField
+        # heavy, optional (extra "pipeline")
+        from pyiceberg.schema import Schema  # noqa: PLC0415
+        from pyiceberg.types import NestedField  # noqa: PLC0415
 
         with self._failing(f"creating table {layout.table!r}"):
             self._catalog.create_namespace_if_not_exists(self._namespace)
             found = self._load(layout.table)
             if found is None:
                 fields = [
-                    NestedField(i, name, _iceberg_type(kind), required=False)
+                    NestedField(i, name, kind, required=False)
                     for i, (name, kind) in enumerate(_fields(layout), start=1)
                 ]
                 self._catalog.create_table_if_not_exists(
@@ -136,7 +146,44 @@ class LakeDestination(Destination):
             if missing:
                 with found.update_schema() as update:
                     for name, kind in missing:
-                        update.add_column(name, _iceberg_type(kind))
+                        update.add_column(name, kind)
+            self._widen(layout, found)
+
+    def _widen(self, layout: TableLayout, found: Table) -> None:
+        """Rebuild the table in the layout's types when the schema widened a column: Iceberg
+        changes a type in place only from int to long, float to double and to a wider decimal
+        of the same scale, so the rows are rewritten with each value converted
+        (:func:`~lakesync.destinations.base.widened_value`) into a table made anew with the
+        same properties (the watermarks). An interrupted rebuild leaves no table, or an empty
+        one without watermarks: the next shipment then ships the table whole."""
+        # heavy, optional (extra "pipeline")
+        import pyarrow as pa  # noqa: PLC0415
+        from pyiceberg.schema import Schema  # noqa: PLC0415
+        from pyiceberg.types import NestedField  # noqa: PLC0415
+
+        types = {f.name: f.field_type for f in found.schema().fields}
+        changed = {
+            c.name: _spec_of(c.name, types[c.name]) for c in layout.columns
+            if c.name in types and str(types[c.name]) != str(iceberg_type(c))
+        }
+        if not changed:
+            return
+        new = {c.name: c for c in layout.columns}
+        rows = found.scan().to_arrow().to_pylist()
+        for row in rows:
+            for name, old in changed.items():
+                row[name] = widened_value(old, new[name], row.get(name))
+        fields = [
+            NestedField(i, f.name, _iceberg_type(new[f.name]) if f.name in changed
+                        else f.field_type, required=False)
+            for i, f in enumerate(found.schema().fields, start=1)
+        ]
+        properties = dict(found.properties)
+        identifier = self._identifier(layout.table)
+        self._catalog.drop_table(identifier)
+        table = self._catalog.create_table(identifier, Schema(*fields), properties=properties)
+        if rows:
+            table.append(pa.Table.from_pylist(rows, schema=table.schema().as_arrow()))
 
     def _table(self, layout: TableLayout) -> Table:
         found = self._load(layout.table)
@@ -149,8 +196,9 @@ class LakeDestination(Destination):
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
     ) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        # heavy, optional (extra "pipeline")
+        import pyarrow as pa  # noqa: PLC0415
+        import pyarrow.compute as pc  # noqa: PLC0415
 
         what = f"applying changes to {layout.table!r}"
         with self._failing(what):
@@ -200,8 +248,9 @@ class LakeDestination(Destination):
         self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
     ) -> int:
         """(A lake destination has no hot window: ``mark`` is not kept.)"""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        # heavy, optional (extra "pipeline")
+        import pyarrow as pa  # noqa: PLC0415
+        import pyarrow.compute as pc  # noqa: PLC0415
 
         if not row_ids:
             return 0
@@ -223,12 +272,26 @@ class LakeDestination(Destination):
         return None if value is None else int(value)
 
 
+def _spec_of(name: str, kind: Any) -> ColumnSpec:
+    """The column type an Iceberg type holds here (a string: string, or json as its text)."""
+    # heavy, optional (extra "pipeline")
+    from pyiceberg import types as it  # noqa: PLC0415
+
+    if isinstance(kind, it.DecimalType):
+        return ColumnSpec(name, "decimal", kind.precision, kind.scale)
+    plain: dict[type[Any], ColumnType] = {
+        it.LongType: "integer", it.DoubleType: "number", it.BooleanType: "boolean",
+        it.TimestamptzType: "timestamp", it.DateType: "date", it.BinaryType: "bytes",
+    }
+    return ColumnSpec(name, plain.get(type(kind), "string"))
+
+
 def _check_json(layout: TableLayout, changes: Sequence[Change], prefix: str) -> None:
     """Refuse a change set with a json value that is not JSON text, as the databases do."""
     for change in changes:
-        for name, kind in layout.columns:
-            value = change.values.get(name)
-            if kind == "json" and value is not None:
+        for c in layout.columns:
+            name, value = c.name, change.values.get(c.name)
+            if c.type == "json" and value is not None:
                 try:
                     json.loads(value)
                 except (TypeError, ValueError):

@@ -8,9 +8,8 @@ writes it); the watermark is copied so shipping continues from where the source 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from lakesync.destinations.base import Change, Destination
+from lakesync.destinations.statements import Columns
 
 __all__ = ["migrate_table"]
 
@@ -19,7 +18,7 @@ def migrate_table(
     source: Destination,
     target: Destination,
     table: str,
-    columns: Sequence[tuple[str, str]],
+    columns: Columns,
     external_id: str | None = None,
 ) -> int:
     """Copy ``table`` from ``source`` into ``target``; returns the number of rows applied."""

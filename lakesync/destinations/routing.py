@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import Change, Destination, DestinationError, TieringMark
 from lakesync.destinations.metrics import DestinationMetrics
-from lakesync.destinations.statements import TableLayout
+from lakesync.destinations.statements import Columns, TableLayout, column_spec
 from lakesync.errors import LakeSyncError
 
 __all__ = [
@@ -64,7 +64,7 @@ class CompositeDestination(Destination):
         return found
 
     def layout(
-        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+        self, table: str, columns: Columns, external_id: str | None = None
     ) -> TableLayout:
         return self.route(table).layout(table, columns, external_id)
 
@@ -128,7 +128,7 @@ class FanOutDestination(Destination):
                              name, what, exc.message)
 
     def layout(
-        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+        self, table: str, columns: Columns, external_id: str | None = None
     ) -> TableLayout:
         return self.primary.layout(table, columns, external_id)
 
@@ -181,9 +181,9 @@ class UnreachableDestination(Destination):
         raise DestinationError(self.error.message)
 
     def layout(
-        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+        self, table: str, columns: Columns, external_id: str | None = None
     ) -> TableLayout:
-        return TableLayout(table, list(columns), self.spec.delete, external_id)
+        return TableLayout(table, [column_spec(c) for c in columns], self.spec.delete, external_id)
 
     def ensure_table(self, layout: TableLayout) -> None:
         self._fail()

@@ -12,6 +12,7 @@ and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from lakesync.canonical import canonical_json
 from lakesync.destination_specs import DestinationSpec, redact_url
 from lakesync.destinations import statements as st
 from lakesync.destinations.base import (
@@ -30,7 +32,7 @@ from lakesync.destinations.base import (
     latest_per_row,
     normalise_row,
 )
-from lakesync.destinations.statements import TableLayout
+from lakesync.destinations.statements import Columns, TableLayout, column_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -102,9 +104,9 @@ class SqlDestination(Destination):
         # psycopg decodes json/jsonb itself; PyMySQL hands JSON over as text.
 
     def layout(
-        self, table: str, columns: Sequence[tuple[str, str]], external_id: str | None = None
+        self, table: str, columns: Columns, external_id: str | None = None
     ) -> TableLayout:
-        return TableLayout(table, list(columns), self.spec.delete, external_id)
+        return TableLayout(table, [column_spec(c) for c in columns], self.spec.delete, external_id)
 
     @contextmanager
     def _transaction(self, what: str) -> Iterator[Any]:
@@ -124,26 +126,67 @@ class SqlDestination(Destination):
         finally:
             cur.close()
 
-    def _columns(self, cur: Any, table: str) -> list[str]:
-        cur.execute(
-            "select column_name from information_schema.columns where table_name = %(t)s"
-            + (" and table_schema = current_schema()" if self.dialect == "postgres"
-               else " and table_schema = database()"),
-            {"t": table},
-        )
-        return [str(r[0]) for r in cur.fetchall()]
+    def _columns(self, cur: Any, table: str) -> dict[str, str]:
+        """Each column of ``table`` (folded to lower case) and its type as the catalog names
+        it (:func:`lakesync.destinations.statements.widen_columns` reads it)."""
+        if self.dialect == "postgres":
+            cur.execute(
+                "select a.attname, format_type(a.atttypid, a.atttypmod) from pg_attribute a"
+                " where a.attrelid = to_regclass(quote_ident(%(t)s)) and a.attnum > 0"
+                " and not a.attisdropped",
+                {"t": table},
+            )
+        else:
+            # MariaDB's JSON is a LONGTEXT checked by json_valid(): its catalog says so only
+            # through that check.
+            cur.execute(
+                "select c.column_name, case when c.data_type = 'longtext' and exists ("
+                " select 1 from information_schema.check_constraints k"
+                " where k.constraint_schema = c.table_schema and k.table_name = c.table_name"
+                " and k.check_clause like concat('%%json_valid(`', c.column_name, '`)%%'))"
+                " then 'json' else c.column_type end"
+                " from information_schema.columns c"
+                " where c.table_name = %(t)s and c.table_schema = database()",
+                {"t": table},
+            )
+        return {str(r[0]).lower(): str(r[1]) for r in cur.fetchall()}
 
     def ensure_table(self, layout: TableLayout) -> None:
         with self._transaction(f"creating table {layout.table!r}") as cur:
             if not self._bookkept:
                 cur.execute(st.create_watermarks(self.dialect))
             cur.execute(st.create_table(layout, self.dialect))
-            for alter in st.add_columns(layout, self._columns(cur, layout.table), self.dialect):
+            found = self._columns(cur, layout.table)
+            for alter in st.add_columns(layout, list(found), self.dialect):
                 cur.execute(alter)
+            # A widened column (the schema widened it) changes type in place.
+            for alter in st.widen_columns(layout, found, self.dialect):
+                cur.execute(alter)
+            if self.dialect == "postgres":
+                self._canonical_json_text(cur, layout, found)
             # Staging holds nothing between runs: recreate it in the current shape.
             cur.execute(st.drop_staging(layout, self.dialect))
             cur.execute(st.create_staging(layout, self.dialect))
         self._bookkept = True
+
+    def _canonical_json_text(self, cur: Any, layout: TableLayout, found: dict[str, str]) -> None:
+        """A ``jsonb`` column widened to a string holds jsonb's own text (``{"a": 1}``): write
+        the canonical JSON text instead, as the lake reads the value (no SQL function makes
+        it)."""
+        table = st.TableLayout(layout.table, [], layout.delete, None, layout.qualifier)
+        for spec in layout.columns:
+            if spec.type != "string" or found.get(spec.name.lower()) != "jsonb":
+                continue
+            rows = self._select_pairs(cur, table, spec.name)
+            for row_id, text in rows:
+                if text is not None:
+                    cur.execute(st.update_value(table, spec.name, self.dialect),
+                                {"row_id": row_id, "value": canonical_json(json.loads(text))})
+
+    @staticmethod
+    def _select_pairs(cur: Any, table: TableLayout, name: str) -> list[tuple[str, Any]]:
+        cur.execute(st.select_column(table, name, "postgres"))
+        return [(str(r[0]), r[1]) for r in cur.fetchall()]
 
     def apply_change_set(self, layout: TableLayout, rows: DataFrame) -> tuple[int, int | None]:
         """One Spark job: the executors append the change set to the (emptied) staging table
@@ -275,8 +318,8 @@ def _naive_utc(moment: datetime) -> datetime:
 
 def _staged_params(layout: TableLayout, change: Change, dialect: st.Dialect) -> dict[str, Any]:
     params: dict[str, Any] = {"c0": change.row_id, "deleted": change.deleted}
-    for i, (name, kind) in enumerate(layout.columns, start=1):
-        params[f"c{i}"] = st.storable_value(kind, change.values.get(name), dialect)
+    for i, spec in enumerate(layout.columns, start=1):
+        params[f"c{i}"] = st.storable_value(spec, change.values.get(spec.name), dialect)
     return params
 
 

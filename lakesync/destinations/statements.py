@@ -30,9 +30,11 @@ such row would fail its table's shipment on every run.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any, Literal, get_args
 
 from sqlglot import exp
 from sqlglot.dialects.bigquery import BigQuery
@@ -40,6 +42,8 @@ from sqlglot.dialects.mysql import MySQL
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.dialects.spark import Spark
 
+from lakesync.column_types import Dialect as SqlDialect
+from lakesync.column_types import decimal_params, spark_type, sql_type
 from lakesync.delta import validate_identifier
 from lakesync.destination_specs import DeleteMode
 from lakesync.schema import (
@@ -48,20 +52,25 @@ from lakesync.schema import (
     STAGING_PREFIX,
     TIERING_TABLE,
     WATERMARKS_TABLE,
+    ColumnSpec,
+    ColumnType,
 )
 
 __all__ = [
     "DIALECTS",
     "JSON_NUL_ESCAPE",
+    "MYSQL_TIMESTAMP_FORMAT",
     "NUL_REPLACEMENT",
     "TIERING",
     "WATERMARKS",
+    "Columns",
     "Dialect",
     "TableLayout",
     "add_columns",
     "apply_deletes",
     "change_set_query",
     "clear_staging",
+    "column_spec",
     "create_dataset",
     "create_staging",
     "create_table",
@@ -74,12 +83,15 @@ __all__ = [
     "read_watermark",
     "select_change_set",
     "select_changes",
+    "select_column",
     "select_rows",
     "staged_summary",
     "staging_name",
     "storable_value",
     "truncate_staging",
+    "update_value",
     "upsert_from_staging",
+    "widen_columns",
     "write_tiering",
     "write_watermark",
 ]
@@ -110,31 +122,47 @@ _JSON_NUL = re.compile(JSON_NUL_ESCAPE)
 # make "a" and "A" one row.
 _MYSQL_KEY = "VARCHAR(768)"
 
+# LakeSync's own columns (keys, names, times, positions, ``props``, the staging flag); a
+# schema column's type is :func:`lakesync.column_types.sql_type` / ``spark_type``.
 _TYPES: dict[str, dict[str, str]] = {
     "postgres": {
-        "string": "TEXT", "number": "DOUBLE PRECISION", "boolean": "BOOLEAN", "json": "JSONB",
-        "null": "TEXT", "key": "TEXT", "name": "TEXT", "timestamp": "TIMESTAMPTZ",
-        "position": "DECIMAL(20, 0)",
+        "json": "JSONB", "boolean": "BOOLEAN", "key": "TEXT", "name": "TEXT",
+        "timestamp": "TIMESTAMPTZ", "position": "DECIMAL(20, 0)",
     },
     "mysql": {
-        "string": "LONGTEXT", "number": "DOUBLE", "boolean": "TINYINT(1)", "json": "JSON",
-        "null": "LONGTEXT", "key": _MYSQL_KEY, "name": "VARCHAR(64)", "timestamp": "DATETIME(6)",
-        "position": "DECIMAL(20, 0)",
+        "json": "JSON", "boolean": "TINYINT(1)", "key": _MYSQL_KEY, "name": "VARCHAR(64)",
+        "timestamp": "DATETIME(6)", "position": "DECIMAL(20, 0)",
     },
     "bigquery": {
-        "string": "STRING", "number": "FLOAT64", "boolean": "BOOL", "json": "JSON",
-        "null": "STRING", "key": "STRING", "name": "STRING", "timestamp": "TIMESTAMP",
-        "position": "BIGNUMERIC",
+        "json": "JSON", "boolean": "BOOL", "key": "STRING", "name": "STRING",
+        "timestamp": "TIMESTAMP", "position": "BIGNUMERIC",
     },
     "spark": {
-        "string": "STRING", "number": "DOUBLE", "boolean": "BOOLEAN", "json": "STRING",
-        "null": "STRING", "key": "STRING", "name": "STRING", "timestamp": "TIMESTAMP",
-        "position": "DECIMAL(20, 0)",
+        "json": "STRING", "boolean": "BOOLEAN", "key": "STRING", "name": "STRING",
+        "timestamp": "TIMESTAMP", "position": "DECIMAL(20, 0)",
     },
 }
 
+_COLUMN_TYPES = frozenset(get_args(ColumnType))
 
-_INTERNAL_TYPES = frozenset({"key", "name", "timestamp", "position"})
+MYSQL_TIMESTAMP_FORMAT = "yyyy-MM-dd HH:mm:ss.SSSSSS"
+"""How a change set for MySQL/MariaDB writes a ``timestamp`` (Spark's pattern, in the session's
+UTC): a ``DATETIME(6)`` has no zone, so it is given the UTC wall time as text, whatever time zone
+the JVM loading the staging table runs in."""
+
+Columns = Sequence[ColumnSpec | tuple[str, str]]
+"""A table's columns: :class:`~lakesync.schema.ColumnSpec` values, or ``(name, type)`` pairs
+for the types that take no options."""
+
+
+def column_spec(column: ColumnSpec | tuple[str, str]) -> ColumnSpec:
+    """A column as a :class:`~lakesync.schema.ColumnSpec` (a ``(name, type)`` pair becomes a
+    spec of that type; a decimal's precision and scale are filled in)."""
+    spec = column if isinstance(column, ColumnSpec) else ColumnSpec(column[0], column[1])  # type: ignore[arg-type]
+    if spec.type == "decimal" and (spec.precision is None or spec.scale is None):
+        precision, scale = decimal_params(spec)
+        return ColumnSpec(spec.name, "decimal", precision, scale, spec.nullable)
+    return spec
 
 
 class _MySQLParams(MySQL):
@@ -163,18 +191,21 @@ class TableLayout:
     """
 
     table: str
-    columns: Sequence[tuple[str, str]]
+    columns: Sequence[ColumnSpec]
+    """The schema's columns (given as specs or ``(name, type)`` pairs: :data:`Columns`)."""
     delete: DeleteMode = "soft"
     external_id: str | None = None
     qualifier: Sequence[str] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         validate_identifier(self.table, "table name")
-        for name, kind in self.columns:
-            validate_identifier(name, f"column name of {self.table!r}")
-            if kind not in _TYPES["postgres"] or kind in _INTERNAL_TYPES:
-                raise ValueError(f"column {name!r} has unknown type {kind!r}")
-        names = {n for n, _ in self.columns}
+        specs = tuple(column_spec(c) for c in self.columns)
+        object.__setattr__(self, "columns", specs)  # frozen: normalised once, here
+        for c in specs:
+            validate_identifier(c.name, f"column name of {self.table!r}")
+            if c.type not in _COLUMN_TYPES:
+                raise ValueError(f"column {c.name!r} has unknown type {c.type!r}")
+        names = {c.name for c in specs}
         if self.external_id is not None and self.external_id not in names:
             raise ValueError(f"external id column {self.external_id!r} is not a column")
         for part in self.qualifier:
@@ -183,7 +214,7 @@ class TableLayout:
     @property
     def column_names(self) -> list[str]:
         """The schema's column names in declaration order."""
-        return [n for n, _ in self.columns]
+        return [c.name for c in self.columns]
 
     def staging(self) -> TableLayout:
         """The layout of this table's staging table (same columns, same place)."""
@@ -216,6 +247,12 @@ def _table(layout: TableLayout, name: str | None = None, alias: str | None = Non
 
 def _type(dialect: Dialect, kind: str) -> exp.DataType:
     return exp.DataType.build(_TYPES[dialect][kind], dialect=DIALECTS[dialect])
+
+
+def _value_type(spec: ColumnSpec, dialect: Dialect) -> exp.DataType:
+    """A schema column's type in ``dialect`` (one mapping: :mod:`lakesync.column_types`)."""
+    text = spark_type(spec) if dialect == "spark" else sql_type(spec, dialect)
+    return exp.DataType.build(text, dialect=DIALECTS[dialect])
 
 
 def _col(name: str, table: str | None = None) -> exp.Column:
@@ -253,16 +290,16 @@ def _key_def(
     return _coldef(name, _type(dialect, kind), *constraints)
 
 
-def _value_def(layout: TableLayout, name: str, kind: str, dialect: Dialect) -> exp.ColumnDef:
-    if name == layout.external_id and dialect == "mysql":
-        return _key_def(name, dialect)  # MySQL indexes only bounded strings
-    return _coldef(name, _type(dialect, kind))
+def _value_def(layout: TableLayout, spec: ColumnSpec, dialect: Dialect) -> exp.ColumnDef:
+    if spec.name == layout.external_id and dialect == "mysql" and spec.type == "string":
+        return _key_def(spec.name, dialect)  # MySQL indexes only bounded strings
+    return _coldef(spec.name, _value_type(spec, dialect))
 
 
 def create_table(layout: TableLayout, dialect: Dialect) -> str:
     """``CREATE TABLE IF NOT EXISTS`` with the docs/protocol.md §11 layout."""
     defs: list[exp.Expression] = [_key_def("row_id", dialect, exp.NotNullColumnConstraint())]
-    defs += [_value_def(layout, n, k, dialect) for n, k in layout.columns]
+    defs += [_value_def(layout, c, dialect) for c in layout.columns]
     props_default = (
         []
         if dialect == "bigquery"  # BigQuery's MERGE inserts props itself
@@ -306,16 +343,185 @@ def add_columns(layout: TableLayout, existing: Sequence[str], dialect: Dialect) 
     table lacks (``existing`` are its column names, compared case-insensitively)."""
     have = {c.lower() for c in existing}
     out = []
-    for name, kind in layout.columns:
-        if name.lower() in have:
+    for spec in layout.columns:
+        if spec.name.lower() in have:
             continue
         alter = exp.Alter(
             this=_table(layout),
             kind="TABLE",
-            actions=[_value_def(layout, name, kind, dialect)],
+            actions=[_value_def(layout, spec, dialect)],
         )
         out.append(_sql(alter, dialect))
     return out
+
+
+# What each database's catalog calls a type (PostgreSQL ``format_type``, MySQL/MariaDB
+# ``COLUMN_TYPE``, BigQuery's field type with its precision and scale), in lower case without
+# spaces, and the column type it holds.
+_CATALOG_ALIASES = {
+    "postgres": {"timestamptz": "timestampwithtimezone"},
+    "mysql": {},
+    "bigquery": {"int64": "integer", "float64": "float", "bool": "boolean"},
+}
+_CATALOG_FAMILIES = {
+    "postgres": [("bigint", "integer"), ("numeric", "decimal"), ("doubleprecision", "number"),
+                 ("boolean", "boolean"), ("jsonb", "json"), ("timestampwithtimezone", "timestamp"),
+                 ("date", "date"), ("bytea", "bytes"), ("text", "string")],
+    "mysql": [("bigint", "integer"), ("decimal", "decimal"), ("double", "number"), ("json", "json"),
+              ("tinyint", "boolean"), ("datetime", "timestamp"), ("date", "date"),
+              ("longblob", "bytes"), ("longtext", "string"), ("varchar", "string")],
+    "bigquery": [("integer", "integer"), ("numeric", "decimal"), ("bignumeric", "decimal"),
+                 ("float", "number"), ("boolean", "boolean"), ("json", "json"),
+                 ("timestamp", "timestamp"), ("date", "date"), ("bytes", "bytes"),
+                 ("string", "string")],
+}
+WIDEN_SUFFIX = "__lakesync_widened"
+"""The temporary column a widening to a string fills (MySQL/MariaDB, BigQuery) before it
+replaces the old one."""
+
+
+def _catalog_form(text: str, dialect: Dialect) -> str:
+    folded = re.sub(r"\s+", "", text.lower())
+    folded = re.sub(r"^bigint\(\d+\)$", "bigint", folded)  # MySQL's display width
+    return _CATALOG_ALIASES.get(dialect, {}).get(folded, folded)
+
+
+def _family(found: str, dialect: Dialect) -> str:
+    """The column type a catalog type holds (its longest matching prefix)."""
+    matches = [(p, t) for p, t in _CATALOG_FAMILIES[dialect] if found.startswith(p)]
+    return max(matches, key=lambda m: len(m[0]))[1] if matches else "string"
+
+
+def _as_text(column: exp.Expression, family: str, dialect: Dialect) -> exp.Expression:
+    """Dialect SQL: a value of a ``family`` column as the text a string column holds for it
+    (what the lake's ``string`` decoder reads its wire value as: booleans ``true``/``false``,
+    instants ``YYYY-MM-DDTHH:MM:SS.ffffffZ``, bytes base64, decimals in plain notation)."""
+    text = exp.DataType.build("TEXT" if dialect != "bigquery" else "STRING")
+    if dialect == "mysql":
+        text = exp.DataType.build("CHAR")
+    if family == "boolean":
+        return exp.If(this=column, true=exp.Literal.string("true"),
+                      false=exp.Literal.string("false"))
+    if family == "timestamp":
+        if dialect == "postgres":
+            utc = exp.AtTimeZone(this=column, zone=exp.Literal.string("UTC"))
+            return exp.Anonymous(this="to_char", expressions=[
+                utc, exp.Literal.string('YYYY-MM-DD"T"HH24:MI:SS.US"Z"')])
+        if dialect == "mysql":
+            return exp.Anonymous(this="DATE_FORMAT", expressions=[
+                column, exp.Literal.string("%Y-%m-%dT%H:%i:%s.%fZ")])
+        return exp.Anonymous(this="FORMAT_TIMESTAMP", expressions=[
+            exp.Literal.string("%Y-%m-%dT%H:%M:%E6SZ"), column, exp.Literal.string("UTC")])
+    if family == "bytes":
+        if dialect == "postgres":
+            encoded: exp.Expression = exp.Anonymous(
+                this="encode", expressions=[column, exp.Literal.string("base64")])
+        else:
+            encoded = exp.ToBase64(this=column)
+        if dialect == "bigquery":
+            return encoded
+        # PostgreSQL and MariaDB break base64 into lines of 76.
+        return exp.Anonymous(this="REPLACE", expressions=[
+            encoded, exp.Chr(expressions=[exp.Literal.number(10)]), exp.Literal.string("")])
+    if family == "json" and dialect == "bigquery":
+        text_of = exp.Anonymous(this="TO_JSON_STRING", expressions=[column])
+        # TO_JSON_STRING writes an SQL null as the text null.
+        return exp.If(this=exp.Is(this=column.copy(), expression=exp.Null()), true=exp.Null(),
+                      false=text_of)
+    return exp.Cast(this=column, to=text)
+
+
+def widen_columns(
+    layout: TableLayout, found: Mapping[str, str], dialect: SqlDialect
+) -> list[str]:
+    """Widen in place every column whose type in the table (``found``: column name, folded to
+    lower case → the type as the database's catalog names it) is not the layout's, the schema
+    having widened it (:func:`lakesync.column_types.widening_allowed`; nothing else reaches a
+    registered schema, or ``lakesync schema migrate`` retyped a number column as an integer or
+    a decimal, :func:`lakesync.schema.migrated`). Every value is kept: integer → decimal →
+    number by the database's own conversion (PostgreSQL ``ALTER COLUMN … TYPE … USING``,
+    MySQL/MariaDB ``MODIFY COLUMN``, BigQuery ``ALTER COLUMN … SET DATA TYPE``, or through a
+    new column for a migrated number column); to a string as the text the lake reads the
+    value as (:func:`_as_text`): PostgreSQL converts in place (``USING``), MySQL/MariaDB and
+    BigQuery fill a new column (:data:`WIDEN_SUFFIX`) and replace the old one with it (a run
+    interrupted in between is finished by the next)."""
+    out: list[str] = []
+    for spec in layout.columns:
+        have = found.get(spec.name.lower())
+        if have is None:
+            continue
+        kind = _value_type(spec, dialect)
+        mysql_key = (dialect == "mysql" and spec.name == layout.external_id
+                     and spec.type == "string")  # as _value_def makes it
+        want = _catalog_form(_MYSQL_KEY if mysql_key else sql_type(spec, dialect), dialect)
+        old = _catalog_form(have, dialect)
+        if want == old:
+            continue
+        family = _family(old, dialect)
+        to_text = spec.type in ("string", "null") or want.startswith("varchar")
+        if dialect == "postgres":
+            using = _as_text(_col(spec.name), family, dialect) if to_text else exp.Cast(
+                this=_col(spec.name), to=kind.copy())
+            action = exp.AlterColumn(this=_ident(spec.name), dtype=kind, using=using)
+            out.append(_sql(exp.Alter(this=_table(layout), kind="TABLE", actions=[action]),
+                            dialect))
+        elif dialect == "bigquery" and family == "number":
+            # A migrated number column (lakesync schema migrate): BigQuery only widens in place.
+            cast = exp.Cast(this=_col(spec.name), to=kind.copy())
+            out += _widen_through(layout, spec, cast, dialect)
+        elif not to_text:
+            if dialect == "mysql":  # sqlglot has no MODIFY COLUMN node: its parts are built
+                definition = _sql(_value_def(layout, spec, dialect), dialect)
+                out.append(f"ALTER TABLE {_sql(_table(layout), dialect)} MODIFY COLUMN "
+                           + definition)
+            else:
+                action = exp.AlterColumn(this=_ident(spec.name), dtype=kind)
+                out.append(_sql(exp.Alter(this=_table(layout), kind="TABLE",
+                                          actions=[action]), dialect))
+        else:
+            out += _widen_through(layout, spec, _as_text(_col(spec.name), family, dialect),
+                                  dialect)
+    return out
+
+
+def select_column(layout: TableLayout, name: str, dialect: Dialect) -> str:
+    """``row_id`` and column ``name`` of every row."""
+    query = exp.select(_col("row_id"), _col(name)).from_(_table(layout))
+    return _sql(query, dialect)
+
+
+def update_value(layout: TableLayout, name: str, dialect: Dialect) -> str:
+    """Set column ``name`` of the row of parameter ``row_id`` to parameter ``value``."""
+    update = exp.Update(
+        this=_table(layout),
+        expressions=[exp.EQ(this=_col(name), expression=_param("value"))],
+        where=exp.Where(this=exp.EQ(this=_col("row_id"), expression=_param("row_id"))),
+    )
+    return _sql(update, dialect)
+
+
+def _widen_through(
+    layout: TableLayout, spec: ColumnSpec, value: exp.Expression, dialect: Dialect
+) -> list[str]:
+    """A column changed through a new column: add it, fill it with ``value`` (of the old
+    column), drop the old column and give the new one its name."""
+    temp = spec.name + WIDEN_SUFFIX
+    table = _table(layout)
+    add = exp.Alter(this=table.copy(), kind="TABLE", actions=[
+        exp.ColumnDef(this=_ident(temp), kind=_value_type(spec, dialect),
+                      exists=True)])
+    fill = exp.Update(
+        this=table.copy(),
+        expressions=[exp.EQ(this=_col(temp), expression=value)],
+        where=exp.Where(this=exp.true()),
+    )
+    drop = exp.Drop(tables=[_col(spec.name)], kind="COLUMN")
+    rename = exp.RenameColumn(this=_col(temp), to=_col(spec.name))
+    if dialect == "mysql":  # one statement: the column is never missing
+        swap = [exp.Alter(this=table.copy(), kind="TABLE", actions=[drop, rename])]
+    else:
+        swap = [exp.Alter(this=table.copy(), kind="TABLE", actions=[a]) for a in (drop, rename)]
+    return [_sql(s, dialect) for s in (add, fill, *swap)]
 
 
 def drop_staging(layout: TableLayout, dialect: Dialect) -> str:
@@ -326,14 +532,14 @@ def drop_staging(layout: TableLayout, dialect: Dialect) -> str:
 def create_staging(layout: TableLayout, dialect: Dialect) -> str:
     """``CREATE TABLE IF NOT EXISTS`` of the staging table a change set is loaded into.
 
-    JSON cells arrive as text (their canonical JSON) and are cast by the upsert; ``_position``
+    JSON cells arrive as text (their canonical JSON) and are cast by the upsert (so do bytes on
+    BigQuery, as base64); ``_position``
     is each row's lake position when a bulk loader fills it (see :func:`staged_summary`).
     """
     staging = layout.staging()
     defs: list[exp.Expression] = [_key_def("row_id", dialect, exp.NotNullColumnConstraint())]
-    defs += [
-        _coldef(n, _type(dialect, "string" if k == "json" else k)) for n, k in layout.columns
-    ]
+    defs += [_coldef(c.name, _value_type(_staged_spec(c, dialect), dialect))
+             for c in layout.columns]
     defs.append(_coldef(DELETED, _type(dialect, "boolean")))
     defs.append(_coldef(POSITION, _type(dialect, "position")))
     if dialect == "mysql":
@@ -350,6 +556,14 @@ def create_staging(layout: TableLayout, dialect: Dialect) -> str:
     return _sql(create, dialect)
 
 
+def _staged_spec(spec: ColumnSpec, dialect: Dialect) -> ColumnSpec:
+    """How the staging table holds a column: json as its text; on BigQuery bytes as base64
+    text too (what a JSON load job carries; the upsert decodes it, :func:`_staged_value`)."""
+    if spec.type == "json" or (spec.type == "bytes" and dialect == "bigquery"):
+        return ColumnSpec(spec.name, "string")
+    return spec
+
+
 def insert_staging(layout: TableLayout, dialect: Dialect) -> str:
     """Insert one staged row from parameters ``c0`` (row_id), ``c1``… (the columns in order) and
     ``deleted``: the loader without Spark (executemany)."""
@@ -362,37 +576,74 @@ def insert_staging(layout: TableLayout, dialect: Dialect) -> str:
     return _sql(insert, dialect)
 
 
-def storable_value(kind: str, value: Any, dialect: Dialect) -> Any:
-    """``value`` of a ``kind`` column (json as JSON text) as a ``dialect`` destination can store
-    it: for PostgreSQL, U+0000 in a string, or a ``\\u0000`` escape in JSON text, becomes
-    U+FFFD; other kinds and values, and other dialects, are returned as they are."""
+def storable_value(kind: ColumnSpec | str, value: Any, dialect: Dialect) -> Any:
+    """``value`` of a column (json as JSON text; ``kind`` its spec, or its type when that takes
+    no options) as a ``dialect`` destination can store it: for PostgreSQL, U+0000 in a string,
+    or a ``\\u0000`` escape in JSON text, becomes U+FFFD; for MySQL/MariaDB a timestamp is
+    its naive UTC time (``DATETIME`` has no zone) and a decimal of a scale its ``DECIMAL``
+    cannot hold is its text; other kinds and values are returned as they are."""
+    spec = column_spec(("value", kind) if isinstance(kind, str) else kind)
+    if value is None:
+        return None
+    if dialect == "mysql":
+        if spec.type == "timestamp" and isinstance(value, datetime):
+            return value.astimezone(UTC).replace(tzinfo=None)
+        if spec.type == "decimal" and isinstance(value, Decimal) and _mysql_text(spec):
+            return format(value, "f")
+        return value
     if dialect != "postgres" or not isinstance(value, str):
         return value
-    if kind == "string":
+    if spec.type == "string":
         return value.replace("\x00", NUL_REPLACEMENT)
-    if kind == "json":
+    if spec.type == "json":
         return _JSON_NUL.sub(r"\g<1>" + NUL_REPLACEMENT, value)
     return value
 
 
-def _storable_column(name: str, kind: str, dialect: Dialect | None) -> exp.Expression:
-    """Spark SQL: column ``name`` of the current-state table ``a`` as :func:`storable_value`
-    gives it for a ``dialect`` destination (named ``name``)."""
-    column = _col(name, "a")
-    if dialect != "postgres" or kind not in ("string", "json"):
-        return column
-    replacement = exp.Literal.string(NUL_REPLACEMENT)
-    if kind == "string":
-        mapped: exp.Expression = exp.Replace(
+def _mysql_text(spec: ColumnSpec) -> bool:
+    """MySQL/MariaDB keeps this decimal as text (``sql_type`` maps its scale to VARCHAR)."""
+    return not sql_type(spec, "mysql").startswith("DECIMAL")
+
+
+def _stored_as_text(spec: ColumnSpec, dialect: Dialect | None) -> bool:
+    """Whether a change set for ``dialect`` holds ``spec``'s values as text (see
+    :func:`_storable_column`)."""
+    if spec.type == "timestamp":
+        return dialect == "mysql"
+    if spec.type == "decimal":
+        return dialect == "bigquery" or (dialect == "mysql" and _mysql_text(spec))
+    return False
+
+
+def _storable_column(
+    spec: ColumnSpec, column: exp.Expression, dialect: Dialect | None
+) -> exp.Expression:
+    """Spark SQL: ``column`` (a value of ``spec``'s column) as :func:`storable_value` gives it
+    for a ``dialect`` destination's loader, named as the column: for PostgreSQL U+0000 mapped;
+    for MySQL/MariaDB a timestamp as its UTC wall time text (:data:`MYSQL_TIMESTAMP_FORMAT`) and
+    a decimal it keeps as text as its plain text; for BigQuery's JSON load a decimal as text (a
+    JSON number would be read as a double)."""
+    mapped: exp.Expression = column
+    if _stored_as_text(spec, dialect):
+        if spec.type == "timestamp":
+            mapped = exp.Anonymous(this="date_format", expressions=[
+                column, exp.Literal.string(MYSQL_TIMESTAMP_FORMAT)
+            ])
+        else:  # a decimal: Spark writes its text in plain notation
+            mapped = exp.Cast(this=column, to=exp.DataType.build("STRING"))
+    elif dialect == "postgres" and spec.type == "string":
+        mapped = exp.Replace(
             this=column, expression=exp.Chr(expressions=[exp.Literal.number(0)]),
-            replacement=replacement,
+            replacement=exp.Literal.string(NUL_REPLACEMENT),
         )
-    else:
+    elif dialect == "postgres" and spec.type == "json":
         mapped = exp.RegexpReplace(
             this=column, expression=exp.Literal.string(JSON_NUL_ESCAPE),
             replacement=exp.Literal.string("$1" + NUL_REPLACEMENT),
         )
-    return exp.Alias(this=mapped, alias=_ident(name))
+    if mapped is column:
+        return column
+    return exp.Alias(this=mapped, alias=_ident(spec.name))
 
 
 def staged_summary(layout: TableLayout, dialect: Dialect) -> str:
@@ -417,9 +668,11 @@ def truncate_staging(layout: TableLayout, dialect: Dialect) -> str:
     return _sql(exp.TruncateTable(expressions=[_table(layout.staging())]), dialect)
 
 
-def _staged_value(layout: TableLayout, name: str, kind: str, dialect: Dialect) -> exp.Expression:
-    col = _col(name, "s")
-    if kind != "json":
+def _staged_value(spec: ColumnSpec, dialect: Dialect) -> exp.Expression:
+    col = _col(spec.name, "s")
+    if spec.type == "bytes" and dialect == "bigquery":
+        return exp.FromBase64(this=col)
+    if spec.type != "json":
         return col
     if dialect == "bigquery":
         return exp.ParseJSON(this=col)
@@ -435,7 +688,7 @@ def upsert_from_staging(layout: TableLayout, dialect: Dialect) -> str:
         return _merge_from_staging(layout)
     names = ["row_id", *layout.column_names, "synced_at"]
     values: list[exp.Expression] = [_col("row_id", "s")]
-    values += [_staged_value(layout, n, k, dialect) for n, k in layout.columns]
+    values += [_staged_value(c, dialect) for c in layout.columns]
     values.append(_param("now"))
     if layout.delete == "soft":
         names.append("deleted_at")
@@ -479,7 +732,7 @@ def upsert_from_staging(layout: TableLayout, dialect: Dialect) -> str:
 def _merge_from_staging(layout: TableLayout) -> str:
     target, source = "t", "s"
     updated = [*layout.column_names, "synced_at"]
-    values = {n: _staged_value(layout, n, k, "bigquery") for n, k in layout.columns}
+    values = {c.name: _staged_value(c, "bigquery") for c in layout.columns}
     values["synced_at"] = _param("now")
     sets = [exp.EQ(this=_col(n), expression=values[n]) for n in updated]
     insert_cols = ["row_id", *updated, "props"]
@@ -600,7 +853,7 @@ def staging_name(layout: TableLayout, dialect: Dialect) -> str:
 
 def select_change_set(
     table: str,
-    columns: Sequence[tuple[str, str]],
+    columns: Columns,
     rows: Sequence[str] = ("lakesync", "int_rows_merged"),
     current: Sequence[str] = ("analytics",),
     destination: Dialect | None = None,
@@ -637,7 +890,7 @@ def select_change_set(
 
 def change_set_query(
     table: str,
-    columns: Sequence[tuple[str, str]],
+    columns: Columns,
     *,
     rows: exp.Table,
     current: exp.Table,
@@ -652,7 +905,7 @@ def change_set_query(
     merged rows ``rows``, for the gateway, table name and watermark expressions given (bound
     parameters, or a dbt model's literals and Jinja), with the values a ``destination`` dialect
     can store (:func:`storable_value`). See :func:`select_change_set`."""
-    layout = TableLayout(table, list(columns), "hard", None, ())
+    layout = TableLayout(table, [column_spec(c) for c in columns], "hard", None, ())
     validate_identifier(deleted, "change-set column")
     a = current.copy()
     a.set("alias", exp.TableAlias(this=_ident("a")))
@@ -661,7 +914,7 @@ def change_set_query(
     live = (
         exp.select(
             _col("row_id", "a"),
-            *(_storable_column(n, k, destination) for n, k in layout.columns),
+            *(_storable_column(c, _col(c.name, "a"), destination) for c in layout.columns),
             exp.alias_(exp.false(), deleted, quoted=True),
             exp.alias_(_col("_ingest_hlc", "a"), POSITION, quoted=True),
         )
@@ -674,7 +927,11 @@ def change_set_query(
     gone = (
         exp.select(
             _col("row_id", "r"),
-            *(exp.Cast(this=exp.Null(), to=_type("spark", k)) for _, k in layout.columns),
+            *(
+                exp.Cast(this=exp.Null(), to=exp.DataType.build("STRING")
+                         if _stored_as_text(c, destination) else _value_type(c, "spark"))
+                for c in layout.columns
+            ),
             exp.true(),
             _col("last_ingest_hlc", "r"),
         )

@@ -17,12 +17,14 @@ import argparse
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
 
 from lakesync.errors import ConfigError
+from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
 from lakesync.lakehouse.settings import LakeSettings
 
 __all__ = ["CATALOG_DDL", "bootstrap", "build_jackson_jar", "init_catalog_tables", "main"]
@@ -66,7 +68,8 @@ def build_jackson_jar(out: Path) -> Path:
     """Build the relocated Jackson jar at ``out`` unless it already exists; return its path."""
     if out.is_file() and out.stat().st_size > 0:
         return out
-    import pyspark
+    # heavy, optional (extra "pipeline")
+    import pyspark  # noqa: PLC0415
 
     spark_jars = Path(pyspark.__file__).parent / "jars"
     jarjar = DEBIAN_JAVA / "jarjar.jar"
@@ -108,8 +111,6 @@ def build_jackson_jar(out: Path) -> Path:
 def init_catalog_tables(settings: LakeSettings) -> None:
     """Create the catalog tables (old layout) if missing; SQLite gets WAL so readers never block."""
     if settings.is_sqlite:
-        import sqlite3
-
         settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(settings.sqlite_path)
         try:
@@ -120,7 +121,8 @@ def init_catalog_tables(settings: LakeSettings) -> None:
         finally:
             con.close()
         return
-    import sqlalchemy
+    # heavy, optional (extra "pipeline", via pyiceberg)
+    import sqlalchemy  # noqa: PLC0415
 
     engine = sqlalchemy.create_engine(settings.sqlalchemy_uri())
     try:
@@ -150,8 +152,6 @@ def bootstrap(settings: LakeSettings) -> LakeSettings:
     if (wh := settings.warehouse_path) is not None:
         wh.mkdir(parents=True, exist_ok=True)
     init_catalog_tables(settings)
-    from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
-
     ensure_landing_table(open_catalog(settings))
     return settings
 

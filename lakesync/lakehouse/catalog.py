@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANGE_KEYS",
+    "COVERED_PROPERTY",
     "HELD_PROPERTY",
     "LANDED_LATE_PROPERTY",
     "LANDING_IDENTIFIER",
@@ -42,6 +44,11 @@ __all__ = [
 LANDING_IDENTIFIER = f"{LANDING_NAMESPACE}.{LANDING_TABLE}"
 ROWS_MERGED_IDENTIFIER = f"{LANDING_NAMESPACE}.int_rows_merged"
 """The merged models' row clocks (the dbt model ``int_rows_merged``)."""
+COVERED_PROPERTY = "lakesync.covered"
+"""Table property of ``int_rows_merged``: what the last successful pipeline run is complete
+through, as JSON ``{"position": P, "held": {gateway: P_gw}}`` (the landing state it started
+from): every delta of a gateway ingested at or before ``held.get(gateway, position)`` is merged
+into the models. Checkpoints record it (:mod:`lakesync.lakehouse.checkpoints`)."""
 CHANGE_KEYS = (
     "added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files"
 )
@@ -79,7 +86,8 @@ logging.getLogger("pyiceberg.catalog.sql").addFilter(_QuietV0Layout())
 
 def open_catalog(settings: LakeSettings) -> SqlCatalog:
     """A pyiceberg ``SqlCatalog`` over the same catalog tables and warehouse Spark uses."""
-    from pyiceberg.catalog.sql import SqlCatalog
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415
 
     props: dict[str, Any] = {
         "uri": settings.sqlalchemy_uri(),
@@ -109,8 +117,6 @@ def require_lake(settings: LakeSettings) -> None:
     """
     if not settings.is_sqlite:
         return
-    import sqlite3
-
     path = settings.sqlite_path
     found = False
     if path.is_file():
@@ -140,8 +146,9 @@ def landing_schema() -> Any:
     JSON-encoded on its own, so strings, numbers, booleans, null and nested JSON stay
     distinguishable in SQL.
     """
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import (
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.schema import Schema  # noqa: PLC0415
+    from pyiceberg.types import (  # noqa: PLC0415
         DecimalType,
         ListType,
         LongType,
@@ -177,9 +184,10 @@ def ensure_landing_table(catalog: Catalog) -> Table:
     order, so per-file min/max stats on ``ingest_hlc`` prune incremental reads. (A day transform
     would need the optional ``pyiceberg-core`` wheel for appends.)
     """
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import IdentityTransform
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError  # noqa: PLC0415
+    from pyiceberg.partitioning import PartitionField, PartitionSpec  # noqa: PLC0415
+    from pyiceberg.transforms import IdentityTransform  # noqa: PLC0415
 
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(LANDING_NAMESPACE)
@@ -238,7 +246,8 @@ def remember_late_landings(catalog: Catalog, attempts: int = 5) -> None:
     """Record the landing table's newest late commit in :data:`LATE_SEQUENCE_PROPERTY` before
     maintenance may expire its snapshot, so a pipeline that has not run since still rebuilds.
     A concurrent flush is retried against the table as it then is."""
-    from pyiceberg.exceptions import CommitFailedException
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.exceptions import CommitFailedException  # noqa: PLC0415
 
     for attempt in range(attempts):
         table = catalog.load_table(LANDING_IDENTIFIER)

@@ -40,6 +40,7 @@ from lakesync.lakehouse.models import (
     TableColumns,
     plan_change_sets,
 )
+from lakesync.lakehouse.registry import registered_schemas
 from lakesync.lakehouse.settings import (
     ANALYTICS_NAMESPACE,
     CHANGES_NAMESPACE,
@@ -74,8 +75,6 @@ NONE = -1
 def schemas_by_gateway(settings: LakeSettings, config: Config) -> dict[str, list[TableSchema]]:
     """Each gateway's table schemas: those published to the lake's registry, then those of
     ``config``'s gateways that the registry does not have."""
-    from lakesync.lakehouse.registry import registered_schemas
-
     out: dict[str, dict[str, TableSchema]] = {}
     for gw, schema in registered_schemas(open_catalog(settings)):
         out.setdefault(gw, {})[schema.table] = schema

@@ -8,7 +8,7 @@ order and cut into byte-budgeted chunks (:func:`lakesync.checkpoint.chunk_rows`)
 the hot-log store with one short write, then published at once.
 
 The position a checkpoint records is what the last successful pipeline run is complete through
-(:data:`lakesync.lakehouse.runner.COVERED_PROPERTY`, the landing state it started from). The models
+(:data:`lakesync.lakehouse.catalog.COVERED_PROPERTY`, the landing state it started from). The models
 may
 already hold a few later deltas (a run or flush in between), which is harmless: clients pull
 from the position and merging is idempotent. A gateway's checkpoint is rebuilt only when that
@@ -26,6 +26,8 @@ from typing import Any, Protocol
 import msgspec
 
 from lakesync.checkpoint import DEFAULT_CHUNK_BYTES, chunk_rows
+from lakesync.lakehouse.catalog import COVERED_PROPERTY, open_catalog
+from lakesync.lakehouse.connection import connect
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 from lakesync.merge import Cell, RowState
 from lakesync.views import RowKey, RowRecord
@@ -120,8 +122,6 @@ def covered_positions(catalog: Any) -> tuple[int, dict[str, int]] | None:
 def covered_by(merged_rows: Any) -> tuple[int, dict[str, int]] | None:
     """:func:`covered_positions` as recorded in ``merged_rows`` (``int_rows_merged`` as some
     reader loaded it)."""
-    from lakesync.lakehouse.runner import COVERED_PROPERTY
-
     raw = merged_rows.properties.get(COVERED_PROPERTY)
     if raw is None:
         return None
@@ -142,7 +142,7 @@ order by r.table_name, r.row_id
 
 
 def lake_rows(con: Any, gateway_id: str) -> Iterator[tuple[RowKey, RowRecord]]:
-    """A gateway's merged rows from the models on a :func:`lakesync.lakehouse.query.connect`
+    """A gateway's merged rows from the models on a :func:`lakesync.lakehouse.connection.connect`
     connection,
     in ``(table, row_id)`` order, read in batches."""
     cursor = con.execute(_ROWS_SQL, [gateway_id])
@@ -172,9 +172,6 @@ def build_checkpoints(
 ) -> CheckpointRun:
     """Publish a checkpoint for every gateway of the models whose covered position moved past
     its published checkpoint."""
-    from lakesync.lakehouse.catalog import open_catalog
-    from lakesync.lakehouse.query import connect
-
     covered = covered_positions(open_catalog(settings))
     if covered is None:
         return CheckpointRun([], [])

@@ -5,13 +5,13 @@ with the rows touched since replaced by their merged state now: each such row's 
 merged models (``int_rows_merged`` + ``int_cells_merged``, real clocks) joined, with the core
 column-level LWW (:func:`lakesync.merge.apply_delta`), with every later delta, both those in the
 landing table past the position the last run covered
-(:data:`lakesync.lakehouse.runner.COVERED_PROPERTY`) and those still only in the hot log (past
+(:data:`lakesync.lakehouse.catalog.COVERED_PROPERTY`) and those still only in the hot log (past
 the landing position). Merging is idempotent, so a delta the models already hold changes
 nothing. The typed columns are decoded by the same functions as the models' UDFs
 (:mod:`lakesync.spark_udfs.decode`), so a fresh row reads exactly as the pipeline will write it.
 
 No gaps: the covered and landed positions are read from the table metadata the connection's
-views were made from (:class:`lakesync.lakehouse.query.PinnedTable`), never from the catalog
+views were made from (:class:`lakesync.lakehouse.connection.PinnedTable`), never from the catalog
 again, so a flush or a pipeline commit in between cannot claim deltas the views lack. A
 registered table with no ``analytics`` table yet is answered from its merged rows, landing and
 the hot log.
@@ -21,41 +21,40 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from lakesync.canonical import canonical_json
+from lakesync.column_types import decimal_params
 from lakesync.delta import ColumnValue, RowDelta
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ROWS_MERGED_IDENTIFIER, landing_state
 from lakesync.lakehouse.checkpoints import covered_by, lake_rows
+from lakesync.lakehouse.connection import PinnedTable
 from lakesync.lakehouse.landing import HotLogSource
 from lakesync.lakehouse.models import table_columns
+from lakesync.lakehouse.registry import registered_table_schemas
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LakeSettings
 from lakesync.merge import RowState, apply_delta
-from lakesync.spark_udfs.decode import (
-    hlc_to_timestamp,
-    json_to_boolean,
-    json_to_double,
-    json_to_json_text,
-    json_to_string,
-)
-
-if TYPE_CHECKING:
-    from lakesync.lakehouse.query import PinnedTable
+from lakesync.schema import ColumnSpec
+from lakesync.spark_udfs.decode import decoder, hlc_to_timestamp
 
 __all__ = ["freshen"]
 
 Key = tuple[str, str, str]
 """``(gateway_id, table, row_id)``."""
 
-_DECODE = {
-    "string": json_to_string,
-    "number": json_to_double,
-    "boolean": json_to_boolean,
-    "json": json_to_json_text,
+_DUCKDB_TYPE = {
+    "number": "DOUBLE", "boolean": "BOOLEAN", "integer": "BIGINT", "timestamp": "TIMESTAMPTZ",
+    "date": "DATE", "bytes": "BLOB",
 }
-_SQL_TYPE = {"string": "VARCHAR", "number": "DOUBLE", "boolean": "BOOLEAN", "json": "VARCHAR"}
+
+
+def _duckdb_type(spec: ColumnSpec) -> str:
+    """A column's DuckDB type: what DuckDB reads the lake's (Iceberg) type as."""
+    if spec.type == "decimal":
+        return "DECIMAL({},{})".format(*decimal_params(spec))
+    return _DUCKDB_TYPE.get(spec.type, "VARCHAR")
 _cells = msgspec.json.Decoder(list[ColumnValue])
 
 
@@ -86,7 +85,7 @@ def _positions(pinned: Mapping[str, PinnedTable]) -> _Positions:
     """The positions as the pinned tables record them, never as the catalog says later: a flush
     or a pipeline run after the views were made would move them past what the views read (a
     gap). ``int_rows_merged`` was loaded before the other models
-    (:func:`lakesync.lakehouse.query.connect`), so they hold at least what it says is covered;
+    (:func:`lakesync.lakehouse.connection.connect`), so they hold at least what it says is covered;
     more is harmless (merging is idempotent)."""
     rows = pinned.get(ROWS_MERGED_IDENTIFIER)
     covered = None if rows is None else covered_by(rows.table)
@@ -156,11 +155,9 @@ def freshen(
 ) -> int:
     """Make each ``analytics.<table>`` view on ``con`` answer with the deltas not merged yet
     (``log``: the hot log, if reachable); ``con`` and ``pinned`` are what
-    :func:`lakesync.lakehouse.query.connect` made and the tables its views read. A registered
+    :func:`lakesync.lakehouse.connection.connect` made and the tables its views read. A registered
     table the pipeline has not built yet gets a view of its merged rows and those deltas.
     Returns how many rows changed."""
-    from lakesync.lakehouse.runner import registered_table_schemas
-
     at = _positions(pinned)
     columns = table_columns(registered_table_schemas(settings))
     stored = {t: pinned.get(f"{ANALYTICS_NAMESPACE}.{t}") for t in columns}
@@ -187,7 +184,7 @@ def freshen(
 def _replace_view(
     con: Any,
     table: str,
-    cols: list[tuple[str, str]],
+    cols: list[ColumnSpec],
     touched: dict[Key, tuple[RowState, int]],
     stored: PinnedTable | None,
 ) -> None:
@@ -195,7 +192,7 @@ def _replace_view(
     ``touched`` plus the live ones of it."""
     ns = ANALYTICS_NAMESPACE
     changed = f'"{table}__fresh"'
-    names = ", ".join(f'"{n}" {_SQL_TYPE.get(t, "VARCHAR")}' for n, t in cols)
+    names = ", ".join(f'"{c.name}" {_duckdb_type(c)}' for c in cols)
     con.execute(
         f"CREATE TEMP TABLE {changed} (gateway_id VARCHAR, row_id VARCHAR, live BOOLEAN"
         f"{', ' + names if names else ''}, _hlc DECIMAL(20,0), _changed_at TIMESTAMPTZ,"
@@ -205,10 +202,8 @@ def _replace_view(
     for (gw, _, row_id), (state, last) in touched.items():
         values = state.visible()
         typed = [
-            None
-            if values is None
-            else _DECODE.get(t, json_to_string)(canonical_json(values.get(n)))
-            for n, t in cols
+            None if values is None else decoder(c)(canonical_json(values.get(c.name)))
+            for c in cols
         ]
         hlc = None if state.write is None or values is None else state.write[0]
         rows.append((gw, row_id, values is not None, *typed, hlc, hlc_to_timestamp(hlc), last))
@@ -216,7 +211,8 @@ def _replace_view(
         marks = ", ".join("?" * (6 + len(cols)))
         con.executemany(f"INSERT INTO {changed} VALUES ({marks})", rows)
     keep = ", ".join(
-        ["gateway_id", "row_id", *(f'"{n}"' for n, _ in cols), "_hlc", "_changed_at", "_ingest_hlc"]
+        ["gateway_id", "row_id", *(f'"{c.name}"' for c in cols), "_hlc", "_changed_at",
+         "_ingest_hlc"]
     )
     live = f"SELECT {keep} FROM {changed} WHERE live"
     if stored is None:
@@ -229,8 +225,9 @@ def _replace_view(
             "s.gateway_id",
             "s.row_id",
             *(
-                f's."{n}"' if n in has else f'CAST(NULL AS {_SQL_TYPE.get(t, "VARCHAR")}) AS "{n}"'
-                for n, t in cols
+                f'CAST(s."{c.name}" AS {_duckdb_type(c)}) AS "{c.name}"' if c.name in has
+                else f'CAST(NULL AS {_duckdb_type(c)}) AS "{c.name}"'
+                for c in cols
             ),
             "s._hlc",
             "s._changed_at",

@@ -44,6 +44,7 @@ from lakesync.lakehouse.catalog import (
     LANDED_LATE_PROPERTY,
     POSITION_PROPERTY,
     ensure_landing_table,
+    landing_schema,
     landing_state,
 )
 
@@ -92,9 +93,8 @@ class FlushResult:
 
 def landing_rows(entries: Sequence[LogEntry], ingested_at: datetime) -> pa.Table:
     """Hot-log entries as an Arrow table in the landing schema (pure: no I/O)."""
-    import pyarrow as pa
-
-    from lakesync.lakehouse.catalog import landing_schema
+    # heavy, optional (extra "pipeline")
+    import pyarrow as pa  # noqa: PLC0415
 
     cells = [
         [{"column": c.column, "value_json": canonical_json(c.value)} for c in d.columns]
@@ -306,7 +306,10 @@ class LandingFlusher:
 
     def _transaction(self) -> Transaction:
         # Not the table's own: one whose commit cost does not grow with the table's history.
-        from lakesync.lakehouse._transaction import StagedTransaction
+        # The one first-party import here: the module subclasses pyiceberg's Transaction, so
+        # importing it loads pyiceberg.table (heavy, ~1 s; optional, extra "pipeline"), which a
+        # gateway without the lake and `lakesync query`'s start must not pay.
+        from lakesync.lakehouse._transaction import StagedTransaction  # noqa: PLC0415
 
         return StagedTransaction(self._table)
 

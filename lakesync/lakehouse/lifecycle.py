@@ -49,9 +49,10 @@ def aged_rows(
     first merged anything. With the ``mark`` of the destination's last tiering, only those it
     does not cover: last changed at or after its cutoff, or at a lake position past its
     watermark."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    from pyiceberg.expressions import And, EqualTo
+    # heavy, optional (extra "pipeline")
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.compute as pc  # noqa: PLC0415
+    from pyiceberg.expressions import And, EqualTo  # noqa: PLC0415
 
     # EqualTo's own __init__ takes (term, literal); mypy sees pydantic's field signature instead.
     equal: Any = EqualTo

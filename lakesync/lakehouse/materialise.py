@@ -71,9 +71,10 @@ from lakesync.lakehouse.models import (
     write_change_set_models,
     write_models,
 )
+from lakesync.lakehouse.runner import PipelineError, dbt_invoke, registered_table_schemas
 from lakesync.lakehouse.settings import CHANGES_NAMESPACE, LakeSettings
 from lakesync.lakehouse.spark import spark_session
-from lakesync.schema import DELETED_COLUMN, TableSchema
+from lakesync.schema import DELETED_COLUMN, ColumnSpec, TableSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -155,8 +156,6 @@ def _build_stale_change_sets(
     current watermark (none after a ``lakesync pipeline run`` that nothing shipped since),
     except those of ``not_built`` tables (their current state is stale).
     Returns dbt's error if that build failed (the shipments it concerns report it)."""
-    from lakesync.lakehouse.runner import PipelineError, dbt_invoke, registered_table_schemas
-
     require_lake(settings)
     tables = table_columns(registered_table_schemas(settings, config))
     models = planned_change_sets(settings, config, tables)
@@ -184,7 +183,7 @@ def _ship_secondaries(
     settings: LakeSettings,
     fan_out: FanOutDestination,
     schema: TableSchema,
-    columns: Sequence[tuple[str, str]],
+    columns: Sequence[ColumnSpec],
     metrics: DestinationMetrics | None,
     unbuilt: str | None,
 ) -> int:
@@ -255,7 +254,7 @@ def _declared_tables(
     metrics: DestinationMetrics | None,
     report: Callable[[ShipResult], None],
     wanted: Callable[[DestinationSpec], bool] = lambda _: True,
-) -> Iterator[tuple[DestinationSpec, Destination, TableSchema, list[tuple[str, str]]]]:
+) -> Iterator[tuple[DestinationSpec, Destination, TableSchema, list[ColumnSpec]]]:
     """Each declared destination (with its routes and secondaries) and each table it ships, with
     the table's lake columns; a destination that cannot be opened, and a table the lake cannot
     build (:func:`~lakesync.lakehouse.models.lake_tables`: a reserved name, columns typed
@@ -290,7 +289,7 @@ def _evict(
     result: ShipResult,
     target: Destination,
     schema: TableSchema,
-    columns: Sequence[tuple[str, str]],
+    columns: Sequence[ColumnSpec],
     now: datetime,
 ) -> ShipResult:
     """``result`` with the rows ``target``'s hot window retires evicted (none without one): the
@@ -332,7 +331,7 @@ def _ship_table(
     spec: DestinationSpec,
     dest: Destination,
     schema: TableSchema,
-    columns: Sequence[tuple[str, str]],
+    columns: Sequence[ColumnSpec],
     unbuilt: str | None,
 ) -> ShipResult:
     started = time.monotonic()

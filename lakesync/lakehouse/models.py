@@ -30,13 +30,21 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlglot import exp
 
+from lakesync.column_types import decimal_params, spark_type
 from lakesync.destination_specs import DestinationSpec, receivers, shipped_on_their_own
-from lakesync.destinations.statements import POSITION, Dialect, change_set_query
+from lakesync.destinations.statements import (
+    POSITION,
+    Columns,
+    Dialect,
+    change_set_query,
+    column_spec,
+)
 from lakesync.errors import ConfigError
-from lakesync.schema import DELETED_COLUMN, TableSchema, reserved_name_problems
+from lakesync.schema import DELETED_COLUMN, ColumnSpec, TableSchema, reserved_name_problems
 
 __all__ = [
     "CHANGES_SUBDIR",
@@ -44,6 +52,7 @@ __all__ = [
     "GeneratedModels",
     "TableColumns",
     "lake_tables",
+    "macro_columns",
     "model_name",
     "plan_change_sets",
     "prepare_project",
@@ -56,8 +65,9 @@ __all__ = [
     "write_models",
 ]
 
-TableColumns = Mapping[str, list[tuple[str, str]]]
-"""``{table: [(column, type), ...]}`` in declaration order."""
+TableColumns = Mapping[str, Columns]
+"""``{table: [column spec, ...]}`` in declaration order (a ``(name, type)`` pair stands for a
+spec of a type without options)."""
 
 SUBDIR = "analytics"
 KEY = ["gateway_id", "row_id"]
@@ -71,11 +81,11 @@ def model_name(table: str) -> str:
 
 def lake_tables(
     schemas: Iterable[TableSchema],
-) -> tuple[dict[str, list[tuple[str, str]]], dict[str, str]]:
+) -> tuple[dict[str, list[ColumnSpec]], dict[str, str]]:
     """Union the schemas of every gateway by table name: the columns of each table the lake can
     build, and why each other table cannot (a reserved name, registered before it was
     reserved; a column two gateways type differently). One such table never stops the others."""
-    out: dict[str, list[tuple[str, str]]] = {}
+    out: dict[str, list[ColumnSpec]] = {}
     failed: dict[str, str] = {}
     for schema in schemas:
         problems = reserved_name_problems(schema)
@@ -83,28 +93,43 @@ def lake_tables(
             failed.setdefault(schema.table, "; ".join(problems))
             continue
         cols = out.setdefault(schema.table, [])
-        known = dict(cols)
+        known = {c.name: spark_type(c) for c in cols}  # the lake's type: nullability aside
         for c in schema.columns:
             if c.name not in known:
-                cols.append((c.name, c.type))
-                known[c.name] = c.type
-            elif known[c.name] != c.type:
+                cols.append(c)
+                known[c.name] = spark_type(c)
+            elif known[c.name] != spark_type(c):
                 failed.setdefault(schema.table, (
                     f"table {schema.table!r}: column {c.name!r} is {known[c.name]} in one "
-                    f"gateway and {c.type} in another; the lake keeps one typed table per name"
+                    f"gateway and {spark_type(c)} in another; the lake keeps one typed table "
+                    "per name"
                 ))
     return {t: cols for t, cols in out.items() if t not in failed}, failed
 
 
-def table_columns(schemas: Iterable[TableSchema]) -> dict[str, list[tuple[str, str]]]:
+def table_columns(schemas: Iterable[TableSchema]) -> dict[str, list[ColumnSpec]]:
     """The columns of every table the lake can build (:func:`lake_tables`; the others are left
     out)."""
     return lake_tables(schemas)[0]
 
 
-def render_model(table: str, columns: list[tuple[str, str]]) -> str:
-    """The SQL file of one current-state model (config shared in dbt_project.yml)."""
-    cols = [{"name": n, "type": t} for n, t in columns]
+def macro_columns(columns: Columns) -> list[dict[str, Any]]:
+    """Columns as the macros take them: name and type, a decimal's precision and scale."""
+    out: list[dict[str, Any]] = []
+    for spec in map(column_spec, columns):
+        if spec.type == "decimal":
+            precision, scale = decimal_params(spec)
+            out.append({"name": spec.name, "type": spec.type, "precision": precision,
+                        "scale": scale})
+        else:
+            out.append({"name": spec.name, "type": spec.type})
+    return out
+
+
+def render_model(table: str, columns: Columns) -> str:
+    """The SQL file of one current-state model (config shared in dbt_project.yml). A widened
+    column changes the file, so the runner rebuilds the model in full, in its new types."""
+    cols = macro_columns(columns)
     return (
         HEADER
         + f"{{{{ config(alias={json.dumps(table)}) }}}}\n"
@@ -112,17 +137,17 @@ def render_model(table: str, columns: list[tuple[str, str]]) -> str:
     )
 
 
-def _schema_columns(table: str, columns: Iterable[tuple[str, str]]) -> list[dict[str, str]]:
+def _schema_columns(table: str, columns: Columns) -> list[dict[str, str]]:
     """Column descriptions of a table's schema columns, for ``dbt docs``."""
     return [
         {
-            "name": name,
+            "name": c.name,
             "description": (
-                f"Column {name} of {table} (schema type {kind}), its last-writer-wins value "
-                "typed; a value of another type reads null."
+                f"Column {c.name} of {table} (schema type {c.type}, {spark_type(c)} here), its "
+                "last-writer-wins value typed; a value of another type reads null."
             ),
         }
-        for name, kind in columns
+        for c in map(column_spec, columns)
     ]
 
 
@@ -228,10 +253,14 @@ class ChangeSetModel:
     destination: str
     gateway: str
     table: str
-    columns: tuple[tuple[str, str], ...]
+    columns: tuple[ColumnSpec, ...]
     dialect: Dialect | None = None
     """The destination's SQL dialect: its change set holds the values it can store
     (:func:`lakesync.destinations.statements.storable_value`: U+0000 for PostgreSQL)."""
+
+    def __post_init__(self) -> None:
+        # Frozen: the columns are normalised to specs once, here.
+        object.__setattr__(self, "columns", tuple(map(column_spec, self.columns)))
 
     @property
     def name(self) -> str:
@@ -255,7 +284,8 @@ def plan_change_sets(
                 continue
             for name in receivers(spec, table):
                 dialect = _DIALECTS.get(destinations[name].kind)
-                model = ChangeSetModel(name, spec.gateway, table, tuple(columns[table]), dialect)
+                specs = tuple(map(column_spec, columns[table]))
+                model = ChangeSetModel(name, spec.gateway, table, specs, dialect)
                 out.setdefault(f"{name}\0{table}", model)
     return sorted(out.values(), key=lambda m: (m.destination, m.table))
 

@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from lakesync.lakehouse.settings import LANDING_NAMESPACE
+from lakesync.config import Config, load_config
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 from lakesync.schema import TableSchema, parse_schema, schema_to_wire
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ __all__ = [
     "ensure_registry_table",
     "publish_schemas",
     "registered_schemas",
+    "registered_table_schemas",
     "registry_rows",
 ]
 
@@ -41,8 +44,9 @@ RegisteredSchema = tuple[str, TableSchema]
 
 
 def _registry_schema() -> Any:
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import NestedField, StringType, TimestamptzType
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.schema import Schema  # noqa: PLC0415
+    from pyiceberg.types import NestedField, StringType, TimestamptzType  # noqa: PLC0415
 
     return Schema(
         NestedField(1, "gateway_id", StringType(), required=True),
@@ -62,7 +66,8 @@ def _key(entries: Iterable[RegisteredSchema]) -> list[tuple[str, str, str]]:
 
 def registry_rows(entries: Iterable[RegisteredSchema], published_at: datetime) -> pa.Table:
     """The registry's rows as an Arrow table (pure: no I/O)."""
-    import pyarrow as pa
+    # heavy, optional (extra "pipeline")
+    import pyarrow as pa  # noqa: PLC0415
 
     rows = _key(entries)
     return pa.Table.from_pydict(
@@ -78,7 +83,8 @@ def registry_rows(entries: Iterable[RegisteredSchema], published_at: datetime) -
 
 def ensure_registry_table(catalog: Catalog) -> Table:
     """Create ``lakesync.table_schemas`` (and its namespace) if missing; return it."""
-    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.exceptions import NamespaceAlreadyExistsError, TableAlreadyExistsError  # noqa: PLC0415
 
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(LANDING_NAMESPACE)
@@ -109,6 +115,18 @@ def registered_schemas(catalog: Catalog) -> list[RegisteredSchema]:
     if not catalog.table_exists(REGISTRY_IDENTIFIER):
         return []
     return _read(catalog.load_table(REGISTRY_IDENTIFIER))
+
+
+def registered_table_schemas(
+    settings: LakeSettings, config: Config | None = None
+) -> list[TableSchema]:
+    """Every registered schema: the ones the gateways published to ``lakesync.table_schemas``
+    (admin routes and their ``lakesync.yaml``) plus those in ``config`` (default: this process's
+    ``lakesync.yaml``), both kept, so :func:`~lakesync.lakehouse.models.table_columns` unions a
+    column the configuration has and the published schema not yet."""
+    config = config or load_config()
+    published = [s for _, s in registered_schemas(open_catalog(settings))]
+    return [*published, *(s for gw in config.gateways.values() for s in gw.schemas)]
 
 
 def publish_schemas(

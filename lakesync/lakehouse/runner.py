@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakesync.config import Config
+from lakesync.config import Config, load_config
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import (
+    COVERED_PROPERTY,
     changes_data,
     landing_state,
     late_landing_sequence,
@@ -45,12 +46,14 @@ from lakesync.lakehouse.models import (
     LINKED,
     GeneratedModels,
     lake_tables,
+    macro_columns,
     model_name,
     prepare_project,
     table_columns,
     write_change_set_models,
     write_models,
 )
+from lakesync.lakehouse.registry import registered_table_schemas  # re-exported: public here too
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 from lakesync.lakehouse.spark import spark_session
 from lakesync.schema import TableSchema
@@ -119,22 +122,6 @@ class PipelineResult:
                   for m, why in self.failed_change_sets.items())]
 
 
-def registered_table_schemas(
-    settings: LakeSettings, config: Config | None = None
-) -> list[TableSchema]:
-    """Every registered schema: the ones the gateways published to ``lakesync.table_schemas``
-    (admin routes and their ``lakesync.yaml``) plus those in ``config`` (default: this process's
-    ``lakesync.yaml``), both kept, so :func:`~lakesync.lakehouse.models.table_columns` unions a
-    column
-    the configuration has and the published schema not yet."""
-    from lakesync.config import load_config
-    from lakesync.lakehouse.registry import registered_schemas
-
-    config = config or load_config()
-    published = [s for _, s in registered_schemas(open_catalog(settings))]
-    return [*published, *(s for gw in config.gateways.values() for s in gw.schemas)]
-
-
 def generate_models(
     settings: LakeSettings, directory: Path | None = None, config: Config | None = None
 ) -> GeneratedModels:
@@ -143,8 +130,6 @@ def generate_models(
     ``directory`` (default: the dbt project's own ``generated/`` model path, which git ignores),
     so a plain ``dbt build`` from the project builds the marts and change sets too
     (``lakesync pipeline generate``). ``models`` of the result lists both kinds."""
-    from lakesync.config import load_config
-
     require_lake(settings)
     config = config or load_config()
     tables = table_columns(registered_table_schemas(settings, config))
@@ -198,7 +183,8 @@ def dbt_invoke(
     module docstring). Returns dbt's ``dbtRunnerResult``; raises :class:`PipelineError` when dbt
     fails.
     """
-    from dbt.cli.main import dbtRunner
+    # heavy, optional (extra "pipeline")
+    from dbt.cli.main import dbtRunner  # noqa: PLC0415
 
     prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir)
     errors: list[str] = []  # e.g. a run-operation's failure, which names no node
@@ -267,13 +253,6 @@ CONSUMED_PROPERTY = "lakesync.landing-sequence"
 pipeline run started from (every landing commit up to it was read by the models)."""
 
 
-COVERED_PROPERTY = "lakesync.covered"
-"""Table property of ``int_rows_merged``: what the last successful pipeline run is complete
-through, as JSON ``{"position": P, "held": {gateway: P_gw}}`` (the landing state it started
-from): every delta of a gateway ingested at or before ``held.get(gateway, position)`` is merged
-into the models. Checkpoints record it (:mod:`lakesync.lakehouse.checkpoints`)."""
-
-
 def _landing_sequence(settings: LakeSettings) -> tuple[int, bool, str | None]:
     """The landing table's current snapshot sequence number, whether a commit after the one
     the models last started from landed rows late (a held-back gateway that caught up: rows
@@ -335,8 +314,6 @@ def run_pipeline(
     (dbt skips those); both are reported in the result (``failed``, ``failed_change_sets``)
     and logged. Raises :class:`PipelineError` when a model every table needs fails.
     """
-    from lakesync.config import load_config
-
     started = time.monotonic()
     settings = settings or LakeSettings.from_env(data_dir)
     config = config or load_config()
@@ -454,7 +431,7 @@ def state_as_of_hlc(
         raise PipelineError(f"table {table!r} is not built: {failed[table]}")
     if table not in tables:
         raise PipelineError(f"table {table!r} has no registered schema")
-    cols = [{"name": n, "type": t} for n, t in tables[table]]
+    cols = macro_columns(tables[table])
     write_models(prepare_project(settings.dbt_project_dir, settings.dbt_run_project_dir), tables)
     spark = spark_session(settings)
     inline = f"{{{{ lakesync_state_as_of({json.dumps(table)}, {json.dumps(cols)}, {int(hlc)}) }}}}"

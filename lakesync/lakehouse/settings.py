@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+import yaml
+
 from lakesync.config import Config, LakeConfig, load_config
 from lakesync.errors import ConfigError
 from lakesync.schema import ANALYTICS_NAMESPACE, CHANGES_NAMESPACE, LANDING_NAMESPACE
@@ -69,7 +71,8 @@ def default_dbt_project_dir() -> Path:
 
 def iceberg_runtime_jar() -> Path:
     """The Iceberg Spark runtime jar shipped by the ``snowpark-connect-deps-iceberg`` wheel."""
-    import snowpark_connect_deps_iceberg
+    # optional (extra "pipeline"); only its jar path is needed
+    import snowpark_connect_deps_iceberg  # noqa: PLC0415
 
     return Path(snowpark_connect_deps_iceberg.get_jars_dir()) / ICEBERG_RUNTIME_JAR_NAME
 
@@ -232,8 +235,8 @@ def profile_spark_conf(profile: Path, env: Mapping[str, str]) -> dict[str, str]:
     """The Spark settings of ``profile`` (a dbt ``profiles.yml``: its target's
     ``server_side_parameters``), each value rendered as dbt renders it, ``env_var()`` reading
     ``env``; values that render empty are left out."""
-    import jinja2
-    import yaml
+    # optional (extra "pipeline")
+    import jinja2  # noqa: PLC0415
 
     try:
         doc = yaml.safe_load(profile.read_text(encoding="utf-8"))

@@ -24,7 +24,8 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    # heavy, optional (extra "pipeline")
+    from pyspark.sql import SparkSession  # noqa: PLC0415
 
     builder = SparkSession.builder.appName(app_name)
     for key, value in {**settings.spark_conf(), **_log_to_file(settings)}.items():

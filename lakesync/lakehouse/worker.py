@@ -43,7 +43,12 @@ from typing import IO, Literal
 
 import msgspec
 
-from lakesync.lakehouse.compaction import TableCompaction
+from lakesync.config import load_config
+from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.lakehouse.compaction import TableCompaction, compact
+from lakesync.lakehouse.materialise import materialise
+from lakesync.lakehouse.runner import run_pipeline
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.status import Shipment
 
 __all__ = [
@@ -118,12 +123,6 @@ def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
 
 def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
     """One pipeline run, then shipping to the declared destinations."""
-    from lakesync.config import load_config
-    from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.materialise import materialise
-    from lakesync.lakehouse.runner import run_pipeline
-    from lakesync.lakehouse.settings import LakeSettings
-
     _log.info("pipeline run started")
     try:
         config = load_config(None)
@@ -173,10 +172,6 @@ def _run(data_dir: Path | None, request: RunRequest) -> RunReply:
 
 def _compact(data_dir: Path | None) -> RunReply:
     """One ``lakesync compact`` on this worker's Spark session."""
-    from lakesync.config import load_config
-    from lakesync.lakehouse.compaction import compact
-    from lakesync.lakehouse.settings import LakeSettings
-
     _log.info("compaction started")
     try:
         result = compact(

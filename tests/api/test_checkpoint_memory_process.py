@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from lakesync.api.store.postgres import PostgresHotLog
-from lakesync.lakehouse.checkpoints import BuiltCheckpoint, write_checkpoint
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.lakehouse.checkpoints import BuiltCheckpoint, write_checkpoint
 from lakesync.merge import RowState, apply_delta
 from lakesync.views import RowRecord
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema

@@ -19,9 +19,9 @@ from lakesync.api.app import create_app
 from lakesync.api.services.checkpoints import CheckpointGoneError, open_checkpoint
 from lakesync.api.store.base import HotLog
 from lakesync.api.store.sqlite import SqliteHotLog
-from lakesync.lakehouse.checkpoints import write_checkpoint
 from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.hlc import HLC
+from lakesync.lakehouse.checkpoints import write_checkpoint
 from lakesync.rules import parse_rules, visible
 from lakesync.wsframes import decode_response
 from tests.api.helpers import (

@@ -14,9 +14,9 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.hlc import HLC
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.settings import LakeSettings
-from lakesync.hlc import HLC
 from tests.api.helpers import SECRET, auth, delta, token
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json

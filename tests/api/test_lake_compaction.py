@@ -1,7 +1,7 @@
 """``lakesync up`` schedules ``lakesync compact`` in its warm pipeline worker.
 
-Real parts: the gateway's SQLite hot log and landing flusher, :func:`lakesync.api.lake.lake_jobs` with a
-short compaction interval, the worker process running Spark and dbt.
+Real parts: the gateway's SQLite hot log and landing flusher, :func:`lakesync.api.lake.lake_jobs`
+with a short compaction interval, the worker process running Spark and dbt.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import pytest
 from lakesync.api.lake import lake_jobs
 from lakesync.api.settings import GatewaySettings
 from lakesync.api.store import open_store
+from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.compaction import data_files
 from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.settings import LakeSettings
-from lakesync.delta import RowDelta
-from lakesync.hlc import HLC
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -1,4 +1,5 @@
-"""Sync rules on merged state (docs/protocol.md §8): what reaches whom, write access, rule changes."""
+"""Sync rules on merged state (docs/protocol.md §8): what reaches whom, write access, rule
+changes."""
 
 from __future__ import annotations
 

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from litestar.testing import TestClient
 
-from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.api.app import create_app
-from lakesync.destinations.base import Destination, typed_change
 from lakesync.config import GatewayConfig
 from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.base import Destination, typed_change
+from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.rules import parse_rules, rules_to_wire
 from lakesync.schema import parse_schema
 from lakesync.sources import source_client_id
@@ -39,8 +39,8 @@ RULES = parse_rules({"version": 1, "buckets": [{
 
 @pytest.fixture
 def crm() -> Iterator[Destination]:
-    """A PostgreSQL ``contacts`` table in the docs/protocol.md §11 layout: three change sets (three distinct
-    ``synced_at`` instants), one soft delete."""
+    """A PostgreSQL ``contacts`` table in the docs/protocol.md §11 layout: three change sets (three
+    distinct ``synced_at`` instants), one soft delete."""
     dest, schema = open_fresh("postgres")
     layout = dest.layout("contacts", COLUMNS)
     dest.ensure_table(layout)

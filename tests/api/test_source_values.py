@@ -20,14 +20,14 @@ from hypothesis import strategies as st
 from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
+from lakesync.config import GatewayConfig
+from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import Destination, typed_change
 from lakesync.destinations.factory import mysql_params, open_destination
 from lakesync.destinations.sql import SqlDestination
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
-from lakesync.config import GatewayConfig
-from lakesync.destination_specs import DestinationSpec
 from lakesync.rules import parse_rules, rules_to_wire
 from lakesync.schema import parse_schema
 from tests.api.helpers import auth, make_settings, token
@@ -197,8 +197,8 @@ def test_json_strings_from_postgres_stay_strings_and_fail_no_pull(
 def test_a_hand_kept_row_with_invalid_json_reads_as_null_and_fails_no_pull(
     tmp_path: Path,
 ) -> None:
-    """A MariaDB table kept by a team in the docs/protocol.md §11 layout, its json column plain text with a
-    value that is not JSON: that cell reads as null, every other cell and row arrives."""
+    """A MariaDB table kept by a team in the docs/protocol.md §11 layout, its json column plain text
+    with a value that is not JSON: that cell reads as null, every other cell and row arrives."""
     dest, db = open_fresh("mysql")
     try:
         conn = pymysql.connect(**mysql_params(dest.spec.url))  # type: ignore[arg-type]
@@ -228,3 +228,42 @@ def test_a_hand_kept_row_with_invalid_json_reads_as_null_and_fails_no_pull(
     finally:
         dest.close()
         _drop("mysql", db)
+
+
+TYPED_SCHEMA = parse_schema({"table": "typed", "columns": [
+    {"name": "owner", "type": "string"},
+    {"name": "id", "type": "integer"},
+    {"name": "amount", "type": "decimal", "precision": 38, "scale": 9},
+    {"name": "at", "type": "timestamp"},
+    {"name": "day", "type": "date"},
+    {"name": "blob", "type": "bytes"},
+]})
+TYPED_CELLS = {
+    "t1": {"owner": "alice", "id": "4611686018427387905",
+           "amount": "-12345678901234567890123456789.123456789",
+           "at": "1969-12-31T23:59:59.999999Z", "day": "1900-01-01", "blob": "AGEAAA=="},
+    "t2": {"owner": "alice", "id": -3, "amount": "0.000000000", "at": None, "day": None,
+           "blob": ""},
+}
+
+
+@pytest.mark.parametrize("kind", ["postgres", "mysql", "lake"])
+def test_typed_values_pulled_from_a_source_are_the_wire_values_written(
+    tmp_path: Path, kind: str
+) -> None:
+    """``pull?source=`` reads typed columns back into their canonical wire form exactly."""
+    data_dir = tmp_path / "data"
+    dest, name = _fresh(kind, data_dir)
+    try:
+        layout = dest.layout("typed", TYPED_SCHEMA.columns)
+        dest.ensure_table(layout)
+        dest.apply_changes(layout, [typed_change(layout, r, c) for r, c in TYPED_CELLS.items()])
+        spec = DestinationSpec(kind, dest.spec.url, "gw1", name="src")  # type: ignore[arg-type]
+        app_settings = make_settings(
+            data_dir, gateways={"gw1": GatewayConfig("gw1", [TYPED_SCHEMA], RULES)},
+            destinations={"src": spec})
+        with TestClient(create_app(app_settings)) as client:
+            assert pull(client, "alice", 0)[0] == TYPED_CELLS
+    finally:
+        dest.close()
+        _drop(kind, name)

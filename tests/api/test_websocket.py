@@ -1,4 +1,5 @@
-"""The sync WebSocket (docs/protocol.md §9) through Litestar's test client: push, pull, broadcasts, closes."""
+"""The sync WebSocket (docs/protocol.md §9) through Litestar's test client: push, pull, broadcasts,
+closes."""
 
 from __future__ import annotations
 

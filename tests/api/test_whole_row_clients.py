@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from websockets.sync.client import connect
 
-from lakesync.lakehouse.checkpoints import write_checkpoint
 from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT
+from lakesync.lakehouse.checkpoints import write_checkpoint
 from lakesync.wsframes import decode_server_frame
 from tests.api.conftest import Served
 from tests.api.helpers import HANDOVER_OWNER_RULES, Replica, WholeRowReplica, auth, delta, token
@@ -66,7 +66,8 @@ def test_rows_handed_over_and_back_follow_whole_row_last_writer_wins(ruled: Serv
         {"column": "owner", "op": "eq", "value": "nobody"}]}]}  # fmt: skip
     assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=none).status_code == 200
     check({})
-    assert gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=HANDOVER_OWNER_RULES).status_code == 200
+    handover = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=HANDOVER_OWNER_RULES)
+    assert handover.status_code == 200
     check({("todos", "t1"): {"owner": "alice", "title": "new"}})
 
 

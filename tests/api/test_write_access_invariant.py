@@ -279,9 +279,6 @@ class WriteAccessMachine(RuleBasedStateMachine):
         accepted = {
             d.delta_id for (_, _, b), s in zip(many, statuses, strict=True) if s == 200 for d in b
         }
-        refused = {
-            d.delta_id for (_, _, b), s in zip(many, statuses, strict=True) if s == 403 for d in b
-        }
         assert stored == (accepted - known)
 
     @rule(index=st.integers(0, len(RULESETS) - 1), via=st.integers(0, 1))

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from lakesync.cli.main import app, main
+from lakesync.cli.main import LAZY_COMMANDS, app, load_command, main
 from lakesync.tokens import verify_token
 
 SECRET = "cli-test-secret-long-enough-for-hs256-0123456789"
@@ -121,9 +121,13 @@ def test_missing_required_option_is_a_usage_error() -> None:
 
 
 def _command_paths(cmd: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Every command and sub-command path (typer vendors click, so duck-type groups)."""
+    """Every command and sub-command path (typer vendors click, so duck-type groups); the root's
+    lazily loaded commands loaded."""
     paths = [prefix]
-    for name, sub in getattr(cmd, "commands", {}).items():
+    subs = dict(getattr(cmd, "commands", {}))
+    if not prefix:
+        subs |= {name: load_command(name) for name in LAZY_COMMANDS}
+    for name, sub in subs.items():
         paths += _command_paths(sub, (*prefix, name))
     return paths
 
@@ -143,6 +147,42 @@ def test_help_for_every_command(path: tuple[str, ...]) -> None:
     if path == ("token",):
         for option in ("--sub", "--gw", "--role", "--claim", "--ttl"):
             assert option in result.output
+
+
+@pytest.mark.parametrize("name", list(LAZY_COMMANDS))
+def test_a_lazy_command_is_listed_by_the_start_of_its_help(name: str) -> None:
+    # The summary `lakesync --help` shows without importing the command must not drift from it.
+    summary = LAZY_COMMANDS[name][2]
+    loaded = load_command(name)
+    assert loaded.name == name
+    assert " ".join((loaded.help or "").split()).startswith(summary)
+
+
+def test_help_and_token_do_not_import_the_lazy_commands() -> None:
+    # `lakesync --help` and `lakesync token` load none of the gateway, the lake or the client
+    # (Litestar, sqlglot, pyiceberg, DuckDB, websockets): a subprocess, so nothing is loaded yet.
+    heavy = ["lakesync.api.cli", "lakesync.cli.lake", "lakesync.lakehouse.query", "litestar",
+             "sqlglot", "pyiceberg", "duckdb", "pyspark", "websockets", "httpx"]
+    script = (
+        "import sys\n"
+        "from lakesync.cli.main import main\n"
+        "codes = [main(['--help']), main(['token', '--sub', 'c', '--gw', 'g'])]\n"
+        f"print(codes, sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    env = {**os.environ, "LAKESYNC_JWT_SECRET": SECRET}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[0, 0] []"
+
+
+def test_a_lazy_command_runs_and_its_failure_keeps_the_error_boundary(tmp_path: Path) -> None:
+    # Loaded on demand, the command still runs inside the root group's error boundary.
+    result = CliRunner().invoke(app, ["query", "select 1", "--data-dir", str(tmp_path / "none")])
+    assert result.exit_code == 1
+    assert "error:" in result.output
 
 
 def test_help_through_the_installed_script() -> None:

@@ -10,7 +10,7 @@ import httpx
 from lakesync.api.store.base import HotLog
 from lakesync.client import LakeSyncClient
 from lakesync.lakehouse.checkpoints import write_checkpoint
-from tests.api.helpers import HANDOVER_OWNER_RULES, auth, token
+from tests.api.helpers import auth, token
 from tests.wire_json import as_json
 
 TODOS: dict[str, Any] = {

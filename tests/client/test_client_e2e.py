@@ -1,8 +1,8 @@
 """End-to-end: clients against a real gateway subprocess, over HTTP and WebSocket.
 
 The transport behaviour suite runs once per transport; the acceptance tests (convergence,
-offline column edits, crashes, realtime, reconnect) follow. They need ``lakesync/api/__main__.py``; when
-the gateway is missing they are skipped with a message saying so.
+offline column edits, crashes, realtime, reconnect) follow. They need ``lakesync/api/__main__.py``;
+when the gateway is missing they are skipped with a message saying so.
 """
 
 from __future__ import annotations

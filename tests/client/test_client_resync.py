@@ -15,8 +15,7 @@ import pytest
 
 from lakesync.client import LakeSyncClient
 from lakesync.client._types import Event
-from tests.api.helpers import auth, delta, token
-from tests.api.helpers import HANDOVER_OWNER_RULES
+from tests.api.helpers import HANDOVER_OWNER_RULES, auth, delta, token
 from tests.client.client_thread_gateway import ThreadGateway
 
 

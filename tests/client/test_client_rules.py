@@ -395,12 +395,32 @@ class RulesMachine(RuleBasedStateMachine):
         dead = {x.delta.delta_id for x in c.dead_letters()} - dead_before
         accepted = [d for d in unacked if d.delta_id not in dead]
         self.acked += accepted
+        self._see_each(accepted)
         # Its accepted writes show on top of what it pulled, whether still in the outbox or
         # already confirmed (a push split around a refused delta may confirm the first part).
         assert replica(c) == self._expected(name, before, accepted + self._outbox(c))
         self._see()
         for other in NAMES:
             assert self.received[other] <= self.ever[other] | self.written[other], other
+
+    def _see_each(self, accepted: list[RowDelta]) -> None:
+        """Record the rows each delta of a push made visible, one delta at a time: the gateway
+        applies a push's deltas in order, so a row inserted and deleted in one push was in
+        every view its inserted state matched in between (a client that pulled then would have
+        had it), and its tombstone may reach those views."""
+        state, rules = self._state_before(accepted), self._rules()
+        for d in accepted:
+            state.apply(d)
+            row = state.rows[(d.table, d.row_id)]
+            for name in NAMES:
+                if visible(rules, self._claims(name, self.presented), d.table, row.visible()):
+                    self.ever[name].add(d.row_id)
+
+    def _state_before(self, accepted: list[RowDelta]) -> MergedState:
+        state = MergedState()
+        for d in self.acked[: len(self.acked) - len(accepted)]:
+            state.apply(d)
+        return state
 
     def _see(self) -> None:
         """Record what each client may see now (the rows ever visible to it)."""

@@ -24,8 +24,8 @@ from lakesync.client._columns import to_sql_value
 from lakesync.client.errors import ValidationError
 from lakesync.delta import CellError, delta_id
 from lakesync.proto import lakesync_pb2 as pb
-from lakesync.tokens import mint_token
 from lakesync.schema import ColumnSpec
+from lakesync.tokens import mint_token
 from lakesync.values import MAX_VALUE_DEPTH
 from lakesync.wire import decode_pull_response
 from lakesync.wsframes import decode_response

@@ -12,8 +12,7 @@ import httpx
 import pytest
 
 from lakesync.client import LakeSyncClient
-from tests.api.helpers import auth, delta, token
-from tests.api.helpers import HANDOVER_OWNER_RULES
+from tests.api.helpers import HANDOVER_OWNER_RULES, auth, delta, token
 from tests.client.client_thread_gateway import ThreadGateway
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,16 @@ from lakesync.connector_specs import connector_client_id
 from lakesync.connectors import Poller, Source
 from lakesync.hlc import HLC
 from tests.api.helpers import make_settings
+
+
+def wire_time(text: str | None) -> str | None:
+    """An API's ISO 8601 date-time (``2026-01-02T03:04:05.000+0000``) in the canonical
+    ``timestamp`` form, written out here (not by the code under test)."""
+    if text is None:
+        return None
+    instant = datetime.fromisoformat(text).astimezone(UTC)
+    return instant.strftime("%Y-%m-%dT%H:%M:%S.") + f"{instant.microsecond:06d}Z"
+
 
 MYSQL_DSN = os.environ.get("LAKESYNC_TEST_MYSQL_DSN", "mysql://root@127.0.0.1:3306/test")
 
@@ -55,17 +66,26 @@ class GatewayUnderTest:
         self.store = SqliteHotLog(self.tmp_path / "hot.sqlite3", HLC())
         self.service = SyncService(self.store, self.settings, GatewayMetrics(), Hub(10))
 
-    def poller(self, name: str, source: Source, gw: str = "gw1") -> Poller:
+    def poller(
+        self, name: str, source: Source, gw: str = "gw1", contract: Any = None
+    ) -> Poller:
         return Poller(
-            name, source, GatewaySink(self.service, gw, name), connector_client_id(name), 1.0
+            name,
+            source,
+            GatewaySink(self.service, gw, name),
+            connector_client_id(name),
+            1.0,
+            contract=contract,
         )
 
-    def poll(self, source: Source, name: str = "conn1") -> int:
-        """One poll of ``source`` by connector ``name``; the source is closed after it."""
+    def poll(self, source: Source, name: str = "conn1", contract: Any = None) -> int:
+        """One poll of ``source`` by connector ``name`` (under ``contract``, a
+        :class:`~lakesync.connector_specs.SchemaContract` or mode); the source is closed
+        after it."""
 
         async def run() -> int:
             try:
-                return await self.poller(name, source).poll_once()
+                return await self.poller(name, source, contract=contract).poll_once()
             finally:
                 await source.aclose()
 

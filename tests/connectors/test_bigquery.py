@@ -79,11 +79,13 @@ def ledger_table(dataset: Dataset) -> Dataset:
     return dataset
 
 
-def test_the_type_table_maps_to_todays_column_types() -> None:
-    assert bigquery_type("INTEGER") == bigquery_type("FLOAT") == "number"
-    assert bigquery_type("NUMERIC", precision=12) == "number"  # exact in a double
-    assert bigquery_type("NUMERIC") == bigquery_type("BIGNUMERIC", precision=40) == "string"
-    assert bigquery_type("TIMESTAMP") == bigquery_type("BYTES") == "string"
+def test_the_type_table_maps_to_the_typed_columns() -> None:
+    assert bigquery_type("INTEGER") == bigquery_type("INT64") == "integer"
+    assert bigquery_type("FLOAT") == "number"
+    assert bigquery_type("NUMERIC", precision=12, scale=2) == bigquery_type("NUMERIC") == "decimal"
+    assert bigquery_type("BIGNUMERIC", precision=40) == "string"  # beyond 38 digits: exact text
+    assert bigquery_type("TIMESTAMP") == bigquery_type("DATETIME") == "timestamp"
+    assert bigquery_type("BYTES") == "bytes" and bigquery_type("DATE") == "date"
     assert bigquery_type("JSON") == bigquery_type("RECORD") == "json"
     assert bigquery_type("STRING", "REPEATED") == "json"
     import decimal
@@ -114,25 +116,28 @@ def test_every_bigquery_type_lands_typed(gateway: GatewayUnderTest, dataset: Dat
     assert gateway.poll(source) == 1
     schema = asyncio.run(gateway.service.schemas("gw1"))["ledger"]
     assert schema.column_types() == {
-        "id": "number",
-        "amt": "number",
-        "big": "string",
+        "id": "integer",
+        "amt": "decimal",
+        "big": "decimal",
         "f": "number",
         "b": "boolean",
         "s": "string",
-        "d": "string",
-        "dt": "string",
-        "ts": "string",
+        "d": "date",
+        "dt": "timestamp",
+        "ts": "timestamp",
         "j": "json",
-        "by": "string",
+        "by": "bytes",
         "tags": "json",
         "st": "json",
     }
+    specs = schema.column_specs()
+    assert (specs["amt"].precision, specs["amt"].scale) == (12, 2)
+    assert (specs["big"].precision, specs["big"].scale) == (38, 9)
     row = gateway.rows("ledger")["1"]
-    assert row["amt"] == 12.34 and row["f"] == 2.5 and row["b"] is True
-    assert isinstance(row["big"], str) and row["big"].startswith("1234567890123456")
-    assert (row["d"], row["dt"]) == ("2026-01-02", "2026-01-02T03:04:05")
-    assert row["ts"] == "2026-01-02T03:04:05.123000+00:00"
+    assert row["id"] == 1 and row["amt"] == "12.34" and row["f"] == 2.5 and row["b"] is True
+    assert row["big"] == "12345678901234567890.000000000"
+    assert (row["d"], row["dt"]) == ("2026-01-02", "2026-01-02T03:04:05.000000Z")
+    assert row["ts"] == "2026-01-02T03:04:05.123000Z"
     assert row["j"] == {"a": [1, 2]} and row["by"] == "AAE="
     assert row["tags"] == ["a", "b"] and row["st"] == {"a": 1, "b": "q"}
 
@@ -155,7 +160,7 @@ def test_cursor_with_lookback_finds_late_rows_and_stores_nothing_twice(
     assert gateway.poll(open_source(spec)) == 2  # the overlap re-read stores nothing again
     assert gateway.poll(open_source(spec)) == 0
     rows = gateway.rows("ledger")
-    assert len(rows) == 32 and rows["100"]["amount"] == 1.5
+    assert len(rows) == 32 and rows["100"]["amount"] == "1.50"
     assert len(gateway.log()) == 32
 
 
@@ -169,7 +174,7 @@ def test_diff_mirrors_updates_and_deletes(gateway: GatewayUnderTest, ledger_tabl
     assert gateway.poll(open_source(spec)) == 6  # 5 deletes, 1 update
     rows = gateway.rows("ledger")
     assert sorted(rows, key=int) == [str(i) for i in range(6, 21)]
-    assert rows["10"]["amount"] == 99
+    assert rows["10"]["amount"] == "99.00"
 
 
 def test_a_query_reads_a_slice_in_pages_of_chunk_rows(

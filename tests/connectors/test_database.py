@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lakesync.connector_specs import parse_connector
 from lakesync.connectors import Source, open_source
-from lakesync.connectors._values import column_type, json_value
+from lakesync.connectors._values import json_value
 from lakesync.connectors.database import MysqlDialect, PostgresDialect
 from tests.conftest import PG_DSN, require_postgres
 from tests.connectors.conftest import MYSQL_DSN, GatewayUnderTest, require_mysql
@@ -108,10 +108,12 @@ def test_cursor_strategy_follows_inserts_and_updates_with_lookback(
     gateway.poll(source_for(db, **kw))
     assert names(gateway) == db.expected()
     row = gateway.rows("items")["4:eu"]
-    assert (row["price"], row["active"], row["doc"]) == (6, True, {"tags": ["a"]})
+    assert (row["price"], row["active"], row["doc"]) == ("6.00", True, {"tags": ["a"]})
     assert gateway.store.list_docs("gw1", "schema")["items"]["columns"][3] == {
         "name": "price",
-        "type": "number",
+        "type": "decimal",
+        "precision": 10,
+        "scale": 2,
     }
     # An update moves the row's cursor value on; a late commit 3 s behind the cursor is found
     # thanks to the lookback.
@@ -171,9 +173,3 @@ def test_every_database_value_becomes_a_json_value(value: Any) -> None:
 
     out = json_value(value)
     assert msgspec.json.decode(msgspec.json.encode(out)) == out
-
-
-def test_column_types_from_information_schema() -> None:
-    assert column_type("numeric") == column_type("double precision") == "number"
-    assert column_type("tinyint", "tinyint(1)") == column_type("boolean") == "boolean"
-    assert column_type("jsonb") == "json" and column_type("timestamp with time zone") == "string"

@@ -14,7 +14,7 @@ from lakesync.connector_specs import JiraSpec, parse_connector
 from lakesync.connectors import Chunk, Source
 from lakesync.connectors.jira import JiraSource, jql_for
 from lakesync.schema import TableSchema
-from tests.connectors.conftest import GatewayUnderTest
+from tests.connectors.conftest import GatewayUnderTest, wire_time
 from tests.connectors.fake_jira import FakeJira
 
 
@@ -47,7 +47,9 @@ def seed(fake: FakeJira, issues: int) -> list[str]:
 
 def assert_mirrors(gateway: GatewayUnderTest, fake: FakeJira) -> None:
     issues = gateway.rows("jira_issues")
-    expected = fake.expected_issues()
+    expected = {
+        i: v | {"updated": wire_time(v["updated"])} for i, v in fake.expected_issues().items()
+    }
     assert {
         i: {k: r[k] for k in ("key", "summary", "labels", "updated")} for i, r in issues.items()
     } == expected

@@ -9,7 +9,7 @@ import pytest
 
 from lakesync.connector_specs import SalesforceSpec, parse_connector
 from lakesync.connectors.salesforce import OBJECTS, SalesforceSource, column_name, soql_for
-from tests.connectors.conftest import GatewayUnderTest
+from tests.connectors.conftest import GatewayUnderTest, wire_time
 from tests.connectors.fake_salesforce import FakeSalesforce
 from tests.connectors.test_jira import CrashAfter
 
@@ -45,9 +45,19 @@ def seed(fake: FakeSalesforce, accounts: int) -> list[str]:
 
 
 def assert_mirrors(gateway: GatewayUnderTest, fake: FakeSalesforce) -> None:
+    def wire(typ: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if typ == "timestamp":
+            return wire_time(value)
+        if typ == "decimal(18,2)":
+            return f"{value:.2f}"
+        return value
+
     for obj, (table, fields) in OBJECTS.items():
         expected = {
-            rid: {column_name(f): r.get(f) for f in fields} for rid, r in fake.records[obj].items()
+            rid: {column_name(f): wire(t, r.get(f)) for f, t in fields.items()}
+            for rid, r in fake.records[obj].items()
         }
         assert gateway.rows(table) == expected, obj
 

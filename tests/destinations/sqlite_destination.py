@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import Any
 
+from lakesync.column_types import decimal_params
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import (
     Change,
@@ -25,10 +27,31 @@ from lakesync.destinations.base import (
     eviction_batches,
     latest_per_row,
     normalise_row,
+    widened_value,
 )
-from lakesync.destinations.statements import TableLayout
+from lakesync.destinations.statements import Columns, TableLayout
+from lakesync.schema import ColumnSpec
 
-_TYPES = {"string": "TEXT", "number": "REAL", "boolean": "INTEGER", "json": "TEXT", "null": "TEXT"}
+# SQLite has no decimal, time or date type: those are kept as their canonical text. Each
+# declared type names the column type (so a widening is seen) and gives the storage class
+# SQLite picks from its name: INT → integer, TEXT → text, REAL → real, BLOB → as given.
+_TYPES = {"string": "TEXT", "number": "REAL", "boolean": "BOOLEAN_INT", "json": "JSON_TEXT",
+          "null": "NULL_TEXT", "integer": "INTEGER", "timestamp": "TIMESTAMP_TEXT",
+          "date": "DATE_TEXT", "bytes": "BLOB"}
+_SPECS = {v: k for k, v in _TYPES.items()}
+
+
+def _declared(spec: ColumnSpec) -> str:
+    if spec.type == "decimal":
+        return "DECIMAL_TEXT_{}_{}".format(*decimal_params(spec))
+    return _TYPES[spec.type]
+
+
+def _spec_of(name: str, declared: str) -> ColumnSpec:
+    if declared.startswith("DECIMAL_TEXT_"):
+        precision, scale = declared.removeprefix("DECIMAL_TEXT_").split("_")
+        return ColumnSpec(name, "decimal", int(precision), int(scale))
+    return ColumnSpec(name, _SPECS.get(declared, "string"))  # type: ignore[arg-type]
 
 
 def _q(name: str) -> str:
@@ -37,6 +60,30 @@ def _q(name: str) -> str:
 
 def _stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _typed(spec: ColumnSpec, value: Any) -> Any:
+    """A stored value as the column's typed value (times and dates parsed, booleans)."""
+    if value is None:
+        return None
+    if spec.type in ("timestamp", "date"):
+        return (datetime if spec.type == "timestamp" else date).fromisoformat(value)
+    if spec.type == "boolean":
+        return bool(value)
+    if spec.type == "decimal":
+        return Decimal(value)
+    return value
+
+
+def _stored(value: Any) -> Any:
+    """A typed value as this SQLite table keeps it (decimals, times and dates as text)."""
+    if isinstance(value, datetime):
+        return _stamp(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
 
 
 class SqliteDestination(Destination):
@@ -52,20 +99,37 @@ class SqliteDestination(Destination):
                          "table_name text, cutoff text, position integer, "
                          "primary key (gateway_id, table_name))")
 
-    def layout(self, table: str, columns: Sequence[tuple[str, str]],
+    def layout(self, table: str, columns: Columns,
                external_id: str | None = None) -> TableLayout:
         return TableLayout(table, columns, self.spec.delete, external_id)
 
     def ensure_table(self, layout: TableLayout) -> None:
-        have = {r[1] for r in self._db.execute(f"pragma table_info({_q(layout.table)})")}
+        have = {r[1]: r[2] for r in self._db.execute(f"pragma table_info({_q(layout.table)})")}
         if not have:
             self._db.execute(f"create table {_q(layout.table)} (row_id text primary key, "
                              "props text not null default '{}', synced_at text not null, "
                              "deleted_at text)")
-        for name, kind in layout.columns:
-            if name not in have:
-                self._db.execute(f"alter table {_q(layout.table)} add column {_q(name)} "
-                                 f"{_TYPES[kind]}")
+        for c in layout.columns:
+            if c.name not in have:
+                self._db.execute(f"alter table {_q(layout.table)} add column {_q(c.name)} "
+                                 f"{_declared(c)}")
+            elif have[c.name] != _declared(c):
+                self._widen(layout, _spec_of(c.name, have[c.name]), c)
+
+    def _widen(self, layout: TableLayout, old: ColumnSpec, new: ColumnSpec) -> None:
+        """SQLite changes no column's type: a new column gets the widened values
+        (``widened_value``) and replaces the old one."""
+        table, temp = _q(layout.table), _q(new.name + "__widened")
+        self._db.execute("begin")
+        self._db.execute(f"alter table {table} add column {temp} {_declared(new)}")
+        for row_id, value in self._db.execute(f"select row_id, {_q(new.name)} from {table}"
+                                              ).fetchall():
+            typed = _typed(old, value)
+            self._db.execute(f"update {table} set {temp} = ? where row_id = ?",
+                             (_stored(widened_value(old, new, typed)), row_id))
+        self._db.execute(f"alter table {table} drop column {_q(new.name)}")
+        self._db.execute(f"alter table {table} rename column {temp} to {_q(new.name)}")
+        self._db.execute("commit")
 
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
@@ -75,9 +139,9 @@ class SqliteDestination(Destination):
         try:
             self._db.execute("begin")
             for change in latest_per_row(changes):
-                for name, kind in layout.columns:
-                    value = change.values.get(name)
-                    if kind == "json" and value is not None:
+                for c in layout.columns:
+                    value = change.values.get(c.name)
+                    if c.type == "json" and value is not None:
                         json.loads(value)  # refuse what is not JSON, as the others do
                 if change.deleted:
                     if layout.delete == "soft":
@@ -95,7 +159,8 @@ class SqliteDestination(Destination):
                     f"insert into {_q(layout.table)} (row_id, synced_at, deleted_at, {cols}) "
                     f"values (?, ?, null, {marks}) on conflict (row_id) do update set "
                     f"synced_at = excluded.synced_at, deleted_at = null, {sets}",
-                    (change.row_id, now, *(change.values.get(n) for n in names)),
+                    (change.row_id, now, *(_stored(change.values.get(c.name))
+                                           for c in layout.columns)),
                 )
             if position is not None:
                 self._db.execute("insert into lakesync_watermarks values (?, ?, ?) on conflict "
@@ -121,6 +186,8 @@ class SqliteDestination(Destination):
             for stamp in ("synced_at", "deleted_at"):
                 if row[stamp] is not None:
                     row[stamp] = datetime.fromisoformat(row[stamp])
+            for c in layout.columns:
+                row[c.name] = _typed(c, row[c.name])
             rows.append(normalise_row(layout, row))
         return rows
 

@@ -5,12 +5,15 @@ call the lakehouse makes, and advances its watermark to the set's greatest posit
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 from lakesync.destinations.base import Destination, typed_change
+from lakesync.schema import ColumnSpec
 from tests.destinations.test_adapters import COLUMNS, live
 from tests.lakehouse.conftest import make_lake
 
@@ -47,3 +50,28 @@ def test_a_change_set_from_spark_ships_through_the_interface(
     empty = spark.createDataFrame([], STAGED)
     assert destination.apply_change_set(layout, empty) == (0, None)
     assert destination.watermark("todos") == 9
+
+
+TYPED_STAGED = ("row_id string, id bigint, amount decimal(38,9), at timestamp, day date, "
+                "blob binary, _deleted boolean, _position bigint")
+
+
+@pytest.mark.parametrize("kind", ["lake", "sqlite"])
+@pytest.mark.parametrize("delete_mode", ["hard"])
+def test_a_typed_change_set_from_spark_lands_exactly(
+    destination: Destination, spark: SparkSession
+) -> None:
+    """The interface's default shipping (the change set brought to the driver) keeps typed
+    values: PySpark's naive local timestamps are read as the instants they are."""
+    layout = destination.layout("typed", [
+        ColumnSpec("id", "integer"), ColumnSpec("amount", "decimal", 38, 9),
+        ColumnSpec("at", "timestamp"), ColumnSpec("day", "date"), ColumnSpec("blob", "bytes")])
+    destination.ensure_table(layout)
+    at = datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    amount = Decimal("12345678901234567890123456789.123456789")
+    rows = [("a", 2**62 + 1, amount, at, date(1900, 1, 1), bytearray(b"\x00a\x00"), False, 5)]
+    assert destination.apply_change_set(layout, spark.createDataFrame(rows, TYPED_STAGED)) == (
+        1, 5)
+    (row,) = destination.read_rows(layout)
+    assert (row["id"], row["amount"], row["at"], row["day"], row["blob"]) == (
+        2**62 + 1, amount, at, date(1900, 1, 1), b"\x00a\x00")

@@ -15,6 +15,7 @@ from hypothesis import strategies as hs
 from lakesync.destinations import statements as st
 from lakesync.destinations.statements import TableLayout
 from lakesync.errors import SchemaError
+from lakesync.schema import ColumnSpec
 
 SOFT = TableLayout("todos", [("title", "string"), ("meta", "json")], "soft")
 HARD = TableLayout("todos", [("title", "string"), ("meta", "json")], "hard")
@@ -272,3 +273,54 @@ def test_postgres_json_is_the_value_with_nul_replaced_in_every_string(
     # Keys that meet after the mapping: the last in the text wins, as in PostgreSQL's jsonb.
     assert json.loads(stored) == _without_nul(json.loads(text))
     assert "\\u0000" not in stored.replace("\\\\", "")
+
+
+TYPED = TableLayout("ledger", [
+    ColumnSpec("id", "integer"), ColumnSpec("amount", "decimal", 38, 9),
+    ColumnSpec("big", "decimal", 38, 35), ColumnSpec("at", "timestamp"),
+    ColumnSpec("day", "date"), ColumnSpec("blob", "bytes"),
+], "hard")
+
+
+@pytest.mark.parametrize(("dialect", "expected"), [
+    ("postgres", '"id" BIGINT, "amount" DECIMAL(38, 9), "big" DECIMAL(38, 35), '
+                 '"at" TIMESTAMPTZ, "day" DATE, "blob" BYTEA'),
+    ("mysql", "`id` BIGINT, `amount` DECIMAL(38, 9), `big` VARCHAR(40), `at` DATETIME(6), "
+              "`day` DATE, `blob` LONGBLOB"),
+    ("bigquery", "`id` INT64, `amount` NUMERIC(38, 9), `big` BIGNUMERIC(38, 35), "
+                 "`at` TIMESTAMP, `day` DATE, `blob` BYTES"),
+])
+def test_typed_columns_get_the_mapped_types(dialect: str, expected: str) -> None:
+    sql = st.create_table(TYPED, dialect)  # type: ignore[arg-type]
+    assert expected in sql
+    sqlglot.parse_one(sql, read=st.DIALECTS[dialect])
+
+
+def test_a_change_set_holds_what_each_loader_stores() -> None:
+    """MySQL gets a timestamp as its UTC wall time text and a decimal its DECIMAL cannot hold as
+    text; BigQuery's JSON load gets decimals as text."""
+    mysql = st.select_change_set("ledger", TYPED.columns, destination="mysql")
+    assert "DATE_FORMAT(`a`.`at`, 'yyyy-MM-dd HH:mm:ss.SSSSSS') AS `at`" in mysql
+    assert "CAST(`a`.`big` AS STRING) AS `big`" in mysql and "`a`.`amount`," in mysql
+    bigquery = st.select_change_set("ledger", TYPED.columns, destination="bigquery")
+    assert "CAST(`a`.`amount` AS STRING) AS `amount`" in bigquery and "`a`.`at`," in bigquery
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "mysql", "bigquery"])
+def test_widening_statements_parse_and_leave_unchanged_columns_alone(dialect: str) -> None:
+    wide = TableLayout("ledger", [ColumnSpec("id", "decimal", 38, 9), ColumnSpec("at", "string"),
+                                  ColumnSpec("day", "date")])
+    found = {
+        "postgres": {"id": "bigint", "at": "timestamp with time zone", "day": "date"},
+        "mysql": {"id": "bigint(20)", "at": "datetime(6)", "day": "date"},
+        "bigquery": {"id": "INTEGER", "at": "TIMESTAMP", "day": "DATE"},
+    }[dialect]
+    statements = st.widen_columns(wide, found, dialect)  # type: ignore[arg-type]
+    assert statements and not any("`day`" in s or '"day"' in s for s in statements)
+    for sql in statements:
+        if "MODIFY COLUMN" not in sql:  # sqlglot does not read MySQL's MODIFY back
+            sqlglot.parse_one(sql, read=st.DIALECTS[dialect])
+    same = {"postgres": {"id": "numeric(38,9)", "at": "text", "day": "date"},
+            "mysql": {"id": "decimal(38,9)", "at": "longtext", "day": "date"},
+            "bigquery": {"id": "NUMERIC(38,9)", "at": "STRING", "day": "DATE"}}[dialect]
+    assert st.widen_columns(wide, same, dialect) == []  # type: ignore[arg-type]

@@ -1,10 +1,12 @@
 """Acceptance: a fake Jira polled into a gateway, landed and run through the pipeline, gives
-``analytics.jira_issues`` (and comments, projects) equal to the fake's data: typed columns, and
+``analytics.jira_issues`` (and comments, projects) equal to the fake's data: typed columns (the
+date-times as timestamps), and
 issues deleted between polls gone."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +62,10 @@ def test_jira_issues_in_the_lake_equal_the_fake_after_edits_and_deletions(
             "key": v["key"],
             "summary": v["fields"]["summary"],
             "labels": canonical_json(v["fields"]["labels"]),  # json columns: canonical text
-            "updated": v["fields"]["updated"],
+            # a timestamp column: Spark shows the UTC instant without its zone
+            "updated": datetime.fromisoformat(v["fields"]["updated"])
+            .astimezone(UTC)
+            .replace(tzinfo=None),
             "project_key": v["fields"]["project"]["key"],
         }
         for iid, v in jira.issues.items()

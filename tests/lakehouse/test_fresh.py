@@ -17,9 +17,10 @@ from lakesync.cli.main import app
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.connection import pinned_connection
 from lakesync.lakehouse.fresh import freshen
 from lakesync.lakehouse.landing import LandingFlusher
-from lakesync.lakehouse.query import _connect, run_query
+from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.merge import merge_state
@@ -158,7 +159,7 @@ def test_the_query_command_with_fresh_prints_deltas_pushed_after_the_last_run(
 
 def _pinned(lake: Lake) -> tuple[Any, dict[str, Any]]:
     """The views of a fresh read, made now (the first step of ``run_query(fresh=True)``)."""
-    con, _, pinned = _connect(lake.settings, None, {})
+    con, _, pinned = pinned_connection(lake.settings, None, {})
     return con, pinned
 
 

@@ -16,9 +16,10 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
+from lakesync.lakehouse.connection import pinned_connection
 from lakesync.lakehouse.fresh import freshen
 from lakesync.lakehouse.landing import LandingFlusher
-from lakesync.lakehouse.query import _connect, run_query
+from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
@@ -82,7 +83,7 @@ def test_a_landing_flush_after_the_views_are_made_leaves_no_gap(
     t = now_hlc()
     log.append(GW, [_d("INSERT", "n1", t + 1, body="old", stars=1)])
     LandingFlusher(open_catalog(settings), log).flush()
-    con, _, pinned = _connect(settings, None, {})
+    con, _, pinned = pinned_connection(settings, None, {})
     try:
         log.append(GW, [_d("UPDATE", "n1", t + 2, body="new")])
         LandingFlusher(open_catalog(settings), log).flush()  # between pinning and reading

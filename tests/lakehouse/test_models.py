@@ -24,7 +24,7 @@ from lakesync.lakehouse.models import (
     write_change_set_models,
     write_models,
 )
-from lakesync.schema import parse_schema
+from lakesync.schema import ColumnSpec, parse_schema
 
 
 def _schema(table: str, **cols: str):  # type: ignore[no-untyped-def]
@@ -34,11 +34,11 @@ def _schema(table: str, **cols: str):  # type: ignore[no-untyped-def]
 
 def test_table_columns_unions_gateways_and_leaves_out_only_the_conflicting_table() -> None:
     merged = table_columns([_schema("t", a="string"), _schema("t", a="string", b="number")])
-    assert merged == {"t": [("a", "string"), ("b", "number")]}
+    assert merged == {"t": [ColumnSpec("a", "string"), ColumnSpec("b", "number")]}
     columns, failed = lake_tables(
         [_schema("t", a="string"), _schema("u", a="number"), _schema("t", a="number")]
     )
-    assert columns == {"u": [("a", "number")]}
+    assert columns == {"u": [ColumnSpec("a", "number")]}
     assert list(failed) == ["t"] and "column 'a' is string in one gateway" in failed["t"]
 
 
@@ -51,7 +51,7 @@ def test_a_stored_schema_with_a_reserved_name_fails_its_table_alone() -> None:
         _schema("notes", body="string"),
     ]
     columns, failed = lake_tables(stored)
-    assert columns == {"notes": [("body", "string")]}
+    assert columns == {"notes": [ColumnSpec("body", "string")]}
     assert "column name '_deleted' of table 'todos' is reserved" in failed["todos"]
     assert "table name 'lakesync_stage_x' is reserved" in failed["lakesync_stage_x"]
 
@@ -113,7 +113,7 @@ def test_change_sets_are_planned_per_receiving_destination_and_table() -> None:
         ("other", "gw2", "tags"),
     ]
     assert planned[-1].name == "changes__other__tags"
-    assert planned[-1].columns == (("name", "string"),)
+    assert planned[-1].columns == (ColumnSpec("name", "string"),)
 
 
 def test_a_change_set_model_is_the_change_set_query_with_refs_and_the_watermark() -> None:

@@ -1,5 +1,5 @@
-"""Actions (docs/protocol.md §5 ``/action`` and ``/actions``): the dispatcher that runs clients' actions
-on the connectors' handlers, at most once per idempotency key."""
+"""Actions (docs/protocol.md §5 ``/action`` and ``/actions``): the dispatcher that runs clients'
+actions on the connectors' handlers, at most once per idempotency key."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Action routes (docs/protocol.md §5): ``POST /v1/sync/{gw}/action`` and ``GET /v1/sync/{gw}/actions``."""
+"""Action routes (docs/protocol.md §5): ``POST /v1/sync/{gw}/action`` and
+``GET /v1/sync/{gw}/actions``."""
 
 from __future__ import annotations
 

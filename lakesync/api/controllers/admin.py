@@ -46,7 +46,8 @@ class SchemaBody(MsgspecDTO[TableSchema]):
     """A table schema body checked by the core: not a JSON object is 400, a bad schema 422
     naming the problem; OpenAPI documents the body."""
 
-    config = DTOConfig(rename_strategy="camel")  # the schema's JSON names, as in docs/protocol.md §10
+    # The schema's JSON names, as in docs/protocol.md §10.
+    config = DTOConfig(rename_strategy="camel")
 
     def decode_bytes(self, value: bytes) -> TableSchema:
         """The checked schema of a body."""

@@ -1,4 +1,5 @@
-"""Unprefixed (pre-``/v1``) HTTP paths answer 301 to their ``/v1`` equivalent (docs/protocol.md §5)."""
+"""Unprefixed (pre-``/v1``) HTTP paths answer 301 to their ``/v1`` equivalent (docs/protocol.md
+§5)."""
 
 from __future__ import annotations
 

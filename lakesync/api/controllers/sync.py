@@ -1,4 +1,5 @@
-"""Client sync routes (docs/protocol.md §5): push, pull, checkpoint (actions: lakesync.api.controllers.actions)."""
+"""Client sync routes (docs/protocol.md §5): push, pull, checkpoint (actions:
+lakesync.api.controllers.actions)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from litestar.dto import DTOConfig, MsgspecDTO
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import Stream
 
+from lakesync import hlc as _hlc
 from lakesync.api.auth import provide_claims
 from lakesync.api.errors import ERROR_RESPONSES
 from lakesync.api.services.checkpoints import check_cursor, open_checkpoint
 from lakesync.api.services.sources import pull_source
 from lakesync.api.services.sync import SyncService
-from lakesync import hlc as _hlc
 from lakesync.checkpoint import CONTENT_TYPE
 from lakesync.errors import ValidationError
 from lakesync.schema import TableSchema
@@ -87,7 +88,8 @@ class PushBody(MsgspecDTO[PushRequest]):
     decoded once, straight into the typed request, and errors name the JSON path; OpenAPI still
     documents the body."""
 
-    # The wire's names (clientId, rowId, …) and the deltas' column entries, as in docs/protocol.md §3/§5.
+    # The wire's names (clientId, rowId, …) and the deltas' column entries, as in
+    # docs/protocol.md §3/§5.
     config = DTOConfig(rename_strategy="camel", max_nested_depth=2)
 
     def decode_bytes(self, value: bytes) -> PushRequest:
@@ -182,8 +184,8 @@ class SyncController(Controller):
         service: NamedDependency[SyncService],
         features: Features = None,
     ) -> Stream:
-        """Initial-sync checkpoint stream (docs/protocol.md §5): the frames this client may see, then pull
-        from ``X-Checkpoint-Hlc``; 404 while the gateway has no checkpoint."""
+        """Initial-sync checkpoint stream (docs/protocol.md §5): the frames this client may see,
+        then pull from ``X-Checkpoint-Hlc``; 404 while the gateway has no checkpoint."""
         service.check_rate(gw, str(claims["sub"]))
         service.check_client(claims, None)
         whole_rows = not knows_view_evictions(features)

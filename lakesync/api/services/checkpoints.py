@@ -4,8 +4,8 @@ A checkpoint (:mod:`lakesync.checkpoint`) is read from the store one chunk at a 
 for the requesting client and encoded as one frame in a worker thread, and handed to the
 response as it goes: the gateway holds one chunk per stream whatever the checkpoint's size.
 
-Trimming (:meth:`lakesync.api.store.HotLog.trim_log`) deletes a gateway's oldest log entries once they
-are in the landing table and its checkpoint. A pull from a cursor older than the gateway's
+Trimming (:meth:`lakesync.api.store.HotLog.trim_log`) deletes a gateway's oldest log entries once
+they are in the landing table and its checkpoint. A pull from a cursor older than the gateway's
 horizon is refused with :class:`~lakesync.errors.CursorExpiredError` (``CURSOR_EXPIRED``): the
 horizon is read *after* the page, and trimming moves it in the transaction that deletes, so a
 page that may lack trimmed entries is never served.

@@ -1,7 +1,7 @@
 """The gateway's connectors: each declared (``lakesync.yaml``) or registered (admin API)
-connector runs as a :class:`~lakesync.connectors.poller.Poller` feeding :class:`GatewaySink`, which is the
-gateway's normal push path (:meth:`SyncService.push_from_connector`) plus a cursor kept in the
-store (documents of kind ``connector-cursor``), so a restart resumes where the last stored chunk
+connector runs as a :class:`~lakesync.connectors.poller.Poller` feeding :class:`GatewaySink`, which
+is the gateway's normal push path (:meth:`SyncService.push_from_connector`) plus a cursor kept in
+the store (documents of kind ``connector-cursor``), so a restart resumes where the last stored chunk
 left off.
 
 Pollers start and stop with the app. With a store shared by several gateway processes only the
@@ -25,7 +25,6 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from lakesync.api.services.sync import SyncService
-from lakesync.connectors import ActionHandler, Poller, Source, open_actions, open_source
 from lakesync.connector_specs import (
     ConnectorSpec,
     connector_client_id,
@@ -34,6 +33,7 @@ from lakesync.connector_specs import (
     redact,
     resolve_secrets,
 )
+from lakesync.connectors import ActionHandler, Poller, Source, open_actions, open_source
 from lakesync.delta import RowDelta
 from lakesync.errors import LakeSyncError, NotFoundError, ValidationError
 from lakesync.schema import TableSchema, widened
@@ -55,15 +55,18 @@ class GatewaySink:
         self.name = name
         self.client_id = connector_client_id(name)
 
+    async def schemas(self) -> dict[str, TableSchema]:
+        """The gateway's registered table schemas."""
+        return await self.service.schemas(self.gateway_id)
+
     async def register(self, schemas: Sequence[TableSchema]) -> None:
         """Register the source's tables (additive evolution, as the admin route does): columns
         the store has and ``schemas`` does not name are kept (a source may add columns as it
         reads, and name only those it knows at the start of a poll)."""
         known = await self.service.schemas(self.gateway_id)
-        for schema in schemas:
-            stored = known.get(schema.table)
-            if stored is not None:
-                schema = widened(stored, schema)
+        for given in schemas:
+            stored = known.get(given.table)
+            schema = given if stored is None else widened(stored, given)
             if stored != schema:
                 await self.service.put_schema(self.gateway_id, schema)
 
@@ -160,6 +163,7 @@ class ConnectorService:
             spec.interval,
             lead=self._lead,
             chunk_rows=spec.chunk_rows,
+            contract=spec.contract,
         )
 
     async def _run(
@@ -253,6 +257,12 @@ _METRICS = (
     ("rows_read", "lakesync_connector_rows_read", "Rows read from outside systems"),
     ("deltas_pushed", "lakesync_connector_deltas", "Deltas connectors pushed"),
     ("backpressure_waits", "lakesync_connector_backpressure_waits", "Waits on a full hot log"),
+    ("rows_refused", "lakesync_connector_rows_refused", "Source rows a schema contract refused"),
+    (
+        "values_discarded",
+        "lakesync_connector_values_discarded",
+        "Source values a schema contract discarded",
+    ),
 )
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import anyio.to_thread
 
 from lakesync.api.services.sync import SyncService
-from lakesync.destinations.factory import open_destination
 from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.factory import open_destination
 from lakesync.errors import NotFoundError
 from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
@@ -59,10 +59,9 @@ def _read(
     lake = lake_catalog(LakeSettings.from_env(data_dir)) if spec.kind == "lake" else None
     with open_destination(spec, catalog=lake) as dest:
         for schema in schemas:
-            columns = [(c.name, c.type) for c in schema.columns]
-            layout = dest.layout(schema.table, columns, schema.external_id_column)
+            layout = dest.layout(schema.table, schema.columns, schema.external_id_column)
             # One row past the page: a table that has no more says so by returning <= limit.
-            rows = [source_row(schema.table, r, columns)
+            rows = [source_row(schema.table, r, layout.columns)
                     for r in dest.read_changes(layout, moment, limit + 1)]
             if len(rows) > limit:  # this table may have more after its last instant read
                 cut = min(rows[-1].synced_us, cut if cut is not None else rows[-1].synced_us)

@@ -22,6 +22,7 @@ from lakesync.api.services.connectors import ConnectorService
 from lakesync.api.services.sync import SyncService
 from lakesync.api.store.ports import DocumentStore
 from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.factory import open_destination
 from lakesync.errors import LakeSyncError, NotFoundError
 from lakesync.status import (
     HISTORY_GATEWAY,
@@ -68,8 +69,6 @@ def _error_text(exc: Exception) -> str:
 
 def _read_watermarks(spec: DestinationSpec, tables: list[str]) -> Watermarks:
     """Each table's watermark in the destination (I/O: connects to it)."""
-    from lakesync.destinations.factory import open_destination
-
     with open_destination(spec) as dest:
         return {t: dest.watermark(t) for t in tables}
 

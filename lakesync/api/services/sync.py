@@ -28,6 +28,7 @@ from lakesync.api.store.base import (
     WriteCheck,
 )
 from lakesync.api.store.ports import SyncStore
+from lakesync.connector_specs import tables_by_gateway
 from lakesync.delta import RowDelta, is_reserved_client
 from lakesync.errors import (
     BackpressureError,
@@ -37,7 +38,6 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
-from lakesync.connector_specs import tables_by_gateway
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
@@ -385,8 +385,9 @@ class SyncService:
         return {name: parse_schema(body, stored=True) for name, body in docs.items()}
 
     async def put_schema(self, gateway_id: str, schema: TableSchema) -> TableSchema:
-        """Register or evolve (add nullable columns, widen columns) a table schema, in one atomic read-modify-write so
-        concurrent evolutions never drop each other's columns (the later one is refused)."""
+        """Register or evolve (add nullable columns, widen columns) a table schema, in one atomic
+        read-modify-write so concurrent evolutions never drop each other's columns (the later one is
+        refused)."""
         rules = (await _run(self.store.get_rules, gateway_id)).rules
         # Only the first schema of a gateway whose rules were set while it had none can leave
         # them naming what no schema has: adding tables or columns to a gateway cannot.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lakesync.api.store.base import HotLog, LogEntry, LogNotice, Page, RowRecord, RulesRecord
+from lakesync.api.store.postgres import PostgresHotLog
+from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
 
@@ -15,19 +17,9 @@ def open_store(url: str, data_dir: Path, clock: HLC, pg_schema: str = "lakesync"
     """Open the store named by ``url``: ``sqlite`` (a file in ``data_dir``), ``sqlite:///path``
     or a ``postgresql://`` DSN (tables in ``pg_schema``)."""
     if url == "sqlite":
-        from lakesync.api.store.sqlite import SqliteHotLog
-
         return SqliteHotLog(data_dir / "hotlog.sqlite3", clock)
     if url.startswith("sqlite:///"):
-        from lakesync.api.store.sqlite import SqliteHotLog
-
         return SqliteHotLog(Path(url.removeprefix("sqlite:///")), clock)
     if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from lakesync.api.store.postgres import PostgresHotLog
-        except ImportError as exc:  # pragma: no cover - depends on the installed extras
-            raise ConfigError(
-                f"the PostgreSQL store needs psycopg: pip install 'lakesync[gateway]' ({exc})"
-            ) from None
         return PostgresHotLog(url, clock, schema=pg_schema)
     raise ConfigError(f"unknown store url {url!r}; use 'sqlite', 'sqlite:///path' or postgresql://")

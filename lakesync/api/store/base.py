@@ -8,23 +8,31 @@ visible to readers without gaps, so a reader that has seen ingest ``h`` will nev
 new entry at or below ``h``. The landing flusher reads the same log with :meth:`HotLog.read_log`.
 
 Its consumers each take the narrow port they use (:mod:`lakesync.api.store.ports`); this module
-holds the records the ports exchange and their stored forms. Implementations are synchronous
-(they run in worker threads under the async app) and safe to call from many threads at once.
+re-exports the records the ports exchange (:mod:`lakesync.api.store.records`) and holds their
+stored forms. Implementations are synchronous (they run in worker threads under the async app)
+and safe to call from many threads at once.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import NamedTuple
 
 import msgspec
 
 from lakesync.api.store.ports import Coordination, SyncStore
+from lakesync.api.store.records import (
+    AppendResult,
+    CheckpointInfo,
+    LogEntry,
+    LogNotice,
+    Page,
+    RulesRecord,
+    WriteCheck,
+)
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
-from lakesync.merge import RowState
 from lakesync.merge import decode_row_state as decode_state  # stored form: the core's msgspec JSON
 from lakesync.merge import encode_row_state as encode_state
 from lakesync.rules import SyncRules, parse_rules, rules_to_wire
@@ -48,81 +56,6 @@ __all__ = [
     "encode_rules",
     "encode_state",
 ]
-
-class LogEntry(NamedTuple):
-    """One accepted delta: its ingest HLC, its gateway and the delta itself."""
-
-    ingest_hlc: int
-    gateway_id: str
-    delta: RowDelta
-
-
-class RulesRecord(msgspec.Struct, frozen=True):
-    """A gateway's sync rules (None = everything visible) and the ingest stamp of their last
-    change (0 = rules were never set)."""
-
-    rules: SyncRules | None
-    stamp: int
-
-
-class AppendResult(msgspec.Struct, frozen=True):
-    """Outcome of an atomic push append.
-
-    ``stored`` are the newly stored entries (known deltaIds are skipped), ``accepted`` counts
-    stored plus duplicates, ``head`` is the store's ingest head after the append and ``rows``
-    holds the merged state after the append of every row a new delta touched, ``before`` its
-    state before (an empty state for a new row); ``rules`` are the gateway's rules the append
-    judged and indexed under (read in its transaction).
-    """
-
-    stored: list[LogEntry]
-    accepted: int
-    head: int
-    rows: dict[RowKey, RowRecord] = msgspec.field(default_factory=dict)
-    before: dict[RowKey, RowState] = msgspec.field(default_factory=dict)
-    rules: RulesRecord | None = None
-
-
-class Page(msgspec.Struct, frozen=True):
-    """A consistent read: log entries after a cursor, the current state of the rows they touch
-    (when asked for), and the ingest head at the time of the read."""
-
-    entries: list[LogEntry]
-    rows: dict[RowKey, RowRecord]
-    head: int
-    has_more: bool
-
-
-class CheckpointInfo(msgspec.Struct, frozen=True):
-    """A gateway's published checkpoint (:mod:`lakesync.checkpoint`) and its hot-log horizon."""
-
-    position: int
-    """Every delta of the gateway ingested at or before it is in the checkpoint."""
-    chunks: int
-    """Its chunks are numbered ``0 .. chunks - 1``."""
-    rows: int
-    trimmed: int
-    """The hot log no longer holds the gateway's deltas ingested at or before it (0 = none
-    trimmed): a pull from an older cursor is refused with ``CURSOR_EXPIRED``."""
-    previous: int | None = None
-    """The position of the generation it replaced, still readable by streams that started on
-    it (its chunks go when the next one is published)."""
-
-
-class LogNotice(NamedTuple):
-    """Another process appended entries ``(after, upto]`` for a gateway (cross-process fan-out)."""
-
-    gateway_id: str
-    after: int
-    upto: int
-    origin: str
-
-
-WriteCheck = Callable[[SyncRules | None, Sequence[RowDelta], Mapping[RowKey, RowState]], None]
-"""A push's write access, judged by :meth:`HotLog.append` inside its transaction, under the
-writers' lock: called with the gateway's current rules, the deltas the append is about to store
-(known deltaIds left out) and the stored states of the rows they touch (a row never written is
-left out). Raising stores nothing and reaches the caller of the append."""
 
 _delta_decoder = msgspec.json.Decoder(RowDelta)
 _encoder = msgspec.json.Encoder()

@@ -20,13 +20,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lakesync.lakehouse.landing import HotLogSource
 
 if TYPE_CHECKING:
-    from lakesync.api.store.base import (
+    from lakesync.api.store.records import (
         AppendResult,
         CheckpointInfo,
         LogNotice,
         Page,
-        RowKey,
-        RowRecord,
         RulesRecord,
         WriteCheck,
     )
@@ -34,6 +32,7 @@ if TYPE_CHECKING:
     from lakesync.hlc import HLC
     from lakesync.merge import RowState
     from lakesync.rules import SyncRules
+    from lakesync.views import RowKey, RowRecord
 
 __all__ = [
     "CheckpointStore",

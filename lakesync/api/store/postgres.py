@@ -4,8 +4,8 @@ Appends are serialised per store with a transaction-scoped advisory lock; the in
 assigned inside the lock from ``max(HLC.now(), last stored + 1)``, and the lock is released only
 after the commit is visible, so ingest order equals commit order and readers never see a gap.
 Within a process the writes go through one writer thread that commits whatever is queued in one
-transaction (group commit, :mod:`lakesync.api.store._group`): one lock and one commit for many pushes.
-Each append sends a ``NOTIFY`` (delivered on commit) that the other processes turn into
+transaction (group commit, :mod:`lakesync.api.store._group`): one lock and one commit for many
+pushes. Each append sends a ``NOTIFY`` (delivered on commit) that the other processes turn into
 WebSocket broadcasts.
 """
 

@@ -1,8 +1,8 @@
 """The embedded hot log: one SQLite file in WAL mode with ``synchronous=FULL``.
 
 Every write goes through a single writer thread that drains a queue of pending operations into
-one transaction (group commit, :mod:`lakesync.api.store._group`): concurrent pushes share one fsync, each
-push is isolated by a savepoint so a failing batch rolls back alone, and a caller is answered
+one transaction (group commit, :mod:`lakesync.api.store._group`): concurrent pushes share one fsync,
+each push is isolated by a savepoint so a failing batch rolls back alone, and a caller is answered
 only after the commit is durable. Readers use their own per-thread connections and WAL
 snapshots, so they never block the writer; because one writer assigns ingest HLCs in commit
 order, readers never see gaps. A checkpointer thread copies the WAL into the database file after

@@ -131,13 +131,13 @@ class AsyncTransport(_Reporting, ABC):
         None when this transport or the gateway cannot tell them."""
         return None
 
-    async def connect(self) -> None:  # noqa: B027
+    async def connect(self) -> None:
         """Open a realtime connection now (a no-op for transports without one)."""
 
-    def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:  # noqa: B027
+    def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:
         """Receive realtime broadcasts, called on the loop (a no-op without them)."""
 
-    def set_reconnect_handler(self, handler: ReconnectHandler | None) -> None:  # noqa: B027
+    def set_reconnect_handler(self, handler: ReconnectHandler | None) -> None:
         """Be told when a dropped realtime connection is back (to catch up by pulling)."""
 
     @property
@@ -155,9 +155,10 @@ class Transport(_Reporting, ABC):
 
     :class:`HttpTransport` and :class:`WebSocketTransport` run an :class:`AsyncTransport` on a
     loop thread of their own; a client given one of them drives its core on the client's
-    loop instead. Implementations raise :mod:`lakesync.errors` types for gateway errors (rebuilt from the
-    protocol error body), :class:`lakesync.client.errors.ConnectionFailedError` when the gateway cannot be
-    reached, and refresh the token once on a 401 before giving up with ``AuthError``.
+    loop instead. Implementations raise :mod:`lakesync.errors` types for gateway errors (rebuilt
+    from the protocol error body), :class:`lakesync.client.errors.ConnectionFailedError` when the
+    gateway cannot be reached, and refresh the token once on a 401 before giving up with
+    ``AuthError``.
     """
 
     #: Whether the gateway pushes other clients' deltas to this transport as they happen.
@@ -176,8 +177,8 @@ class Transport(_Reporting, ABC):
         """Open the gateway's initial-sync checkpoint, or None when it has none (404)."""
 
     def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """POST actions (docs/protocol.md §5 ``/action``); their results in order. Transports that cannot
-        reach that route raise :class:`ConfigError`."""
+        """POST actions (docs/protocol.md §5 ``/action``); their results in order. Transports that
+        cannot reach that route raise :class:`ConfigError`."""
         raise ConfigError(f"{type(self).__name__} cannot run actions")
 
     def schemas(self) -> list[dict[str, Any]] | None:
@@ -185,10 +186,10 @@ class Transport(_Reporting, ABC):
         None when this transport or the gateway cannot tell them."""
         return None
 
-    def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:  # noqa: B027
+    def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:
         """Receive realtime broadcasts (a no-op for transports without them)."""
 
-    def set_reconnect_handler(self, handler: Callable[[], None] | None) -> None:  # noqa: B027
+    def set_reconnect_handler(self, handler: Callable[[], None] | None) -> None:
         """Be told when a dropped realtime connection is back (to catch up by pulling)."""
 
     @property
@@ -224,7 +225,8 @@ def _value_errors(handler: EventHandler) -> CellErrorHandler:
 
 
 def gateway_error(status: int, body: bytes, retry_after: str | None = None) -> LakeSyncError:
-    """The typed error for a gateway error reply (docs/protocol.md §5 body ``{"error", "code"}``)."""
+    """The typed error for a gateway error reply (docs/protocol.md §5 body
+    ``{"error", "code"}``)."""
     try:
         obj = msgspec.json.decode(body)
         code, message = str(obj["code"]), str(obj["error"])

@@ -1,4 +1,5 @@
-"""WebSocket transport (docs/protocol.md §9): binary protobuf frames, realtime broadcasts, reconnects.
+"""WebSocket transport (docs/protocol.md §9): binary protobuf frames, realtime broadcasts,
+reconnects.
 
 One connection per client, held by websockets' own reconnecting client (``async for ws in
 connect(...)``) in a task on the loop that uses the transport. Requests (push, pull) are

@@ -11,8 +11,8 @@ from typing import Any
 
 from lakesync.api.actions import Action, ActionDispatcher
 from lakesync.api.store.base import HotLog
-from lakesync.connectors import ActionDescriptor, ActionError, ActionHandler
 from lakesync.connector_specs import ActionGrant
+from lakesync.connectors import ActionDescriptor, ActionError, ActionHandler
 
 SCHEMA = {
     "type": "object",

@@ -1,5 +1,5 @@
-"""The WebSocket fan-out (:mod:`lakesync.api.services.hub`), with connections whose ``send`` the test
-controls: a receiver that stops taking frames is closed with 1013 once its outbox is full,
+"""The WebSocket fan-out (:mod:`lakesync.api.services.hub`), with connections whose ``send`` the
+test controls: a receiver that stops taking frames is closed with 1013 once its outbox is full,
 and the others are served on."""
 
 from __future__ import annotations

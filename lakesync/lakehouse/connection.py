@@ -1,0 +1,146 @@
+"""The DuckDB connection the lake is read through, offline: no Spark, no JVM.
+
+Every table in the catalog becomes a DuckDB view over ``iceberg_scan(<current metadata file>)``,
+named ``<namespace>.<table>`` (``analytics.todos``, ``lakesync.landing``); tables of the
+``lakesync`` namespace are also visible unqualified (``landing``, ``int_cells_merged``).
+:mod:`lakesync.lakehouse.query` runs SQL on it, :mod:`lakesync.lakehouse.fresh` replaces its
+analytics views and :mod:`lakesync.lakehouse.checkpoints` reads the merged rows from it: this
+module is below all three (it imports none of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lakesync.errors import NotFoundError
+from lakesync.lakehouse.catalog import ROWS_MERGED_IDENTIFIER, open_catalog, require_lake
+from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+__all__ = ["PinnedTable", "connect", "pinned_connection", "utc"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _extension_path(module: Any, name: str, version: str) -> Path:
+    return (
+        Path(module.__file__).parent
+        / "extensions"
+        / f"v{version}"
+        / (f"{name}.duckdb_extension")
+    )
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def utc(instant: datetime) -> datetime:
+    """``instant`` in UTC (a naive datetime is taken as UTC)."""
+    return instant.replace(tzinfo=UTC) if instant.tzinfo is None else instant.astimezone(UTC)
+
+
+def _snapshot_list(table: Table) -> str:
+    recent = sorted(table.snapshots(), key=lambda snap: snap.timestamp_ms)[-5:]
+    listed = ", ".join(
+        f"{snap.snapshot_id} ({(_EPOCH + timedelta(milliseconds=snap.timestamp_ms)).isoformat()})"
+        for snap in reversed(recent)
+    )
+    return f"newest snapshots: {listed}" if listed else "it has no snapshots"
+
+
+def _scan(name: str, table: Table, pin: int | None, as_of_ms: int | None) -> str | None:
+    """The SELECT behind ``name``'s view, or None when it had no snapshot at ``as_of_ms``."""
+    location = table.metadata_location.replace("'", "''")
+    if pin is not None:
+        if table.snapshot_by_id(pin) is None:
+            raise NotFoundError(f"table {name} has no snapshot {pin}; {_snapshot_list(table)}")
+        snapshot_id = pin
+    elif as_of_ms is not None:
+        snapshot = table.snapshot_as_of_timestamp(as_of_ms)
+        if snapshot is None:
+            return None
+        snapshot_id = snapshot.snapshot_id
+    else:
+        return f"SELECT * FROM iceberg_scan('{location}')"
+    return f"SELECT * FROM iceberg_scan('{location}', snapshot_from_id => {snapshot_id})"
+
+
+@dataclass(frozen=True, slots=True)
+class PinnedTable:
+    """A catalog table as one connection's view reads it: its metadata as loaded when the view
+    was made (snapshots, properties) and the SELECT behind the view."""
+
+    table: Table
+    scan: str
+
+
+def pinned_connection(
+    settings: LakeSettings, as_of: datetime | None, snapshots: Mapping[str, int]
+) -> tuple[Any, list[str], dict[str, PinnedTable]]:
+    """The connection of :func:`connect`, the tables left out because ``as_of`` predates them,
+    and every view's table as pinned (by qualified name)."""
+    # DuckDB and its extensions: heavy, optional (extra "pipeline"); kept out of the CLI's start.
+    import duckdb  # noqa: PLC0415
+    import duckdb_extension_avro  # type: ignore[import-untyped]  # noqa: PLC0415
+    import duckdb_extension_iceberg  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    require_lake(settings)
+    catalog = open_catalog(settings)
+    idents = [ident for ns in catalog.list_namespaces() for ident in catalog.list_tables(ns)]
+    # The merged rows first: a fresh read takes the position they cover as merged, and every
+    # model view loaded after them is at least that new (lakehouse.fresh).
+    idents.sort(key=lambda ident: ".".join(ident) != ROWS_MERGED_IDENTIFIER)
+    loaded = {".".join(ident): catalog.load_table(ident) for ident in idents}
+    known = sorted(loaded)
+    unknown = sorted(set(snapshots) - set(known))
+    if unknown:
+        raise NotFoundError(f"no table {unknown[0]} in the lake; tables: {', '.join(known)}")
+    as_of_ms = None if as_of is None else (utc(as_of) - _EPOCH) // timedelta(milliseconds=1)
+    con = duckdb.connect()
+    # Timestamps are instants: they come back as aware datetimes in UTC, whatever the zone.
+    con.execute("SET TimeZone = 'UTC'")
+    absent: list[str] = []
+    pinned: dict[str, PinnedTable] = {}
+    try:
+        # The extension wheels ship the binaries; DuckDB cannot download them on these machines.
+        for module, ext in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
+            con.execute(f"LOAD '{_extension_path(module, ext, duckdb.__version__)}'")
+        for qualified, table in loaded.items():
+            schema, name = qualified.rsplit(".", 1)
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
+            scan = _scan(qualified, table, snapshots.get(qualified), as_of_ms)
+            if scan is None:
+                absent.append(qualified)
+                continue
+            pinned[qualified] = PinnedTable(table, scan)
+            con.execute(f"CREATE VIEW {_quote(schema)}.{_quote(name)} AS {scan}")
+            if schema == LANDING_NAMESPACE:
+                con.execute(f"CREATE VIEW main.{_quote(name)} AS {scan}")
+    except BaseException:
+        con.close()
+        raise
+    return con, absent, pinned
+
+
+def connect(
+    settings: LakeSettings,
+    *,
+    as_of: datetime | None = None,
+    snapshots: Mapping[str, int] | None = None,
+) -> Any:
+    """An in-memory DuckDB connection with a view per catalog table (see the module docstring).
+
+    ``as_of`` shows every table as it was at that instant (a naive datetime is UTC); a table with
+    no snapshot at or before it (not created yet, still empty, or its snapshots expired) has no
+    view. ``snapshots`` maps qualified table names (``lakesync.landing``) to the snapshot id to
+    show, over ``as_of``. An unknown table or snapshot id raises :class:`NotFoundError`.
+    """
+    con, _, _ = pinned_connection(settings, as_of, snapshots or {})
+    return con
