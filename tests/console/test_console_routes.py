@@ -4,6 +4,7 @@ without that cookie (JSON error bodies, never a 500)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from litestar.testing import TestClient
@@ -64,7 +65,7 @@ def test_console_serves_its_assets_and_signs_in_with_a_cookie(tmp_path: Path) ->
 
 def test_the_sampler_keeps_rates_and_counts_per_gateway(tmp_path: Path) -> None:
     store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
-    # One background sample at start, then none for an hour: the test takes its own.
+    # No background sample (nobody signed in; then one an hour): the test takes its own.
     settings = make_settings(tmp_path, console_sample_s=3600)
     with TestClient(create_app(settings, store=store)) as client:
         gateway = Gateway(client)
@@ -81,3 +82,21 @@ def test_the_sampler_keeps_rates_and_counts_per_gateway(tmp_path: Path) -> None:
         points = console.history.series()["gw1"]
         assert [p.pushes for p in points[-2:]] == [1, 4]
         assert points[-1].deltas == 4 and points[-1].push_rate > 0
+
+
+def test_the_gateway_samples_only_while_someone_is_signed_in(tmp_path: Path) -> None:
+    """A sample asks every destination for its watermarks: an unwatched gateway takes none."""
+    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+    settings = make_settings(tmp_path, console_sample_s=0.05)
+    with TestClient(create_app(settings, store=store)) as client:
+        console = client.app.state.console
+        schema = {"table": "todos", "columns": [{"name": "t", "type": "string"}]}
+        assert Gateway(client).admin("POST", "/v1/admin/schema/gw1", json=schema).status_code == 200
+        time.sleep(1.0)  # twenty sampling periods
+        assert console.history.series() == {}
+        signed = client.post("/console/session", json={"token": token("root", role="admin")})
+        assert signed.status_code == 204
+        deadline = time.monotonic() + 60
+        while not console.history.series() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert console.history.series(), "no sample after sign-in"

@@ -79,6 +79,7 @@ class ConsoleService:
         self._sessions: dict[str, float] = {}
         self._snapshot: Snapshot | None = None
         self._sampled = asyncio.Condition()
+        self._signed_in = asyncio.Event()
 
     # --- sessions -------------------------------------------------------------------------
 
@@ -96,6 +97,7 @@ class ConsoleService:
             self._sessions.pop(min(self._sessions, key=self._sessions.__getitem__))
         session = secrets.token_urlsafe(32)
         self._sessions[session] = now + SESSION_TTL_S
+        self._signed_in.set()
         return session
 
     def sign_out(self, session: str | None) -> None:
@@ -127,10 +129,22 @@ class ConsoleService:
             self._sampled.notify_all()
         return snapshot
 
+    def _watched(self) -> bool:
+        """Whether a console session is live: only then is a sample worth its cost."""
+        now = self._now()
+        return any(expires > now for expires in self._sessions.values())
+
     async def run(self) -> None:
         """Sample every :attr:`History.every_s` seconds until cancelled (a failed sample is
-        logged and the next one tried)."""
+        logged and the next one tried), while someone is signed in to the console.
+
+        A sample builds the whole status, which asks every declared destination for its
+        watermarks (a query job on BigQuery): a gateway nobody watches does not pay that every
+        few seconds. The history starts with the first sign-in after the gateway started."""
         while True:
+            if not self._watched():
+                self._signed_in.clear()
+                await self._signed_in.wait()
             try:
                 await self.sample()
             except Exception:
