@@ -17,7 +17,7 @@ as_root() {
 
 # --- apt packages --------------------------------------------------------------------------
 APT_PACKAGES=(libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java libjarjar-java libasm-java
-              postgresql mariadb-server default-jdk-headless nodejs npm)
+              postgresql mariadb-server default-jdk-headless nodejs npm chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

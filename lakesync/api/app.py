@@ -17,6 +17,7 @@ from lakesync.api.actions import ActionDispatcher
 from lakesync.api.auth import provide_service
 from lakesync.api.controllers.actions import ActionController
 from lakesync.api.controllers.admin import AdminController
+from lakesync.api.controllers.console import ConsoleController
 from lakesync.api.controllers.health import health, metrics, ready
 from lakesync.api.controllers.legacy import legacy_redirect
 from lakesync.api.controllers.sync import SyncController
@@ -27,6 +28,7 @@ from lakesync.api.lake import Lead
 from lakesync.api.logs import request_id_middleware
 from lakesync.api.metrics import GatewayMetrics
 from lakesync.api.services.connectors import ConnectorMetrics, ConnectorService
+from lakesync.api.services.console import ConsoleService
 from lakesync.api.services.declared import apply_declared
 from lakesync.api.services.hub import Hub
 from lakesync.api.services.status import StatusService
@@ -84,6 +86,8 @@ def create_app(
         )
         app.state.connectors = connectors
         app.state.status = StatusService(service, connectors)
+        console = ConsoleService(service, app.state.status, settings.console_sample_s)
+        app.state.console = console
         connector_metrics = ConnectorMetrics(connectors, settings.metrics_gateway_labels)
         metrics_.registry.register(connector_metrics)
         app.state.actions = ActionDispatcher(hot, connectors.action_handlers)
@@ -100,9 +104,11 @@ def create_app(
             loop.call_soon_threadsafe(spawn, notice)
 
         hot.listen(on_notice)
+        sampler = loop.create_task(console.run())
         try:
             yield
         finally:
+            sampler.cancel()
             await connectors.stop()
             metrics_.registry.unregister(connector_metrics)
             service.draining = True
@@ -116,6 +122,7 @@ def create_app(
             SyncController,
             ActionController,
             AdminController,
+            ConsoleController,
             sync_socket,
             legacy_redirect,
             health,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["DOCS_CSP", "SECURITY_HEADERS", "security_headers_middleware"]
+__all__ = ["CONSOLE_CSP", "DOCS_CSP", "SECURITY_HEADERS", "security_headers_middleware"]
 
 SECURITY_HEADERS: dict[bytes, bytes] = {
     b"x-content-type-options": b"nosniff",
@@ -23,6 +23,14 @@ DOCS_CSP = (
 )
 """The policy of the one HTML page, Swagger UI at ``/docs``: its pinned CDN assets, its inline
 bootstrap script, and requests to this gateway only."""
+
+
+CONSOLE_CSP = (
+    b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+"""The policy of the web console at ``/console``: its scripts, styles and data from this
+gateway only (every asset is served here, nothing inline)."""
 
 
 def security_headers_middleware(app: ASGIApp) -> ASGIApp:

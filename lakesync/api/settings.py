@@ -50,6 +50,8 @@ class GatewaySettings:
     compaction_interval: float = _SERVER.compaction_interval
     docs: bool = _SERVER.docs
     metrics_gateway_labels: bool = _SERVER.metrics_gateway_labels
+    console_sample_s: float = 5.0
+    """How often the web console's history (the last hour, in memory) samples the status."""
 
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> GatewaySettings:

@@ -1,0 +1,166 @@
+"""The web console in a real browser: Debian's Chromium driven by Playwright against a gateway
+served over real HTTP. Sign in, watch the numbers change after pushes and a recorded pipeline
+run, follow a failing destination to its error; no console errors, every request stays on the
+gateway's origin, and the token never appears in a URL. Screenshots of the overview and of the
+failing destination go to ``test-artifacts/console/`` (kept by CI)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lakesync.api.app import create_app
+from lakesync.api.lake import _record_run
+from lakesync.api.services.console import SESSION_COOKIE
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.destination_specs import DestinationSpec
+from lakesync.hlc import HLC
+from lakesync.lakehouse.worker import RunReply
+from lakesync.status import Shipment
+from tests.api.helpers import auth, delta, make_settings, token
+from tests.gateway_process import free_port, serve_in_thread
+from tests.wire_json import as_json
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
+# Without the background-networking flags Chromium's own connections fail on a closed network
+# (/work/shared/STACK.md "A real browser for UI tests").
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+SCHEMA = {"table": "todos", "columns": [{"name": "title", "type": "string"}]}
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    assert CHROMIUM.exists(), "Chromium is missing: scripts/setup.sh installs it (apt chromium)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1280, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def _push(base: str, n: int, first: int) -> None:
+    alice = token("alice")
+    rows = [delta("INSERT", f"r{first + i}", "alice", title="t") for i in range(n)]
+    body = {"clientId": "alice", "deltas": [as_json(d) for d in rows]}
+    r = httpx.post(f"{base}/v1/sync/gw1/push", json=body, headers=auth(alice))
+    assert r.status_code == 200, r.text
+
+
+def test_console_in_chromium(tmp_path: Path, browser: Any) -> None:
+    closed = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    destinations = {
+        "stopped": DestinationSpec("postgres", closed, "gw1", tables=["todos"], name="stopped"),
+    }
+    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+    settings = make_settings(tmp_path, destinations=destinations, console_sample_s=0.5)
+    admin = token("root", role="admin")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    with serve_in_thread(create_app(settings, store=store)) as base:
+        r = httpx.post(f"{base}/v1/admin/schema/gw1", json=SCHEMA, headers=auth(admin))
+        assert r.status_code == 200, r.text
+        _push(base, 2, 0)
+        page = browser.new_page()
+        try:
+            errors, requests = _walk_through(page, browser, base, store, admin)
+        finally:
+            page.close()  # ends its live stream, which the server's shutdown waits for
+
+    assert errors == []
+    assert requests and all(u.startswith(f"{base}/") for u in requests), requests
+    assert not any(admin in u for u in requests)
+
+
+def _walk_through(
+    page: Any, browser: Any, base: str, store: SqliteHotLog, admin: str
+) -> tuple[list[str], list[str]]:
+    """Drive the console; returns the console errors and the URLs requested."""
+    errors: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda req: requests.append(req.url))
+
+    page.goto(f"{base}/console")
+    page.fill("#token", admin)
+    page.click("#sign-in button[type=submit]")
+    counts = page.locator("[data-gateway=gw1] [data-metric=counts]")
+    counts.wait_for(timeout=30_000)
+    page.locator("#live.on").wait_for(timeout=30_000)
+    _wait_text(counts, "1 · 0 · 2")  # pushes · pulls · deltas
+    assert not page.locator("#sign-in").is_visible()
+
+    cookies = {c["name"]: c for c in browser.cookies()}
+    assert cookies[SESSION_COOKIE]["httpOnly"] and cookies[SESSION_COOKIE]["sameSite"] == "Strict"
+    assert page.evaluate("document.cookie") == ""  # the session is out of the page's reach
+
+    # Pushes move the numbers on the live overview, without a reload.
+    _push(base, 3, 2)
+    _push(base, 1, 5)
+    _wait_text(counts, "3 · 0 · 6")
+
+    # A pipeline run, as the scheduler records it, shows up with its duration.
+    runs = page.locator("[data-gateway=gw1] [data-metric=runs]")
+    assert runs.inner_text() == "none recorded"
+    _record_run(store, time.time() - 3, RunReply(
+        ok=True, rows_merged=6, elapsed_s=2.5, position=store.head(),
+        shipments=[Shipment("stopped", "todos", 0, "connection refused")],
+    ))
+    _wait_text(runs, "1 · ok, 2.5 s", prefix=True)
+    page.locator(".u-over").first.wait_for()  # the charts are drawn
+    page.screenshot(path=str(ARTIFACTS / "overview.png"), full_page=True)
+
+    # The failing destination is named on the overview; its link leads to the error.
+    failing = page.locator("#failing-list a", has_text="destination stopped")
+    failing.click()
+    error = page.locator("#destination-error")
+    error.wait_for(timeout=30_000)
+    assert "unreachable" in error.inner_text()
+    assert "last shipment failed: todos: connection refused" in error.inner_text()
+    assert page.locator("#view h1").inner_text() == "Destination stopped"
+    page.screenshot(path=str(ARTIFACTS / "failing-destination.png"), full_page=True)
+
+    # The run's own page, and the gateway's page with its table and row count.
+    page.goto(f"{base}/console#/gateways/gw1/runs/0")
+    page.locator("text=rows merged").wait_for()
+    page.goto(f"{base}/console#/gateways/gw1")
+    page.locator("#tables td", has_text="todos").wait_for(timeout=30_000)
+    assert "6" in page.locator("#tables tbody tr").first.inner_text()
+
+    # Readable on a phone: nothing wider than the screen.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{base}/console#/")
+    counts.wait_for(timeout=30_000)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    return errors, requests
+
+
+def _wait_text(locator: Any, expected: str, prefix: bool = False) -> None:
+    """Wait for a live-updated element to show ``expected`` (the console samples every 0.5 s)."""
+    deadline = time.monotonic() + 60
+    while True:
+        text = locator.inner_text()
+        if text == expected or (prefix and text.startswith(expected)):
+            return
+        assert time.monotonic() < deadline, f"still {text!r}, waiting for {expected!r}"
+        time.sleep(0.2)
