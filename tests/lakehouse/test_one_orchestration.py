@@ -5,7 +5,8 @@ process environment as it found it.
 Real parts: the demo's gateway subprocess and clients, Spark, dbt and the Iceberg catalog of one
 data dir, the CLI (typer's runner) and the worker's request handler, all in this process after
 the demo. ``run_and_ship``, where each caller imported it, is wrapped by a recorder that calls
-the real function with an observer teeing its events, so the test sees which callers went through it and what each saw.
+the real function with an observer teeing its events, so the test sees which callers went
+through it and what each saw.
 """
 
 from __future__ import annotations
