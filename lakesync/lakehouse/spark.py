@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
 
 __all__ = ["lake_spark_conf", "spark_session"]
 
+_log = logging.getLogger(__name__)
+
 
 def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSession:
     """Get or create the process's Spark session configured for the lake (STACK.md settings).
@@ -24,8 +27,15 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
     # heavy, optional (extra "pipeline")
     from pyspark.sql import SparkSession  # noqa: PLC0415
 
+    conf = lake_spark_conf(settings)
+    active = SparkSession.getActiveSession()
+    if active is not None and _other_lake(active, conf):
+        # A session's catalogs are fixed when it starts: handing it back would read and write
+        # another lake (a process that worked on one data dir, then another).
+        _log.warning("stopping the Spark session of another lake to open %s", settings.data_dir)
+        active.stop()
     builder = SparkSession.builder.appName(app_name)
-    for key, value in lake_spark_conf(settings).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     # Python UDF workers must run this venv's interpreter, and daemons must bind loopback only;
     # PySpark reads both when the session starts (a variable the user set wins).
@@ -33,6 +43,15 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
            "SPARK_LOCAL_IP": "127.0.0.1"}
     with process_environment(env, override=False):
         return builder.getOrCreate()
+
+
+def _other_lake(session: SparkSession, conf: dict[str, str]) -> bool:
+    """Whether ``session`` was started with other catalog settings than ``conf``'s."""
+    return any(
+        session.conf.get(key, None) != value
+        for key, value in conf.items()
+        if key.startswith("spark.sql.catalog.")
+    )
 
 
 def lake_spark_conf(settings: LakeSettings, log: Path | None = None) -> dict[str, str]:
