@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
+from lakesync import telemetry
 from lakesync.cli.init import init_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
@@ -191,6 +192,7 @@ app = typer.Typer(
 @app.callback()
 def _root() -> None:
     """LakeSync: declare what data goes where; the engine syncs it."""
+    telemetry.configure()  # OTLP export when the standard OTEL_* variables ask for it
 
 
 @app.command()

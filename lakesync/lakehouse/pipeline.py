@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from lakesync import telemetry
 from lakesync.config import Config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.lakehouse.materialise import ShipResult, materialise
@@ -97,16 +98,41 @@ def run_and_ship(
     observer: PipelineObserver | None = None,
     metrics: DestinationMetrics | None = None,
     dbt: DbtInvoker | None = None,
+    pushes: Sequence[str] | None = None,
 ) -> PipelineOutcome:
     """Run the pipeline once, then ship to ``config``'s destinations (none declared: no
     shipping); returns what both did. ``schemas``, ``full_refresh`` and ``tests`` are
     :func:`~lakesync.lakehouse.runner.run_pipeline`'s; ``metrics`` counts failed writes to
     fan-out secondaries; ``dbt`` keeps the parsed project between runs (a warm process passes
-    its own). Raises :class:`~lakesync.lakehouse.runner.PipelineError` when a model every
-    table needs failed (nothing ships then); one table's failure is in the result instead."""
+    its own); ``pushes`` are the W3C ``traceparent`` values of the pushes this run continues
+    (default: those this process landed, :func:`lakesync.telemetry.take_landed`). Raises
+    :class:`~lakesync.lakehouse.runner.PipelineError` when a model every table needs failed
+    (nothing ships then); one table's failure is in the result instead."""
     dbt = dbt or DbtInvoker()
+    with telemetry.pipeline_span({"lakesync.full_refresh": full_refresh}, pushes):
+        return _run_and_ship(settings, config, schemas, full_refresh, tests, observer, metrics, dbt)
 
+
+def _run_and_ship(
+    settings: LakeSettings,
+    config: Config,
+    schemas: Sequence[TableSchema] | None,
+    full_refresh: bool,
+    tests: bool,
+    observer: PipelineObserver | None,
+    metrics: DestinationMetrics | None,
+    dbt: DbtInvoker,
+) -> PipelineOutcome:
     def notify(event: PipelineEvent) -> None:
+        if isinstance(event, Shipped):
+            r = event.result
+            telemetry.completed_span(
+                "lakesync.shipment",
+                {"lakesync.destination": r.destination, "lakesync.table": r.table,
+                 "lakesync.rows": r.rows},
+                r.elapsed_s,
+                r.error,
+            )
         if observer is not None:
             observer(event)
 

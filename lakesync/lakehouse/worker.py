@@ -42,6 +42,7 @@ from typing import IO, Literal
 
 import msgspec
 
+from lakesync import telemetry
 from lakesync.config import load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.lakehouse.compaction import TableCompaction, compact
@@ -66,6 +67,9 @@ class RunRequest(msgspec.Struct, forbid_unknown_fields=True):
     full_refresh: bool = False
     tests: bool = True
     kind: Literal["pipeline", "compact"] = "pipeline"
+    pushes: list[str] = []
+    """W3C ``traceparent`` values of the pushes the gateway landed since the last run: the
+    run's span continues their trace (empty: tracing is off)."""
 
 
 class SecondaryFailures(msgspec.Struct):
@@ -151,6 +155,7 @@ def _run(data_dir: Path | None, request: RunRequest, dbt: DbtInvoker) -> RunRepl
             observer=_log_event,
             metrics=metrics,
             dbt=dbt,
+            pushes=request.pushes,
         )
     except Exception as exc:  # one failed run is reported; the worker serves the next
         _log.exception("pipeline run failed")
@@ -203,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    telemetry.configure()
     # Replies get their own copy of fd 1; fd 1 itself (print, dbt, the JVM) goes to stderr.
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
@@ -265,7 +271,9 @@ class PipelineWorker:
 
         Raises :class:`WorkerDiedError` if the worker exits during the run.
         """
-        return self._ask(RunRequest(full_refresh=full_refresh), stop)
+        return self._ask(
+            RunRequest(full_refresh=full_refresh, pushes=telemetry.take_landed()), stop
+        )
 
     def compact(self, stop: threading.Event | None = None) -> RunReply | None:
         """One compaction (``lakesync compact``), like :meth:`run`; figures in ``compacted``."""
