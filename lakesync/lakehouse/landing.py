@@ -37,9 +37,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lakesync import telemetry
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
+from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.catalog import (
     HELD_PROPERTY,
     LANDED_LATE_PROPERTY,

@@ -42,9 +42,9 @@ from typing import IO, Literal
 
 import msgspec
 
-from lakesync import telemetry
 from lakesync.config import load_config
 from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.compaction import TableCompaction, compact
 from lakesync.lakehouse.pipeline import Built, NodeProgress, PipelineEvent, run_and_ship
 from lakesync.lakehouse.runner import DbtInvoker

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
-from lakesync import telemetry
 from lakesync.api.metrics import GatewayMetrics
 from lakesync.api.services.hub import Connection, Hub
 from lakesync.api.services.limits import RateLimiter
@@ -39,6 +38,7 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
+from lakesync.lakehouse import telemetry
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
