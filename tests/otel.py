@@ -6,14 +6,16 @@ from collections.abc import Iterator
 from functools import cache
 
 import pytest
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from lakesync.lakehouse import telemetry
 
-__all__ = ["by_name", "spans"]
+__all__ = ["by_name", "metric_reader", "spans"]
 
 
 @cache
@@ -46,3 +48,11 @@ def by_name(exporter: InMemorySpanExporter) -> dict[str, list[ReadableSpan]]:
     for s in exporter.get_finished_spans():
         out.setdefault(s.name, []).append(s)
     return out
+
+
+@cache
+def metric_reader() -> InMemoryMetricReader:
+    """The SDK's in-memory metric reader behind the process's meter provider (set once)."""
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return reader

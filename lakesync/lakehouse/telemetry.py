@@ -5,6 +5,8 @@ Off unless the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_TRACES_EXPORT
 set: then :func:`configure` installs the SDK's tracer provider with the exporter those variables
 name (OTLP over http/protobuf by default; every other ``OTEL_*`` setting is the SDK's own). When
 off, :func:`span` is one module-level boolean test, and nothing of OpenTelemetry is imported.
+The gateway's Prometheus metrics (``/metrics``, which stays) are then also reported through the
+SDK's meter provider (:func:`export_metrics`; ``OTEL_METRICS_EXPORTER=none`` turns that off).
 
 How the stages find the push's trace: the gateway's push span is remembered with the batch's last
 ingest position (:func:`remember_push`); the flush that lands those positions starts its span as a
@@ -20,18 +22,28 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext
+
+
+class PrometheusRegistry(Protocol):
+    """What :func:`export_metrics` reads: a ``prometheus_client`` registry."""
+
+    def collect(self) -> Iterable[Any]:
+        """The metric families, with their samples."""
+        ...
 
 __all__ = [
     "completed_span",
     "configure",
     "enable",
     "enabled",
+    "export_metrics",
     "flush_span",
     "format_traceparent",
     "parse_traceparent",
@@ -54,6 +66,9 @@ _pending: dict[int, str] = {}
 _landed: list[str] = []
 """Push spans (W3C ``traceparent``) landed by a flush, not yet taken by a pipeline run."""
 _NOOP: AbstractContextManager[None] = nullcontext()
+_registries: weakref.WeakSet[PrometheusRegistry] = weakref.WeakSet()
+"""The Prometheus registries :func:`export_metrics` reports (an app's lives as long as it)."""
+_instruments: set[str] = set()
 
 
 def tracing_requested(environ: Mapping[str, str] = os.environ) -> bool:
@@ -95,11 +110,71 @@ def configure(environ: Mapping[str, str] = os.environ) -> bool:
 
         exporter = OTLPSpanExporter()  # endpoint, headers, timeout: from OTEL_EXPORTER_OTLP_*
     attributes = {} if "OTEL_SERVICE_NAME" in environ else {"service.name": "lakesync"}
-    provider = TracerProvider(resource=Resource.create(attributes))
+    resource = Resource.create(attributes)
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    if environ.get("OTEL_METRICS_EXPORTER", "otlp").strip().lower() == "otlp":
+        from opentelemetry import metrics  # noqa: PLC0415 -- optional, as above
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # noqa: PLC0415
+            OTLPMetricExporter,
+        )
+        from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415
+        from opentelemetry.sdk.metrics.export import (  # noqa: PLC0415
+            PeriodicExportingMetricReader,
+        )
+
+        # The interval is OTEL_METRIC_EXPORT_INTERVAL's, the endpoint OTEL_EXPORTER_OTLP_*'s.
+        reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+        metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
     enable()
     return True
+
+
+def export_metrics(registry: PrometheusRegistry) -> None:
+    """Report a Prometheus registry's metrics through the OpenTelemetry meter provider too (the
+    same names, labels as attributes): counters as observable counters, gauges as observable
+    gauges, a histogram as its ``_count`` and ``_sum`` counters. Nothing when tracing is off;
+    ``/metrics`` stays as it is. Several registries (apps) of one process report together."""
+    if not _enabled:
+        return
+    from opentelemetry import metrics  # noqa: PLC0415 -- optional; only when tracing is on
+
+    meter = metrics.get_meter(_TRACER)
+    with _lock:
+        _registries.add(registry)
+        for family in registry.collect():
+            unit = "s" if family.name.endswith("_seconds") else (
+                "By" if family.name.endswith("_bytes") else "1")
+            match family.type:
+                case "counter":
+                    instruments = [(f"{family.name}_total", "counter", unit)]
+                case "gauge":
+                    instruments = [(family.name, "gauge", unit)]
+                case "histogram":
+                    instruments = [(f"{family.name}_count", "counter", "1"),
+                                   (f"{family.name}_sum", "counter", unit)]
+                case _:
+                    instruments = []
+            for name, kind, u in instruments:
+                if name in _instruments:
+                    continue  # an instrument is made once per process; it reads every registry
+                _instruments.add(name)
+                create = (meter.create_observable_counter if kind == "counter"
+                          else meter.create_observable_gauge)
+                create(name, [_observe(name)], u, family.documentation)
+
+
+def _observe(sample: str) -> Callable[[Any], Iterable[Any]]:
+    from opentelemetry.metrics import Observation  # noqa: PLC0415 -- optional
+
+    def observe(_options: Any) -> Iterable[Any]:
+        with _lock:
+            registries = list(_registries)
+        return [Observation(s.value, dict(s.labels)) for r in registries
+                for family in r.collect() for s in family.samples if s.name == sample]
+
+    return observe
 
 
 def enable(on: bool = True) -> None:

@@ -4,16 +4,18 @@ traceparents) and its shipments form one trace; off, nothing is recorded."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 from litestar.testing import TestClient
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from lakesync.api.app import create_app
+from lakesync.api.metrics import GatewayMetrics
 from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.worker import RunRequest
 from tests.api.helpers import Gateway, delta, make_settings, token
-from tests.otel import by_name, spans
+from tests.otel import by_name, metric_reader, spans
 
 __all__ = ["spans"]  # the fixture
 
@@ -119,3 +121,29 @@ def test_off_nothing_is_recorded(tmp_path: Path) -> None:
     with telemetry.flush_span(1 << 62, {}), telemetry.pipeline_span():
         telemetry.completed_span("lakesync.shipment", {}, 0.1)
     assert telemetry.take_landed() == []
+
+
+def test_the_prometheus_metrics_are_reported_through_the_meter_provider(
+    spans: InMemorySpanExporter,
+) -> None:
+    reader = metric_reader()
+    gc.collect()  # the apps of earlier tests: their registries stop reporting
+    gateway = GatewayMetrics()
+    telemetry.export_metrics(gateway.registry)
+    gateway.count("gw9", "pushes", 3)
+    gateway.hotlog_unflushed.set(42)
+    gateway.push_seconds.observe(0.5)
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        m.name: (m.unit, [(dict(p.attributes or {}), p.value) for p in m.data.data_points])
+        for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    # Other apps of this process (earlier tests) may still report: look for this one's points.
+    assert ({"gateway": "gw9"}, 3.0) in points["lakesync_push_total"][1]
+    assert points["lakesync_push_total"][0] == "1"
+    assert points["lakesync_hotlog_unflushed_bytes"][0] == "By"
+    assert ({}, 42.0) in points["lakesync_hotlog_unflushed_bytes"][1]
+    assert ({}, 1.0) in points["lakesync_push_seconds_count"][1]
+    assert points["lakesync_push_seconds_sum"][0] == "s"
+    assert ({}, 0.5) in points["lakesync_push_seconds_sum"][1]
