@@ -25,6 +25,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class PrometheusRegistry(Protocol):
         ...
 
 __all__ = [
+    "MetricDefinition",
     "completed_span",
     "configure",
     "enable",
@@ -46,6 +48,7 @@ __all__ = [
     "export_metrics",
     "flush_span",
     "format_traceparent",
+    "metric_definitions",
     "parse_traceparent",
     "pipeline_span",
     "remember_push",
@@ -131,10 +134,45 @@ def configure(environ: Mapping[str, str] = os.environ) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class MetricDefinition:
+    """One metric as OTLP reports it (and ``/metrics`` shows it): its name, instrument kind
+    (``counter`` or ``gauge``), UCUM unit, label names and help text."""
+
+    name: str
+    kind: str
+    unit: str
+    labels: tuple[str, ...]
+    help: str
+
+
+def metric_definitions(registry: PrometheusRegistry) -> list[MetricDefinition]:
+    """The metrics of a Prometheus registry as :func:`export_metrics` reports them: a counter
+    as ``<name>_total``, a gauge as itself, a histogram as its ``_count`` and ``_sum`` counters;
+    label names are those of the samples present (pure)."""
+    out: list[MetricDefinition] = []
+    for family in registry.collect():
+        unit = "s" if family.name.endswith("_seconds") else (
+            "By" if family.name.endswith("_bytes") else "1")
+        labels = tuple(sorted({k for sample in family.samples for k in sample.labels} - {"le"}))
+        match family.type:
+            case "counter":
+                out.append(MetricDefinition(f"{family.name}_total", "counter", unit, labels,
+                                            family.documentation))
+            case "gauge":
+                out.append(MetricDefinition(family.name, "gauge", unit, labels,
+                                            family.documentation))
+            case "histogram":
+                out.append(MetricDefinition(f"{family.name}_count", "counter", "1", labels,
+                                            f"{family.documentation} (count)"))
+                out.append(MetricDefinition(f"{family.name}_sum", "counter", unit, labels,
+                                            f"{family.documentation} (sum)"))
+    return out
+
+
 def export_metrics(registry: PrometheusRegistry) -> None:
-    """Report a Prometheus registry's metrics through the OpenTelemetry meter provider too (the
-    same names, labels as attributes): counters as observable counters, gauges as observable
-    gauges, a histogram as its ``_count`` and ``_sum`` counters. Nothing when tracing is off;
+    """Report a Prometheus registry's metrics through the OpenTelemetry meter provider too
+    (:func:`metric_definitions`; labels become attributes). Nothing when tracing is off;
     ``/metrics`` stays as it is. Several registries (apps) of one process report together."""
     if not _enabled:
         return
@@ -143,26 +181,13 @@ def export_metrics(registry: PrometheusRegistry) -> None:
     meter = metrics.get_meter(_TRACER)
     with _lock:
         _registries.add(registry)
-        for family in registry.collect():
-            unit = "s" if family.name.endswith("_seconds") else (
-                "By" if family.name.endswith("_bytes") else "1")
-            match family.type:
-                case "counter":
-                    instruments = [(f"{family.name}_total", "counter", unit)]
-                case "gauge":
-                    instruments = [(family.name, "gauge", unit)]
-                case "histogram":
-                    instruments = [(f"{family.name}_count", "counter", "1"),
-                                   (f"{family.name}_sum", "counter", unit)]
-                case _:
-                    instruments = []
-            for name, kind, u in instruments:
-                if name in _instruments:
-                    continue  # an instrument is made once per process; it reads every registry
-                _instruments.add(name)
-                create = (meter.create_observable_counter if kind == "counter"
-                          else meter.create_observable_gauge)
-                create(name, [_observe(name)], u, family.documentation)
+        for m in metric_definitions(registry):
+            if m.name in _instruments:
+                continue  # an instrument is made once per process; it reads every registry
+            _instruments.add(m.name)
+            create = (meter.create_observable_counter if m.kind == "counter"
+                      else meter.create_observable_gauge)
+            create(m.name, [_observe(m.name)], m.unit, m.help)
 
 
 def _observe(sample: str) -> Callable[[Any], Iterable[Any]]:
