@@ -28,6 +28,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from lakesync.errors import ConfigError
+
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, SpanContext
 
@@ -100,7 +102,7 @@ def configure(environ: Mapping[str, str] = os.environ) -> bool:
             SpanExporter,
         )
     except ImportError as exc:
-        raise RuntimeError(
+        raise ConfigError(
             "OTEL_* variables ask for trace export: pip install 'lakesync[otel]'"
         ) from exc
     exporter: SpanExporter

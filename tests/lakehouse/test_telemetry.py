@@ -147,3 +147,63 @@ def test_the_prometheus_metrics_are_reported_through_the_meter_provider(
     assert ({}, 1.0) in points["lakesync_push_seconds_count"][1]
     assert points["lakesync_push_seconds_sum"][0] == "s"
     assert ({}, 0.5) in points["lakesync_push_seconds_sum"][1]
+
+
+def test_the_otel_variables_export_spans_and_metrics_over_otlp_http(tmp_path: Path) -> None:
+    """A process configured only by ``OTEL_EXPORTER_OTLP_ENDPOINT`` posts its spans and metrics
+    (OTLP http/protobuf) to an in-process collector."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+    )
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    received: dict[str, list[bytes]] = {}
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.setdefault(self.path, []).append(body)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    script = (
+        "from lakesync.api.metrics import GatewayMetrics\n"
+        "from lakesync.lakehouse import telemetry\n"
+        "assert telemetry.configure()\n"
+        "m = GatewayMetrics(); telemetry.export_metrics(m.registry); m.count('gw1', 'pushes')\n"
+        "with telemetry.span('lakesync.push', {'lakesync.gateway': 'gw1'}):\n"
+        "    pass\n"
+    )
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_port}",
+           "OTEL_SERVICE_NAME": "lakesync-test"}
+    try:
+        done = subprocess.run([sys.executable, "-c", script], check=False, env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    traces = ExportTraceServiceRequest.FromString(received["/v1/traces"][0])
+    [resource] = traces.resource_spans
+    service = {a.key: a.value.string_value for a in resource.resource.attributes}
+    assert service["service.name"] == "lakesync-test"
+    assert [s.name for ss in resource.scope_spans for s in ss.spans] == ["lakesync.push"]
+    # The meter provider exports once more at exit: the push counter is there.
+    names = {m.name for body in received["/v1/metrics"]
+             for rm in ExportMetricsServiceRequest.FromString(body).resource_metrics
+             for sm in rm.scope_metrics for m in sm.metrics}
+    assert "lakesync_push_total" in names
