@@ -19,6 +19,7 @@ trace of its own.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lakesync.errors import ConfigError
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, SpanContext
+    from opentelemetry.trace import Span, SpanContext, Tracer
 
 
 class PrometheusRegistry(Protocol):
@@ -240,7 +241,7 @@ def _span(
     from opentelemetry import trace  # noqa: PLC0415 -- optional; only when tracing is on
 
     context = None if parent is None else trace.set_span_in_context(trace.NonRecordingSpan(parent))
-    with trace.get_tracer(_TRACER).start_as_current_span(
+    with _tracer().start_as_current_span(
         name,
         context=context,
         attributes=dict(attributes or {}),
@@ -321,6 +322,14 @@ def parse_traceparent(value: str) -> tuple[int, int, int] | None:
     return (trace_id, span_id, flags) if trace_id and span_id else None
 
 
+@functools.cache
+def _tracer() -> Tracer:
+    # One tracer for the process: a proxy until a provider is set, then the provider's.
+    from opentelemetry import trace  # noqa: PLC0415 -- optional; only when tracing is on
+
+    return trace.get_tracer(_TRACER)
+
+
 def _parent_and_links(pushes: Sequence[str]) -> tuple[SpanContext | None, list[SpanContext]]:
     from opentelemetry.trace import SpanContext, TraceFlags  # noqa: PLC0415 -- optional
 
@@ -341,7 +350,7 @@ def completed_span(
     from opentelemetry import trace  # noqa: PLC0415 -- optional; only when tracing is on
 
     end = time.time_ns()
-    done = trace.get_tracer(_TRACER).start_span(
+    done = _tracer().start_span(
         name, attributes=dict(attributes), start_time=end - int(elapsed_s * 1e9)
     )
     if error is not None:
