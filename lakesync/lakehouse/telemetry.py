@@ -13,8 +13,9 @@ ingest position (:func:`remember_push`); the flush that lands those positions st
 child of the first such push and links the others (:func:`flush_span`); the pipeline run that
 follows starts as a child of the first landed push's trace and links the rest
 (:func:`pipeline_span`); each shipment is a child of the run. The contexts wait in this process
-(bounded), which is where ``lakesync up`` flushes; a pipeline run in another process starts a
-trace of its own.
+(bounded), which is where ``lakesync up`` flushes; its pipeline worker (another process) gets
+them as W3C ``traceparent`` values with each run request (:func:`take_landed`). A ``lakesync
+pipeline run`` started by hand, or a push taken before a restart, starts a trace of its own.
 """
 
 from __future__ import annotations
