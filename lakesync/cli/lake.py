@@ -138,9 +138,10 @@ class RunView:
 
     def __call__(self, event: PipelineEvent) -> None:
         match event:
-            case NodesPlanned(nodes=nodes):
+            case NodesPlanned(stage=stage, nodes=nodes):
                 self._nodes.planned(nodes)
-                self._draw()
+                if stage == "build":  # the bar is gone once built
+                    self._draw()
             case NodeProgress(stage="build", node=node, status=status):
                 self._node(node, status)
             case NodeProgress(node=node, status=status):
