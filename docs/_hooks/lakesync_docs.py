@@ -40,6 +40,7 @@ log = logging.getLogger("mkdocs.hooks.lakesync")
 CONFIG_MARKER = "<!-- lakesync:config-reference -->"
 CLI_MARKER = "<!-- lakesync:cli-reference -->"
 TYPES_MARKER = "<!-- lakesync:type-mapping -->"
+METRICS_MARKER = "<!-- lakesync:metrics-reference -->"
 ROOT = Path(__file__).resolve().parents[2]
 
 # Keys a Struct carries that a file does not set (filled in by the parser).
@@ -56,6 +57,8 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
         markdown = markdown.replace(CLI_MARKER, cli_reference())
     if TYPES_MARKER in markdown:
         markdown = markdown.replace(TYPES_MARKER, type_mapping())
+    if METRICS_MARKER in markdown:
+        markdown = markdown.replace(METRICS_MARKER, metrics_reference())
     return markdown
 
 
@@ -311,6 +314,28 @@ def type_mapping() -> str:
         cells = [getattr(row, name) for name, _ in TYPE_COLUMNS]
         cells[0] = f"`{cells[0]}`"
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def metrics_reference() -> str:
+    """The gateway's metric set, one row per metric, as ``/metrics`` and OTLP report it
+    (:func:`lakesync.lakehouse.telemetry.metric_definitions` of a gateway's registry)."""
+    _import_checkout()
+    from lakesync.api.metrics import GatewayMetrics
+    from lakesync.destinations.metrics import DestinationMetrics
+    from lakesync.lakehouse.telemetry import metric_definitions
+
+    gateway, shipping = GatewayMetrics(), DestinationMetrics()
+    gateway.registry.register(shipping)  # as the gateway that runs the scheduled pipeline
+    # One sample per labelled metric, so the families show their label names.
+    for what in ("pushes", "deltas", "pulls"):
+        gateway.count("gw", what)
+    gateway.errors.labels("code").inc()
+    shipping.secondary_failed("destination", "secondary")
+    lines = ["| Name | Kind | Unit | Labels | Meaning |", "|---|---|---|---|---|"]
+    for m in metric_definitions(gateway.registry):
+        labels = ", ".join(f"`{label}`" for label in m.labels) or "—"
+        lines.append(f"| `{m.name}` | {m.kind} | `{m.unit}` | {labels} | {_cell(m.help)} |")
     return "\n".join(lines) + "\n"
 
 

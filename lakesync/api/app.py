@@ -36,6 +36,7 @@ from lakesync.api.services.sync import SyncService
 from lakesync.api.settings import GatewaySettings
 from lakesync.api.store import HotLog, LogNotice, open_store
 from lakesync.hlc import HLC
+from lakesync.lakehouse import telemetry
 
 if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
@@ -59,6 +60,7 @@ def create_app(
     metrics_ = GatewayMetrics(by_gateway=settings.metrics_gateway_labels)
     if shipping is not None:
         metrics_.registry.register(shipping)
+    telemetry.export_metrics(metrics_.registry)  # to OTLP too, when OTEL_* variables ask
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

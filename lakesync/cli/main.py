@@ -13,6 +13,7 @@ from typer.exceptions import TyperException
 from lakesync.cli.init import init_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
+from lakesync.lakehouse import telemetry
 from lakesync.tokens import mint_client_token
 
 if TYPE_CHECKING:
@@ -191,6 +192,7 @@ app = typer.Typer(
 @app.callback()
 def _root() -> None:
     """LakeSync: declare what data goes where; the engine syncs it."""
+    telemetry.configure()  # OTLP export when the standard OTEL_* variables ask for it
 
 
 @app.command()

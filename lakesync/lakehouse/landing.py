@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
+from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.catalog import (
     HELD_PROPERTY,
     LANDED_LATE_PROPERTY,
@@ -225,6 +226,17 @@ class LandingFlusher:
         (``held`` is updated). Returns the rows landed."""
         through = entries[-1][0]
         ready = [e for e in entries if e[1] not in held]
+        with telemetry.flush_span(through, {"lakesync.entries": len(entries)}):
+            return self._commit(entries, ready, pos, held)
+
+    def _commit(
+        self,
+        entries: Sequence[LogEntry],
+        ready: list[LogEntry],
+        pos: int | None,
+        held: dict[str, int],
+    ) -> int:
+        through = entries[-1][0]
         tx = self._transaction()
         try:
             # Rows and position land in one snapshot: the commit is the only point of no return.

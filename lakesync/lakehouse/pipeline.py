@@ -9,8 +9,9 @@ build are reported failed, not shipped). Both stages share one :class:`DbtInvoke
 parses the project at most once.
 
 Callers show progress through one observer that receives :data:`PipelineEvent` values in order:
-:class:`NodeProgress` for each dbt node (stage ``build``, then ``ship`` for a change-set
-rebuild), :class:`Built` once the build ended, and :class:`Shipped` per destination and table.
+:class:`NodesPlanned` when a dbt invocation says how many nodes it runs, :class:`NodeProgress`
+for each dbt node (stage ``build``, then ``ship`` for a change-set rebuild), :class:`Built` once
+the build ended, and :class:`Shipped` per destination and table.
 """
 
 from __future__ import annotations
@@ -21,14 +22,22 @@ from typing import Literal
 
 from lakesync.config import Config
 from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.materialise import ShipResult, materialise
-from lakesync.lakehouse.runner import DbtInvoker, PipelineResult, run_pipeline
+from lakesync.lakehouse.runner import (
+    PLANNED,
+    DbtInvoker,
+    PipelineResult,
+    ProgressCallback,
+    run_pipeline,
+)
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import TableSchema
 
 __all__ = [
     "Built",
     "NodeProgress",
+    "NodesPlanned",
     "PipelineEvent",
     "PipelineObserver",
     "PipelineOutcome",
@@ -49,6 +58,15 @@ class NodeProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class NodesPlanned:
+    """A dbt invocation of ``stage`` will run ``nodes`` nodes (a run may have several: the
+    build, then a change-set rebuild when shipping)."""
+
+    stage: Literal["build", "ship"]
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Built:
     """The build ended (shipping, if any, starts next)."""
 
@@ -62,7 +80,7 @@ class Shipped:
     result: ShipResult
 
 
-PipelineEvent = NodeProgress | Built | Shipped
+PipelineEvent = NodesPlanned | NodeProgress | Built | Shipped
 """What :func:`run_and_ship` reports to its observer, in order."""
 
 PipelineObserver = Callable[[PipelineEvent], None]
@@ -97,18 +115,50 @@ def run_and_ship(
     observer: PipelineObserver | None = None,
     metrics: DestinationMetrics | None = None,
     dbt: DbtInvoker | None = None,
+    pushes: Sequence[str] | None = None,
 ) -> PipelineOutcome:
     """Run the pipeline once, then ship to ``config``'s destinations (none declared: no
     shipping); returns what both did. ``schemas``, ``full_refresh`` and ``tests`` are
     :func:`~lakesync.lakehouse.runner.run_pipeline`'s; ``metrics`` counts failed writes to
     fan-out secondaries; ``dbt`` keeps the parsed project between runs (a warm process passes
-    its own). Raises :class:`~lakesync.lakehouse.runner.PipelineError` when a model every
-    table needs failed (nothing ships then); one table's failure is in the result instead."""
+    its own); ``pushes`` are the W3C ``traceparent`` values of the pushes this run continues
+    (default: those this process landed, :func:`lakesync.lakehouse.telemetry.take_landed`). Raises
+    :class:`~lakesync.lakehouse.runner.PipelineError` when a model every table needs failed
+    (nothing ships then); one table's failure is in the result instead."""
     dbt = dbt or DbtInvoker()
+    with telemetry.pipeline_span({"lakesync.full_refresh": full_refresh}, pushes):
+        return _run_and_ship(settings, config, schemas, full_refresh, tests, observer, metrics, dbt)
 
+
+def _run_and_ship(
+    settings: LakeSettings,
+    config: Config,
+    schemas: Sequence[TableSchema] | None,
+    full_refresh: bool,
+    tests: bool,
+    observer: PipelineObserver | None,
+    metrics: DestinationMetrics | None,
+    dbt: DbtInvoker,
+) -> PipelineOutcome:
     def notify(event: PipelineEvent) -> None:
+        if isinstance(event, Shipped):
+            r = event.result
+            telemetry.completed_span(
+                "lakesync.shipment",
+                {"lakesync.destination": r.destination, "lakesync.table": r.table,
+                 "lakesync.rows": r.rows},
+                r.elapsed_s,
+                r.error,
+            )
         if observer is not None:
             observer(event)
+
+    def nodes_of(stage: Literal["build", "ship"]) -> ProgressCallback:
+        def on_node(node: str, status: str) -> None:
+            notify(NodesPlanned(stage, int(node)) if status == PLANNED
+                   else NodeProgress(stage, node, status))
+
+        return on_node
 
     built = run_pipeline(
         settings=settings,
@@ -116,7 +166,7 @@ def run_and_ship(
         config=config,
         full_refresh=full_refresh,
         tests=tests,
-        on_progress=lambda node, status: notify(NodeProgress("build", node, status)),
+        on_progress=nodes_of("build"),
         dbt=dbt,
     )
     notify(Built(built))
@@ -127,7 +177,7 @@ def run_and_ship(
         config,
         metrics=metrics,
         on_result=lambda r: notify(Shipped(r)),
-        on_progress=lambda node, status: notify(NodeProgress("ship", node, status)),
+        on_progress=nodes_of("ship"),
         not_built=built.failed,
         dbt=dbt,
     )

@@ -44,8 +44,15 @@ import msgspec
 
 from lakesync.config import load_config
 from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.compaction import TableCompaction, compact
-from lakesync.lakehouse.pipeline import Built, NodeProgress, PipelineEvent, run_and_ship
+from lakesync.lakehouse.pipeline import (
+    Built,
+    NodeProgress,
+    NodesPlanned,
+    PipelineEvent,
+    run_and_ship,
+)
 from lakesync.lakehouse.runner import DbtInvoker
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.status import Shipment
@@ -66,6 +73,9 @@ class RunRequest(msgspec.Struct, forbid_unknown_fields=True):
     full_refresh: bool = False
     tests: bool = True
     kind: Literal["pipeline", "compact"] = "pipeline"
+    pushes: list[str] = []
+    """W3C ``traceparent`` values of the pushes the gateway landed since the last run: the
+    run's span continues their trace (empty: tracing is off)."""
 
 
 class SecondaryFailures(msgspec.Struct):
@@ -127,6 +137,8 @@ def _log_event(event: PipelineEvent) -> None:
     match event:
         case NodeProgress(node=node, status=status):
             _log.info("%-8s %s", status, node)
+        case NodesPlanned(nodes=nodes):
+            _log.info("dbt runs %d nodes", nodes)
         case Built(result=result):
             _log.info("pipeline run done: %d deltas merged in %.1f s", result.rows_merged,
                       result.elapsed_s)
@@ -151,6 +163,7 @@ def _run(data_dir: Path | None, request: RunRequest, dbt: DbtInvoker) -> RunRepl
             observer=_log_event,
             metrics=metrics,
             dbt=dbt,
+            pushes=request.pushes,
         )
     except Exception as exc:  # one failed run is reported; the worker serves the next
         _log.exception("pipeline run failed")
@@ -203,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    telemetry.configure()
     # Replies get their own copy of fd 1; fd 1 itself (print, dbt, the JVM) goes to stderr.
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
@@ -265,7 +279,9 @@ class PipelineWorker:
 
         Raises :class:`WorkerDiedError` if the worker exits during the run.
         """
-        return self._ask(RunRequest(full_refresh=full_refresh), stop)
+        return self._ask(
+            RunRequest(full_refresh=full_refresh, pushes=telemetry.take_landed()), stop
+        )
 
     def compact(self, stop: threading.Event | None = None) -> RunReply | None:
         """One compaction (``lakesync compact``), like :meth:`run`; figures in ``compacted``."""

@@ -38,6 +38,7 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
+from lakesync.lakehouse import telemetry
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
@@ -192,7 +193,13 @@ class SyncService:
             raise BackpressureError("the gateway is shutting down; retry on another instance")
         if not deltas:
             return PushResult(await _run(self.store.head), 0, [])
-        result = await _run(self._check_and_append, gateway_id, claims, deltas)
+        with telemetry.span("lakesync.push", {"lakesync.gateway": gateway_id,
+                                              "lakesync.deltas": len(deltas)}):
+            with telemetry.span("lakesync.hotlog.append"):
+                result = await _run(self._check_and_append, gateway_id, claims, deltas)
+            if result.stored:
+                # The flush that lands this position continues the push's trace.
+                telemetry.remember_push(result.stored[-1].ingest_hlc)
         self.metrics.count(gateway_id, "pushes")
         self.metrics.count(gateway_id, "deltas", len(result.stored))
         if not result.stored or self.hub.count_for(gateway_id) == 0:
