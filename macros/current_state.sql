@@ -5,7 +5,7 @@
 
 {#- A cell's canonical JSON text (landing `value_json`) as the column's SQL type, with Spark
     built-ins only, so a plain `dbt build` needs no Python UDF. The same decoding as
-    lakesync/spark_udfs/decode.py (fresh reads and destinations use those; a test holds them equal),
+    lakesync/cells.py (fresh reads and destinations use those; a test holds them equal),
     with the same regular expressions: a value of the wrong type for the column reads null; a
     `json` column keeps the canonical text; a column reads every value of a type that widens to
     its own (integer -> decimal -> number, any type -> string). `precision` and `scale` are a

@@ -31,12 +31,12 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from lakesync.canonical import canonical_json
+from lakesync.cells import json_to_double, json_to_json_text, json_to_string
 from lakesync.client import Event, LakeSyncClient
 from lakesync.delta import delta_id
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.proto import lakesync_pb2 as pb
-from lakesync.spark_udfs.decode import json_to_double, json_to_json_text, json_to_string
 from lakesync.values import MAX_SAFE_MAGNITUDE, MAX_VALUE_DEPTH
 from lakesync.wsframes import TAG_BROADCAST, TAG_PUSH
 from tests.api.helpers import auth, now_hlc, token

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from lakesync import hlc as hlc_mod
@@ -26,7 +35,14 @@ from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
 from lakesync.lakehouse.catalog import require_lake
 from lakesync.lakehouse.models import GENERATED
-from lakesync.lakehouse.pipeline import Built, NodeProgress, PipelineEvent, run_and_ship
+from lakesync.lakehouse.pipeline import (
+    Built,
+    NodeProgress,
+    NodesPlanned,
+    PipelineEvent,
+    Shipped,
+    run_and_ship,
+)
 from lakesync.lakehouse.query import QueryResult, format_rows, run_query, table_cells
 from lakesync.lakehouse.runner import (
     PipelineError,
@@ -35,11 +51,14 @@ from lakesync.lakehouse.runner import (
     state_as_of_hlc,
 )
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.progress import NodeCount
 
 if TYPE_CHECKING:
     from lakesync.lakehouse.landing import HotLogSource
 
-__all__ = ["DataDirOption", "FormatOption", "dbt_project", "pipeline_app", "query_command"]
+__all__ = [
+    "DataDirOption", "FormatOption", "RunView", "dbt_project", "pipeline_app", "query_command",
+]
 
 pipeline_app = typer.Typer(
     help="Lakehouse pipeline: landing → dbt on Spark → analytics.<table>.", no_args_is_help=True
@@ -73,8 +92,10 @@ def run_command(
     # commands that make a lake (`lakesync up`, `lakesync demo`) create one.
     require_lake(settings)
     with contextlib.ExitStack() as stack:
+        view = RunView(stack, ships=bool(cfg.destinations))
         run = run_and_ship(settings, cfg, full_refresh=full_refresh, tests=not no_tests,
-                           observer=_RunView(stack, ships=bool(cfg.destinations)))
+                           observer=view)
+    view.finish()
     if cfg.destinations:
         # The tables built ship; those not built are reported failed (and make it exit 1).
         report_shipments(run.shipped)
@@ -85,57 +106,95 @@ def run_command(
         )
 
 
-class _RunView:
-    """What ``lakesync pipeline run`` shows while it runs: a spinner over dbt's nodes (each
-    finished one printed), the run's summary once built, then the shipping spinner."""
+class RunView:
+    """What ``lakesync pipeline run`` shows while it runs. In a terminal: a progress bar over
+    dbt's nodes (done/total, the node running, failures so far, elapsed), each failed node
+    printed above it, the run's summary table once built, then the shipping spinner. Elsewhere
+    (a pipe, a file, CI) nothing while it runs and one summary line at the end (:meth:`finish`);
+    the summary table is printed whole either way."""
 
-    def __init__(self, stack: contextlib.ExitStack, ships: bool) -> None:
+    def __init__(self, stack: contextlib.ExitStack, ships: bool,
+                 console: Console | None = None) -> None:
         self._stack = stack
         self._ships = ships
-        self._progress = stack.enter_context(Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,  # the spinner goes when the build ends: the summary follows
-        ))
-        self._task = self._progress.add_task("starting Spark", total=None)
-        self._done = 0
+        self._console = console or Console(stderr=True)
+        self._nodes = NodeCount()
+        self._started = time.monotonic()
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        if self._console.is_terminal:
+            self._progress = stack.enter_context(Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[failed]}"),
+                TimeElapsedColumn(),
+                console=self._console,
+                transient=True,  # the bar goes when the build ends: the summary follows
+            ))
+            self._task = self._progress.add_task("starting Spark", total=None, failed="")
         self._shipping: ShippingStatus | None = None
 
     def __call__(self, event: PipelineEvent) -> None:
         match event:
+            case NodesPlanned(stage=stage, nodes=nodes):
+                self._nodes.planned(nodes)
+                if stage == "build":  # the bar is gone once built
+                    self._draw()
             case NodeProgress(stage="build", node=node, status=status):
                 self._node(node, status)
             case NodeProgress(node=node, status=status):
+                self._nodes.node(node, status)
                 if self._shipping is not None:
                     self._shipping.building(node, status)
             case Built(result=result):
-                self._progress.stop()
-                _print_summary(result)
-                if not self._ships:
+                if self._progress is not None:
+                    self._progress.stop()
+                _print_summary(result, self._nodes)
+                if not self._ships or not self._console.is_terminal:
                     return
-                spinner = Console(stderr=True).status("starting Spark …")
+                spinner = self._console.status("starting Spark …")
                 self._shipping = ShippingStatus(self._stack.enter_context(spinner))
-            case _:
+            case Shipped(result=result):
                 if self._shipping is not None:
-                    self._shipping.shipped(event.result)
+                    self._shipping.shipped(result)
+
+    def finish(self) -> None:
+        """Off a terminal, print the one summary line (``pipeline run: 12/12 nodes, none
+        failed, 41.0 s``); in a terminal the bar and the table said it already."""
+        if not self._console.is_terminal:
+            self._console.print(
+                f"pipeline run: {self._nodes.summary()}, "
+                f"{time.monotonic() - self._started:.1f} s",
+                highlight=False, soft_wrap=True,
+            )
 
     def _node(self, node: str, status: str) -> None:
-        if status == "started":
-            self._progress.update(self._task, description=f"{node} …")
+        failures = len(self._nodes.failures)
+        finished = self._nodes.node(node, status)
+        if finished and len(self._nodes.failures) > failures and self._progress is not None:
+            self._progress.console.print(f"  [red]{status:>7}[/red] {node}")
+        self._draw()
+
+    def _draw(self) -> None:
+        if self._progress is None or self._task is None:
             return
-        self._done += 1
-        colour = "green" if status in ("success", "pass") else "red"
-        self._progress.console.print(f"  [{colour}]{status:>7}[/{colour}] {node}")
-        self._progress.update(self._task, description=f"{self._done} nodes done")
+        count = self._nodes
+        failed = f"[red]{len(count.failures)} failed[/red]" if count.failures else ""
+        self._progress.update(
+            self._task, total=count.total or None, completed=count.done, failed=failed,
+            description=f"{count.current} …" if count.current else "dbt",
+        )
+        self._progress.refresh()  # at each node, not at the next tick: nodes can be quick
 
 
-def _print_summary(result: PipelineResult) -> None:
+def _print_summary(result: PipelineResult, nodes: NodeCount) -> None:
     summary = Table(title="pipeline run", show_header=False)
     summary.add_row("rows merged", str(result.rows_merged))
     summary.add_row("tables updated", ", ".join(result.tables_updated) or "none")
     summary.add_row("models", str(len(result.models)))
+    summary.add_row("dbt nodes", nodes.summary())
     summary.add_row("landing position", "none" if result.position is None else str(result.position))
     summary.add_row("time", f"{result.elapsed_s:.1f} s")
     for failure in result.failures:

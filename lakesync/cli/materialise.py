@@ -54,7 +54,8 @@ class MaterialiseError(LakeSyncError):
 
 
 class ShippingStatus:
-    """The spinner line while shipping: the table just shipped, the change set being built."""
+    """The spinner line while shipping: the table just shipped, the change set being built;
+    in a terminal each table shipped is also printed above it (rows shipped)."""
 
     def __init__(self, status: Status) -> None:
         self._status = status
@@ -63,6 +64,10 @@ class ShippingStatus:
     def shipped(self, r: ShipResult) -> None:
         """One table shipped to one destination."""
         self._done.append(r)
+        if self._status.console.is_terminal:  # off a terminal the final table says it
+            outcome = "[red]failed[/red]" if r.error else f"{r.rows} rows"
+            self._status.console.print(f"  shipped {r.destination}/{r.table}: {outcome}",
+                                      highlight=False)
         rows = sum(d.rows for d in self._done)
         self._status.update(f"{len(self._done)} tables, {rows} rows shipped; last "
                             f"{r.destination}/{r.table}: {r.rows} rows …")

@@ -12,7 +12,7 @@ from lakesync.client._async import AsyncLakeSyncClient
 from lakesync.client._backoff import Backoff
 from lakesync.client._client import LakeSyncClient
 from lakesync.client._store import DeadLetter
-from lakesync.client._sync import SyncReport
+from lakesync.client._sync import SyncProgress, SyncProgressHandler, SyncReport
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch
 from lakesync.client.transport import (
@@ -36,6 +36,8 @@ __all__ = [
     "Event",
     "HttpTransport",
     "LakeSyncClient",
+    "SyncProgress",
+    "SyncProgressHandler",
     "SyncReport",
     "SyncStatus",
     "Transport",

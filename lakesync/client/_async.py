@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from lakesync.client._actions import ActionRecord
 from lakesync.client._client import LakeSyncClient, Params
 from lakesync.client._store import DeadLetter
-from lakesync.client._sync import SyncReport
+from lakesync.client._sync import SyncProgressHandler, SyncReport
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch
 from lakesync.schema import TableSchema
@@ -95,9 +95,11 @@ class AsyncLakeSyncClient:
         """See :meth:`LakeSyncClient.schemas`."""
         return self.sync_client.schemas()
 
-    async def sync(self, retries: int | None = None) -> SyncReport:
-        """See :meth:`LakeSyncClient.sync`."""
-        return await self.sync_client._sync(retries)
+    async def sync(
+        self, retries: int | None = None, on_progress: SyncProgressHandler | None = None
+    ) -> SyncReport:
+        """See :meth:`LakeSyncClient.sync` (``on_progress`` is called on this event loop)."""
+        return await self.sync_client._sync(retries, on_progress)
 
     async def execute_action(
         self,

@@ -18,7 +18,7 @@ from lakesync.client._backoff import Backoff, is_retryable
 from lakesync.client._columns import encode_json
 from lakesync.client._loop import LoopThread
 from lakesync.client._store import DeadLetter, LocalStore
-from lakesync.client._sync import BlockingEngine, SyncEngine, SyncReport
+from lakesync.client._sync import BlockingEngine, SyncEngine, SyncProgressHandler, SyncReport
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch, Watchers
 from lakesync.client.errors import ClientClosedError, ConfigError, LakeSyncError, MissingExtraError
@@ -429,22 +429,29 @@ class LakeSyncClient:
         local-only client."""
         return BlockingEngine(self._core(), self._loop)
 
-    def sync(self, retries: int | None = None) -> SyncReport:
+    def sync(
+        self, retries: int | None = None, on_progress: SyncProgressHandler | None = None
+    ) -> SyncReport:
         """One full cycle: pull every page, push the whole outbox, then pull what the push
         changed in this replica's view (a row it gave away leaves it now).
 
         Transient failures are retried with exponential backoff and jitter; deltas the gateway
         refuses for good are dead-lettered (event ``dead_letter``). Raises ``AuthError`` /
         ``ForbiddenError`` for credentials the gateway rejects, and :class:`SyncFailedError`
-        when retries run out (e.g. the gateway is unreachable).
+        when retries run out (e.g. the gateway is unreachable). ``on_progress`` receives a
+        :class:`SyncProgress` (rows applied and checkpoint bytes received so far) after each
+        checkpoint frame or pulled page, on the client's loop thread: a first sync of a large
+        replica can show a progress bar.
         """
-        return self._loop.run(self._sync(retries))
+        return self._loop.run(self._sync(retries, on_progress))
 
-    async def _sync(self, retries: int | None) -> SyncReport:
+    async def _sync(
+        self, retries: int | None, on_progress: SyncProgressHandler | None = None
+    ) -> SyncReport:
         engine = self._core()
         self._syncing = True
         try:
-            report = await engine.sync(retries)
+            report = await engine.sync(retries, on_progress)
             await self._run_actions(retries=0)
         finally:
             self._syncing = False

@@ -20,7 +20,7 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from lakesync.client._backoff import Backoff, is_retryable, rejects_entries
 from lakesync.client._loop import LoopThread
@@ -38,7 +38,7 @@ from lakesync.errors import SchemaError
 from lakesync.hlc import HLC
 from lakesync.schema import TableSchema, parse_schema
 
-__all__ = ["BlockingEngine", "SyncEngine", "SyncReport"]
+__all__ = ["BlockingEngine", "SyncEngine", "SyncProgress", "SyncProgressHandler", "SyncReport"]
 
 T = TypeVar("T")
 
@@ -56,6 +56,24 @@ class SyncReport:
     pushed: int
     dead_lettered: int
     cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class SyncProgress:
+    """How far one sync has pulled: reported after each checkpoint frame or pull page applied,
+    so a first sync of a large replica can show a progress bar."""
+
+    rows: int
+    """Deltas applied so far in this sync (checkpoint rows and pulled deltas)."""
+    bytes: int
+    """Checkpoint bytes received so far (pulled pages are not counted: 0 without a checkpoint)."""
+    stage: Literal["checkpoint", "pull"]
+    """What was applied last: a frame of the gateway's checkpoint or a pulled page."""
+
+
+SyncProgressHandler = Callable[[SyncProgress], None]
+"""Receives a :class:`SyncProgress` after each frame or page a sync applies (on the thread or
+loop running the sync: keep it short)."""
 
 
 class SyncEngine:
@@ -91,21 +109,28 @@ class SyncEngine:
         self._checkpoint_absent = False
         self._schemas_adopted = False
         self._asked: set[tuple[str, str]] = set()  # unknown names the gateway was asked about
+        self._on_progress: SyncProgressHandler | None = None  # set for one sync call
+        self._rows = self._bytes = 0  # this sync call's progress so far
 
     # -- public -----------------------------------------------------------------------------
 
-    async def sync(self, retries: int | None = None) -> SyncReport:
+    async def sync(
+        self, retries: int | None = None, on_progress: SyncProgressHandler | None = None
+    ) -> SyncReport:
         """Pull, push, and pull again after a push, retrying transient failures with backoff.
 
         Progress made before a failure (applied pages, acknowledged batches) is kept. Raises the
         gateway's error for a non-retryable failure (e.g. ``AuthError``) and
         :class:`SyncFailedError` once ``retries`` (default: the backoff's ``max_retries``) run out.
+        ``on_progress`` receives a :class:`SyncProgress` after each checkpoint frame or pulled
+        page applied (counts only grow: a download a retry starts over counts again).
         """
         limit = self.backoff.max_retries if retries is None else retries
         attempt = 0
+        self._rows = self._bytes = 0
         while True:
             try:
-                report = await self.sync_once()
+                report = await self.sync_once(on_progress)
             except LakeSyncError as exc:
                 self._emit(Event("sync_error", str(exc), {"code": exc.code}))
                 if not is_retryable(exc):
@@ -129,20 +154,28 @@ class SyncEngine:
             )
             return report
 
-    async def sync_once(self) -> SyncReport:
+    async def sync_once(self, on_progress: SyncProgressHandler | None = None) -> SyncReport:
         """One pull-push-pull cycle without retries; the first also takes the gateway's table
-        schemas (the store's ``adopt``) before it pulls a row."""
+        schemas (the store's ``adopt``) before it pulls a row. ``on_progress``: see
+        :meth:`sync`."""
         async with self._cycle:
-            if not self._schemas_adopted:
-                await self._adopt_schemas()
-                self._schemas_adopted = True
-            pulled = await self._pull_all()
-            pushed, dead = await self._push_all()
-            if pushed:
-                # What the push did to this replica's view comes back in a pull (a row it gave
-                # away leaves it): take it in this cycle, not the next.
-                pulled += await self._pull_all()
-            return SyncReport(pulled, pushed, dead, self.store.cursor(self.gateway_id))
+            self._on_progress = on_progress
+            try:
+                return await self._cycle_once()
+            finally:
+                self._on_progress = None
+
+    async def _cycle_once(self) -> SyncReport:
+        if not self._schemas_adopted:
+            await self._adopt_schemas()
+            self._schemas_adopted = True
+        pulled = await self._pull_all()
+        pushed, dead = await self._push_all()
+        if pushed:
+            # What the push did to this replica's view comes back in a pull (a row it gave
+            # away leaves it): take it in this cycle, not the next.
+            pulled += await self._pull_all()
+        return SyncReport(pulled, pushed, dead, self.store.cursor(self.gateway_id))
 
     async def pull(self) -> int:
         """Pull every page (one cycle's first half, no retries); returns deltas applied."""
@@ -202,6 +235,8 @@ class SyncEngine:
                 )
             applied += len(page.deltas)
             self._notify(changes)
+            if page.deltas:  # an empty page moved nothing: no report
+                self._progressed(len(page.deltas), 0, "pull")
             cursor = max(cursor, page.server_hlc)
             if following is None:
                 return applied
@@ -231,6 +266,7 @@ class SyncEngine:
             self.store.begin_resync()
         applied = 0
         pages = checkpoint.pages
+        reported = 0  # this checkpoint's bytes already reported
         try:
             # While a frame is applied the next one is downloaded and decoded, as pull pages are.
             following = _ahead(_next(pages))
@@ -243,6 +279,8 @@ class SyncEngine:
                     )
                 self._notify(changes)
                 applied += len(deltas)
+                self._progressed(len(deltas), checkpoint.received.bytes - reported, "checkpoint")
+                reported = checkpoint.received.bytes
         finally:
             await pages.aclose()
         # The cursor moves only once the whole snapshot is in: a broken download starts over.
@@ -254,6 +292,12 @@ class SyncEngine:
             )
         self._notify(changes)
         return applied, checkpoint.server_hlc
+
+    def _progressed(self, rows: int, size: int, stage: Literal["checkpoint", "pull"]) -> None:
+        self._rows += rows
+        self._bytes += size
+        if self._on_progress is not None:
+            self._on_progress(SyncProgress(self._rows, self._bytes, stage))
 
     # -- push -------------------------------------------------------------------------------
 
@@ -335,9 +379,11 @@ class BlockingEngine:
         """The engine's transport."""
         return self.core.transport
 
-    def sync(self, retries: int | None = None) -> SyncReport:
+    def sync(
+        self, retries: int | None = None, on_progress: SyncProgressHandler | None = None
+    ) -> SyncReport:
         """See :meth:`SyncEngine.sync`."""
-        return self._loop.run(self.core.sync(retries))
+        return self._loop.run(self.core.sync(retries, on_progress))
 
     def sync_once(self) -> SyncReport:
         """See :meth:`SyncEngine.sync_once`."""

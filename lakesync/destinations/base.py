@@ -18,12 +18,12 @@ from decimal import Context, Decimal
 from typing import TYPE_CHECKING, Any
 
 from lakesync.canonical import canonical_json
+from lakesync.cells import decoder
 from lakesync.column_types import MAX_DECIMAL_PRECISION, decimal_params, encode_value
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.statements import DELETED, POSITION, Columns, TableLayout
 from lakesync.errors import LakeSyncError
 from lakesync.schema import ColumnSpec
-from lakesync.spark_udfs.decode import decoder
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -7,8 +7,8 @@ column-level LWW (:func:`lakesync.merge.apply_delta`), with every later delta, b
 landing table past the position the last run covered
 (:data:`lakesync.lakehouse.lake_position.COVERED_PROPERTY`) and those still only in the hot log
 (past the landing position). Merging is idempotent, so a delta the models already hold changes
-nothing. The typed columns are decoded by the same functions as the models' UDFs
-(:mod:`lakesync.spark_udfs.decode`), so a fresh row reads exactly as the pipeline will write it.
+nothing. The typed columns are decoded by the pure decoders the models' SQL is held equal to
+(:mod:`lakesync.cells`), so a fresh row reads exactly as the pipeline will write it.
 
 No gaps: the covered and landed positions are read from the table metadata the connection's
 views were made from (:class:`lakesync.lakehouse.connection.PinnedTable`), never from the catalog
@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from lakesync.canonical import canonical_json
+from lakesync.cells import decoder, hlc_to_timestamp
 from lakesync.column_types import decimal_params
 from lakesync.delta import ColumnValue, RowDelta
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ROWS_MERGED_IDENTIFIER, landing_state
@@ -38,7 +39,6 @@ from lakesync.lakehouse.registry import registered_table_schemas
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LakeSettings
 from lakesync.merge import RowState, apply_delta
 from lakesync.schema import ColumnSpec
-from lakesync.spark_udfs.decode import decoder, hlc_to_timestamp
 
 __all__ = ["freshen"]
 

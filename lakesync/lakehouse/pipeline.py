@@ -9,8 +9,9 @@ build are reported failed, not shipped). Both stages share one :class:`DbtInvoke
 parses the project at most once.
 
 Callers show progress through one observer that receives :data:`PipelineEvent` values in order:
-:class:`NodeProgress` for each dbt node (stage ``build``, then ``ship`` for a change-set
-rebuild), :class:`Built` once the build ended, and :class:`Shipped` per destination and table.
+:class:`NodesPlanned` when a dbt invocation says how many nodes it runs, :class:`NodeProgress`
+for each dbt node (stage ``build``, then ``ship`` for a change-set rebuild), :class:`Built` once
+the build ended, and :class:`Shipped` per destination and table.
 """
 
 from __future__ import annotations
@@ -22,13 +23,20 @@ from typing import Literal
 from lakesync.config import Config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.lakehouse.materialise import ShipResult, materialise
-from lakesync.lakehouse.runner import DbtInvoker, PipelineResult, run_pipeline
+from lakesync.lakehouse.runner import (
+    PLANNED,
+    DbtInvoker,
+    PipelineResult,
+    ProgressCallback,
+    run_pipeline,
+)
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import TableSchema
 
 __all__ = [
     "Built",
     "NodeProgress",
+    "NodesPlanned",
     "PipelineEvent",
     "PipelineObserver",
     "PipelineOutcome",
@@ -49,6 +57,15 @@ class NodeProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class NodesPlanned:
+    """A dbt invocation of ``stage`` will run ``nodes`` nodes (a run may have several: the
+    build, then a change-set rebuild when shipping)."""
+
+    stage: Literal["build", "ship"]
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Built:
     """The build ended (shipping, if any, starts next)."""
 
@@ -62,7 +79,7 @@ class Shipped:
     result: ShipResult
 
 
-PipelineEvent = NodeProgress | Built | Shipped
+PipelineEvent = NodesPlanned | NodeProgress | Built | Shipped
 """What :func:`run_and_ship` reports to its observer, in order."""
 
 PipelineObserver = Callable[[PipelineEvent], None]
@@ -110,13 +127,20 @@ def run_and_ship(
         if observer is not None:
             observer(event)
 
+    def nodes_of(stage: Literal["build", "ship"]) -> ProgressCallback:
+        def on_node(node: str, status: str) -> None:
+            notify(NodesPlanned(stage, int(node)) if status == PLANNED
+                   else NodeProgress(stage, node, status))
+
+        return on_node
+
     built = run_pipeline(
         settings=settings,
         schemas=schemas,
         config=config,
         full_refresh=full_refresh,
         tests=tests,
-        on_progress=lambda node, status: notify(NodeProgress("build", node, status)),
+        on_progress=nodes_of("build"),
         dbt=dbt,
     )
     notify(Built(built))
@@ -127,7 +151,7 @@ def run_and_ship(
         config,
         metrics=metrics,
         on_result=lambda r: notify(Shipped(r)),
-        on_progress=lambda node, status: notify(NodeProgress("ship", node, status)),
+        on_progress=nodes_of("ship"),
         not_built=built.failed,
         dbt=dbt,
     )

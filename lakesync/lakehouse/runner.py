@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "PLANNED",
     "DbtInvoker",
     "PipelineError",
     "PipelineResult",
@@ -75,7 +76,12 @@ __all__ = [
 ]
 
 ProgressCallback = Callable[[str, str], None]
-"""Called with ``(node name, status)``: status ``started`` then ``success``/``error``/``pass``/…"""
+"""Called with ``(node name, status)``: status ``started`` then ``success``/``error``/``pass``/…;
+once per dbt invocation before its nodes, with status :data:`PLANNED` and the number of nodes it
+will run in place of the name."""
+
+PLANNED = "planned"
+"""The :data:`ProgressCallback` status announcing how many nodes an invocation runs."""
 
 
 class PipelineError(LakeSyncError):
@@ -192,7 +198,12 @@ class DbtInvoker:
             name = event.info.name
             if event.info.level == "error":
                 errors.append(event.info.msg)
-            if on_progress is None or name not in ("NodeStart", "NodeFinished"):
+            if on_progress is None:
+                return
+            if name == "ConcurrencyLine":  # dbt's plan: how many nodes this invocation runs
+                on_progress(str(event.data.node_count), PLANNED)
+                return
+            if name not in ("NodeStart", "NodeFinished"):
                 return
             node = event.data.node_info
             on_progress(node.node_name, "started" if name == "NodeStart" else node.node_status)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from lakesync.lakehouse.process_env import process_environment
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.spark_udfs import register_udfs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -16,10 +17,12 @@ __all__ = ["lake_spark_conf", "spark_session"]
 
 
 def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSession:
-    """Get or create the process's Spark session configured for the lake (STACK.md settings).
+    """Get or create the process's Spark session configured for the lake (STACK.md settings),
+    with the lake's SQL functions registered on it (:func:`lakesync.spark_udfs.register_udfs`:
+    ``lakesync_decode_<type>``, ``lakesync_hlc_to_timestamp``).
 
     dbt-spark's session method calls ``getOrCreate()`` too, so a session built here first is the
-    one dbt uses, with the UDFs the runner registered on it.
+    one dbt uses (the models themselves call only Spark built-ins).
     """
     # heavy, optional (extra "pipeline")
     from pyspark.sql import SparkSession  # noqa: PLC0415
@@ -32,7 +35,9 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
     env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1"}
     with process_environment(env, override=False):
-        return builder.getOrCreate()
+        session = builder.getOrCreate()
+    register_udfs(session)
+    return session
 
 
 def lake_spark_conf(settings: LakeSettings, log: Path | None = None) -> dict[str, str]:

@@ -45,7 +45,13 @@ import msgspec
 from lakesync.config import load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.lakehouse.compaction import TableCompaction, compact
-from lakesync.lakehouse.pipeline import Built, NodeProgress, PipelineEvent, run_and_ship
+from lakesync.lakehouse.pipeline import (
+    Built,
+    NodeProgress,
+    NodesPlanned,
+    PipelineEvent,
+    run_and_ship,
+)
 from lakesync.lakehouse.runner import DbtInvoker
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.status import Shipment
@@ -127,6 +133,8 @@ def _log_event(event: PipelineEvent) -> None:
     match event:
         case NodeProgress(node=node, status=status):
             _log.info("%-8s %s", status, node)
+        case NodesPlanned(nodes=nodes):
+            _log.info("dbt runs %d nodes", nodes)
         case Built(result=result):
             _log.info("pipeline run done: %d deltas merged in %.1f s", result.rows_merged,
                       result.elapsed_s)

@@ -22,7 +22,13 @@ from lakesync.cli import demo, lake
 from lakesync.cli.demo import run_demo
 from lakesync.cli.main import app
 from lakesync.lakehouse import pipeline, worker
-from lakesync.lakehouse.pipeline import Built, NodeProgress, PipelineEvent, PipelineOutcome
+from lakesync.lakehouse.pipeline import (
+    Built,
+    NodeProgress,
+    NodesPlanned,
+    PipelineEvent,
+    PipelineOutcome,
+)
 from lakesync.lakehouse.runner import DbtInvoker
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
@@ -93,7 +99,8 @@ def test_the_demo_the_cli_and_the_worker_share_one_run_and_leave_the_environment
     # ended (no destinations declared: nothing shipped).
     for run in runs:
         assert isinstance(run[-1], Built)
-        assert all(isinstance(e, NodeProgress) and e.stage == "build" for e in run[:-1])
+        assert all(isinstance(e, NodeProgress | NodesPlanned) and e.stage == "build"
+                   for e in run[:-1])
     nodes = [
         sorted((e.node, e.status == "started") for e in run if isinstance(e, NodeProgress))
         for run in runs

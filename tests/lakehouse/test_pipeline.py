@@ -8,6 +8,7 @@ own gateway of one shared lake (one Spark session per module; a dbt run costs se
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -278,6 +279,9 @@ def test_cli_pipeline_run_reads_schemas_from_config(
     )
     assert out.exit_code == 0, out.output
     assert "rows merged" in out.output and "todos" in out.output
+    # Off a terminal: no progress while it ran, one line at the end counting dbt's planned nodes.
+    done = re.search(r"^pipeline run: (\d+)/(\d+) nodes, none failed, ", out.output, re.M)
+    assert done is not None and done[1] == done[2] != "0", out.output
 
     import typer
 

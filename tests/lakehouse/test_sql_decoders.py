@@ -1,6 +1,6 @@
 """The models decode cells with Spark built-ins (macros/current_state.sql), so a plain ``dbt
 build`` needs no Python UDF; fresh reads and destinations decode with the pure Python decoders
-(lakesync/spark_udfs/decode.py). The two must agree on every canonical JSON text a cell can hold."""
+(lakesync/cells.py). The two must agree on every canonical JSON text a cell can hold."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakesync.canonical import canonical_json
+from lakesync.cells import decoder, hlc_to_timestamp
 from lakesync.hlc import encode
 from lakesync.schema import ColumnSpec
-from lakesync.spark_udfs.decode import decoder, hlc_to_timestamp
 from tests.lakehouse.conftest import Lake
 
 pytestmark = [pytest.mark.spark]
@@ -134,7 +134,7 @@ def _macro(name: str) -> Any:
     return getattr(module, name)
 
 
-def _comparable(value: Any) -> Any:
+def comparable(value: Any) -> Any:
     """A decoded value as both sides can be compared: an instant as microseconds (PySpark would
     hand a timestamp over in the Python process's time zone), binary as bytes."""
     if isinstance(value, datetime):
@@ -164,9 +164,9 @@ def _check(lake: Lake, values: list[Any]) -> None:
     texts = [canonical_json(v) for v in values]
     for text, row in zip(texts, _sql_decoded(lake, texts), strict=True):
         for spec in SPECS:
-            python = _comparable(decoder(spec)(text))
-            assert _comparable(row[spec.name]) == python, (spec, text)
-            assert type(_comparable(row[spec.name])) is type(python), (spec, text)
+            python = comparable(decoder(spec)(text))
+            assert comparable(row[spec.name]) == python, (spec, text)
+            assert type(comparable(row[spec.name])) is type(python), (spec, text)
 
 
 def test_sql_decoders_equal_the_python_decoders_on_edge_values(lake: Lake) -> None:

@@ -11,6 +11,7 @@ from lakesync.client.transport._base import (
     Checkpoint,
     PullPage,
     PushResult,
+    Received,
     Transport,
 )
 from lakesync.client.transport.http import AsyncHttpTransport, HttpTransport
@@ -25,6 +26,7 @@ __all__ = [
     "HttpTransport",
     "PullPage",
     "PushResult",
+    "Received",
     "Transport",
     "WebSocketTransport",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -28,6 +28,7 @@ __all__ = [
     "EventHandler",
     "PullPage",
     "PushResult",
+    "Received",
     "ReconnectHandler",
     "Transport",
     "gateway_error",
@@ -57,12 +58,21 @@ class PushResult:
     accepted: int
 
 
+@dataclass(slots=True)
+class Received:
+    """Bytes of a download received so far: the transport counts, the sync engine reports."""
+
+    bytes: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """An initial-sync snapshot: pages of deltas and the server HLC to pull from afterwards."""
+    """An initial-sync snapshot: pages of deltas and the server HLC to pull from afterwards;
+    ``received`` counts its bytes as the pages download."""
 
     server_hlc: int
     pages: Iterator[list[RowDelta]]
+    received: Received = field(default_factory=Received)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,7 @@ class AsyncCheckpoint:
 
     server_hlc: int
     pages: AsyncGenerator[list[RowDelta], None]
+    received: Received = field(default_factory=Received)
 
 
 class _Reporting:

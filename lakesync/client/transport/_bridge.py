@@ -54,7 +54,7 @@ class BlockingTransport(Transport):
         opened = self._loop.run(self.core.checkpoint())
         if opened is None:
             return None
-        return Checkpoint(opened.server_hlc, self._pages(opened.pages))
+        return Checkpoint(opened.server_hlc, self._pages(opened.pages), opened.received)
 
     def _pages(self, pages: AsyncGenerator[list[RowDelta], None]) -> Iterator[list[RowDelta]]:
         try:
@@ -131,7 +131,7 @@ class _ThreadedTransport(AsyncTransport):
         opened = await self._call(self._blocking.checkpoint)
         if opened is None:
             return None
-        return AsyncCheckpoint(opened.server_hlc, _pages(opened.pages))
+        return AsyncCheckpoint(opened.server_hlc, _pages(opened.pages), opened.received)
 
     async def actions(self, client_id: str, actions: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """See :meth:`Transport.actions`."""

@@ -17,6 +17,7 @@ from lakesync.client.transport._base import (
     AsyncTransport,
     PullPage,
     PushResult,
+    Received,
     gateway_error,
 )
 from lakesync.client.transport._bridge import BlockingTransport
@@ -162,7 +163,8 @@ class AsyncHttpTransport(AsyncTransport):
         except ValidationError:
             await resp.aclose()
             raise
-        return AsyncCheckpoint(server_hlc, _frames(resp, self._cell_errors))
+        received = Received()
+        return AsyncCheckpoint(server_hlc, _frames(resp, self._cell_errors, received), received)
 
     async def aclose(self) -> None:
         """Close the connection pool, unless it was given to the constructor (idempotent)."""
@@ -189,13 +191,15 @@ class HttpTransport(BlockingTransport):
 
 
 async def _frames(
-    resp: httpx.Response, report: CellErrorHandler | None
+    resp: httpx.Response, report: CellErrorHandler | None, received: Received
 ) -> AsyncGenerator[list[RowDelta], None]:
-    """Split a checkpoint body into its frames' deltas as the bytes arrive."""
+    """Split a checkpoint body into its frames' deltas as the bytes arrive (counted in
+    ``received``)."""
     buf = bytearray()
     try:
         async for chunk in resp.aiter_bytes():
             buf += chunk
+            received.bytes += len(chunk)
             while len(buf) >= 4:
                 size = int.from_bytes(buf[:4], "big")
                 if len(buf) < 4 + size:
