@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["EVICT_CHUNK", "Change", "Destination", "DestinationError", "TieringMark",
-           "collect_change_set", "eviction_batches", "latest_per_row", "normalise_row",
-           "typed_change", "widened_value"]
+           "collect_change_set", "collect_rows", "eviction_batches", "latest_per_row",
+           "normalise_row", "typed_change", "widened_value"]
 
 _log = logging.getLogger(__name__)
 
@@ -126,18 +126,34 @@ def collect_change_set(layout: TableLayout, rows: DataFrame) -> tuple[list[Chang
     names = layout.column_names
     out: list[Change] = []
     top: int | None = None
-    for row in rows.toLocalIterator():
+    for row in collect_rows(rows):
         deleted = bool(row[DELETED])
-        values = {} if deleted else {n: _from_spark(row[n]) for n in names}
+        values = {} if deleted else {n: row[n] for n in names}
         out.append(Change(row["row_id"], values, deleted))
         top = max(top or 0, int(row[POSITION]))
     return out, top
-def _from_spark(value: Any) -> Any:
-    """A value PySpark collected as a change's typed value: PySpark hands a timestamp over as a
-    naive datetime in this process's local time (``astimezone`` reads it so), binary as a
-    bytearray."""
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.astimezone(UTC)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def collect_rows(frame: DataFrame) -> Iterator[dict[str, Any]]:
+    """Each row of a Spark DataFrame, brought to the driver, as Python values: a ``timestamp``
+    as the aware UTC instant, ``binary`` as bytes.
+
+    Timestamps travel as their microseconds since the epoch: PySpark's own conversion goes
+    through ``datetime.fromtimestamp`` in local time, which fails for 0001-01-01 (CPython
+    probes the local offset a day earlier) and depends on this process's time zone."""
+    stamps = {name for name, kind in frame.dtypes if kind == "timestamp"}
+    frame = frame.selectExpr(*(f"unix_micros(`{n}`) as `{n}`" if n in stamps else f"`{n}`"
+                               for n in frame.columns))
+    for row in frame.toLocalIterator():
+        yield {n: _from_spark(v, n in stamps) for n, v in row.asDict().items()}
+
+
+def _from_spark(value: Any, timestamp: bool) -> Any:
+    if timestamp and value is not None:
+        return _EPOCH + timedelta(microseconds=value)
     if isinstance(value, bytearray):
         return bytes(value)
     return value

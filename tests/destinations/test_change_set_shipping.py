@@ -75,3 +75,22 @@ def test_a_typed_change_set_from_spark_lands_exactly(
     (row,) = destination.read_rows(layout)
     assert (row["id"], row["amount"], row["at"], row["day"], row["blob"]) == (
         2**62 + 1, amount, at, date(1900, 1, 1), b"\x00a\x00")
+
+
+@pytest.mark.parametrize("kind", ["lake", "sqlite"])
+@pytest.mark.parametrize("delete_mode", ["hard"])
+def test_timestamps_at_both_ends_of_the_range_ship(
+    destination: Destination, spark: SparkSession
+) -> None:
+    """A timestamp on 0001-01-01 (UTC) ships: PySpark's own conversion of it to a datetime
+    fails (``datetime.fromtimestamp`` probes a day earlier), which failed the table's shipping."""
+    layout = destination.layout("ends", [ColumnSpec("at", "timestamp")])
+    destination.ensure_table(layout)
+    first = datetime(1, 1, 1, tzinfo=UTC)
+    last = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    rows = [("a", first, False, 1), ("b", last, False, 2), ("c", None, False, 3)]
+    frame = spark.createDataFrame(rows, "row_id string, at timestamp, _deleted boolean, "
+                                        "_position bigint")
+    assert destination.apply_change_set(layout, frame) == (3, 3)
+    assert {r["row_id"]: r["at"] for r in destination.read_rows(layout)} == {
+        "a": first, "b": last, "c": None}

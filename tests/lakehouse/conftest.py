@@ -6,24 +6,32 @@ Spark/dbt tests share a module-scoped lake and keep examples apart by gateway id
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
+import pymysql
 import pytest
 
 from lakesync.api.store.base import HotLog
 from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
+from lakesync.destinations.factory import mysql_params
 from lakesync.hlc import HLC
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.settings import LakeSettings
 from tests.api.conftest import store
+from tests.conftest import PG_DSN
+from tests.connectors.conftest import MYSQL_DSN
+from tests.destinations.conftest import BIGQUERY_ENDPOINT, require_bigquery
 
-__all__ = ["Lake", "append_in_order", "make_lake", "store"]
+__all__ = ["Lake", "append_in_order", "destinations", "make_lake", "store"]
 
 
 def append_in_order(log: HotLog, entries: Iterable[tuple[str, RowDelta]]) -> list[int]:
@@ -63,3 +71,29 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     yield lk
     lk.spark.stop()
     lk.log.close()
+
+
+@pytest.fixture(scope="module")
+def destinations() -> Iterator[dict[str, str]]:
+    """Fresh PostgreSQL and MariaDB databases and a BigQuery dataset, by destination name
+    (``pg``, ``maria``, ``bq``), dropped after the module."""
+    require_bigquery()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'create database "{name}"')
+    my = pymysql.connect(**mysql_params(MYSQL_DSN))
+    with my.cursor() as cur:
+        cur.execute(f"create database `{name}`")
+    urls = {
+        "pg": urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}")),
+        "maria": urlunsplit(urlsplit(MYSQL_DSN)._replace(path=f"/{name}")),
+        "bq": f"bigquery://test-project/{name}?endpoint={BIGQUERY_ENDPOINT}",
+    }
+    try:
+        yield urls
+    finally:
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(f'drop database "{name}" with (force)')
+        with my.cursor() as cur:
+            cur.execute(f"drop database `{name}`")
+        my.close()

@@ -18,20 +18,14 @@ import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import psycopg
-import pymysql
 import pytest
 import yaml
 
 from lakesync.client import LakeSyncClient
 from lakesync.config import load_config
-from lakesync.connectors.bigquery import bigquery_client
 from lakesync.connectors.database import MysqlDialect, PostgresDialect
-from lakesync.destinations.factory import mysql_params
 from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.lakehouse.settings import LakeSettings
@@ -51,8 +45,17 @@ from tests.connectors.test_source_types import (
     PG_SCHEMA,
     PG_TABLE,
 )
-from tests.destinations.conftest import BIGQUERY_ENDPOINT, require_bigquery
 from tests.gateway_process import ServerProcess
+from tests.lakehouse.typed_destinations import (
+    analytics_rows,
+    bq_rows,
+    maria,
+    maria_rows,
+    pg_rows,
+    pg_types,
+    pull_cells,
+    same_values,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
@@ -107,13 +110,6 @@ BQ_DEST_TYPES = {
 }
 
 
-def _same(got: dict[str, Any], want: dict[str, Any], where: str) -> None:
-    for column, value in want.items():
-        assert got.get(column) == value, (where, column, got.get(column), value)
-        if isinstance(value, bool):
-            assert isinstance(got[column], bool), (where, column)
-
-
 @pytest.fixture(scope="module")
 def sources() -> Iterator[tuple[str, str]]:
     """The PostgreSQL and MariaDB source tables, filled."""
@@ -142,31 +138,6 @@ def sources() -> Iterator[tuple[str, str]]:
         my.close()
 
 
-@pytest.fixture(scope="module")
-def destinations() -> Iterator[dict[str, str]]:
-    """Fresh PostgreSQL and MariaDB databases and a BigQuery dataset, by destination name."""
-    require_bigquery()
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f'create database "{name}"')
-    my = pymysql.connect(**mysql_params(MYSQL_DSN))  # type: ignore[arg-type]
-    with my.cursor() as cur:
-        cur.execute(f"create database `{name}`")
-    urls = {
-        "pg": urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}")),
-        "maria": urlunsplit(urlsplit(MYSQL_DSN)._replace(path=f"/{name}")),
-        "bq": f"bigquery://test-project/{name}?endpoint={BIGQUERY_ENDPOINT}",
-    }
-    try:
-        yield urls
-    finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as conn:
-            conn.execute(f'drop database "{name}" with (force)')
-        with my.cursor() as cur:
-            cur.execute(f"drop database `{name}`")
-        my.close()
-
-
 def _admin(server: ServerProcess) -> dict[str, str]:
     return auth(token("ops", GW, "admin"))
 
@@ -185,67 +156,6 @@ def _wait_polled(server: ServerProcess, names: list[str], deadline: float = 180)
                 pending.discard(name)
         time.sleep(0.5)
     assert not pending, f"connectors {pending} did not finish a poll"
-
-
-def _pull(server: ServerProcess, source: str | None = None) -> dict[str, dict[str, Any]]:
-    """Every row the gateway (or, with ``source``, a destination) serves: rowId → cells."""
-    params = {"since": "0", "limit": "1000", "clientId": "reader"}
-    if source is not None:
-        params["source"] = source
-    r = httpx.get(f"{server.url}/v1/sync/{GW}/pull", params=params,
-                  headers=auth(token("reader", GW)), timeout=120)
-    assert r.status_code == 200, r.text[:500]
-    out: dict[str, dict[str, Any]] = {}
-    for d in r.json()["deltas"]:
-        out.setdefault(f"{d['table']}/{d['rowId']}", {}).update(
-            {c["column"]: c["value"] for c in d["columns"]})
-    return out
-
-
-def _pg_rows(url: str, table: str) -> dict[str, dict[str, Any]]:
-    with psycopg.connect(url) as conn:
-        cur = conn.execute(f'select * from "{table}"')
-        names = [c.name for c in cur.description or []]
-        return {str(r[names.index("row_id")]): dict(zip(names, r, strict=True))
-                for r in cur.fetchall()}
-
-
-def _pg_types(url: str, table: str) -> dict[str, str]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "select column_name, data_type, numeric_precision, numeric_scale"
-            " from information_schema.columns where table_name = %s", (table,)).fetchall()
-    return {n: f"{t}({p},{s})" if t == "numeric" else t for n, t, p, s in rows}
-
-
-def _maria(url: str, sql: str) -> list[dict[str, Any]]:
-    conn = pymysql.connect(**mysql_params(url), cursorclass=pymysql.cursors.DictCursor)  # type: ignore[arg-type]
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
-def _maria_rows(url: str, table: str) -> dict[str, dict[str, Any]]:
-    out = {}
-    for row in _maria(url, f"select * from `{table}`"):
-        # DATETIME(6) holds the UTC wall time of the instant; BOOLEAN is tinyint(1), read as 0/1.
-        out[str(row["row_id"])] = {
-            k: v.replace(tzinfo=UTC) if isinstance(v, dt.datetime)
-            else bool(v) if k == "b" and v is not None else v
-            for k, v in row.items()
-        }
-    return out
-
-
-def _bq_rows(url: str, table: str) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    client = bigquery_client(f"bigquery://test-project?endpoint={BIGQUERY_ENDPOINT}")
-    dataset = urlsplit(url).path.strip("/")
-    result = client.query(f"select * from `{dataset}`.`{table}`").result()
-    schema = {f.name: f.field_type for f in client.get_table(f"{dataset}.{table}").schema}
-    return {str(r["row_id"]): dict(r.items()) for r in result}, schema
 
 
 def test_typed_rows_arrive_equal_everywhere(
@@ -274,7 +184,7 @@ def test_typed_rows_arrive_equal_everywhere(
     }), encoding="utf-8")
     with ServerProcess(data, config=config).start() as server:
         _wait_polled(server, ["pgsrc", "mysrc"])
-        held = _pull(server)  # what the gateway holds: the canonical wire values
+        held, _ = pull_cells(server.url, GW)  # what the gateway holds: the canonical wire values
         for row_id, want in PG_EXPECTED.items():
             assert {k: held[f"pg_typed/{row_id}"].get(k) for k in want} == want, row_id
 
@@ -294,45 +204,40 @@ def test_typed_rows_arrive_equal_everywhere(
         fields = {f.name: f.dataType.simpleString()
                   for f in spark.table("analytics.pg_typed").schema.fields}
         assert {k: fields[k] for k in SPARK_TYPES} == SPARK_TYPES
-        lake_rows = {r["row_id"]: r.asDict()
-                     for r in spark.sql(f"select * from analytics.pg_typed "
-                                        f"where gateway_id = '{GW}'").collect()}
+        lake = analytics_rows(spark, "pg_typed", GW)
         for row_id, want in PG_PY.items():
-            got = lake_rows[row_id]
-            got = {k: (bytes(v) if isinstance(v, bytearray) else
-                       v.replace(tzinfo=UTC) if isinstance(v, dt.datetime) and v.tzinfo is None
-                       else v) for k, v in got.items()}
-            _same(got, want, "analytics")
+            got = lake[row_id]
+            same_values(got, want, "analytics")
 
         # PostgreSQL, MariaDB and BigQuery destinations: mapped types, equal values
-        pg_types = _pg_types(destinations["pg"], "pg_typed")
-        assert {k: pg_types[k] for k in PG_DEST_TYPES} == PG_DEST_TYPES
-        maria_types = {r["n"]: r["t"] for r in _maria(
+        pg_dest = pg_types(destinations["pg"], "pg_typed")
+        assert {k: pg_dest[k] for k in PG_DEST_TYPES} == PG_DEST_TYPES
+        maria_types = {r["n"]: r["t"] for r in maria(
             destinations["maria"], "select column_name as n, column_type as t from"
             " information_schema.columns where table_schema = database()"
             " and table_name = 'pg_typed'")}
         assert {k: maria_types[k] for k in MARIA_DEST_TYPES} == MARIA_DEST_TYPES
-        bq_rows, bq_types = _bq_rows(destinations["bq"], "pg_typed")
+        bq_shipped, bq_types = bq_rows(destinations["bq"], "pg_typed")
         assert {k: bq_types[k] for k in BQ_DEST_TYPES} == BQ_DEST_TYPES
         shipped = {
-            "pg": _pg_rows(destinations["pg"], "pg_typed"),
-            "maria": _maria_rows(destinations["maria"], "pg_typed"),
-            "bq": bq_rows,
+            "pg": pg_rows(destinations["pg"], "pg_typed"),
+            "maria": maria_rows(destinations["maria"], "pg_typed", ["b"]),
+            "bq": bq_shipped,
         }
         for dest, rows in shipped.items():
             for row_id, want in PG_PY.items():
                 got = {k: bytes(v) if isinstance(v, memoryview) else v
                        for k, v in rows[row_id].items()}
-                _same(got, want, dest)
+                same_values(got, want, dest)
         for row_id, want in MY_PY.items():
-            _same(_pg_rows(destinations["pg"], "my_typed")[row_id], want, "pg from mysql")
-            _same(_maria_rows(destinations["maria"], "my_typed")[row_id], want,
+            same_values(pg_rows(destinations["pg"], "my_typed")[row_id], want, "pg from mysql")
+            same_values(maria_rows(destinations["maria"], "my_typed", ["b"])[row_id], want,
                   "maria from mysql")
-            _same(_bq_rows(destinations["bq"], "my_typed")[0][row_id], want, "bq from mysql")
+            same_values(bq_rows(destinations["bq"], "my_typed")[0][row_id], want, "bq from mysql")
 
         # pull?source= of each destination: the values the gateway holds
         for dest in destinations:
-            back = _pull(server, source=dest)
+            back, _ = pull_cells(server.url, GW, source=dest)
             for key, cells in held.items():
                 got = {k: v for k, v in back[key].items() if k in cells}
                 assert got == cells, (dest, key)
@@ -344,7 +249,7 @@ def test_typed_rows_arrive_equal_everywhere(
                             token=token("reader", GW), schemas=schemas) as client:
             client.sync()
             for row_id, want in PG_PY.items():
-                _same(client.get("pg_typed", row_id) or {}, want, "client")
+                same_values(client.get("pg_typed", row_id) or {}, want, "client")
             for row_id, want in MY_PY.items():
-                _same(client.get("my_typed", row_id) or {}, want, "client from mysql")
+                same_values(client.get("my_typed", row_id) or {}, want, "client from mysql")
 
