@@ -1,4 +1,5 @@
-"""Command-line edges of the lake: ``lakesync pipeline …`` and ``lakesync query``.
+"""Command-line edges of the lake: ``lakesync pipeline …`` (``lakesync query`` lives in the
+lighter :mod:`lakesync.cli.query`; its names are re-exported here).
 
 Listed in ``lakesync/cli/main.py``'s ``LAZY_COMMANDS`` (loaded when one of them runs); its error
 boundary turns the errors these commands raise into one line on stderr.
@@ -7,11 +8,9 @@ boundary turns the errors these commands raise into one line on stderr.
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -27,12 +26,11 @@ from rich.progress import (
 from rich.table import Table
 
 from lakesync import hlc as hlc_mod
-from lakesync.api.store import open_store
 from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
 from lakesync.cli.output import print_table
+from lakesync.cli.query import DataDirOption, FormatOption, print_result, query_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError
-from lakesync.hlc import HLC
 from lakesync.lakehouse.catalog import require_lake
 from lakesync.lakehouse.models import GENERATED
 from lakesync.lakehouse.pipeline import (
@@ -43,7 +41,7 @@ from lakesync.lakehouse.pipeline import (
     Shipped,
     run_and_ship,
 )
-from lakesync.lakehouse.query import QueryResult, format_rows, run_query, table_cells
+from lakesync.lakehouse.query import QueryResult
 from lakesync.lakehouse.runner import (
     PipelineError,
     PipelineResult,
@@ -53,9 +51,6 @@ from lakesync.lakehouse.runner import (
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.progress import NodeCount
 
-if TYPE_CHECKING:
-    from lakesync.lakehouse.landing import HotLogSource
-
 __all__ = [
     "DataDirOption", "FormatOption", "RunView", "dbt_project", "pipeline_app", "query_command",
 ]
@@ -63,15 +58,6 @@ __all__ = [
 pipeline_app = typer.Typer(
     help="Lakehouse pipeline: landing → dbt on Spark → analytics.<table>.", no_args_is_help=True
 )
-
-DataDirOption = Annotated[
-    Path | None,
-    typer.Option("--data-dir", help="Data dir (default $LAKESYNC_DATA_DIR or ./.lakesync)."),
-]
-FormatOption = Annotated[
-    str, typer.Option("--format", "-f", help="Output: table, json (one object per row), csv.")
-]
-
 
 @pipeline_app.command("run")
 def run_command(
@@ -214,7 +200,7 @@ def as_of_command(
         table, hlc_mod.parse(hlc, "hlc"), settings=LakeSettings.from_env(data_dir)
     )
     rows = frame.collect()
-    _print(QueryResult(list(frame.columns), [tuple(r) for r in rows]), fmt)
+    print_result(QueryResult(list(frame.columns), [tuple(r) for r in rows]), fmt)
 
 
 @pipeline_app.command("generate")
@@ -266,96 +252,3 @@ def dbt_project(given: Path | None, configured: Path) -> Path:
         if (candidate / marker).is_file():
             return candidate
     return configured
-
-
-def _parse_as_of(value: str) -> datetime:
-    try:
-        return datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise typer.BadParameter(
-            f"{value!r} is not an ISO-8601 timestamp (e.g. 2026-11-22T10:00:00Z)",
-            param_hint="--as-of",
-        ) from None
-
-
-def _parse_snapshots(values: list[str]) -> dict[str, int]:
-    pins: dict[str, int] = {}
-    for value in values:
-        table, _, snapshot = (part.strip() for part in value.partition("="))
-        try:
-            snapshot_id = int(snapshot)
-        except ValueError:
-            snapshot_id = None
-        if not table or snapshot_id is None:
-            raise typer.BadParameter(
-                f"{value!r}: use TABLE=SNAPSHOT_ID, e.g. lakesync.landing=123",
-                param_hint="--snapshot",
-            )
-        if pins.setdefault(table, snapshot_id) != snapshot_id:
-            raise typer.BadParameter(f"{table} pinned twice", param_hint="--snapshot")
-    return pins
-
-
-def query_command(
-    sql: Annotated[str, typer.Argument(help="SQL over landing, lakesync.* and analytics.* tables")],
-    data_dir: DataDirOption = None,
-    fmt: FormatOption = "table",
-    as_of: Annotated[
-        str | None,
-        typer.Option(
-            "--as-of",
-            help="Show every table as of this ISO-8601 instant (naive means UTC), e.g. "
-            "2026-11-22T10:00:00Z; tables with no snapshot by then are absent.",
-        ),
-    ] = None,
-    snapshot: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--snapshot",
-            help="Pin a table to an Iceberg snapshot id: TABLE=ID, e.g. lakesync.landing=123 "
-            "(repeatable; wins over --as-of).",
-        ),
-    ] = None,
-    fresh: Annotated[
-        bool,
-        typer.Option(
-            "--fresh",
-            help="Include the deltas the pipeline has not merged yet (landing table and hot "
-            "log), merged with the same column-level LWW.",
-        ),
-    ] = False,
-) -> None:
-    """Run SQL over the lake's Iceberg tables with DuckDB (no Spark), e.g. analytics.todos."""
-    if fmt not in ("table", "json", "csv"):
-        raise typer.BadParameter("use table, json or csv", param_hint="--format")
-    if fresh and (as_of is not None or snapshot):
-        raise typer.BadParameter("--fresh reads now; drop --as-of/--snapshot", param_hint="--fresh")
-    instant = None if as_of is None else _parse_as_of(as_of)
-    pins = _parse_snapshots(snapshot or [])
-    settings = LakeSettings.from_env(data_dir)
-    with contextlib.ExitStack() as stack:
-        log = _hot_log(settings.data_dir, stack) if fresh else None
-        result = run_query(settings, sql, as_of=instant, snapshots=pins, fresh=fresh, hot_log=log)
-    _print(result, fmt)
-
-
-def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> HotLogSource | None:
-    """The gateway's hot log for a fresh read (None when this data dir has none)."""
-    cfg = load_config()
-    remote = cfg.store_url.startswith(("postgresql://", "postgres://"))
-    if not remote and cfg.store_url == "sqlite" and not (data_dir / "hotlog.sqlite3").exists():
-        return None
-    store = open_store(cfg.store_url, data_dir, HLC(), cfg.pg_schema)
-    stack.callback(store.close)
-    return store
-
-
-def _print(result: Any, fmt: str) -> None:
-    if fmt in ("json", "csv"):
-        for line in format_rows(result, "json" if fmt == "json" else "csv"):
-            sys.stdout.write(line + "\n")
-        return
-    table = Table(*result.columns)
-    for row in table_cells(result):
-        table.add_row(*row)
-    print_table(table)

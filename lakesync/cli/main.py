@@ -26,7 +26,7 @@ __all__ = [
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "up": ("lakesync.api.cli", "up",
            "Serve the sync gateway (HTTP + WebSocket) until SIGINT/SIGTERM."),
-    "query": ("lakesync.cli.lake", "query_command",
+    "query": ("lakesync.cli.query", "query_command",
               "Run SQL over the lake's Iceberg tables with DuckDB (no Spark), e.g. "
               "analytics.todos."),
     "materialise": ("lakesync.cli.materialise", "materialise_command",
