@@ -51,6 +51,7 @@ __all__ = [
     "SyncRules",
     "buckets_for",
     "check_rules",
+    "claim_values",
     "index_entries",
     "lookups",
     "parse_rules",
@@ -197,6 +198,25 @@ def _resolve(value: str | list[str], claims: Mapping[str, Any]) -> list[str] | N
     if isinstance(claim, list | tuple):
         return [_js_string(c) for c in claim]
     return [_js_string(claim)]
+
+
+def claim_values(
+    rules: SyncRules, claims: Mapping[str, Any]
+) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
+    """What of ``claims`` the filters of ``rules`` read: each ``jwt:<claim>`` they name with
+    its resolved value (None when missing), in name order. Visibility under ``rules`` depends
+    on the claims through this alone, so tokens with equal values see the same rows."""
+    names = {
+        f.value
+        for b in rules.buckets
+        for f in b.filters
+        if isinstance(f.value, str) and f.value.startswith(JWT_PREFIX)
+    }
+    out = []
+    for name in sorted(names):
+        resolved = _resolve(name, claims)
+        out.append((name, None if resolved is None else tuple(resolved)))
+    return tuple(out)
 
 
 def _ordered(op: str, left: Any, right: str) -> bool:

@@ -1,9 +1,17 @@
 """WebSocket fan-out: which sockets are connected to which gateway, and broadcasting to them.
 
 A broadcast goes to every other connection of the gateway (never back to the sender), filtered
-by each receiver's rules with :func:`lakesync.views.page_view`. Each connection has a
-bounded outbox drained by its own task, so one slow socket never delays the others; a socket
-whose outbox overflows is closed (1013, try again later) and must resync by pull.
+by each receiver's rules exactly as :func:`lakesync.views.page_view` would. The work is done
+per distinct *view*, not per connection: connections are grouped by what decides the rows they
+see (:func:`lakesync.views.view_key`, and whether they know view evictions), each group's
+deltas are computed once (:class:`lakesync.views.BroadcastView`) and each distinct frame is
+encoded once, the same bytes then queued to every subscriber. A gateway without rules encodes
+one frame for all.
+
+Each connection has a send queue drained by its own task, so one slow socket never delays the
+others. The queue is bounded (frames and bytes): a receiver whose queue would overflow is
+dropped at once (no more frames are queued for it, its queue is freed) and closed with
+:data:`~lakesync.wsframes.CLOSE_TOO_SLOW`; its client reconnects and pulls from its cursor.
 """
 
 from __future__ import annotations
@@ -11,30 +19,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lakesync.api.store.base import LogEntry, RowKey, RowRecord, RulesRecord
+from lakesync.rules import SyncRules
 from lakesync.views import (
+    BroadcastView,
     Reader,
     RowHistory,
     SnapshotCache,
     ViewHistory,
     effective_rules,
-    page_view,
+    view_key,
 )
-from lakesync.wsframes import encode_response
+from lakesync.wsframes import CLOSE_TOO_SLOW, encode_response
 
-__all__ = ["Connection", "Hub"]
+__all__ = ["SEND_QUEUE_FRAMES", "Connection", "Hub"]
 
-_OUTBOX = 1024
+SEND_QUEUE_FRAMES = 1024
+"""Frames a connection's send queue holds at most (its bytes are bounded by the hub)."""
 
 
 @dataclass(eq=False)
 class Connection:
     """One authenticated WebSocket: its gateway, claims, whether its client knows no view
-    evictions (:attr:`lakesync.views.Reader.whole_rows`) and its outbox."""
+    evictions (:attr:`lakesync.views.Reader.whole_rows`) and its send queue (``outbox``, with
+    ``queued`` bytes in it)."""
 
     gateway_id: str
     client_id: str
@@ -43,7 +55,10 @@ class Connection:
     send: Callable[[bytes], Awaitable[None]]
     close: Callable[[int, str], Awaitable[None]]
     whole_rows: bool
-    outbox: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(_OUTBOX))
+    outbox: asyncio.Queue[bytes] = field(
+        default_factory=lambda: asyncio.Queue(SEND_QUEUE_FRAMES)
+    )
+    queued: int = 0
     task: asyncio.Task[None] | None = None
     # Set once the socket is accepted: a connection is registered (and queues broadcasts)
     # before it is accepted, so a client that sees the handshake complete misses nothing.
@@ -54,25 +69,82 @@ class Connection:
         await self.accepted.wait()
         while True:
             frame = await self.outbox.get()
+            self.queued -= len(frame)
             await self.send(frame)
+
+    async def reply(self, frame: bytes) -> None:
+        """Queue the reply to one of the client's own requests (waits for room: the client
+        waits for its reply before its next request)."""
+        await self.outbox.put(frame)
+        self.queued += len(frame)
+
+
+@dataclass(eq=False)
+class _View:
+    """The connections of one gateway that see the same rows."""
+
+    members: set[Connection] = field(default_factory=set)
+    clients: Counter[str] = field(default_factory=Counter)
+    # The greatest view stamp a member ever had: members below a batch see it alike.
+    max_stamp: int = 0
+
+
+@dataclass(eq=False)
+class _Views:
+    """A gateway's connections grouped by view under one version of its rules."""
+
+    stamp: int
+    rules: SyncRules | None
+    groups: dict[Hashable, _View] = field(default_factory=dict)
+
+    def key(self, conn: Connection) -> Hashable:
+        return (conn.whole_rows, view_key(self.rules, conn.claims))
+
+    def add(self, conn: Connection) -> None:
+        group = self.groups.setdefault(self.key(conn), _View())
+        group.members.add(conn)
+        group.clients[conn.client_id] += 1
+        group.max_stamp = max(group.max_stamp, conn.view_stamp)
+
+    def discard(self, conn: Connection) -> None:
+        key = self.key(conn)
+        group = self.groups.get(key)
+        if group is None or conn not in group.members:
+            return
+        group.members.discard(conn)
+        group.clients[conn.client_id] -= 1
+        if not group.clients[conn.client_id]:
+            del group.clients[conn.client_id]
+        if not group.members:
+            del self.groups[key]
 
 
 class Hub:
-    """The registry of open connections of one app, by gateway, and its connection caps.
+    """The registry of open connections of one app, by gateway, its connection caps and the
+    bound of each connection's send queue in bytes (``send_queue_bytes``, 0 for none: the
+    queue still holds at most :data:`SEND_QUEUE_FRAMES` frames).
 
     Three caps, each 0 for none: all connections, one gateway's (so one tenant cannot lock the
     others out) and one client's on a gateway (so one token cannot take its gateway's share).
     """
 
     def __init__(
-        self, max_connections: int, max_per_gateway: int = 0, max_per_client: int = 0
+        self,
+        max_connections: int,
+        max_per_gateway: int = 0,
+        max_per_client: int = 0,
+        send_queue_bytes: int = 0,
     ) -> None:
         self.max_connections = max_connections
         self.max_per_gateway = max_per_gateway
         self.max_per_client = max_per_client
+        self.send_queue_bytes = send_queue_bytes
         self._by_gw: dict[str, set[Connection]] = {}
         self._by_client: Counter[tuple[str, str]] = Counter()
+        self._views: dict[str, _Views] = {}
         self._closing: set[asyncio.Future[None]] = set()
+        self.dropped = 0
+        """Connections closed for being too slow, since the hub started."""
 
     @property
     def count(self) -> int:
@@ -105,23 +177,44 @@ class Hub:
         """Register a connection and start its sender."""
         self._by_gw.setdefault(conn.gateway_id, set()).add(conn)
         self._by_client[(conn.gateway_id, conn.client_id)] += 1
+        views = self._views.get(conn.gateway_id)
+        if views is not None:
+            views.add(conn)
         conn.task = asyncio.create_task(conn.drain())
 
     async def remove(self, conn: Connection) -> None:
-        """Unregister a connection and stop its sender."""
-        conns = self._by_gw.get(conn.gateway_id, set())
-        if conn in conns:
-            conns.discard(conn)
-            if not conns:
-                del self._by_gw[conn.gateway_id]
-            key = (conn.gateway_id, conn.client_id)
-            self._by_client[key] -= 1
-            if not self._by_client[key]:
-                del self._by_client[key]
+        """Unregister a connection and stop its sender (again for a dropped one: a no-op)."""
+        self._forget(conn)
         if conn.task is not None:
             conn.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await conn.task
+
+    def _forget(self, conn: Connection) -> None:
+        conns = self._by_gw.get(conn.gateway_id, set())
+        if conn not in conns:
+            return
+        conns.discard(conn)
+        if not conns:
+            del self._by_gw[conn.gateway_id]
+            self._views.pop(conn.gateway_id, None)
+        key = (conn.gateway_id, conn.client_id)
+        self._by_client[key] -= 1
+        if not self._by_client[key]:
+            del self._by_client[key]
+        views = self._views.get(conn.gateway_id)
+        if views is not None:
+            views.discard(conn)
+
+    def _grouped(self, gateway_id: str, rules: RulesRecord) -> _Views:
+        """The gateway's connections by view under ``rules`` (kept up to date by :meth:`add`
+        and :meth:`remove`; regrouped when the rules change)."""
+        views = self._views.get(gateway_id)
+        if views is None or views.stamp != rules.stamp:
+            views = self._views[gateway_id] = _Views(rules.stamp, rules.rules)
+            for conn in self._by_gw.get(gateway_id, ()):
+                views.add(conn)
+        return views
 
     def publish(
         self,
@@ -133,34 +226,86 @@ class Hub:
         cache: SnapshotCache | None = None,
         history: RowHistory | None = None,
     ) -> None:
-        """Queue a broadcast of newly stored entries to every other connection of the gateway."""
-        targets = [c for c in self._by_gw.get(gateway_id, ()) if c is not origin]
-        if not targets or not entries:
+        """Queue a broadcast of newly stored entries to every other connection of the gateway:
+        computed and encoded once per distinct view, the same bytes queued to its members."""
+        conns = self._by_gw.get(gateway_id)
+        if not conns or not entries:
             return
         server_hlc = entries[-1].ingest_hlc
-        raw = rules.stamp == 0
         deltas = [e.delta for e in entries]
-        shared = encode_response(deltas, server_hlc, False, True) if raw else b""
-        for conn in targets:
-            if raw:
-                frame = shared
-            else:
-                reader = Reader(
-                    conn.client_id,
-                    conn.claims,
-                    effective_rules(rules.rules, conn.claims),
-                    max(rules.stamp, conn.view_stamp),
-                    entries[0].ingest_hlc - 1,
-                    ViewHistory.fixed(rules.rules, conn.claims),
-                    whole_rows=conn.whole_rows,
-                )
-                view = page_view(deltas, rows, reader, False, cache, history)
+        if rules.stamp == 0:  # never had rules: the log as it is, to everyone
+            frame = encode_response(deltas, server_hlc, False, True)
+            for conn in list(conns):
+                if conn is not origin:
+                    self._offer(conn, frame)
+            return
+        since = entries[0].ingest_hlc - 1
+        batch = BroadcastView(deltas, rows, since, cache, history)
+        frames: dict[tuple[tuple[str, str], ...], bytes] = {}
+        for group in list(self._grouped(gateway_id, rules).groups.values()):
+            for reader, members in self._readers(group, batch, rules, since):
+                view = batch.view(reader)
                 if not view:
-                    continue  # nothing this receiver may see
-                frame = encode_response(view, server_hlc, False, True)
-            try:
-                conn.outbox.put_nowait(frame)
-            except asyncio.QueueFull:
-                task = asyncio.ensure_future(conn.close(1013, "too slow: resync by pull"))
-                self._closing.add(task)
-                task.add_done_callback(self._closing.discard)
+                    continue  # nothing this view may see
+                ident = tuple((d.op, d.delta_id) for d in view)
+                if ident not in frames:
+                    frames[ident] = encode_response(view, server_hlc, False, True)
+                frame = frames[ident]
+                for conn in members:
+                    if conn is not origin:
+                        self._offer(conn, frame)
+
+    @staticmethod
+    def _readers(
+        group: _View, batch: BroadcastView, rules: RulesRecord, since: int
+    ) -> list[tuple[Reader, list[Connection]]]:
+        """One reader per set of a view's members that receive the same deltas: all of them,
+        unless some wrote a row of the batch (they may hold rows the others may not) or have
+        a view stamp after the cursor (a snapshot's base)."""
+        subsets: dict[tuple[str | None, int], list[Connection]] = {}
+        if group.max_stamp <= since and not any(w in group.clients for w in batch.writers):
+            subsets[(None, 0)] = list(group.members)
+        else:
+            for conn in group.members:
+                writer = conn.client_id if conn.client_id in batch.writers else None
+                subsets.setdefault((writer, max(conn.view_stamp, since)), []).append(conn)
+        out = []
+        for (_, stamp), members in subsets.items():
+            first = members[0]
+            reader = Reader(
+                first.client_id,
+                first.claims,
+                effective_rules(rules.rules, first.claims),
+                # The snapshot base is max(the row's last ingest, this), and every row of the
+                # batch was last ingested after the cursor: stamps up to it act alike.
+                max(rules.stamp, stamp, since),
+                since,
+                ViewHistory.fixed(rules.rules, first.claims),
+                whole_rows=first.whole_rows,
+            )
+            out.append((reader, members))
+        return out
+
+    def _offer(self, conn: Connection, frame: bytes) -> None:
+        """Queue a broadcast frame, or drop the connection if its queue cannot take it."""
+        limit = self.send_queue_bytes
+        over = 0 < limit < conn.queued + len(frame) and conn.queued > 0
+        if conn.outbox.full() or over:
+            self._drop(conn)
+            return
+        conn.outbox.put_nowait(frame)
+        conn.queued += len(frame)
+
+    def _drop(self, conn: Connection) -> None:
+        """Stop serving a receiver that is too slow: unregister it, free its queue, close it
+        with :data:`CLOSE_TOO_SLOW` (the close frame leaves once the socket takes it)."""
+        self._forget(conn)
+        self.dropped += 1
+        if conn.task is not None:
+            conn.task.cancel()
+        while not conn.outbox.empty():
+            conn.outbox.get_nowait()
+        conn.queued = 0
+        task = asyncio.ensure_future(conn.close(CLOSE_TOO_SLOW, "too slow: resync by pull"))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)

@@ -1,5 +1,5 @@
 """The WebSocket fan-out (:mod:`lakesync.api.services.hub`), with connections whose ``send`` the
-test controls: a receiver that stops taking frames is closed with 1013 once its outbox is full,
+test controls: a receiver that stops taking frames is closed with 4408 once its outbox is full,
 and the others are served on."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.api.helpers import delta
 EVERYTHING = RulesRecord(None, 0)
 
 
-def test_a_receiver_too_slow_to_take_frames_is_closed_with_1013() -> None:
+def test_a_receiver_too_slow_to_take_frames_is_closed_with_4408() -> None:
     async def scenario() -> None:
         hub = Hub(0)
         stuck = asyncio.Event()  # never set: the slow socket never finishes a send
@@ -51,7 +51,7 @@ def test_a_receiver_too_slow_to_take_frames_is_closed_with_1013() -> None:
             await broadcast()
         assert slow.outbox.full() and closed == []
         await broadcast()  # one more than it can hold
-        assert closed == [(1013, "too slow: resync by pull")]
+        assert closed == [(4408, "too slow: resync by pull")]
         assert len(served) == slow.outbox.maxsize + 2  # the other receiver got every frame
         for conn in (slow, other):
             await hub.remove(conn)
