@@ -1,13 +1,19 @@
 """The WebSocket fan-out (:mod:`lakesync.api.services.hub`), with connections whose ``send`` the
-test controls: a receiver that stops taking frames is closed with 4408 once its outbox is full,
-and the others are served on."""
+test controls: a broadcast is computed and encoded once per view; a receiver that stops taking
+frames is closed with 4408 once its send queue (frames or bytes) is full, and the others are
+served on."""
 
 from __future__ import annotations
 
 import asyncio
 
 from lakesync.api.services.hub import Connection, Hub
-from lakesync.api.store.base import LogEntry, RulesRecord
+from lakesync.api.store.base import LogEntry, RowKey, RowRecord, RulesRecord
+from lakesync.delta import RowDelta
+from lakesync.merge import RowState, apply_delta
+from lakesync.rules import parse_rules
+from lakesync.views import SnapshotCache
+from lakesync.wsframes import decode_server_frame
 from tests.api.helpers import delta
 
 EVERYTHING = RulesRecord(None, 0)
@@ -55,6 +61,115 @@ def test_a_receiver_too_slow_to_take_frames_is_closed_with_4408() -> None:
         assert len(served) == slow.outbox.maxsize + 2  # the other receiver got every frame
         for conn in (slow, other):
             await hub.remove(conn)
+        assert hub.count == 0
+
+    asyncio.run(scenario())
+
+
+TEAMS = RulesRecord(
+    parse_rules(
+        {
+            "version": 1,
+            "buckets": [
+                {"name": "team", "filters": [{"column": "team", "op": "eq", "value": "jwt:team"}]}
+            ],
+        }
+    ),
+    1,
+)
+
+
+def _stored(ingest: int, d: RowDelta) -> tuple[list[LogEntry], dict[RowKey, RowRecord]]:
+    state = RowState()
+    apply_delta(state, d)
+    return [LogEntry(ingest, "gw1", d)], {(d.table, d.row_id): RowRecord(state, ingest)}
+
+
+def test_broadcasts_are_computed_and_encoded_once_per_view() -> None:
+    """Receivers of one view get the very same bytes (one encoding, shared); receivers of
+    another view get their own rows only; the writer gets no echo."""
+
+    async def scenario() -> None:
+        hub = Hub(0)
+        got: dict[str, list[bytes]] = {}
+
+        def connect(sub: str, team: str) -> Connection:
+            async def send(frame: bytes) -> None:
+                got.setdefault(sub, []).append(frame)
+
+            async def close(code: int, reason: str) -> None:
+                raise AssertionError(f"{sub} closed: {code} {reason}")
+
+            conn = Connection("gw1", sub, {"sub": sub, "team": team}, 0, send, close, False)
+            hub.add(conn)
+            conn.accepted.set()
+            return conn
+
+        writer = connect("writer", "red")
+        for sub, team in (("a1", "red"), ("a2", "red"), ("b1", "blue")):
+            connect(sub, team)
+        red = delta("INSERT", "r1", "writer", hlc=100, team="red")
+        hub.publish("gw1", *_stored(1000, red), TEAMS, writer, SnapshotCache())
+        blue = delta("INSERT", "r2", "writer", hlc=200, team="blue")
+        hub.publish("gw1", *_stored(2000, blue), TEAMS, writer, SnapshotCache())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert sorted(got) == ["a1", "a2", "b1"]  # no echo to the writer
+        assert len(got["a1"]) == len(got["a2"]) == len(got["b1"]) == 1
+        assert got["a1"][0] is got["a2"][0]  # one encoding for the view
+        for sub, row in (("a1", "r1"), ("b1", "r2")):
+            frame = decode_server_frame(got[sub][0])
+            assert frame.broadcast and {x.row_id for x in frame.deltas} == {row}
+            assert [x for x in frame.deltas if x.client_id == "writer"][0].columns
+        for conn in list(hub._by_gw["gw1"]):
+            await hub.remove(conn)
+
+    asyncio.run(scenario())
+
+
+def test_a_send_queue_is_bounded_in_bytes_and_its_receiver_dropped_with_4408() -> None:
+    """A receiver whose queued bytes would pass ``send_queue_bytes`` is dropped at once: it is
+    closed with 4408, unregistered, its queue freed and sent nothing more; others go on."""
+
+    async def scenario() -> None:
+        hub = Hub(0, send_queue_bytes=1000)
+        stuck = asyncio.Event()
+        closed: list[int] = []
+        served: list[bytes] = []
+
+        async def send_never(frame: bytes) -> None:
+            await stuck.wait()
+
+        async def send(frame: bytes) -> None:
+            served.append(frame)
+
+        async def close_slow(code: int, reason: str) -> None:
+            closed.append(code)
+
+        async def close_other(code: int, reason: str) -> None:
+            raise AssertionError("a receiver that keeps up was closed")
+
+        slow = Connection("gw1", "slow", {"sub": "slow"}, 0, send_never, close_slow, False)
+        other = Connection("gw1", "other", {"sub": "other"}, 0, send, close_other, False)
+        for conn in (slow, other):
+            hub.add(conn)
+            conn.accepted.set()
+        sizes = []
+        for i in range(6):
+            entry = LogEntry(i + 1, "gw1", delta("INSERT", f"r{i}", "writer", v="x" * 200))
+            hub.publish("gw1", [entry], {}, EVERYTHING, None)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            sizes.append(slow.queued)
+        frame = len(served[0])
+        assert 250 < frame < 400
+        # The first frame stalls in send; three more fit in 1,000 bytes; the next one drops it.
+        assert sizes[:4] == [0, frame, 2 * frame, 3 * frame]
+        assert closed == [4408] and hub.dropped == 1
+        assert hub.count == 1 and slow.outbox.empty() and slow.queued == 0
+        assert len(served) == 6
+        await hub.remove(slow)  # the socket handler's own removal is a no-op now
+        await hub.remove(other)
         assert hub.count == 0
 
     asyncio.run(scenario())
