@@ -120,7 +120,7 @@ def test_broadcasts_are_computed_and_encoded_once_per_view() -> None:
         for sub, row in (("a1", "r1"), ("b1", "r2")):
             frame = decode_server_frame(got[sub][0])
             assert frame.broadcast and {x.row_id for x in frame.deltas} == {row}
-            assert [x for x in frame.deltas if x.client_id == "writer"][0].columns
+            assert next(x for x in frame.deltas if x.client_id == "writer").columns
         for conn in list(hub._by_gw["gw1"]):
             await hub.remove(conn)
 
