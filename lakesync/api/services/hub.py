@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,12 +81,22 @@ class Connection:
 
 @dataclass(eq=False)
 class _View:
-    """The connections of one gateway that see the same rows."""
+    """The connections of one gateway that see the same rows, and what a reader of the view
+    needs, worked out once from the claims of its first member (any member's would do)."""
 
+    claims: Mapping[str, Any]
+    rules: SyncRules | None  # the rules that apply to the view (none for admins)
+    history: ViewHistory
+    whole_rows: bool
     members: set[Connection] = field(default_factory=set)
     clients: Counter[str] = field(default_factory=Counter)
     # The greatest view stamp a member ever had: members below a batch see it alike.
     max_stamp: int = 0
+
+    def reader(self, client_id: str, stamp: int, since: int) -> Reader:
+        """The view's reader of a batch after ``since`` (see :meth:`Hub._readers`)."""
+        return Reader(client_id, self.claims, self.rules, stamp, since, self.history,
+                      whole_rows=self.whole_rows)
 
 
 @dataclass(eq=False)
@@ -101,7 +111,15 @@ class _Views:
         return (conn.whole_rows, view_key(self.rules, conn.claims))
 
     def add(self, conn: Connection) -> None:
-        group = self.groups.setdefault(self.key(conn), _View())
+        key = self.key(conn)
+        group = self.groups.get(key)
+        if group is None:
+            group = self.groups[key] = _View(
+                conn.claims,
+                effective_rules(self.rules, conn.claims),
+                ViewHistory.fixed(self.rules, conn.claims),
+                conn.whole_rows,
+            )
         group.members.add(conn)
         group.clients[conn.client_id] += 1
         group.max_stamp = max(group.max_stamp, conn.view_stamp)
@@ -243,7 +261,7 @@ class Hub:
         batch = BroadcastView(deltas, rows, since, cache, history)
         frames: dict[tuple[tuple[str, str], ...], bytes] = {}
         for group in list(self._grouped(gateway_id, rules).groups.values()):
-            for reader, members in self._readers(group, batch, rules, since):
+            for reader, members in self._readers(group, batch, rules.stamp, since):
                 view = batch.view(reader)
                 if not view:
                     continue  # nothing this view may see
@@ -251,40 +269,37 @@ class Hub:
                 if ident not in frames:
                     frames[ident] = encode_response(view, server_hlc, False, True)
                 frame = frames[ident]
-                for conn in members:
+                for conn in list(members):  # an offer may drop a member
                     if conn is not origin:
                         self._offer(conn, frame)
 
     @staticmethod
     def _readers(
-        group: _View, batch: BroadcastView, rules: RulesRecord, since: int
-    ) -> list[tuple[Reader, list[Connection]]]:
+        group: _View, batch: BroadcastView, rules_stamp: int, since: int
+    ) -> list[tuple[Reader, Collection[Connection]]]:
         """One reader per set of a view's members that receive the same deltas: all of them,
         unless some wrote a row of the batch (they may hold rows the others may not) or have
-        a view stamp after the cursor (a snapshot's base)."""
+        a view stamp after the cursor (a snapshot's base).
+
+        A reader's stamp only sets the snapshots' base, max(the row's last ingest, stamp), and
+        every row of the batch was last ingested after the cursor: stamps up to it act alike.
+        """
+        common = max(rules_stamp, since)
+        if group.max_stamp <= since:
+            for w in batch.writers:
+                if w in group.clients:
+                    break
+            else:  # the usual case: one reader for the whole view
+                member = next(iter(group.members))
+                return [(group.reader(member.client_id, common, since), group.members)]
         subsets: dict[tuple[str | None, int], list[Connection]] = {}
-        if group.max_stamp <= since and not any(w in group.clients for w in batch.writers):
-            subsets[(None, 0)] = list(group.members)
-        else:
-            for conn in group.members:
-                writer = conn.client_id if conn.client_id in batch.writers else None
-                subsets.setdefault((writer, max(conn.view_stamp, since)), []).append(conn)
-        out = []
-        for (_, stamp), members in subsets.items():
-            first = members[0]
-            reader = Reader(
-                first.client_id,
-                first.claims,
-                effective_rules(rules.rules, first.claims),
-                # The snapshot base is max(the row's last ingest, this), and every row of the
-                # batch was last ingested after the cursor: stamps up to it act alike.
-                max(rules.stamp, stamp, since),
-                since,
-                ViewHistory.fixed(rules.rules, first.claims),
-                whole_rows=first.whole_rows,
-            )
-            out.append((reader, members))
-        return out
+        for conn in group.members:
+            writer = conn.client_id if conn.client_id in batch.writers else None
+            subsets.setdefault((writer, max(conn.view_stamp, common)), []).append(conn)
+        return [
+            (group.reader(members[0].client_id, stamp, since), members)
+            for (_, stamp), members in subsets.items()
+        ]
 
     def _offer(self, conn: Connection, frame: bytes) -> None:
         """Queue a broadcast frame, or drop the connection if its queue cannot take it."""

@@ -173,3 +173,41 @@ def test_a_send_queue_is_bounded_in_bytes_and_its_receiver_dropped_with_4408() -
         assert hub.count == 0
 
     asyncio.run(scenario())
+
+
+def test_a_view_member_that_wrote_the_batch_gets_its_own_deltas() -> None:
+    """Within a view, a member whose client wrote a row of the batch may hold it even where
+    the view does not show it (its replica applied its own write): it alone hears of it (an
+    eviction), its view-mates hear nothing, and the writing socket gets no echo."""
+
+    async def scenario() -> None:
+        hub = Hub(0)
+        got: dict[str, list[bytes]] = {}
+
+        def connect(name: str, sub: str) -> Connection:
+            async def send(frame: bytes) -> None:
+                got.setdefault(name, []).append(frame)
+
+            async def close(code: int, reason: str) -> None:
+                raise AssertionError(f"{name} closed: {code} {reason}")
+
+            conn = Connection("gw1", sub, {"sub": sub, "team": "red"}, 0, send, close, False)
+            hub.add(conn)
+            conn.accepted.set()
+            return conn
+
+        origin = connect("w-pushing", "w")
+        for name, sub in (("w-other-socket", "w"), ("x", "x")):
+            connect(name, sub)
+        moved = delta("INSERT", "r1", "w", hlc=100, team="blue")  # out of the red view
+        history = {("todos", "r1"): (RowState(), [(1000, moved)])}  # as a push gives it
+        hub.publish("gw1", *_stored(1000, moved), TEAMS, origin, SnapshotCache(), history)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert sorted(got) == ["w-other-socket"]
+        frame = decode_server_frame(got["w-other-socket"][0])
+        assert [(x.op, x.row_id, x.columns) for x in frame.deltas] == [("DELETE", "r1", [])]
+        for conn in list(hub._by_gw["gw1"]):
+            await hub.remove(conn)
+
+    asyncio.run(scenario())
