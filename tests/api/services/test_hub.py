@@ -206,7 +206,7 @@ def test_a_view_member_that_wrote_the_batch_gets_its_own_deltas() -> None:
             await asyncio.sleep(0)
         assert sorted(got) == ["w-other-socket"]
         frame = decode_server_frame(got["w-other-socket"][0])
-        assert [(x.op, x.row_id, x.columns) for x in frame.deltas] == [("DELETE", "r1", [])]
+        assert [(x.op, x.row_id, x.columns) for x in frame.deltas] == [("DELETE", "r1", ())]
         for conn in list(hub._by_gw["gw1"]):
             await hub.remove(conn)
 
