@@ -51,6 +51,7 @@ __all__ = [
     "SyncRules",
     "buckets_for",
     "check_rules",
+    "claim_keys",
     "claim_values",
     "index_entries",
     "lookups",
@@ -327,6 +328,36 @@ def lookups(rules: SyncRules, claims: Mapping[str, Any]) -> list[tuple[str, list
 
 def _covers(bucket: Bucket, table: str) -> bool:
     return not bucket.tables or table in bucket.tables
+
+
+def claim_keys(
+    rules: SyncRules, table: str, row: Mapping[str, Any] | None
+) -> set[tuple[str, str]] | None:
+    """``(jwt:<claim>, value)`` pairs, one of which a token's claims must resolve to (as in
+    :func:`claim_values`) for the row to be visible to it: per bucket covering the table, its
+    first ``eq``/``in`` filter on a claim, with the row's value. Empty for an absent row; None
+    when some bucket covering the table has no such filter (no claim narrows who sees it)."""
+    if row is None:
+        return set()
+    out = set()
+    for b in rules.buckets:
+        if not _covers(b, table):
+            continue
+        f = next(
+            (
+                f
+                for f in b.filters
+                if f.op in ("eq", "in")
+                and isinstance(f.value, str)
+                and f.value.startswith(JWT_PREFIX)
+            ),
+            None,
+        )
+        if f is None:
+            return None
+        assert isinstance(f.value, str)
+        out.add((f.value, _js_string(row.get(f.column))))
+    return out
 
 
 def write_refusal(

@@ -424,6 +424,14 @@ class BroadcastView:
         """Every client that wrote a row of the batch: a receiver among them may hold rows
         others of its view may not (:func:`may_hold`)."""
 
+    def states(self) -> Iterator[tuple[str, _Values | None]]:
+        """Each touched row's table and visible state, now and at every point since the
+        cursor: a receiver that sees none of them and wrote none hears nothing."""
+        for key, _, now, past, _ in self._rows:
+            yield key[0], now
+            for values in past:
+                yield key[0], values
+
     def view(self, reader: Reader) -> list[RowDelta]:
         """The deltas ``reader`` receives: its cursor is :attr:`since` and its view was
         ``reader.rules`` and ``reader.claims`` throughout."""

@@ -5,8 +5,10 @@ by each receiver's rules exactly as :func:`lakesync.views.page_view` would. The 
 per distinct *view*, not per connection: connections are grouped by what decides the rows they
 see (:func:`lakesync.views.view_key`, and whether they know view evictions), each group's
 deltas are computed once (:class:`lakesync.views.BroadcastView`) and each distinct frame is
-encoded once, the same bytes then queued to every subscriber. A gateway without rules encodes
-one frame for all.
+encoded once, the same bytes then queued to every subscriber. The views are indexed by the
+claim values their rules read, so a batch is computed only for the views that may hear of it
+(:func:`lakesync.rules.claim_keys`): a push costs its readers, not the gateway's thousand
+views. A gateway without rules encodes one frame for all.
 
 Each connection has a send queue drained by its own task, so one slow socket never delays the
 others. The queue is bounded (frames and bytes): a receiver whose queue would overflow is
@@ -21,10 +23,10 @@ import contextlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from lakesync.api.store.base import LogEntry, RowKey, RowRecord, RulesRecord
-from lakesync.rules import SyncRules
+from lakesync.rules import SyncRules, claim_keys
 from lakesync.views import (
     BroadcastView,
     Reader,
@@ -37,6 +39,8 @@ from lakesync.views import (
 from lakesync.wsframes import CLOSE_TOO_SLOW, encode_response
 
 __all__ = ["SEND_QUEUE_FRAMES", "Connection", "Hub"]
+
+K = TypeVar("K")
 
 SEND_QUEUE_FRAMES = 1024
 """Frames a connection's send queue holds at most (its bytes are bounded by the hub)."""
@@ -101,14 +105,27 @@ class _View:
 
 @dataclass(eq=False)
 class _Views:
-    """A gateway's connections grouped by view under one version of its rules."""
+    """A gateway's connections grouped by view under one version of its rules, and indexes of
+    the views by the claim values their rules read and by the clients among their members (so
+    a batch is computed only for the views that may hear of it: :meth:`reached`)."""
 
     stamp: int
     rules: SyncRules | None
     groups: dict[Hashable, _View] = field(default_factory=dict)
+    everything: set[_View] = field(default_factory=set)  # views without rules (admins)
+    by_claim: dict[tuple[str, str], set[_View]] = field(default_factory=dict)
+    by_client: dict[str, set[_View]] = field(default_factory=dict)
 
-    def key(self, conn: Connection) -> Hashable:
+    def key(self, conn: Connection) -> tuple[bool, Hashable]:
         return (conn.whole_rows, view_key(self.rules, conn.claims))
+
+    def _claims(self, key: tuple[bool, Hashable]) -> list[tuple[str, str]]:
+        """The ``(jwt:<claim>, value)`` pairs of a view's key (:func:`view_key`)."""
+        view = key[1]
+        assert isinstance(view, tuple)
+        if view[0]:
+            return []
+        return [(name, v) for name, values in view[1] for v in values or ()]
 
     def add(self, conn: Connection) -> None:
         key = self.key(conn)
@@ -120,8 +137,13 @@ class _Views:
                 ViewHistory.fixed(self.rules, conn.claims),
                 conn.whole_rows,
             )
+            if group.rules is None:
+                self.everything.add(group)
+            for pair in self._claims(key):
+                self.by_claim.setdefault(pair, set()).add(group)
         group.members.add(conn)
         group.clients[conn.client_id] += 1
+        self.by_client.setdefault(conn.client_id, set()).add(group)
         group.max_stamp = max(group.max_stamp, conn.view_stamp)
 
     def discard(self, conn: Connection) -> None:
@@ -133,8 +155,40 @@ class _Views:
         group.clients[conn.client_id] -= 1
         if not group.clients[conn.client_id]:
             del group.clients[conn.client_id]
+            _unindex(self.by_client, conn.client_id, group)
         if not group.members:
             del self.groups[key]
+            self.everything.discard(group)
+            for pair in self._claims(key):
+                _unindex(self.by_claim, pair, group)
+
+    def reached(self, batch: BroadcastView) -> Collection[_View]:
+        """The views that may hear of a batch: those whose claims could see one of its rows
+        now or since the cursor (:func:`~lakesync.rules.claim_keys`), those without rules,
+        and those with a member whose client wrote a row of it; every view when the rules
+        do not narrow a row's readers by a claim."""
+        if self.rules is None:
+            return list(self.groups.values())
+        pairs: set[tuple[str, str]] = set()
+        for table, values in batch.states():
+            keys = claim_keys(self.rules, table, values)
+            if keys is None:
+                return list(self.groups.values())
+            pairs |= keys
+        out = set(self.everything)
+        for pair in pairs:
+            out |= self.by_claim.get(pair, set())
+        for writer in batch.writers:
+            out |= self.by_client.get(writer, set())
+        return out
+
+
+def _unindex(index: dict[K, set[_View]], key: K, group: _View) -> None:
+    found = index.get(key)
+    if found is not None:
+        found.discard(group)
+        if not found:
+            del index[key]
 
 
 class Hub:
@@ -260,7 +314,7 @@ class Hub:
         since = entries[0].ingest_hlc - 1
         batch = BroadcastView(deltas, rows, since, cache, history)
         frames: dict[tuple[tuple[str, str], ...], bytes] = {}
-        for group in list(self._grouped(gateway_id, rules).groups.values()):
+        for group in list(self._grouped(gateway_id, rules).reached(batch)):
             for reader, members in self._readers(group, batch, rules.stamp, since):
                 view = batch.view(reader)
                 if not view:

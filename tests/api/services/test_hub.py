@@ -6,13 +6,17 @@ served on."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lakesync.api.services.hub import Connection, Hub
 from lakesync.api.store.base import LogEntry, RowKey, RowRecord, RulesRecord
 from lakesync.delta import RowDelta
 from lakesync.merge import RowState, apply_delta
 from lakesync.rules import parse_rules
-from lakesync.views import SnapshotCache
+from lakesync.views import Reader, SnapshotCache, ViewHistory, effective_rules, page_view
 from lakesync.wsframes import decode_server_frame
 from tests.api.helpers import delta
 
@@ -211,3 +215,117 @@ def test_a_view_member_that_wrote_the_batch_gets_its_own_deltas() -> None:
             await hub.remove(conn)
 
     asyncio.run(scenario())
+
+
+HUB_RULES = parse_rules(
+    {
+        "version": 1,
+        "buckets": [
+            {"name": "mine", "tables": ["todos"],
+             "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]},
+            {"name": "team", "tables": ["todos"],
+             "filters": [{"column": "team", "op": "in", "value": "jwt:teams"}]},
+            {"name": "led", "tables": ["todos"],
+             "filters": [{"column": "owner", "op": "neq", "value": "jwt:sub"},
+                         {"column": "team", "op": "eq", "value": "jwt:lead"}]},
+            {"name": "open", "tables": ["news"]},
+        ],
+    }
+)
+SUBS = ["alice", "bob", "carol"]
+_receiver = st.tuples(
+    st.fixed_dictionaries(
+        {"sub": st.sampled_from(SUBS), "role": st.sampled_from(["client", "client", "admin"])},
+        optional={"teams": st.sampled_from(["red", ["red", "blue"], "blue"]),
+                  "lead": st.sampled_from(["red", "blue"])},
+    ),
+    st.booleans(),
+    st.sampled_from([0, 0, 0, 4999, 6000]),  # view stamps: before, at or after the cursor
+)
+_write = st.tuples(
+    st.sampled_from(["INSERT", "UPDATE", "DELETE"]),
+    st.sampled_from(["todos", "todos", "news"]),
+    st.sampled_from(["r1", "r2"]),
+    st.sampled_from(SUBS),
+    st.sampled_from(SUBS),
+    st.sampled_from([None, "red", "blue"]),
+)
+
+
+def _rows(writes: list[tuple[str, str, str, str, str, str | None]], start: int) -> list[RowDelta]:
+    return [
+        RowDelta.create(op, table, row, client,  # type: ignore[arg-type]
+                        {} if op == "DELETE" else {"owner": owner, "team": team, "n": i},
+                        start + i)
+        for i, (op, table, row, client, owner, team) in enumerate(writes)
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(_write, max_size=5),
+    st.lists(_write, min_size=1, max_size=4),
+    st.lists(_receiver, min_size=1, max_size=8),
+    st.integers(0, 7),
+)
+def test_each_receiver_gets_exactly_its_page_view(
+    before: list[tuple[str, str, str, str, str, str | None]],
+    batch: list[tuple[str, str, str, str, str, str | None]],
+    receivers: list[tuple[dict[str, Any], bool, int]],
+    pusher: int,
+) -> None:
+    """Whatever the views, their indexes and who pushed, the hub queues each connection
+    exactly what :func:`page_view` gives it for the batch (nothing when that is empty), and
+    nothing to the connection that pushed: per-view fan-out changes no client's deltas."""
+    old, new = _rows(before, 1000), _rows(batch, 2000)
+    end, rules = 5000, RulesRecord(HUB_RULES, 10)
+    states: dict[RowKey, RowState] = {}
+    for x in old:
+        apply_delta(states.setdefault((x.table, x.row_id), RowState()), x)
+    history = {
+        (x.table, x.row_id): (
+            _copy(states.get((x.table, x.row_id), RowState())),
+            [(end, y) for y in new if (y.table, y.row_id) == (x.table, x.row_id)],
+        )
+        for x in new
+    }
+    for x in new:
+        apply_delta(states.setdefault((x.table, x.row_id), RowState()), x)
+    rows = {k: RowRecord(s, end) for k, s in states.items()}
+
+    async def scenario() -> None:
+        hub = Hub(0)
+
+        async def nothing(*_: object) -> None:
+            return None
+
+        conns = [
+            Connection("gw1", str(c["sub"]), c, stamp, nothing, nothing, whole)
+            for c, whole, stamp in receivers
+        ]
+        for conn in conns:
+            hub.add(conn)  # never accepted: the frames stay queued for the test to read
+        origin = conns[pusher % len(conns)]
+        hub.publish("gw1", [LogEntry(end, "gw1", x) for x in new], rows, rules, origin,
+                    SnapshotCache(), history)
+        for conn in conns:
+            queued = [conn.outbox.get_nowait() for _ in range(conn.outbox.qsize())]
+            reader = Reader(conn.client_id, conn.claims,
+                            effective_rules(HUB_RULES, conn.claims),
+                            max(rules.stamp, conn.view_stamp), end - 1,
+                            ViewHistory.fixed(HUB_RULES, conn.claims),
+                            whole_rows=conn.whole_rows)
+            want = page_view(new, rows, reader, False, None, history)
+            if conn is origin or not want:
+                assert queued == []
+            else:
+                assert len(queued) == 1
+                assert decode_server_frame(queued[0]).deltas == want
+        for conn in conns:
+            await hub.remove(conn)
+
+    asyncio.run(scenario())
+
+
+def _copy(state: RowState) -> RowState:
+    return RowState(dict(state.cells), state.write, state.tombstone)
