@@ -19,9 +19,35 @@ is needed across the processes):
 ``--profile`` samples the gateway with py-spy during the push phase and prints its top
 functions by own time.
 
-Measured on the 2-core development machine (shared by other jobs; load average in the run's
-output), 10,000 clients, 1,000 views, 20 pushes/s for 20 s: see the figures at the end of this
-docstring (filled in from the last run).
+Measured 2026-11-26 on the 2-core development machine while seven other engineers' jobs ran
+(load average 17-26 on 2 cores, so every figure includes waiting for a core), 10,000 clients,
+1,000 views, 20 pushes/s for 20 s, defaults:
+
+- connect 10,000 clients: 43-61 s (4 client processes; each handshake records the client's
+  claims in the store); gateway RSS 230 MiB idle → 576 MiB (35 KiB per connection), peak
+  587 MiB after the run (target ≤ 1.5 GiB);
+- push → broadcast at the sampled receivers, from the push's acknowledgement (the reply is
+  queued after the broadcast, so most are negative): p50 −0.3 ms, p99 9.2 ms, max 11.8 ms;
+  from the push's send (adds the durable push itself): p50 7.9 ms, p99 132.5 ms, one push of
+  400 took 7.4 s to be stored (the store, not the fan-out: its broadcast followed its ack
+  within 12 ms) (targets p50 ≤ 20 ms, p99 ≤ 100 ms);
+- before the views were indexed by claim value (every view computed per push) the same run
+  gave, from the ack, p50 −0.4 ms, p99 13.7 ms and, from the send, p50 46.2 ms, p99 226.5 ms
+  (gateway 24 % of a core);
+- a broadcast to all 10,000 clients (a row every view sees): each frame is encoded once per
+  view, but sent 10,000 times: 72-73 µs of gateway CPU per frame sent (uvicorn's
+  WebSocket send and websockets' framing; keepalive pings included), so 0.7 s per such
+  broadcast; p99 0.8-1.2 s at the receivers;
+- gateway CPU in the push phase 12 % of a core; the 4 client processes used 12.8 s of CPU
+  over the run (of which the connecting phase most).
+
+py-spy (``--profile``, own time with the GIL held, push phase, after the view index): uvicorn's
+``send_keepalive_ping`` 78.9 % (10,000 connections pinged every 20 s: 500 pings/s, each a
+write to its socket, inflated by the machine's load), websockets ``Frame.parse`` 2.6 %,
+``Frame.serialize`` 2.4 %, ``_Views.add`` 2.1 %, ``Runner.run`` 2.0 %, uvicorn's ``send``
+1.1 %; before the index: ``Hub._readers`` 16.6 %, ``rules._resolve`` 9.2 %,
+``send_keepalive_ping`` 8.8 %, uvicorn's ``send`` 8.1 %, ``rules.visible`` 7.5 %,
+``_bucket_matches`` 6.8 % (the per-view pass over 1,000 views).
 """
 
 from __future__ import annotations
