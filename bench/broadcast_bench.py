@@ -27,12 +27,12 @@ Measured 2026-11-26 on the 2-core development machine while seven other engineer
   claims in the store); gateway RSS 230 MiB idle → 576 MiB (35 KiB per connection), peak
   587 MiB after the run (target ≤ 1.5 GiB);
 - push → broadcast at the sampled receivers, from the push's acknowledgement (the reply is
-  queued after the broadcast, so most are negative): p50 −0.3 ms, p99 9.2 ms, max 11.8 ms;
+  queued after the broadcast, so most are negative): p50 -0.3 ms, p99 9.2 ms, max 11.8 ms;
   from the push's send (adds the durable push itself): p50 7.9 ms, p99 132.5 ms, one push of
   400 took 7.4 s to be stored (the store, not the fan-out: its broadcast followed its ack
   within 12 ms) (targets p50 ≤ 20 ms, p99 ≤ 100 ms);
 - before the views were indexed by claim value (every view computed per push) the same run
-  gave, from the ack, p50 −0.4 ms, p99 13.7 ms and, from the send, p50 46.2 ms, p99 226.5 ms
+  gave, from the ack, p50 -0.4 ms, p99 13.7 ms and, from the send, p50 46.2 ms, p99 226.5 ms
   (gateway 24 % of a core);
 - a broadcast to all 10,000 clients (a row every view sees): each frame is encoded once per
   view, but sent 10,000 times: 72-73 µs of gateway CPU per frame sent (uvicorn's

@@ -85,6 +85,7 @@ def test_a_receiver_that_stops_reading_is_dropped_with_4408(tmp_path: Path) -> N
                 sent += 1
                 # The receiver that keeps up gets every broadcast.
                 assert decode_server_frame(fast.recv(timeout=15)).broadcast  # type: ignore[arg-type]
+        assert "too slow for its broadcasts" in server.log_path.read_text()
         frames, code = slow.read_to_close(timeout=30)
         assert code == CLOSE_TOO_SLOW
         # What was sent or queued before the drop arrives first, then the close.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ from lakesync.wsframes import CLOSE_TOO_SLOW, encode_response
 __all__ = ["SEND_QUEUE_FRAMES", "Connection", "Hub"]
 
 K = TypeVar("K")
+
+log = logging.getLogger("lakesync.gateway")
 
 SEND_QUEUE_FRAMES = 1024
 """Frames a connection's send queue holds at most (its bytes are bounded by the hub)."""
@@ -370,6 +373,11 @@ class Hub:
         with :data:`CLOSE_TOO_SLOW` (the close frame leaves once the socket takes it)."""
         self._forget(conn)
         self.dropped += 1
+        log.warning(
+            "dropped a WebSocket of client %r on gateway %r: too slow for its broadcasts "
+            "(send queue full), closing with %d",
+            conn.client_id, conn.gateway_id, CLOSE_TOO_SLOW,
+        )
         if conn.task is not None:
             conn.task.cancel()
         while not conn.outbox.empty():
