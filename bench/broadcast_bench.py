@@ -24,22 +24,27 @@ Measured 2026-11-26 on the 2-core development machine while seven other engineer
 1,000 views, 20 pushes/s for 20 s, defaults:
 
 - connect 10,000 clients: 43-61 s (4 client processes; each handshake records the client's
-  claims in the store); gateway RSS 230 MiB idle → 576 MiB (35 KiB per connection), peak
-  587 MiB after the run (target ≤ 1.5 GiB);
-- push → broadcast at the sampled receivers, from the push's acknowledgement (the reply is
-  queued after the broadcast, so most are negative): p50 -0.3 ms, p99 9.2 ms, max 11.8 ms;
-  from the push's send (adds the durable push itself): p50 7.9 ms, p99 132.5 ms, one push of
-  400 took 7.4 s to be stored (the store, not the fan-out: its broadcast followed its ack
-  within 12 ms) (targets p50 ≤ 20 ms, p99 ≤ 100 ms);
-- before the views were indexed by claim value (every view computed per push) the same run
-  gave, from the ack, p50 -0.4 ms, p99 13.7 ms and, from the send, p50 46.2 ms, p99 226.5 ms
-  (gateway 24 % of a core);
+  claims in the store); gateway RSS 230 MiB idle → 575 MiB (35 KiB per connection), peak
+  585-587 MiB after the run (target ≤ 1.5 GiB);
+- push → broadcast at the sampled receivers (two runs), from the push's acknowledgement (the
+  reply is queued after the broadcast, so most are negative): p50 -0.3 ms, p99 9.2 and
+  16.1 ms, max 11.8 and 86.4 ms; from the push's send (adds the durable push itself): p50 7.9
+  and 6.2 ms, p99 132.5 and 120.4 ms, max 7.4 s (one push of 400 waited that long to be
+  stored, the store and not the fan-out: its broadcast followed its ack within 12 ms) and
+  376 ms (targets p50 ≤ 20 ms, p99 ≤ 100 ms: the p99 from the send is over, bound by the
+  durable push on a machine with ten runnable jobs per core, the fan-out is not);
+- the code before issue 26 (a reader, a view and an encoding per connection; same bench, same
+  load, a 10 s push phase): 200 pushes took 153 s instead of 10 (about 200 ms of gateway CPU
+  per push), from the send p50 636 ms, p99 3.8 s, max 8.6 s; from the ack p99 92.6 ms;
+- with views but before they were indexed by claim value (every view computed per push), from
+  the ack p50 -0.4 ms, p99 13.7 ms; from the send p50 46.2 ms, p99 226.5 ms (gateway 24 % of
+  a core);
 - a broadcast to all 10,000 clients (a row every view sees): each frame is encoded once per
-  view, but sent 10,000 times: 72-73 µs of gateway CPU per frame sent (uvicorn's
-  WebSocket send and websockets' framing; keepalive pings included), so 0.7 s per such
-  broadcast; p99 0.8-1.2 s at the receivers;
-- gateway CPU in the push phase 12 % of a core; the 4 client processes used 12.8 s of CPU
-  over the run (of which the connecting phase most).
+  view, but sent 10,000 times: 71-73 µs of gateway CPU per frame sent (uvicorn's WebSocket
+  send and websockets' framing; keepalive pings included; 154 µs before issue 26), so 0.7 s
+  per such broadcast; p99 0.3-1.2 s at the receivers;
+- gateway CPU in the push phase 9-12 % of a core; the 4 client processes used 12-13 s of CPU
+  over the run (most of it connecting).
 
 py-spy (``--profile``, own time with the GIL held, push phase, after the view index): uvicorn's
 ``send_keepalive_ping`` 78.9 % (10,000 connections pinged every 20 s: 500 pings/s, each a
