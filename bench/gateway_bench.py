@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
+import os
+import sqlite3
 import statistics
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -55,9 +59,34 @@ def batch(client: str, n: int, start: int, owner: str | None = None) -> list[dic
     ]
 
 
-async def push_throughput(url: str, clients: int, batches: int) -> tuple[float, float]:
-    """Batches per second and deltas per second with ``clients`` concurrent pushers sending
-    ``batches`` batches in all (bodies are built before the clock starts)."""
+def _post_all(url: str, path: str, headers: dict[str, str], bodies: list[bytes]) -> None:
+    """POST each body in turn over one kept-alive connection (the standard library's client:
+    its cost per request is small next to the gateway's, so the figure measures the gateway)."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+    try:
+        for body in bodies:
+            conn.request("POST", path, body=body, headers=headers)
+            r = conn.getresponse()
+            reply = r.read()
+            assert r.status == 200, reply
+    finally:
+        conn.close()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def push_throughput(
+    url: str, clients: int, batches: int, pid: int | None = None
+) -> tuple[float, float, float | None]:
+    """Batches per second, deltas per second and (given the gateway's ``pid``) the gateway's
+    CPU milliseconds per batch, with ``clients`` concurrent pushers sending ``batches`` batches
+    in all, each over its own kept-alive connection (bodies are built before the clock
+    starts)."""
     per_client = batches // clients
     bodies = {
         n: [
@@ -69,18 +98,42 @@ async def push_throughput(url: str, clients: int, batches: int) -> tuple[float, 
         for n in range(clients)
     }
 
-    async def pusher(n: int) -> None:
+    def pusher(n: int) -> None:
         headers = auth(token(f"p{clients}-{n}")) | {"Content-Type": "application/json"}
-        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as c:
-            for body in bodies[n]:
-                r = await c.post("/v1/sync/gw1/push", content=body)
-                assert r.status_code == 200, r.text
+        _post_all(url, "/v1/sync/gw1/push", headers, bodies[n])
 
+    cpu = process_cpu_seconds(pid) if pid is not None else 0.0
     started = time.perf_counter()
-    await asyncio.gather(*(pusher(n) for n in range(clients)))
+    await asyncio.gather(*(asyncio.to_thread(pusher, n) for n in range(clients)))
     elapsed = time.perf_counter() - started
     done = per_client * clients
-    return done / elapsed, done * 100 / elapsed
+    cpu_ms = (process_cpu_seconds(pid) - cpu) * 1000 / done if pid is not None else None
+    return done / elapsed, done * 100 / elapsed, cpu_ms
+
+
+def durable_commit_ms(directory: Path, commits: int = 200) -> float:
+    """Milliseconds of the smallest durable SQLite commit on ``directory``'s disk, measured alone:
+    a one-row transaction in WAL mode with ``synchronous=FULL``, as the hot log commits (an empty
+    transaction writes nothing and syncs nothing). The WAL's fsync bounds one sequential
+    client: at most ``1000 / ms`` batches per second whatever the gateway's CPU costs."""
+    path = directory / "commit-probe.sqlite3"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)")
+        times = []
+        for i in range(commits):
+            started = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (v) VALUES (?)", (bytes(8),))
+            conn.execute("COMMIT")
+            times.append(time.perf_counter() - started)
+            if i % 50 == 49:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        return statistics.median(times) * 1000
+    finally:
+        conn.close()
 
 
 async def push_growth(url: str, total: int, segments: int) -> list[float]:
@@ -164,7 +217,7 @@ async def broadcast_latency(
     return statistics.median(latencies), latencies[int(len(latencies) * 0.99) - 1], latencies[-1]
 
 
-async def main(batches: int, store: str, log_size: int) -> None:
+async def main(batches: int, store: str, log_size: int, push_only: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         kind = store.partition(":")[0]
         schema = f"lakesync_bench_{uuid.uuid4().hex[:8]}"
@@ -173,18 +226,32 @@ async def main(batches: int, store: str, log_size: int) -> None:
             env["LAKESYNC_PG_SCHEMA"] = schema
         server = ServerProcess(Path(tmp) / "data", env).start()
         try:
+            assert server.proc is not None
+            await push_throughput(server.url, 1, 20)  # warm up: imports, first statements
             for clients in (1, 8):
-                bps, dps = await push_throughput(server.url, clients, batches)
-                print(
-                    f"push throughput, {clients} client(s), batches of 100: "
-                    f"{bps:.0f} batches/s = {dps:.0f} deltas/s (durable, {kind})"
+                bps, dps, cpu_ms = await push_throughput(
+                    server.url, clients, batches, server.proc.pid
                 )
+                print(
+                    f"push throughput, {clients} client(s), sequential batches of 100 over a "
+                    f"kept-alive connection each: {bps:.0f} batches/s = {dps:.0f} deltas/s "
+                    f"(durable, {kind}); gateway CPU {cpu_ms:.2f} ms per batch"
+                )
+            if kind == "sqlite":
+                ms = durable_commit_ms(Path(tmp))
+                print(
+                    f"physical limit, the smallest durable SQLite commit on this disk alone: "
+                    f"{ms:.2f} ms = at most {1000 / ms:.0f} sequential batches/s"
+                )
+            print(f"load average: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
             if log_size:
                 rates = await push_growth(server.url, log_size, 10)
                 print(
                     f"push throughput as the log grows to {log_size:,} deltas, 1 client, "
                     f"per tenth: {', '.join(f'{r:.0f}' for r in rates)} deltas/s ({kind})"
                 )
+            if push_only:
+                return
             for gw, rules in (("gw_plain", False), ("gw_rules", True)):
                 cold, p50, p95 = await pull_latency(server.url, gw, rules)
                 label = "with rules (500 of 1,000 visible)" if rules else "without rules"
@@ -218,5 +285,8 @@ if __name__ == "__main__":
         default=0,
         help="also push this many deltas with one client, printing the rate per tenth",
     )
+    parser.add_argument(
+        "--push-only", action="store_true", help="only the push figures and the physical limit"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.batches, args.store, args.log_size))
+    asyncio.run(main(args.batches, args.store, args.log_size, args.push_only))
