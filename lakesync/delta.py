@@ -125,18 +125,22 @@ _identity_encoder = msgspec.json.Encoder()
 _MAX_SAFE_INT = 2**53
 
 
-def _plain(value: Any) -> bool:
-    """Whether msgspec writes ``value`` exactly as canonical JSON does: a string (msgspec
-    escapes what ``JSON.stringify`` escapes; a lone surrogate makes it raise), a boolean, null
-    or a safe integer. Floats (JavaScript's number format), objects (sorted keys) and unsafe
-    integers take the text path."""
-    kind = type(value)
-    return (
-        kind is str
-        or value is None
-        or kind is bool
-        or (kind is int and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT)
-    )
+def _all_plain(cols: Sequence[ColumnValue]) -> bool:
+    """Whether msgspec writes every value of ``cols`` exactly as canonical JSON does: a string
+    (msgspec escapes what ``JSON.stringify`` escapes; a lone surrogate makes it raise), a
+    boolean, null or a safe integer. Floats (JavaScript's number format), objects (sorted keys)
+    and unsafe integers take the text path."""
+    for c in cols:
+        value = c.value
+        kind = type(value)
+        if not (
+            kind is str
+            or value is None
+            or kind is bool
+            or (kind is int and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT)
+        ):
+            return False
+    return True
 
 
 def _identity_id(
@@ -144,7 +148,7 @@ def _identity_id(
 ) -> str:
     # This runs on every pushed delta: most cells are plain, and then msgspec writes the
     # canonical JSON of {clientId, columns: [{column, value}], hlc, rowId, table} in one call.
-    if all(_plain(c.value) for c in cols):
+    if _all_plain(cols):
         try:
             text = _identity_encoder.encode(
                 _Identity(client_id, tuple(cols), str(hlc), row_id, table)
