@@ -262,7 +262,9 @@ def main() -> None:
         report("plain pull from 0     ", n, pull)
     report("through the checkpoint", n, checkpoint)
     print(f"  gateway peak RSS {gateway_rss:.0f} MiB (whole run)")
-    print(f"  checkpoint: {built.rows:,} rows in {built.chunks:,} chunks, staged in {build_s:.1f} s")
+    print(
+        f"  checkpoint: {built.rows:,} rows in {built.chunks:,} chunks, staged in {build_s:.1f} s"
+    )
     print(f"  load average {os.getloadavg()[0]:.1f}")
 
 

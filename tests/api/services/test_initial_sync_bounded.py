@@ -3,14 +3,15 @@
 The gateway reads a stored chunk, filters and encodes it, and hands the frame to the response;
 it reads at most one chunk ahead of the frame being sent. Counted here on the real SQLite store
 (its chunk reads) while a slow reader takes the frames one at a time: the chunks read but not
-yet taken never exceed 2, for a checkpoint of a few dozen chunks as for one of several hundred, with and without
-sync rules.
+yet taken never exceed 2, for a checkpoint of a few dozen chunks as for one of several hundred,
+with and without sync rules.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -59,6 +60,21 @@ def _rows(n: int, hlc: int) -> Iterator[tuple[RowKey, RowRecord]]:
         yield ("todos", f"r{i:06}"), RowRecord(RowState(cells, (hlc + i, owner)), hlc + i)
 
 
+async def _read(service: Any, store: CountingStore, gw: str) -> tuple[list[int], int, int]:
+    """Take alice's frames slowly: after each, the chunks read beyond those taken; the deltas
+    received; the chunks read in all."""
+    opened = await open_checkpoint(service, gw, {"sub": "alice"}, whole_rows=False)
+    start = store.chunk_reads
+    held: list[int] = []
+    taken = received = 0
+    async for frame in opened.frames:
+        taken += 1
+        received += len(decode_response(frame[4:])[0])
+        await anyio.sleep(0.002)  # a slow client: the reader must not run ahead meanwhile
+        held.append(store.chunk_reads - start - taken)
+    return held, received, store.chunk_reads - start
+
+
 @pytest.mark.parametrize("rules", [False, True], ids=["no-rules", "rules"])
 def test_a_stream_holds_at_most_two_chunks_whatever_its_size(
     tmp_path: Path, rules: bool
@@ -77,24 +93,9 @@ def test_a_stream_holds_at_most_two_chunks_whatever_its_size(
                     assert r.status_code == 200, r.text
                 built = write_checkpoint(store, gw, now_hlc(), _rows(rows, now_hlc(-1000)), 500)
                 assert built is not None and built.chunks >= rows // 10
-                held: list[int] = []
-                received = 0
-
-                async def read(gw: str = gw) -> None:
-                    nonlocal received
-                    opened = await open_checkpoint(service, gw, {"sub": "alice"}, whole_rows=False)
-                    start = store.chunk_reads
-                    taken = 0
-                    async for frame in opened.frames:
-                        taken += 1
-                        received += len(decode_response(frame[4:])[0])
-                        await anyio.sleep(0.002)  # a slow client: the reader must not run ahead
-                        held.append(store.chunk_reads - start - taken)
-                    assert store.chunk_reads - start == built.chunks
-
-                anyio.run(read)
+                held, received, reads = anyio.run(_read, service, store, gw)
                 # Every chunk was read once, and never more than AHEAD beyond the frames taken.
-                assert len(held) == built.chunks
+                assert len(held) == built.chunks == reads
                 assert max(held) <= AHEAD - 1, held
                 # Without rules every row; under rules alice's half, an eviction and a state each.
                 assert received == rows
