@@ -59,6 +59,7 @@ __all__ = [
     "rules_to_wire",
     "tables_for",
     "visible",
+    "visible_among",
     "write_refusal",
 ]
 
@@ -277,6 +278,52 @@ def visible(
     if rules is None:
         return True
     return any(_bucket_matches(b, claims, table, row) for b in rules.buckets)
+
+
+def visible_among(
+    rules: SyncRules | None,
+    claims: Mapping[str, Any],
+    rows: Sequence[tuple[str, Mapping[str, Any] | None]],
+) -> list[bool]:
+    """:func:`visible` of each of many ``(table, row)`` at once, the same answers: each filter
+    is applied to one column of the rows still in question, with its claims resolved once (a
+    checkpoint chunk of thousands of rows costs a few list passes, not a call chain per row)."""
+    if rules is None:
+        return [row is not None for _, row in rows]
+    shown = [False] * len(rows)
+    for b in rules.buckets:
+        tables = frozenset(b.tables)
+        left = [
+            i
+            for i, (table, row) in enumerate(rows)
+            if row is not None and not shown[i] and (not tables or table in tables)
+        ]
+        for f in b.filters:
+            if not left:
+                break
+            rhs = _resolve(f.value, claims)
+            if rhs is None:  # a missing claim fails the filter for every row
+                left = []
+                break
+            values = [rows[i][1].get(f.column) for i in left]  # type: ignore[union-attr]
+            if f.op in ("eq", "in", "neq"):
+                accepted = frozenset(rhs)
+                keep = f.op != "neq"
+                # Most values are strings: their string form is themselves (no call).
+                left = [
+                    i
+                    for i, v in zip(left, values, strict=True)
+                    if ((v if type(v) is str else _js_string(v)) in accepted) is keep
+                ]
+            else:
+                left = [
+                    i
+                    for i, v in zip(left, values, strict=True)
+                    if v is not None and any(_ordered(f.op, v, r) for r in rhs)
+                ]
+        for i in left:
+            shown[i] = True
+    return shown
 
 
 def tables_for(rules: SyncRules | None, claims: Mapping[str, Any]) -> set[str] | None:
