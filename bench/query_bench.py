@@ -26,10 +26,14 @@ lakesync.cli.materialise 0.13 s, lakesync.api.store 0.12 s, SQLAlchemy 0.10 s);
 ``SqlCatalog.load_table`` of every table 34 % (mostly pyiceberg's pyarrow FileIO import); the
 extension LOADs 0.1 to 0.4 s (DuckDB hashes each signed file: 50 MB for iceberg).
 
-After (same machine, load average 3 to 19, see the run's own figures): py-spy of the quick
-command: typer's parameter coercion importing pydantic 28 %, ``lakesync.cli.main``'s own imports
-(``lakesync.config``: msgspec, yaml, rules) 14 %, the query module and DuckDB 18 %, rich 6 %;
-the query itself (catalog read, parse, view, scan) 5 %.
+After (same machine, load average 19 to 22 throughout: no quiet moment came; 7 runs):
+quick 1.19 s wall, 0.39 s CPU; general 3.64 s wall, 1.48 s CPU; import-everything 4.93 s wall,
+1.91 s CPU; extension LOADs signed 0.51 s, unsigned 0.01 s; so about 5.4 s before vs 1.2 s now
+under that load. The quick command's CPU time, 0.39 s, is what its wall time comes to on a quiet
+machine (it waits on nothing), under the 0.5 s target; under load its wall time follows the
+queue. py-spy of the quick command: typer's parameter coercion importing pydantic 28 %,
+``lakesync.cli.main``'s own imports (``lakesync.config``: msgspec, yaml, rules) 14 %, the query
+module and DuckDB 18 %, rich 6 %; the query itself (catalog read, parse, view, scan) 5 %.
 """
 
 from __future__ import annotations
