@@ -130,6 +130,9 @@ def _open_rest_catalog(settings: LakeSettings) -> Catalog:
         if value:
             props[key] = value
     uri = settings.catalog_uri
+    if settings.catalog_credential:
+        # pyiceberg's own default, said explicitly (it warns about the implicit one).
+        props["oauth2-server-uri"] = f"{uri.rstrip('/')}/v1/oauth/tokens"
     signed_in_with = (
         "lake.catalog_credential (LAKESYNC_CATALOG_CREDENTIAL)" if settings.catalog_credential
         else "lake.catalog_token (LAKESYNC_CATALOG_TOKEN)" if settings.catalog_token
