@@ -17,8 +17,8 @@ values are derived here:
 - ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``).
 - ``spark_master`` (default ``local[2]``); ``spark_cores_max`` / ``spark_executor_memory``:
   sizing on a cluster master.
-- ``jars_dir``: where the bootstrap writes built jars
-  (default ``<sys.prefix>/share/lakesync/jars``).
+- ``jars_dir``: where the bootstrap downloads the Iceberg jars (:data:`ICEBERG_JARS`, pinned
+  artifacts of Maven Central; default ``<sys.prefix>/share/lakesync/jars``).
 - ``dbt_project_dir``: the dbt project (default: the repository root).
 - ``snapshot_retention`` (seconds, default 7 days), ``snapshot_retain_last`` (default 1),
   ``orphan_file_age`` (seconds, default 3 days): Iceberg maintenance (``macros/maintenance.sql``,
@@ -46,9 +46,13 @@ __all__ = [
     "ANALYTICS_NAMESPACE",
     "CATALOG_NAME",
     "CHANGES_NAMESPACE",
+    "ICEBERG_JARS",
+    "ICEBERG_VERSION",
     "LANDING_NAMESPACE",
     "LANDING_TABLE",
+    "MAVEN_CENTRAL",
     "LakeSettings",
+    "MavenJar",
     "default_jars_dir",
     "profile_spark_conf",
 ]
@@ -59,12 +63,51 @@ LANDING_TABLE = "landing"
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 MARIADB_JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
-ICEBERG_RUNTIME_JAR_NAME = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-JACKSON_JAR_NAME = "iceberg-shaded-jackson-2.15.2.jar"
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+ICEBERG_VERSION = "1.10.1"
+"""The Apache Iceberg release the lake's Spark side runs (runtime for Spark 3.5 / Scala 2.12 and
+its AWS bundle); a user's cluster needs the same two jars on ``spark.jars``."""
+
+
+@dataclass(frozen=True)
+class MavenJar:
+    """One published jar, pinned by version and SHA-256, that the bootstrap downloads once."""
+
+    group: str
+    artifact: str
+    version: str
+    sha256: str
+
+    @property
+    def file_name(self) -> str:
+        """The jar's file name, as Maven names it."""
+        return f"{self.artifact}-{self.version}.jar"
+
+    def url(self, repository: str = MAVEN_CENTRAL) -> str:
+        """Where a Maven repository (default Maven Central) serves it."""
+        return (
+            f"{repository.rstrip('/')}/{self.group.replace('.', '/')}/{self.artifact}/"
+            f"{self.version}/{self.file_name}"
+        )
+
+
+ICEBERG_RUNTIME = MavenJar(
+    "org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", ICEBERG_VERSION,
+    "39ea09e6c03550a300b9d9ab498949836d2d434e441da4c12a943a086e396940",
+)
+# The AWS SDK that the runtime's S3FileIO (and the REST catalog's SigV4 signer) load at runtime.
+ICEBERG_AWS_BUNDLE = MavenJar(
+    "org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION,
+    "86bf20892ea5b4c17688f19b075399885f6aa5303f6b2dc9f491e76ceef9633b",
+)
+ICEBERG_JARS = (ICEBERG_RUNTIME, ICEBERG_AWS_BUNDLE)
+"""The Iceberg jars Spark loads: the official, self-contained artifacts (Jackson, httpclient5
+and the AWS SDK relocated inside), downloaded into :attr:`LakeSettings.jars_dir` by the
+bootstrap so later runs stay offline."""
 
 
 def default_jars_dir() -> Path:
-    """Directory for jars built at setup time: inside the active environment (per venv, stable)."""
+    """Directory for the jars setup downloads: inside the active environment (per venv, stable)."""
     return Path(sys.prefix) / "share" / "lakesync" / "jars"
 
 
@@ -73,14 +116,6 @@ def default_dbt_project_dir() -> Path:
     ``lakesync/dbt_project``, which links to the repository root's files in a checkout and holds
     copies of them in an installed wheel."""
     return Path(__file__).resolve().parents[1] / "dbt_project"
-
-
-def iceberg_runtime_jar() -> Path:
-    """The Iceberg Spark runtime jar shipped by the ``snowpark-connect-deps-iceberg`` wheel."""
-    # optional (extra "pipeline"); only its jar path is needed
-    import snowpark_connect_deps_iceberg  # noqa: PLC0415
-
-    return Path(snowpark_connect_deps_iceberg.get_jars_dir()) / ICEBERG_RUNTIME_JAR_NAME
 
 
 @dataclass(frozen=True)
@@ -205,18 +240,16 @@ class LakeSettings:
         return Path(parts.path) if parts.scheme == "file" else None
 
     @property
-    def jackson_jar(self) -> Path:
-        """The relocated Jackson jar the Iceberg runtime needs (built by the bootstrap)."""
-        return self.jars_dir / JACKSON_JAR_NAME
+    def iceberg_jars(self) -> list[Path]:
+        """The Iceberg jars (:data:`ICEBERG_JARS`) in :attr:`jars_dir`, where the bootstrap
+        downloads them."""
+        return [self.jars_dir / jar.file_name for jar in ICEBERG_JARS]
 
     @property
     def spark_jars(self) -> list[Path]:
         """Every jar Spark needs on ``spark.jars``, driver and executors alike."""
         # PostgreSQL and MariaDB drivers also load destinations' staging tables (materialise).
-        return [
-            iceberg_runtime_jar(), self.jackson_jar, SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR,
-            MARIADB_JDBC_JAR,
-        ]
+        return [*self.iceberg_jars, SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR, MARIADB_JDBC_JAR]
 
     def sqlalchemy_uri(self) -> str:
         """The same catalog as a SQLAlchemy URL for pyiceberg's ``SqlCatalog``."""
