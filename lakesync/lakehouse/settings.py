@@ -10,7 +10,9 @@ values are derived here:
   ``D/catalog.db``, ``D/warehouse``.
 - ``catalog_uri``: ``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``
   (default: the SQLite file); ``catalog_user`` / ``catalog_password``: JDBC credentials.
-- ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``).
+- ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``), or
+  ``s3://bucket/prefix`` on object storage with the ``s3_*`` keys (:attr:`LakeSettings.s3`,
+  :mod:`lakesync.lakehouse.object_store`).
 - ``spark_master`` (default ``local[2]``); ``spark_cores_max`` / ``spark_executor_memory``:
   sizing on a cluster master.
 - ``jars_dir``: where the bootstrap downloads the Iceberg jars (:data:`ICEBERG_JARS`, pinned
@@ -34,6 +36,7 @@ import yaml
 
 from lakesync.config import Config, LakeConfig, load_config
 from lakesync.errors import ConfigError
+from lakesync.lakehouse.object_store import S3Settings, is_object_store, spark_s3_env
 from lakesync.schema import ANALYTICS_NAMESPACE, CHANGES_NAMESPACE, LANDING_NAMESPACE
 
 __all__ = [
@@ -130,6 +133,7 @@ class LakeSettings:
     snapshot_retention_s: float = LakeConfig().snapshot_retention
     snapshot_retain_last: int = LakeConfig().snapshot_retain_last
     orphan_file_age_s: float = LakeConfig().orphan_file_age
+    s3: S3Settings = field(default_factory=S3Settings)
 
     @classmethod
     def from_env(
@@ -140,18 +144,27 @@ class LakeSettings:
         The configuration is ``lakesync.config.load_config(None, env)``: ``env`` (default
         ``os.environ``) over ``lakesync.yaml``; an explicit ``data_dir`` wins over both.
         """
-        return cls.from_config(load_config(None, env), data_dir)
+        return cls.from_config(load_config(None, env), data_dir, env)
 
     @classmethod
-    def from_config(cls, config: Config, data_dir: Path | str | None = None) -> LakeSettings:
+    def from_config(
+        cls,
+        config: Config,
+        data_dir: Path | str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> LakeSettings:
         """Settings from an already resolved configuration (e.g. ``lakesync up --config X``'s);
-        an explicit ``data_dir`` wins over the configured one."""
+        an explicit ``data_dir`` wins over the configured one. ``env`` (default ``os.environ``)
+        resolves ``${VAR}`` references in the S3 credentials."""
         root = Path(data_dir or config.data_dir).resolve()
         lake = config.lake
+        warehouse = lake.warehouse or (root / "warehouse").as_uri()
+        if is_object_store(warehouse) and not urlsplit(warehouse).netloc:
+            raise ConfigError(f"lake.warehouse {warehouse!r} names no bucket (s3://bucket/prefix)")
         return cls(
             data_dir=root,
             catalog_uri=lake.catalog_uri or f"jdbc:sqlite:{root / 'catalog.db'}",
-            warehouse=lake.warehouse or (root / "warehouse").as_uri(),
+            warehouse=warehouse,
             catalog_user=lake.catalog_user or None,
             catalog_password=lake.catalog_password or None,
             spark_master=lake.spark_master,
@@ -164,6 +177,7 @@ class LakeSettings:
             snapshot_retention_s=lake.snapshot_retention,
             snapshot_retain_last=lake.snapshot_retain_last,
             orphan_file_age_s=lake.orphan_file_age,
+            s3=S3Settings.from_config(lake, env),
         )
 
     @property
@@ -181,6 +195,12 @@ class LakeSettings:
         """Local filesystem path of the warehouse, or None when it is not a ``file:`` URI."""
         parts = urlsplit(self.warehouse)
         return Path(parts.path) if parts.scheme == "file" else None
+
+    @property
+    def on_object_store(self) -> bool:
+        """Whether the warehouse is on S3-compatible object storage (``s3://``), reached with
+        :attr:`s3`."""
+        return is_object_store(self.warehouse)
 
     @property
     def iceberg_jars(self) -> list[Path]:
@@ -234,6 +254,8 @@ class LakeSettings:
             env["LAKESYNC_SPARK_CORES_MAX"] = str(self.spark_cores_max)
         if self.spark_executor_memory:
             env["LAKESYNC_SPARK_EXECUTOR_MEMORY"] = self.spark_executor_memory
+        if self.on_object_store:
+            env.update(spark_s3_env(self.s3))
         env["LAKESYNC_SHUFFLE_PARTITIONS"] = str(self.shuffle_partitions)
         # Keep Spark's own (unused) warehouse dir out of the working directory.
         env["LAKESYNC_SPARK_WAREHOUSE_DIR"] = (self.data_dir / "spark-warehouse").as_uri()
