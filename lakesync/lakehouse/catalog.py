@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakesync.errors import ConfigError, NotFoundError
+from lakesync.lakehouse.object_store import pyiceberg_s3_properties
 from lakesync.lakehouse.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ logging.getLogger("pyiceberg.catalog.sql").addFilter(_QuietV0Layout())
 
 def open_catalog(settings: LakeSettings) -> Catalog:
     """The lake's catalog as Spark sees it: a pyiceberg ``SqlCatalog`` over the same JDBC catalog
-    tables and warehouse, or a ``RestCatalog`` on the same REST catalog server."""
+    tables and warehouse, or a ``RestCatalog`` on the same REST catalog server (on S3 with the
+    warehouse's FileIO properties)."""
     if settings.is_rest:
         return _open_rest_catalog(settings)
     # heavy, optional (extra "pipeline")
@@ -98,6 +100,8 @@ def open_catalog(settings: LakeSettings) -> Catalog:
         "warehouse": settings.warehouse,
         "init_catalog_tables": "false",
     }
+    if settings.on_object_store:
+        props.update(pyiceberg_s3_properties(settings.s3))
     return SqlCatalog(CATALOG_NAME, **props)
 
 
@@ -122,6 +126,9 @@ def _open_rest_catalog(settings: LakeSettings) -> Catalog:
     )
 
     props = {"uri": settings.catalog_uri}
+    if settings.on_object_store:
+        # The lake's own S3 settings; credentials the catalog vends with a table win over them.
+        props.update(pyiceberg_s3_properties(settings.s3))
     for key, value in (
         ("warehouse", settings.catalog_warehouse),
         ("credential", settings.catalog_credential),

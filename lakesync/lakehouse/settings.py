@@ -14,7 +14,9 @@ values are derived here:
   warehouse name it serves) and ``catalog_credential`` (OAuth2 ``client_id:client_secret``) or
   ``catalog_token`` (bearer). Secrets may be ``${VAR}`` / ``${file:PATH}`` references
   (:mod:`lakesync.secrets`), resolved here.
-- ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``).
+- ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``), or
+  ``s3://bucket/prefix`` on object storage with the ``s3_*`` keys (:attr:`LakeSettings.s3`,
+  :mod:`lakesync.lakehouse.object_store`).
 - ``spark_master`` (default ``local[2]``); ``spark_cores_max`` / ``spark_executor_memory``:
   sizing on a cluster master.
 - ``jars_dir``: where the bootstrap downloads the Iceberg jars (:data:`ICEBERG_JARS`, pinned
@@ -39,6 +41,7 @@ import yaml
 
 from lakesync.config import Config, LakeConfig, load_config
 from lakesync.errors import ConfigError
+from lakesync.lakehouse.object_store import S3Settings, is_object_store, spark_s3_env
 from lakesync.schema import ANALYTICS_NAMESPACE, CHANGES_NAMESPACE, LANDING_NAMESPACE
 from lakesync.secrets import resolve_references
 
@@ -139,6 +142,7 @@ class LakeSettings:
     snapshot_retention_s: float = LakeConfig().snapshot_retention
     snapshot_retain_last: int = LakeConfig().snapshot_retain_last
     orphan_file_age_s: float = LakeConfig().orphan_file_age
+    s3: S3Settings = field(default_factory=S3Settings)
 
     @classmethod
     def from_env(
@@ -162,14 +166,17 @@ class LakeSettings:
         an explicit ``data_dir`` wins over the configured one.
 
         The catalog's secrets (``catalog_password``, ``catalog_credential``, ``catalog_token``)
-        may be ``${VAR}`` / ``${file:PATH}`` references, resolved from ``env`` (default
-        ``os.environ``); a :class:`ConfigError` names the key and the variable or file, never a
-        value.
+        and the S3 credentials may be ``${VAR}`` / ``${file:PATH}`` references, resolved from
+        ``env`` (default ``os.environ``); a :class:`ConfigError` names the key and the variable
+        or file, never a value.
         """
         root = Path(data_dir or config.data_dir).resolve()
         lake = config.lake
         catalog_uri = lake.catalog_uri or f"jdbc:sqlite:{root / 'catalog.db'}"
         _catalog_type(catalog_uri)  # an unsupported URI fails here, naming the key
+        warehouse = lake.warehouse or (root / "warehouse").as_uri()
+        if is_object_store(warehouse) and not urlsplit(warehouse).netloc:
+            raise ConfigError(f"lake.warehouse {warehouse!r} names no bucket (s3://bucket/prefix)")
 
         def secret(key: str, value: str | None) -> str | None:
             if not value:
@@ -185,7 +192,7 @@ class LakeSettings:
         return cls(
             data_dir=root,
             catalog_uri=catalog_uri,
-            warehouse=lake.warehouse or (root / "warehouse").as_uri(),
+            warehouse=warehouse,
             catalog_user=lake.catalog_user or None,
             catalog_password=secret("catalog_password", lake.catalog_password),
             catalog_warehouse=lake.catalog_warehouse or None,
@@ -201,6 +208,7 @@ class LakeSettings:
             snapshot_retention_s=lake.snapshot_retention,
             snapshot_retain_last=lake.snapshot_retain_last,
             orphan_file_age_s=lake.orphan_file_age,
+            s3=S3Settings.from_config(lake, env),
         )
 
     @property
@@ -238,6 +246,12 @@ class LakeSettings:
         """Local filesystem path of the warehouse, or None when it is not a ``file:`` URI."""
         parts = urlsplit(self.warehouse)
         return Path(parts.path) if parts.scheme == "file" else None
+
+    @property
+    def on_object_store(self) -> bool:
+        """Whether the warehouse is on S3-compatible object storage (``s3://``), reached with
+        :attr:`s3`."""
+        return is_object_store(self.warehouse)
 
     @property
     def iceberg_jars(self) -> list[Path]:
@@ -299,6 +313,8 @@ class LakeSettings:
             env["LAKESYNC_SPARK_CORES_MAX"] = str(self.spark_cores_max)
         if self.spark_executor_memory:
             env["LAKESYNC_SPARK_EXECUTOR_MEMORY"] = self.spark_executor_memory
+        if self.on_object_store:
+            env.update(spark_s3_env(self.s3))
         env["LAKESYNC_SHUFFLE_PARTITIONS"] = str(self.shuffle_partitions)
         # Keep Spark's own (unused) warehouse dir out of the working directory.
         env["LAKESYNC_SPARK_WAREHOUSE_DIR"] = (self.data_dir / "spark-warehouse").as_uri()
