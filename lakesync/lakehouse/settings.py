@@ -43,7 +43,7 @@ from lakesync.config import Config, LakeConfig, load_config
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.object_store import S3Settings, is_object_store, spark_s3_env
 from lakesync.schema import ANALYTICS_NAMESPACE, CHANGES_NAMESPACE, LANDING_NAMESPACE
-from lakesync.secrets import resolve_references
+from lakesync.secrets import resolve_key
 
 __all__ = [
     "ANALYTICS_NAMESPACE",
@@ -179,15 +179,10 @@ class LakeSettings:
             raise ConfigError(f"lake.warehouse {warehouse!r} names no bucket (s3://bucket/prefix)")
 
         def secret(key: str, value: str | None) -> str | None:
-            if not value:
-                return None
-            try:
-                return resolve_references(
-                    value, os.environ if env is None else env,
-                    lambda path: Path(path).read_text(encoding="utf-8"),
-                )
-            except ConfigError as exc:
-                raise ConfigError(f"lake.{key}: {exc.message}") from None
+            return resolve_key(
+                f"lake.{key}", value, os.environ if env is None else env,
+                lambda path: Path(path).read_text(encoding="utf-8"),
+            )
 
         return cls(
             data_dir=root,
@@ -224,9 +219,11 @@ class LakeSettings:
 
     @property
     def secrets(self) -> list[str]:
-        """The catalog's secrets as resolved, for log redaction: the JDBC password, the OAuth2
-        client secret (and the whole ``client_id:client_secret``) and the bearer token."""
-        found = [self.catalog_password, self.catalog_token, self.catalog_credential]
+        """The lake's secrets as resolved, for log redaction: the JDBC password, the OAuth2
+        client secret (and the whole ``client_id:client_secret``), the bearer token and the S3
+        credentials."""
+        found = [self.catalog_password, self.catalog_token, self.catalog_credential,
+                 *self.s3.secrets]
         if self.catalog_credential and ":" in self.catalog_credential:
             found.append(self.catalog_credential.split(":", 1)[1])
         return [value for value in found if value]

@@ -1,6 +1,7 @@
 """The lake on an Iceberg REST catalog, no Spark: Apache Iceberg's own REST catalog server
-(tests/rest_catalog.py), pyiceberg's landing flush and ``lakesync query`` (DuckDB) through it, and
-what a refused credential or token, or an unreachable server, tells the user (never a secret)."""
+(tests/rest_catalog.py), pyiceberg's landing flush and ``lakesync query`` (DuckDB) through it (on
+local files, and on S3 with the storage credentials the catalog vends), and what a refused
+credential or token, or an unreachable server, tells the user (never a secret)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,20 @@ from lakesync.hlc import HLC
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ensure_landing_table, open_catalog
 from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.object_store import S3FILEIO
+from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
 from tests.api.helpers import now_hlc
+from tests.conftest import (
+    S3_ACCESS_KEY_ID,
+    S3_ENDPOINT,
+    S3_SECRET_ACCESS_KEY,
+    fresh_s3_bucket,
+    s3_client,
+    s3_lake_env,
+)
 from tests.rest_catalog import (
     REST_CATALOG_URI,
     AuthProxy,
@@ -161,3 +172,50 @@ def test_the_services_rest_catalog_answers() -> None:
         pytest.skip("LAKESYNC_TEST_REST_CATALOG_URI is not set (scripts/services.sh)")
     settings = LakeSettings.from_env(Path("unused"), env={"LAKESYNC_CATALOG_URI": REST_CATALOG_URI})
     assert isinstance(open_catalog(settings).list_namespaces(), list)
+
+
+def test_on_s3_the_lake_reads_and_writes_with_the_credentials_the_catalog_vends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_env: None
+) -> None:
+    """The REST server's warehouse is on S3 and it vends its S3 keys with each table; the lake
+    is told the endpoint but no keys (and no AWS chain has any): the landing flush (pyiceberg)
+    and a fresh ``lakesync query`` (DuckDB) work with the vended ones, and every file lands in
+    the bucket."""
+    bucket = fresh_s3_bucket()
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    server_env = {
+        "CATALOG_IO__IMPL": S3FILEIO, "CATALOG_S3_ENDPOINT": S3_ENDPOINT,
+        "CATALOG_S3_PATH__STYLE__ACCESS": "true", "CATALOG_CLIENT_REGION": "us-east-1",
+        "CATALOG_S3_ACCESS__KEY__ID": S3_ACCESS_KEY_ID,
+        "CATALOG_S3_SECRET__ACCESS__KEY": S3_SECRET_ACCESS_KEY,
+        "CATALOG_INCLUDE__CREDENTIALS": "true",  # vend them in every LoadTable answer
+    }
+    lake_env = {k: v for k, v in s3_lake_env(bucket).items() if "_KEY" not in k}
+    with rest_catalog_server(tmp_path / "rest", f"s3://{bucket}/lake", server_env) as uri:
+        settings = LakeSettings.from_env(
+            tmp_path / "data", env={**lake_env, "LAKESYNC_CATALOG_URI": uri}
+        )
+        assert settings.on_object_store and settings.s3.access_key_id is None
+        catalog = open_catalog(settings)
+        ensure_landing_table(catalog)
+        publish_schemas(catalog, [(GW, NOTES)])
+        log = SqliteHotLog(tmp_path / "hotlog.sqlite3", HLC())
+        try:
+            t = now_hlc()
+            log.append(GW, [_d("INSERT", "n1", t + 1, body="landed")])
+            log.append(GW, [_d("INSERT", "n2", t + 2, body="two")])
+            LandingFlusher(open_catalog(settings), log).flush()
+            log.append(GW, [_d("UPDATE", "n1", t + 3, body="hot")])
+            sql = "select row_id, body from analytics.notes order by row_id"
+            rows = run_query(settings, sql, fresh=True, hot_log=log).rows
+        finally:
+            log.close()
+        landing = open_catalog(settings).load_table(LANDING_IDENTIFIER)
+    assert rows == [("n1", "hot"), ("n2", "two")]
+    assert landing.metadata_location.startswith(f"s3://{bucket}/lake/")
+    keys = [o["Key"] for o in s3_client().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert any(k.endswith(".parquet") for k in keys) and any(k.endswith(".avro") for k in keys)
+    assert not (tmp_path / "data" / "warehouse").exists()
