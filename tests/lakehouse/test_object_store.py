@@ -17,6 +17,7 @@ from lakesync.delta import RowDelta
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.compaction import compact
 from lakesync.lakehouse.query import run_query
+from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.schema import parse_schema
 from tests.conftest import fresh_s3_bucket, s3_client, s3_lake_env
@@ -82,6 +83,8 @@ def test_the_bucket_holds_every_lake_file_and_the_data_dir_none(
 def test_query_fresh_reads_and_time_travel_on_s3(
     lake: Lake, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Registered, as a gateway publishes its schemas: fresh reads take the columns from there.
+    publish_schemas(open_catalog(lake.settings), [(GW, NOTES)])
     lake.land(GW, [_note("q1", 20, "first")])
     run_pipeline(settings=lake.settings, schemas=[NOTES], tests=False)
     table = open_catalog(lake.settings).load_table("analytics.notes")
