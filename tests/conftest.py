@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -61,6 +62,14 @@ def drop_pg_database(url: str) -> None:
     name = urlsplit(url).path.lstrip("/")
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         conn.execute(f'drop database "{name}" with (force)')
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A new, empty database on the test PostgreSQL server, dropped after the test."""
+    url = fresh_pg_database()
+    yield url
+    drop_pg_database(url)
 
 
 S3_ENDPOINT = os.environ.get("LAKESYNC_TEST_S3_ENDPOINT", "")
