@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure a PostgreSQL and a MariaDB server answer (and the BigQuery emulator and moto's
-# CloudWatch Logs server, for the connector tests), and write their addresses to .lakesync-env.
+# CloudWatch Logs server, for the connector tests, an S3 server for the lake on object storage
+# and Apache Iceberg's REST catalog server), and write their addresses to .lakesync-env.
 # Order: a DSN already in the environment; the machine's own service on the standard port
 # (started if installed but stopped); else a throwaway server in .servers/ on a private port.
 set -euo pipefail
@@ -130,6 +131,90 @@ if [ -z "$CW_ENDPOINT" ]; then
   cw_ok "http://127.0.0.1:$CW_PORT" && CW_ENDPOINT="http://127.0.0.1:$CW_PORT"
 fi
 
+# --- S3: S3Proxy on its filesystem backend (why: scripts/README.md), data under .servers/s3 ---
+S3_ENDPOINT=${LAKESYNC_TEST_S3_ENDPOINT:-}
+S3_KEY=${LAKESYNC_TEST_S3_ACCESS_KEY_ID:-lakesync}
+S3_SECRET=${LAKESYNC_TEST_S3_SECRET_ACCESS_KEY:-lakesync-secret}
+# Any S3 answers an anonymous listing with XML (an error or the buckets): that is "it answers".
+s3_ok() { curl -sS "$1/" 2>/dev/null | grep -q '<Error>\|<ListAllMyBucketsResult'; }
+if [ -n "$S3_ENDPOINT" ] && ! s3_ok "$S3_ENDPOINT"; then
+  S3_ENDPOINT=
+fi
+if [ -z "$S3_ENDPOINT" ]; then
+  S3_PORT=59070
+  S3P_VERSION=4.1.0
+  S3P_SHA256=a4d025969aaf796616ed4b1e2491d87d455ce84bb28cb9db086b2e6aaa68b48d
+  S3P_JAR=$ROOT/.venv/share/s3proxy/s3proxy-$S3P_VERSION-jar-with-dependencies.jar
+  if ! s3_ok "http://127.0.0.1:$S3_PORT"; then
+    if [ ! -f "$S3P_JAR" ]; then
+      log "downloading S3Proxy $S3P_VERSION (Maven Central)"
+      mkdir -p "$(dirname "$S3P_JAR")"
+      # Best effort, like the emulators: without it only the object-storage tests skip (fail under CI).
+      if curl -fsSL -o "$S3P_JAR.part" \
+           "https://repo1.maven.org/maven2/org/gaul/s3proxy/$S3P_VERSION/$(basename "$S3P_JAR")" \
+         && echo "$S3P_SHA256  $S3P_JAR.part" | sha256sum -c --quiet; then
+        mv "$S3P_JAR.part" "$S3P_JAR"
+      else
+        rm -f "$S3P_JAR.part"
+        log "could not download S3Proxy: the S3 tests skip (fail under CI)"
+      fi
+    fi
+  fi
+  if ! s3_ok "http://127.0.0.1:$S3_PORT" && [ -f "$S3P_JAR" ] && command -v java >/dev/null; then
+    mkdir -p "$SERVERS/s3/data"
+    cat > "$SERVERS/s3/s3proxy.conf" <<CONF
+s3proxy.endpoint=http://127.0.0.1:$S3_PORT
+s3proxy.authorization=aws-v2-or-v4
+s3proxy.identity=$S3_KEY
+s3proxy.credential=$S3_SECRET
+jclouds.provider=filesystem-nio2
+jclouds.filesystem.basedir=$SERVERS/s3/data
+CONF
+    log "starting S3Proxy (S3 on local files) on port $S3_PORT"
+    (nohup java -Xmx256m -jar "$S3P_JAR" --properties "$SERVERS/s3/s3proxy.conf" >"$SERVERS/s3.log" 2>&1 &)
+    for _ in $(seq 60); do s3_ok "http://127.0.0.1:$S3_PORT" && break; sleep 0.5; done
+  fi
+  s3_ok "http://127.0.0.1:$S3_PORT" && S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+fi
+
+# --- Iceberg REST catalog: Apache Iceberg's own RESTCatalogServer (Maven Central) ---
+# Its jars are resolved once into .venv/share/lakesync/rest-catalog (scripts/rest-catalog/pom.xml;
+# ~25 s on a fresh machine, ~5 s with a warm ~/.m2), then it runs with `java -cp`, backed by a
+# SQLite JDBC catalog and a file warehouse in .servers/rest-catalog. Tests that write start their
+# own server from the same jars (tests/lakehouse/rest_catalog.py): one catalog per test lake.
+REST_URI=${LAKESYNC_TEST_REST_CATALOG_URI:-}
+rest_ok() { curl -fsS -o /dev/null "$1/v1/config" 2>/dev/null; }
+if [ -n "$REST_URI" ] && ! rest_ok "$REST_URI"; then
+  REST_URI=
+fi
+REST_JARS=$ROOT/.venv/share/lakesync/rest-catalog
+REST_POM=$ROOT/scripts/rest-catalog/pom.xml
+if [ ! -f "$REST_JARS/.pom.xml" ] || ! cmp -s "$REST_POM" "$REST_JARS/.pom.xml"; then
+  if command -v mvn >/dev/null && [ -d "$ROOT/.venv" ]; then
+    log "resolving the Iceberg REST catalog server's jars (Maven Central) into $REST_JARS"
+    rm -rf "$REST_JARS"
+    mvn -q -B -f "$REST_POM" dependency:copy-dependencies -DoutputDirectory="$REST_JARS" >/dev/null
+    cp "$REST_POM" "$REST_JARS/.pom.xml"
+  else
+    log "no mvn or .venv: the REST catalog server is not installed; its tests skip (fail under CI)"
+  fi
+fi
+if [ -z "$REST_URI" ] && [ -f "$REST_JARS/.pom.xml" ]; then
+  REST_PORT=59181
+  REST=$SERVERS/rest-catalog
+  if ! rest_ok "http://127.0.0.1:$REST_PORT"; then
+    log "starting the Iceberg REST catalog server on port $REST_PORT"
+    mkdir -p "$REST/warehouse"
+    # CATALOG_* variables become the backing catalog's properties (RCKUtils: `__` is `-`, `_` is `.`).
+    (CATALOG_URI="jdbc:sqlite:$REST/catalog.db" CATALOG_WAREHOUSE="file://$REST/warehouse" \
+       CATALOG_REST_PORT=$REST_PORT CATALOG_JDBC_SCHEMA__VERSION=V1 \
+       nohup java -Xmx512m -cp "$REST_JARS/*" org.apache.iceberg.rest.RESTCatalogServer \
+       >"$REST.log" 2>&1 &)
+    for _ in $(seq 60); do rest_ok "http://127.0.0.1:$REST_PORT" && break; sleep 0.5; done
+  fi
+  rest_ok "http://127.0.0.1:$REST_PORT" && REST_URI="http://127.0.0.1:$REST_PORT"
+fi
+
 cat > "$ROOT/.lakesync-env" <<ENV
 export LAKESYNC_TEST_PG_DSN='$PG_DSN'
 export LAKESYNC_TEST_MYSQL_DSN='$MY_DSN'
@@ -140,4 +225,14 @@ fi
 if [ -n "$CW_ENDPOINT" ]; then
   echo "export LAKESYNC_TEST_CLOUDWATCH_ENDPOINT='$CW_ENDPOINT'" >> "$ROOT/.lakesync-env"
 fi
-log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN  BigQuery emulator: ${BQ_ENDPOINT:-none}  CloudWatch Logs: ${CW_ENDPOINT:-none}"
+if [ -n "$REST_URI" ]; then
+  echo "export LAKESYNC_TEST_REST_CATALOG_URI='$REST_URI'" >> "$ROOT/.lakesync-env"
+fi
+if [ -n "$S3_ENDPOINT" ]; then
+  cat >> "$ROOT/.lakesync-env" <<ENV
+export LAKESYNC_TEST_S3_ENDPOINT='$S3_ENDPOINT'
+export LAKESYNC_TEST_S3_ACCESS_KEY_ID='$S3_KEY'
+export LAKESYNC_TEST_S3_SECRET_ACCESS_KEY='$S3_SECRET'
+ENV
+fi
+log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN  BigQuery emulator: ${BQ_ENDPOINT:-none}  CloudWatch Logs: ${CW_ENDPOINT:-none}  S3: ${S3_ENDPOINT:-none}  REST catalog: ${REST_URI:-none}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh Debian 12 machine of this project's kind (run as root, or with sudo):
 # apt packages, the .venv with every extra, the lake's jars and catalog, the JavaScript test
-# oracle, and the PostgreSQL/MariaDB servers the tests use. Safe to re-run; fast when nothing changed.
+# oracle, and the servers the tests use (services.sh: PostgreSQL, MariaDB, S3, ...). Safe to re-run;
+# fast when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -16,8 +17,8 @@ as_root() {
 }
 
 # --- apt packages --------------------------------------------------------------------------
-APT_PACKAGES=(libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java libjarjar-java libasm-java
-              postgresql mariadb-server default-jdk-headless nodejs npm chromium)
+APT_PACKAGES=(libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java
+              postgresql mariadb-server default-jdk-headless maven nodejs npm chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -26,6 +27,7 @@ done
 command -v java >/dev/null && missing=("${missing[@]/default-jdk-headless}")
 command -v node >/dev/null && missing=("${missing[@]/nodejs}")
 command -v npm >/dev/null && missing=("${missing[@]/npm}")
+command -v mvn >/dev/null && missing=("${missing[@]/maven}")
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing apt packages: ${missing[*]}"
@@ -59,7 +61,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -
   touch "$stamp"
 fi
 
-# --- the lake: relocated Jackson jar + catalog tables ----------------------------------------
+# --- the lake: the Iceberg jars (pinned, from Maven Central) + catalog tables -------------------
 if [ -f lakesync/lakehouse/bootstrap.py ]; then
   log "bootstrapping the lake (jars, catalog)"
   .venv/bin/python -m lakesync.lakehouse.bootstrap
