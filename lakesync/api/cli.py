@@ -11,6 +11,7 @@ import ipaddress
 import os
 import socket
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
@@ -65,13 +66,12 @@ def up(
         app = create_app(settings, store=store, flusher=flusher, shipping=shipping,
                          declared_applied=True, worker_jobs=worker_jobs)
 
-        def started(url: str) -> None:
+        def advertised(url: str) -> AbstractContextManager[object]:
             # The data dir's commands hand their runs to this process's worker (gateway.json).
             config_file = None if cfg.source is None else str(cfg.source.resolve())
-            address = GatewayAddress(url, os.getpid(), config_file)
-            stack.enter_context(advertise(settings.data_dir, address))
+            return advertise(settings.data_dir, GatewayAddress(url, os.getpid(), config_file))
 
-        _serve(app, settings, cfg, host, port, started if worker_jobs is not None else None)
+        _serve(app, settings, cfg, host, port, advertised if worker_jobs is not None else None)
 
 
 def _serve(
@@ -80,7 +80,7 @@ def _serve(
     cfg: Config,
     host: str | None,
     port: int | None,
-    on_started: Callable[[str], None] | None = None,
+    advertised: Callable[[str], AbstractContextManager[object]] | None = None,
 ) -> None:
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -92,8 +92,16 @@ def _serve(
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
-            if self.started and on_started is not None:
-                on_started(_loopback_url(self.servers[0].sockets[0].getsockname()))
+            if self.started and advertised is not None:
+                url = _loopback_url(self.servers[0].sockets[0].getsockname())
+                advertising.enter_context(advertised(url))
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Here, not after run(): uvicorn re-raises the SIGTERM it caught once it returns.
+            advertising.close()
+            await super().shutdown(sockets)
+
+    advertising = contextlib.ExitStack()  # the data dir's gateway.json while serving
 
     server = _Server(
         uvicorn.Config(
