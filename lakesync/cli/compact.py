@@ -94,6 +94,7 @@ class CompactView:
         """The gateway's worker runs ``running`` first."""
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, description=f"waiting for the gateway's {running}")
+            self._progress.refresh()
 
     def event(self, event: WorkerEvent) -> None:
         """An event of the compaction on the gateway's worker."""

@@ -51,7 +51,7 @@ def _cli(*args: str, cwd: Path, java: bool = True, **env: str) -> subprocess.Com
     if not java:
         full["JAVA_HOME"] = str(cwd / "no-java")
     return subprocess.run([sys.executable, "-m", "lakesync.cli", *args], cwd=cwd, env=full,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, check=False)
 
 
 def _error_line(stderr: str) -> str:
