@@ -8,6 +8,10 @@ Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K]
    :class:`~lakesync.lakehouse.worker.PipelineWorker`
    (what it does now; its first run pays the start and is shown apart). Wall time per run, as
    ``lakesync up`` waits for it; the ratio is the figure to compare on a noisy machine.
+   **CLI with lakesync up**: the same increments pushed to a real ``python -m lakesync.api`` and
+   merged by ``lakesync pipeline run`` on its data dir, which hands the run to the gateway's warm
+   worker (issue 26: target at most 1.2 times the warm worker's run): the command's whole wall
+   time, process start and the streamed progress included, over the warm run's.
 2. **freshness** (``--fresh N``, default 5): a real ``python -m lakesync.api`` with flush and
 pipeline
    intervals of 1 s; N times, push one row and poll ``analytics.<table>`` with DuckDB until it
@@ -56,6 +60,38 @@ def _increment(start: int, n: int, client: str = "bench") -> list[RowDelta]:
     ]
 
 
+def _cli_with_gateway(root: Path, deltas: int, rounds: int) -> list[float]:
+    """``lakesync pipeline run`` wall times with ``lakesync up`` serving the data dir (the run
+    handed to its worker), the same increments pushed through the gateway."""
+    from tests.gateway_process import ServerProcess
+
+    data = root / "gateway"
+    times: list[float] = []
+    with ServerProcess(data) as gw, httpx.Client(base_url=gw.url, timeout=120) as http:
+        admin = {"Authorization": f"Bearer {gw.token('ops', 'gw1', role='admin')}"}
+        user = {"Authorization": f"Bearer {gw.token('bench', 'gw1')}",
+                "content-type": "application/json"}
+        http.post("/v1/admin/schema/gw1", json=SCHEMA, headers=admin).raise_for_status()
+        env = {**os.environ, "LAKESYNC_JWT_SECRET": gw.secret}
+        env.pop("LAKESYNC_CONFIG", None)
+        for k in range(rounds + 1):
+            increment = _increment(k * deltas, deltas)
+            for at in range(0, deltas, 1_000):
+                http.post("/v1/sync/gw1/push", headers=user,
+                          content=encode_push("bench", increment[at:at + 1_000], None),
+                          ).raise_for_status()
+            http.post("/v1/admin/flush/gw1", headers=admin).raise_for_status()
+            started = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "lakesync.cli", "pipeline", "run", "--data-dir", str(data)],
+                check=True, env=env, cwd=root, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            times.append(time.perf_counter() - started)
+            print(f"  cli with lakesync up run {k}: {times[-1]:6.1f} s", flush=True)
+    return times
+
+
 def cold_vs_warm(root: Path, deltas: int, rounds: int) -> None:
     results: dict[str, list[float]] = {}
     for mode in ("cold", "warm"):
@@ -89,11 +125,15 @@ def cold_vs_warm(root: Path, deltas: int, rounds: int) -> None:
             worker.close()
             store.close()
         results[mode] = times
-    cold, warm = results["cold"], results["warm"]
-    print(f"first run:  cold {cold[0]:.1f} s, warm worker (start included) {warm[0]:.1f} s")
-    c, w = statistics.median(cold[1:]), statistics.median(warm[1:])
+    results["cli"] = _cli_with_gateway(root, deltas, rounds)
+    cold, warm, cli = results["cold"], results["warm"], results["cli"]
+    print(f"first run:  cold {cold[0]:.1f} s, warm worker (start included) {warm[0]:.1f} s, "
+          f"lakesync pipeline run with lakesync up (its worker's start included) {cli[0]:.1f} s")
+    c, w, h = (statistics.median(cold[1:]), statistics.median(warm[1:]),
+               statistics.median(cli[1:]))
     print(f"increment of {deltas:,} deltas, median of {rounds}: cold {c:.1f} s, warm {w:.1f} s "
-          f"(warm/cold {w / c:.2f})")
+          f"(warm/cold {w / c:.2f}), lakesync pipeline run with lakesync up {h:.1f} s "
+          f"(cli/warm {h / w:.2f}; target <= 1.2)")
 
 
 def freshness(root: Path, samples: int) -> None:
