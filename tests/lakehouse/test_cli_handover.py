@@ -68,6 +68,7 @@ def _runs(server: ServerProcess) -> list[dict[str, Any]]:
     return runs
 
 
+@pytest.mark.timeout(1800)  # two JVMs' starts and a compaction, on a loaded machine
 def test_the_commands_use_the_gateways_warm_worker_and_run_here_without_it(
     tmp_path: Path, dest_url: str
 ) -> None:
