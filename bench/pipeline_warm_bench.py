@@ -1,6 +1,7 @@
 """Benchmark the scheduled pipeline: a cold run per process versus the warm worker, and freshness.
 
-Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K] [--fresh N]``
+Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K] [--fresh N]
+[--no-cold]``
 
 1. **cold vs warm**: the same increments of M deltas (default 10,000, landed through the real
    SQLite hot log and flusher) merged by ``lakesync pipeline run`` in a new process each time (what
@@ -92,9 +93,9 @@ def _cli_with_gateway(root: Path, deltas: int, rounds: int) -> list[float]:
     return times
 
 
-def cold_vs_warm(root: Path, deltas: int, rounds: int) -> None:
+def cold_vs_warm(root: Path, deltas: int, rounds: int, cold_runs: bool = True) -> None:
     results: dict[str, list[float]] = {}
-    for mode in ("cold", "warm"):
+    for mode in ("cold", "warm") if cold_runs else ("warm",):
         data = root / mode
         settings = LakeSettings.from_env(data, env={})
         bootstrap(settings)
@@ -125,15 +126,17 @@ def cold_vs_warm(root: Path, deltas: int, rounds: int) -> None:
             worker.close()
             store.close()
         results[mode] = times
-    results["cli"] = _cli_with_gateway(root, deltas, rounds)
-    cold, warm, cli = results["cold"], results["warm"], results["cli"]
-    print(f"first run:  cold {cold[0]:.1f} s, warm worker (start included) {warm[0]:.1f} s, "
-          f"lakesync pipeline run with lakesync up (its worker's start included) {cli[0]:.1f} s")
-    c, w, h = (statistics.median(cold[1:]), statistics.median(warm[1:]),
-               statistics.median(cli[1:]))
-    print(f"increment of {deltas:,} deltas, median of {rounds}: cold {c:.1f} s, warm {w:.1f} s "
-          f"(warm/cold {w / c:.2f}), lakesync pipeline run with lakesync up {h:.1f} s "
-          f"(cli/warm {h / w:.2f}; target <= 1.2)")
+    warm, cli = results["warm"], _cli_with_gateway(root, deltas, rounds)
+    cold = results.get("cold")
+    print(f"first run:  {f'cold {cold[0]:.1f} s, ' if cold else ''}warm worker (start included) "
+          f"{warm[0]:.1f} s, lakesync pipeline run with lakesync up (its worker's start "
+          f"included) {cli[0]:.1f} s")
+    w, h = statistics.median(warm[1:]), statistics.median(cli[1:])
+    c = statistics.median(cold[1:]) if cold else None
+    print(f"increment of {deltas:,} deltas, median of {rounds}: "
+          f"{'' if c is None else f'cold {c:.1f} s, '}warm {w:.1f} s"
+          f"{'' if c is None else f' (warm/cold {w / c:.2f})'}, lakesync pipeline run with "
+          f"lakesync up {h:.1f} s (cli/warm {h / w:.2f}; target <= 1.2)")
 
 
 def freshness(root: Path, samples: int) -> None:
@@ -175,11 +178,13 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fresh", type=int, default=5)
+    parser.add_argument("--no-cold", action="store_true",
+                        help="skip the cold runs (a JVM start each: minutes on a loaded machine)")
     args = parser.parse_args()
     # The gateway may still be writing its log as it stops: cleanup is best effort.
     with tempfile.TemporaryDirectory(prefix="lakesync-warm-", ignore_cleanup_errors=True) as tmp:
         if args.rounds:
-            cold_vs_warm(Path(tmp), args.deltas, args.rounds)
+            cold_vs_warm(Path(tmp), args.deltas, args.rounds, not args.no_cold)
         if args.fresh:
             freshness(Path(tmp), args.fresh)
 
