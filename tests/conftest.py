@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -59,6 +60,14 @@ def drop_pg_database(url: str) -> None:
     name = urlsplit(url).path.lstrip("/")
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         conn.execute(f'drop database "{name}" with (force)')
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A new, empty database on the test PostgreSQL server, dropped after the test."""
+    url = fresh_pg_database()
+    yield url
+    drop_pg_database(url)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
