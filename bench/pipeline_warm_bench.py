@@ -12,7 +12,11 @@ Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K]
    **CLI with lakesync up**: the same increments pushed to a real ``python -m lakesync.api`` and
    merged by ``lakesync pipeline run`` on its data dir, which hands the run to the gateway's warm
    worker (issue 26: target at most 1.2 times the warm worker's run): the command's whole wall
-   time, process start and the streamed progress included, over the warm run's.
+   time, process start and the streamed progress included, over the warm run's. Measured at
+   load 19-26 on 2 cores (``--deltas 2000 --rounds 2 --fresh 0 --no-cold``): warm 128.6 and
+   42.4 s (median 85.5 s), the CLI with ``lakesync up`` 87.1 and 59.7 s (median 73.4 s):
+   cli/warm 0.86. At that load the runs' spread dwarfs what the command adds (its start and
+   imports, 1-2 s, and one HTTP stream).
 2. **freshness** (``--fresh N``, default 5): a real ``python -m lakesync.api`` with flush and
 pipeline
    intervals of 1 s; N times, push one row and poll ``analytics.<table>`` with DuckDB until it
