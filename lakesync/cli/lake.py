@@ -26,18 +26,21 @@ from rich.progress import (
 from rich.table import Table
 
 from lakesync import hlc as hlc_mod
+from lakesync.cli.handover import Gateway, InProcessOption, find_gateway, hand_over
 from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
 from lakesync.cli.output import print_table
 from lakesync.cli.query import DataDirOption, FormatOption, print_result, query_command
 from lakesync.config import load_config
-from lakesync.errors import ConfigError
+from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.lakehouse.catalog import require_lake
+from lakesync.lakehouse.materialise import ShipResult
 from lakesync.lakehouse.models import GENERATED
 from lakesync.lakehouse.pipeline import (
     Built,
     NodeProgress,
     NodesPlanned,
     PipelineEvent,
+    PipelineOutcome,
     Shipped,
     run_and_ship,
 )
@@ -49,6 +52,7 @@ from lakesync.lakehouse.runner import (
     state_as_of_hlc,
 )
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.worker import Queued, WorkerEvent
 from lakesync.progress import NodeCount
 
 __all__ = [
@@ -69,18 +73,24 @@ def run_command(
         bool, typer.Option("--no-tests", help="Skip the dbt data tests (dbt run, not build).")
     ] = False,
     config: ConfigOption = None,
+    in_process: InProcessOption = False,
 ) -> None:
     """Run the dbt build once: merge new landing deltas into the current-state tables, then
-    ship the changes to the destinations the configuration declares."""
+    ship the changes to the destinations the configuration declares. When lakesync up serves
+    the data dir, its warm pipeline worker runs it (queued behind its run going on, if any;
+    Ctrl-C stops following, the run goes on there)."""
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
-    # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only the
-    # commands that make a lake (`lakesync up`, `lakesync demo`) create one.
-    require_lake(settings)
+    gateway = find_gateway(settings.data_dir, cfg, in_process)
     with contextlib.ExitStack() as stack:
         view = RunView(stack, ships=bool(cfg.destinations))
-        run = run_and_ship(settings, cfg, full_refresh=full_refresh, tests=not no_tests,
-                           observer=view)
+        run = None if gateway is None else _run_on_gateway(gateway, view, full_refresh, no_tests)
+        if run is None:
+            # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only
+            # the commands that make a lake (`lakesync up`, `lakesync demo`) create one.
+            require_lake(settings)
+            run = run_and_ship(settings, cfg, full_refresh=full_refresh, tests=not no_tests,
+                               observer=view)
     view.finish()
     if cfg.destinations:
         # The tables built ship; those not built are reported failed (and make it exit 1).
@@ -90,6 +100,37 @@ def run_command(
             f"{len(run.built.failures)} tables or change sets were not built (the others were "
             f"built and shipped): {'; '.join(run.built.failures)}"
         )
+
+
+def _run_on_gateway(
+    gateway: Gateway, view: RunView, full_refresh: bool, no_tests: bool
+) -> PipelineOutcome | None:
+    """The run on the gateway's worker, drawn by ``view``; None if the gateway did not take it."""
+    built: list[PipelineResult] = []
+    shipped: list[ShipResult] = []
+
+    def on_event(event: WorkerEvent) -> None:
+        match event:
+            case Queued(running=running):
+                view.waiting(running)
+                return
+            case Built(result=result):
+                built.append(result)
+            case Shipped(result=result):
+                shipped.append(result)
+            case NodesPlanned() | NodeProgress():
+                pass
+            case _:
+                return  # not a pipeline run's
+        view(event)
+
+    reply = hand_over(gateway, "pipeline", on_event, full_refresh=full_refresh,
+                      tests=not no_tests)
+    if reply is None:
+        return None
+    if not built:
+        raise LakeSyncError(reply.error or "the gateway's pipeline run ended without a build")
+    return PipelineOutcome(built[0], shipped)
 
 
 class RunView:
@@ -145,6 +186,12 @@ class RunView:
             case Shipped(result=result):
                 if self._shipping is not None:
                     self._shipping.shipped(result)
+
+    def waiting(self, running: str) -> None:
+        """The gateway's worker runs ``running`` first: say so until this run starts."""
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=f"waiting for the gateway's {running}")
+            self._progress.refresh()
 
     def finish(self) -> None:
         """Off a terminal, print the one summary line (``pipeline run: 12/12 nodes, none
