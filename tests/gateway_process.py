@@ -26,6 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 _PORT_TAKEN = "address already in use"
 
 
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"  # the state follows the (command)
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now."""
     with socket.socket() as s:
@@ -138,6 +147,15 @@ class ServerProcess:
 
     def _log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
+
+    def children(self) -> list[int]:
+        """The pids of the process's running children (its pipeline worker once started), read
+        from ``/proc`` (each thread's own: the worker is started by the gateway's pipeline
+        thread)."""
+        assert self.proc is not None
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        return [int(pid) for children in tasks.glob("*/children")
+                for pid in children.read_text().split()]
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""

@@ -1,5 +1,9 @@
 """``lakesync up``: serve the gateway with uvicorn (graceful shutdown finishes in-flight pushes).
 
+SIGTERM (what systemd, Kubernetes and ``kill`` send) stops it like a clean return: the server
+drains, then the lake jobs stop (the warm worker process with them), the store closes, the data
+dir's ``gateway.json`` and lock are released, and the process exits 0.
+
 Exposed as the plain typer-compatible function :func:`up`, listed in ``lakesync/cli/main.py``'s
 ``LAZY_COMMANDS`` (loaded when ``lakesync up`` runs); ``python -m lakesync.api`` runs it too.
 """
@@ -8,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
+import signal
 import socket
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -38,6 +44,8 @@ if TYPE_CHECKING:
 
 __all__ = ["up"]
 
+_log = logging.getLogger(__name__)
+
 
 def up(
     host: Annotated[str | None, typer.Option(help="Interface to listen on.")] = None,
@@ -54,6 +62,8 @@ def up(
     settings = GatewaySettings.from_config(cfg)
     configure_logging(secrets=[*settings.jwt_secrets, *LakeSettings.from_config(cfg).secrets])
     with contextlib.ExitStack() as stack:
+        # Registered first, so it runs last: once the lake jobs, the store and the lock are done.
+        stack.callback(_log.info, "gateway stopped (lake jobs ended, store closed)")
         if not settings.store_url.startswith(("postgresql://", "postgres://")):
             # The embedded store serves one process: refuse a second one on this data dir.
             stack.enter_context(hold_data_dir(settings.data_dir))
@@ -89,6 +99,12 @@ def _serve(
             service = getattr(app.state, "service", None)
             if service is not None:
                 service.draining = True
+            if sig == signal.SIGTERM:
+                # A stop request (systemd, Kubernetes, kill): end like a clean return. Not handed
+                # to uvicorn, which would re-raise it once run() returns, and its default action
+                # would kill the process before `up` stops the lake jobs and closes the store.
+                self.should_exit = True
+                return
             super().handle_exit(sig, frame)
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -98,7 +114,8 @@ def _serve(
                 advertising.enter_context(advertised(url))
 
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-            # Here, not after run(): uvicorn re-raises the SIGTERM it caught once it returns.
+            # First: while in-flight requests finish, the data dir's commands stop handing
+            # runs to this process's worker.
             advertising.close()
             await super().shutdown(sockets)
 

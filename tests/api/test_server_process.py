@@ -64,9 +64,31 @@ def test_loopback_http_websocket_and_graceful_stop(tmp_path: Path) -> None:
             assert decode_server_frame(carol.recv(timeout=10)).deltas == [d2]  # type: ignore[arg-type]
         assert pull_all(server.url, token("alice"), "alice") == [as_json(d1), as_json(d2)]
     finally:
-        # uvicorn re-raises the signal once its graceful shutdown is done.
-        assert server.stop() in (0, -15)
+        assert server.stop() == 0
     assert "Application shutdown complete" in server.log_path.read_text()
+
+
+def test_sigterm_runs_the_whole_shutdown(tmp_path: Path) -> None:
+    """SIGTERM (systemd's, Kubernetes' and kill's stop) runs all of ``up``'s shutdown, not only
+    uvicorn's: the lake jobs stop, the store closes (SQLite folds its WAL back and removes it),
+    ``gateway.json`` goes, and the process exits 0 (uvicorn used to re-raise the signal after
+    its own shutdown, killing the process before the rest ran)."""
+    data = tmp_path / "data"
+    # A long flush interval: the landing flusher thread is alive and waiting when the stop comes.
+    server = ServerProcess(data, env={"LAKESYNC_FLUSH_INTERVAL": "3600"}).start()
+    r = httpx.post(
+        f"{server.url}/v1/sync/gw1/push",
+        headers=auth(token("alice")),
+        json={"clientId": "alice", "deltas": [as_json(delta("INSERT", "r1", "alice", v=1))]},
+    )
+    assert r.status_code == 200, r.text
+    assert (data / "gateway.json").exists() and (data / "hotlog.sqlite3-wal").exists()
+    assert server.stop() == 0
+    left = sorted(p.name for p in data.iterdir())
+    assert "gateway.json" not in left and "hotlog.sqlite3-wal" not in left, left
+    log = server.log_path.read_text()
+    assert "Application shutdown complete" in log
+    assert "gateway stopped (lake jobs ended, store closed)" in log
 
 
 @pytest.mark.parametrize("graceful", [False, True], ids=["kill-9", "sigterm"])
