@@ -116,6 +116,10 @@ class Host:
             capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,
         )
 
+    def pids(self) -> list[int]:
+        """Process ids of the commands started with :meth:`popen` that still run."""
+        return [p.pid for p in self._procs if p.poll() is None]
+
     def reachable(self, port: int) -> bool:
         """Whether something on this host accepts TCP connections on ``port`` (seen from the
         test's own namespace, through the bridge)."""

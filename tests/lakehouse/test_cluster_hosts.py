@@ -1,0 +1,173 @@
+"""Acceptance (issue 24): a Spark standalone cluster of separate hosts.
+
+The master, two workers and the driver each run in a network namespace of their own
+(``tests/netns.py``), so every connection between them crosses the test network as it would
+between machines. The workers cannot see the driver's data dir (an empty tmpfs over it in their
+mount namespace): whatever the executors read or write, they reach over the network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.netns import Host, Network, network, wait_for
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+MASTER_PORT, MASTER_UI, WORKER_PORT, WORKER_UI = 7077, 8080, 7078, 8081
+
+
+def _spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+@dataclass
+class Cluster:
+    """A master and two workers on hosts of their own, a driver host, and their files."""
+
+    master: Host
+    workers: list[Host]
+    driver: Host
+    root: Path
+    net: Network
+
+    @property
+    def url(self) -> str:
+        return f"spark://{self.master.ip}:{MASTER_PORT}"
+
+    @property
+    def driver_dir(self) -> Path:
+        """The driver host's own files (the data dir lives here): hidden from the workers."""
+        return self.root / "driver"
+
+    def driver_env(self, **extra: str) -> dict[str, str]:
+        """The environment of a process on the driver host: this checkout's code, no
+        ``LAKESYNC_*`` of the test run's and no ``SPARK_LOCAL_IP`` (Spark picks the host's
+        address, as on a machine of a real cluster)."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("LAKESYNC_") and k != "SPARK_LOCAL_IP"}
+        return {**env, "PYTHONPATH": str(ROOT), **extra}
+
+    def tasks_by_worker(self, app_id: str) -> dict[str, int]:
+        """Tasks each worker's executors finished for ``app_id`` (from the executors' logs in
+        the worker's work dir)."""
+        return {
+            w.name: sum(
+                log.read_text(errors="replace").count("Finished task")
+                for log in (self.root / w.name / "work" / app_id).glob("*/stderr")
+            )
+            for w in self.workers
+        }
+
+    def worker_sees(self, path: Path) -> list[str]:
+        """What the first worker's process finds in ``path`` (its mount namespace's view)."""
+        pid = self.workers[0].pids()[0]
+        seen = self.workers[0].run(["nsenter", "-t", str(pid), "-m", "ls", "-A", str(path)])
+        assert seen.returncode == 0, seen.stderr
+        return seen.stdout.split()
+
+
+def _alive_workers(master: Host) -> int:
+    try:
+        url = f"http://{master.ip}:{MASTER_UI}/json/"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            state = json.load(r)
+    except OSError:
+        return 0
+    return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """Master, two 1-core workers and a driver host on a test network; the workers' processes
+    cannot see the driver's files (nor the store host's, ``root/store``)."""
+    # Not pytest's tmp dir: that is private to root, and a store host's PostgreSQL runs as the
+    # postgres user.
+    root = Path(tempfile.mkdtemp(prefix="lakesync-hosts-"))
+    root.chmod(0o755)
+    home = _spark_home()
+    spark_class = str(home / "bin" / "spark-class")
+    try:
+        with network() as net:
+            master = net.add_host("master")
+            workers = [net.add_host(f"worker{i}") for i in range(2)]
+            driver = net.add_host("driver")
+            for host in (master, *workers, driver):
+                (root / host.name).mkdir()
+            (root / "store").mkdir()
+
+            def env(host: Host) -> dict[str, str]:
+                return {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": host.ip,
+                        "PYSPARK_PYTHON": sys.executable, "SPARK_LOG_DIR": str(root / host.name)}
+
+            master.popen(
+                [spark_class, "org.apache.spark.deploy.master.Master", "--host", master.ip,
+                 "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI)],
+                log=root / "master" / "daemon.log", env=env(master),
+            )
+            url = f"spark://{master.ip}:{MASTER_PORT}"
+            for w in workers:
+                w.popen(
+                    [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", w.ip,
+                     "--port", str(WORKER_PORT), "--webui-port", str(WORKER_UI), "--cores", "1",
+                     "--memory", "1g", "--work-dir", str(root / w.name / "work"), url],
+                    log=root / w.name / "daemon.log", env=env(w),
+                    hide=[root / "driver", root / "store"],
+                )
+            try:
+                wait_for("two ALIVE workers", lambda: _alive_workers(master) == 2, timeout=180)
+            except AssertionError:
+                logs = [(root / h.name / "daemon.log") for h in (master, *workers)]
+                raise AssertionError("\n".join(p.read_text()[-1500:] for p in logs)) from None
+            yield Cluster(master, workers, driver, root, net)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_on_driver(cluster: Cluster, code: str, timeout: float = 600) -> str:
+    """Run Python ``code`` on the driver host; its stdout (fails with its output otherwise)."""
+    done = cluster.driver.run(
+        [sys.executable, "-c", code], env=cluster.driver_env(), timeout=timeout,
+        cwd=cluster.driver_dir,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done.stdout
+
+
+def test_a_lake_session_on_a_driver_host_runs_its_tasks_on_both_workers(cluster: Cluster) -> None:
+    # lakesync's own session: on a cluster it must not bind the driver to loopback, where the
+    # executors on other machines cannot connect back to it.
+    out = _run_on_driver(cluster, f"""
+from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.spark import spark_session
+env = {{"LAKESYNC_SPARK_MASTER": {cluster.url!r}, "LAKESYNC_SPARK_CORES_MAX": "2",
+       "LAKESYNC_SPARK_EXECUTOR_MEMORY": "512m"}}
+spark = spark_session(LakeSettings.from_env({str(cluster.driver_dir / "lake")!r}, env=env))
+print("app", spark.sparkContext.applicationId)
+print("driver", spark.conf.get("spark.driver.host"))
+print("sum", spark.range(0, 1000000, numPartitions=16).selectExpr("sum(id)").first()[0])
+spark.stop()
+""", timeout=300)
+    assert re.search(r"^sum 499999500000$", out, re.M), out
+    assert re.search(rf"^driver {re.escape(cluster.driver.ip)}$", out, re.M), out
+    app = re.search(r"^app (\S+)$", out, re.M)
+    assert app is not None, out
+    tasks = cluster.tasks_by_worker(app[1])
+    assert sum(tasks.values()) >= 16 and all(tasks.values()), tasks
+    # The workers' processes do not see the driver's files, which are there.
+    assert (cluster.driver_dir / "lake").is_dir()
+    assert cluster.worker_sees(cluster.driver_dir) == []
