@@ -110,11 +110,23 @@ class Host:
         timeout: float = 600.0,
         cwd: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``args`` on this host to the end; its output is captured (text)."""
-        return subprocess.run(
+        """Run ``args`` on this host to the end; its output is captured (text). Past
+        ``timeout`` its whole process group is killed (a JVM it started too) and
+        :class:`subprocess.TimeoutExpired` raised."""
+        with subprocess.Popen(
             self.command(args, hide), env=dict(env) if env is not None else None,
-            capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,
-        )
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+            start_new_session=True,
+        ) as proc:
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                raise
+            finally:
+                _signal_group(proc, signal.SIGKILL)  # what it left running
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def pids(self) -> list[int]:
         """Process ids of the commands started with :meth:`popen` that still run."""
@@ -144,7 +156,7 @@ class Host:
         self._procs.clear()
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+def _signal_group(proc: subprocess.Popen[Any], sig: signal.Signals) -> None:
     with suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
 

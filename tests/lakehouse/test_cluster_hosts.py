@@ -12,10 +12,12 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,3 +173,114 @@ spark.stop()
     # The workers' processes do not see the driver's files, which are there.
     assert (cluster.driver_dir / "lake").is_dir()
     assert cluster.worker_sees(cluster.driver_dir) == []
+
+
+S3_KEY, S3_SECRET, BUCKET = "lakesync", "lakesync-secret", "lake"
+S3_PORT, PG_PORT, MY_PORT = 9000, 5432, 3306
+
+
+@dataclass
+class Store:
+    """The third host: S3 (S3Proxy on its files), PostgreSQL (the Iceberg catalog and a
+    destination) and MariaDB (a destination)."""
+
+    host: Host
+    files: Path
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"http://{self.host.ip}:{S3_PORT}"
+
+    def pg_url(self, database: str) -> str:
+        return f"postgresql://postgres@{self.host.ip}:{PG_PORT}/{database}"
+
+    def mysql_url(self, database: str) -> str:
+        return f"mysql://root@{self.host.ip}:{MY_PORT}/{database}"
+
+
+def _s3proxy_jar() -> Path:
+    """S3Proxy's jar where ``scripts/services.sh`` puts it (it downloads it once)."""
+    found = (Path(sys.prefix) / "share" / "s3proxy").glob("s3proxy-*-jar-with-dependencies.jar")
+    jars = sorted(found)
+    if not jars:
+        pytest.skip("no S3Proxy jar in .venv/share/s3proxy: run scripts/services.sh")
+    return jars[-1]
+
+
+def _answers(check: Callable[[], object]) -> bool:
+    try:
+        check()
+    except Exception:  # not up yet, whatever the client says
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def store(cluster: Cluster) -> Store:
+    """S3, PostgreSQL and MariaDB on a host of their own, listening on its address only; their
+    files (``root/store``) are hidden from the workers."""
+    import psycopg
+    import pymysql
+
+    host = cluster.net.add_host("store")
+    files = cluster.root / "store"
+    store = Store(host, files)
+    # S3Proxy's filesystem backend: a bucket is a directory.
+    (files / "s3" / BUCKET).mkdir(parents=True)
+    conf = files / "s3proxy.conf"
+    conf.write_text(
+        f"s3proxy.endpoint={store.s3_endpoint}\ns3proxy.authorization=aws-v2-or-v4\n"
+        f"s3proxy.identity={S3_KEY}\ns3proxy.credential={S3_SECRET}\n"
+        f"jclouds.provider=filesystem-nio2\njclouds.filesystem.basedir={files / 's3'}\n"
+    )
+    host.popen(["java", "-Xmx256m", "-jar", str(_s3proxy_jar()), "--properties", str(conf)],
+               log=files / "s3proxy.log")
+
+    pg = files / "pg"
+    pg.mkdir()
+    shutil.chown(pg, "postgres")
+    bin_dir = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+    as_postgres = ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+    subprocess.run([*as_postgres, str(bin_dir / "initdb"), "-D", str(pg), "-U", "postgres",
+                    "--auth=trust"], check=True, capture_output=True, timeout=120)
+    with (pg / "pg_hba.conf").open("a") as hba:
+        hba.write("host all all 0.0.0.0/0 trust\n")  # the other hosts of the test network
+    host.popen([*as_postgres, str(bin_dir / "postgres"), "-D", str(pg), "-p", str(PG_PORT),
+                "-k", str(pg), "-c", f"listen_addresses={host.ip}"], log=files / "pg.log")
+
+    maria = files / "mariadb"
+    subprocess.run(["mariadb-install-db", f"--datadir={maria}",
+                    "--auth-root-authentication-method=normal"],
+                   check=True, capture_output=True, timeout=120)
+    host.popen(["mariadbd", "--user=root", f"--datadir={maria}", f"--socket={maria}/sock",
+                f"--port={MY_PORT}", f"--bind-address={host.ip}"], log=files / "mariadb.log")
+
+    wait_for("PostgreSQL on the store host",
+             lambda: _answers(lambda: psycopg.connect(store.pg_url("postgres")).close()))
+    wait_for("MariaDB on the store host", lambda: _answers(
+        lambda: pymysql.connect(unix_socket=str(maria / "sock"), user="root").close()))
+    wait_for("S3 on the store host", lambda: _http_answers(store.s3_endpoint))
+    with psycopg.connect(store.pg_url("postgres"), autocommit=True) as con:
+        con.execute("create database catalog")
+        con.execute("create database dest")
+    # root may connect only from the store host itself: let the other hosts in.
+    my = pymysql.connect(unix_socket=str(maria / "sock"), user="root")
+    with my.cursor() as cur:
+        cur.execute("create user 'root'@'%'")
+        cur.execute("grant all on *.* to 'root'@'%'")
+        cur.execute("create database dest")
+    my.close()
+    return store
+
+
+
+def _http_answers(url: str) -> bool:
+    """Whether an HTTP server answers at ``url``, whatever the status (S3 refuses an
+    anonymous listing with 403)."""
+    try:
+        urllib.request.urlopen(url, timeout=5).close()
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+    return True
