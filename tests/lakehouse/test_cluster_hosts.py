@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -23,9 +24,21 @@ from pathlib import Path
 
 import pytest
 
+from lakesync.api.store.sqlite import SqliteHotLog
+from lakesync.config import load_config
+from lakesync.delta import RowDelta
+from lakesync.destination_specs import DestinationSpec
+from lakesync.hlc import HLC
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.settings import LakeSettings
 from tests.netns import Host, Network, network, wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+from .conftest import append_in_order
+from .test_materialise import COLUMNS, SCHEMA, expected, live_rows, random_history
+
+pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 MASTER_PORT, MASTER_UI, WORKER_PORT, WORKER_UI = 7077, 8080, 7078, 8081
@@ -63,6 +76,11 @@ class Cluster:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("LAKESYNC_") and k != "SPARK_LOCAL_IP"}
         return {**env, "PYTHONPATH": str(ROOT), **extra}
+
+    def apps(self) -> set[str]:
+        """Ids of the applications whose executors ran on the workers so far."""
+        return {app.name for w in self.workers
+                for app in (self.root / w.name / "work").glob("app-*")}
 
     def tasks_by_worker(self, app_id: str) -> dict[str, int]:
         """Tasks each worker's executors finished for ``app_id`` (from the executors' logs in
@@ -284,3 +302,87 @@ def _http_answers(url: str) -> bool:
     except OSError:
         return False
     return True
+
+
+GW = "gw_hosts"
+
+
+def _write_config(cluster: Cluster, store: Store) -> Path:
+    """The driver host's ``lakesync.yaml``: the cluster, the catalog, the S3 warehouse and the
+    destinations, all on other hosts (README "Scale-out" has the same keys)."""
+    schemas = [{"table": SCHEMA.table, "columns": [{"name": n, "type": t} for n, t in COLUMNS]}]
+    doc = {
+        "data_dir": str(cluster.driver_dir / "lake"),
+        "lake": {
+            "spark_master": cluster.url,
+            "spark_cores_max": 2,
+            "spark_executor_memory": "1g",
+            "catalog_uri": f"jdbc:postgresql://{store.host.ip}:{PG_PORT}/catalog",
+            "catalog_user": "postgres",
+            "warehouse": f"s3://{BUCKET}/warehouse",
+            "s3_endpoint": store.s3_endpoint,
+            "s3_region": "us-east-1",
+            "s3_path_style": True,
+            "s3_access_key_id": S3_KEY,
+            "s3_secret_access_key": S3_SECRET,
+        },
+        "gateways": {GW: {"schemas": schemas}},
+        "destinations": {
+            "pg": {"kind": "postgres", "url": store.pg_url("dest"), "gateway": GW},
+            "maria": {"kind": "mysql", "url": store.mysql_url("dest"), "gateway": GW,
+                      "delete": "hard"},
+        },
+    }
+    path = cluster.driver_dir / "lakesync.yaml"
+    path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    return path
+
+
+def _lake_files(root: Path) -> list[Path]:
+    """Iceberg data and metadata files under ``root``."""
+    return [p for p in root.rglob("*")
+            if p.suffix in (".parquet", ".avro") or p.name.endswith(".metadata.json")]
+
+
+def test_pipeline_run_on_the_cluster_merges_and_ships_through_s3_and_the_catalog(
+    cluster: Cluster, store: Store
+) -> None:
+    config = _write_config(cluster, store)
+    settings = LakeSettings.from_config(load_config(config, env={}))
+    # The test's own namespace is the gateway host: it lands the deltas (pyiceberg over S3).
+    bootstrap(settings)
+    gateway_dir = cluster.root / "gateway"
+    gateway_dir.mkdir()
+    log = SqliteHotLog(gateway_dir / "hotlog.sqlite3", HLC())
+    pg = DestinationSpec("postgres", store.pg_url("dest"), GW, name="pg")
+    maria = DestinationSpec("mysql", store.mysql_url("dest"), GW, delete="hard", name="maria")
+    rng = random.Random(24)
+    landed: list[RowDelta] = []
+    before = cluster.apps()
+    try:
+        for run, base in enumerate([1000, 1030, 1010]):  # the third batch is late
+            batch = random_history(rng, 120, base)
+            append_in_order(log, [(GW, d) for d in batch])
+            LandingFlusher(open_catalog(settings), log).flush()
+            landed += batch
+            done = cluster.driver.run(
+                [sys.executable, "-m", "lakesync.cli", "pipeline", "run", "--no-tests",
+                 "--config", str(config)],
+                env=cluster.driver_env(), cwd=cluster.driver_dir, timeout=900,
+            )
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+            assert live_rows(pg) == expected(landed, "postgres"), f"run {run}"
+            assert live_rows(maria) == expected(landed), f"run {run}"
+    finally:
+        log.close()
+
+    # The merge ran on both workers' executors ...
+    apps = cluster.apps() - before
+    tasks = {w.name: sum(cluster.tasks_by_worker(app)[w.name] for app in apps)
+             for w in cluster.workers}
+    assert len(apps) == 3 and all(tasks.values()), (apps, tasks)  # one application per run
+    # ... which could reach the lake only over the network: they do not see the driver's
+    # files, and every data and metadata file is in the bucket, none on the driver host.
+    assert cluster.worker_sees(cluster.driver_dir) == []
+    assert _lake_files(cluster.driver_dir) == []
+    assert _lake_files(store.files / "s3" / BUCKET)
