@@ -112,7 +112,23 @@ class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     catalog_password: str | None = None
     """Password of a PostgreSQL catalog (better set in the environment than in the file)."""
     warehouse: str | None = None
-    """Warehouse URI every Spark worker reaches. Unset: ``warehouse/`` in the data dir."""
+    """Warehouse URI every Spark worker reaches: ``file:///…`` or ``s3://bucket/prefix`` (object
+    storage, with the ``s3_*`` keys). Unset: ``warehouse/`` in the data dir."""
+    s3_endpoint: str | None = None
+    """URL of an S3-compatible endpoint for an ``s3://`` warehouse (``http://host:9000``);
+    unset: AWS S3."""
+    s3_region: str | None = None
+    """Region of the ``s3://`` warehouse; unset: ``AWS_REGION`` / the AWS profile, else the
+    bucket's own on AWS S3."""
+    s3_path_style: bool = False
+    """Address buckets as ``endpoint/bucket/key`` (most S3-compatible servers) rather than
+    ``bucket.endpoint/key`` (AWS S3's virtual-hosted style)."""
+    s3_access_key_id: str | None = None
+    """Access key id for the ``s3://`` warehouse (``${VAR}`` / ``${file:PATH}`` allowed); unset:
+    the AWS environment variables and profile chain."""
+    s3_secret_access_key: str | None = None
+    """Secret access key for the ``s3://`` warehouse (``${VAR}`` / ``${file:PATH}`` allowed, and
+    better than the key itself in the file); unset: the AWS chain."""
     spark_master: Annotated[str, msgspec.Meta(min_length=1)] = "local[2]"
     """Spark master: ``local[N]`` in-process, or ``spark://host:port`` of a standalone cluster."""
     spark_cores_max: Count | None = None

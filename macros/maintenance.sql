@@ -51,9 +51,13 @@
             ~ lakesync_timestamp(now - dt.timedelta(seconds=retention))
             ~ ", retain_last => " ~ retain_last ~ ")"
         ) -%}
+        {#- On object storage Spark has no Hadoop file system for s3://: list through the
+            table's own FileIO (S3FileIO) instead. -#}
+        {%- set prefix_listing = ", prefix_listing => true"
+            if env_var('LAKESYNC_SPARK_IO_IMPL', '') else "" -%}
         {%- set orphans = run_query(
             "call lake.system.remove_orphan_files(table => '" ~ name ~ "', older_than => "
-            ~ lakesync_timestamp(now - dt.timedelta(seconds=orphan_age)) ~ ")"
+            ~ lakesync_timestamp(now - dt.timedelta(seconds=orphan_age)) ~ prefix_listing ~ ")"
         ) -%}
         {{ log(
             name ~ ': ' ~ rewritten.rows[0]['rewritten_data_files_count'] ~ ' data files rewritten '

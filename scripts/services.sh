@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure a PostgreSQL and a MariaDB server answer (and the BigQuery emulator and moto's
-# CloudWatch Logs server, for the connector tests), and write their addresses to .lakesync-env.
+# CloudWatch Logs server, for the connector tests, and an S3 server for the lake on object
+# storage), and write their addresses to .lakesync-env.
 # Order: a DSN already in the environment; the machine's own service on the standard port
 # (started if installed but stopped); else a throwaway server in .servers/ on a private port.
 set -euo pipefail
@@ -130,6 +131,45 @@ if [ -z "$CW_ENDPOINT" ]; then
   cw_ok "http://127.0.0.1:$CW_PORT" && CW_ENDPOINT="http://127.0.0.1:$CW_PORT"
 fi
 
+# --- S3: S3Proxy on its filesystem backend (why: scripts/README.md), data under .servers/s3 ---
+S3_ENDPOINT=${LAKESYNC_TEST_S3_ENDPOINT:-}
+S3_KEY=${LAKESYNC_TEST_S3_ACCESS_KEY_ID:-lakesync}
+S3_SECRET=${LAKESYNC_TEST_S3_SECRET_ACCESS_KEY:-lakesync-secret}
+# Any S3 answers an anonymous listing with XML (an error or the buckets): that is "it answers".
+s3_ok() { curl -sS "$1/" 2>/dev/null | grep -q '<Error>\|<ListAllMyBucketsResult'; }
+if [ -n "$S3_ENDPOINT" ] && ! s3_ok "$S3_ENDPOINT"; then
+  S3_ENDPOINT=
+fi
+if [ -z "$S3_ENDPOINT" ]; then
+  S3_PORT=59070
+  if ! s3_ok "http://127.0.0.1:$S3_PORT"; then
+    S3P_VERSION=4.1.0
+    S3P_SHA256=a4d025969aaf796616ed4b1e2491d87d455ce84bb28cb9db086b2e6aaa68b48d
+    S3P_JAR=$ROOT/.venv/share/s3proxy/s3proxy-$S3P_VERSION-jar-with-dependencies.jar
+    if [ ! -f "$S3P_JAR" ]; then
+      log "downloading S3Proxy $S3P_VERSION (Maven Central)"
+      mkdir -p "$(dirname "$S3P_JAR")"
+      curl -fsSL -o "$S3P_JAR.part" \
+        "https://repo1.maven.org/maven2/org/gaul/s3proxy/$S3P_VERSION/$(basename "$S3P_JAR")"
+      echo "$S3P_SHA256  $S3P_JAR.part" | sha256sum -c --quiet
+      mv "$S3P_JAR.part" "$S3P_JAR"
+    fi
+    mkdir -p "$SERVERS/s3/data"
+    cat > "$SERVERS/s3/s3proxy.conf" <<CONF
+s3proxy.endpoint=http://127.0.0.1:$S3_PORT
+s3proxy.authorization=aws-v2-or-v4
+s3proxy.identity=$S3_KEY
+s3proxy.credential=$S3_SECRET
+jclouds.provider=filesystem-nio2
+jclouds.filesystem.basedir=$SERVERS/s3/data
+CONF
+    log "starting S3Proxy (S3 on local files) on port $S3_PORT"
+    (nohup java -Xmx256m -jar "$S3P_JAR" --properties "$SERVERS/s3/s3proxy.conf" >"$SERVERS/s3.log" 2>&1 &)
+    for _ in $(seq 60); do s3_ok "http://127.0.0.1:$S3_PORT" && break; sleep 0.5; done
+  fi
+  s3_ok "http://127.0.0.1:$S3_PORT" && S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+fi
+
 cat > "$ROOT/.lakesync-env" <<ENV
 export LAKESYNC_TEST_PG_DSN='$PG_DSN'
 export LAKESYNC_TEST_MYSQL_DSN='$MY_DSN'
@@ -140,4 +180,11 @@ fi
 if [ -n "$CW_ENDPOINT" ]; then
   echo "export LAKESYNC_TEST_CLOUDWATCH_ENDPOINT='$CW_ENDPOINT'" >> "$ROOT/.lakesync-env"
 fi
-log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN  BigQuery emulator: ${BQ_ENDPOINT:-none}  CloudWatch Logs: ${CW_ENDPOINT:-none}"
+if [ -n "$S3_ENDPOINT" ]; then
+  cat >> "$ROOT/.lakesync-env" <<ENV
+export LAKESYNC_TEST_S3_ENDPOINT='$S3_ENDPOINT'
+export LAKESYNC_TEST_S3_ACCESS_KEY_ID='$S3_KEY'
+export LAKESYNC_TEST_S3_SECRET_ACCESS_KEY='$S3_SECRET'
+ENV
+fi
+log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN  BigQuery emulator: ${BQ_ENDPOINT:-none}  CloudWatch Logs: ${CW_ENDPOINT:-none}  S3: ${S3_ENDPOINT:-none}"

@@ -16,7 +16,7 @@ as_root() {
 }
 
 # --- apt packages --------------------------------------------------------------------------
-APT_PACKAGES=(libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java libjarjar-java libasm-java
+APT_PACKAGES=(libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java
               postgresql mariadb-server default-jdk-headless nodejs npm chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
@@ -59,6 +61,58 @@ def drop_pg_database(url: str) -> None:
     name = urlsplit(url).path.lstrip("/")
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         conn.execute(f'drop database "{name}" with (force)')
+
+
+S3_ENDPOINT = os.environ.get("LAKESYNC_TEST_S3_ENDPOINT", "")
+S3_ACCESS_KEY_ID = os.environ.get("LAKESYNC_TEST_S3_ACCESS_KEY_ID", "lakesync")
+S3_SECRET_ACCESS_KEY = os.environ.get("LAKESYNC_TEST_S3_SECRET_ACCESS_KEY", "lakesync-secret")
+
+
+def require_s3() -> None:
+    """Return when the test S3 server (``LAKESYNC_TEST_S3_ENDPOINT``, S3Proxy started by
+    scripts/services.sh) answers; else skip, or fail under CI."""
+    try:
+        # Any S3 server answers an anonymous listing with XML (an error or the buckets).
+        answered = b"<" in httpx.get(f"{S3_ENDPOINT}/", timeout=5).content if S3_ENDPOINT else False
+    except httpx.HTTPError:
+        answered = False
+    if not answered:
+        reason = (f"no S3 server at {S3_ENDPOINT or '(unset)'}: set LAKESYNC_TEST_S3_ENDPOINT "
+                  "(scripts/services.sh starts one)")
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI is set: a missing server fails the test)", pytrace=False)
+        pytest.skip(reason)
+
+
+def fresh_s3_bucket() -> str:
+    """The name of a new, empty bucket on the test S3 server (after :func:`require_s3`)."""
+    require_s3()
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3_client().create_bucket(Bucket=name)
+    return name
+
+
+def s3_client() -> Any:
+    """A boto3 S3 client of the test S3 server."""
+    import boto3
+
+    return boto3.client(
+        "s3", endpoint_url=S3_ENDPOINT, aws_access_key_id=S3_ACCESS_KEY_ID,
+        aws_secret_access_key=S3_SECRET_ACCESS_KEY, region_name="us-east-1",
+    )
+
+
+def s3_lake_env(bucket: str, prefix: str = "lake") -> dict[str, str]:
+    """The ``LAKESYNC_*`` variables of a lake whose warehouse is ``s3://bucket/prefix`` on the
+    test S3 server."""
+    return {
+        "LAKESYNC_WAREHOUSE": f"s3://{bucket}/{prefix}",
+        "LAKESYNC_S3_ENDPOINT": S3_ENDPOINT,
+        "LAKESYNC_S3_REGION": "us-east-1",
+        "LAKESYNC_S3_PATH_STYLE": "true",
+        "LAKESYNC_S3_ACCESS_KEY_ID": S3_ACCESS_KEY_ID,
+        "LAKESYNC_S3_SECRET_ACCESS_KEY": S3_SECRET_ACCESS_KEY,
+    }
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

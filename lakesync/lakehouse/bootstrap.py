@@ -2,10 +2,11 @@
 
 ``python -m lakesync.lakehouse.bootstrap [--data-dir D]``:
 
-1. builds the relocated Jackson jar the stripped Iceberg runtime needs (STACK.md trap 1) from
-   pyspark's own Jackson jars with Debian's jarjar, into :attr:`LakeSettings.jars_dir`
-   (skipped when present);
-2. checks the Iceberg runtime and JDBC driver jars are where Spark will look;
+1. downloads the official Iceberg jars Spark loads
+   (:data:`~lakesync.lakehouse.settings.ICEBERG_JARS`: the Spark runtime and its AWS bundle,
+   pinned by version and SHA-256) from Maven Central into
+   :attr:`LakeSettings.jars_dir` (skipped when present, so later runs stay offline);
+2. checks the JDBC driver jars are where Spark will look;
 3. creates the JDBC catalog tables in Iceberg's older layout (trap 2: Spark then runs with
    ``jdbc.init-catalog-tables=false`` and pyiceberg shares the file), SQLite in WAL mode;
 4. creates the ``lakesync`` namespace and the landing table.
@@ -14,29 +15,18 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shlex
-import shutil
 import sqlite3
-import subprocess
-import tempfile
-import zipfile
+import urllib.request
 from pathlib import Path
 
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
-from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.settings import ICEBERG_JARS, MAVEN_CENTRAL, LakeSettings, MavenJar
 
-__all__ = ["CATALOG_DDL", "bootstrap", "build_jackson_jar", "init_catalog_tables", "main"]
-
-JACKSON_JARS = (
-    "jackson-core-2.15.2.jar",
-    "jackson-databind-2.15.2.jar",
-    "jackson-annotations-2.15.2.jar",
-    "jackson-datatype-jsr310-2.15.2.jar",
-)
-JARJAR_RULE = "rule com.fasterxml.jackson.** org.apache.iceberg.shaded.com.fasterxml.jackson.@1\n"
-DEBIAN_JAVA = Path("/usr/share/java")
+__all__ = ["CATALOG_DDL", "bootstrap", "fetch_jars", "init_catalog_tables", "main"]
 
 # Iceberg's pre-1.7 JDBC catalog layout: Spark's JDBC catalog keeps ResultSets open on the newer
 # layout's probe queries, which holds a SQLite read lock for the whole session.
@@ -53,59 +43,46 @@ CATALOG_DDL = (
 )
 
 
-def _skip_entry(name: str) -> bool:
-    """Entries that would break the merged jar (multi-release, SPI, module-info, signatures)."""
-    upper = name.upper()
-    return (
-        name.startswith(("META-INF/versions/", "META-INF/services/"))
-        or name.endswith("module-info.class")
-        or name == "META-INF/MANIFEST.MF"
-        or (upper.startswith("META-INF/") and upper.endswith((".SF", ".DSA", ".RSA", ".EC")))
-    )
+def fetch_jars(
+    jars_dir: Path, jars: tuple[MavenJar, ...] = ICEBERG_JARS, repository: str = MAVEN_CENTRAL
+) -> list[Path]:
+    """Download each of ``jars`` from ``repository`` (Maven Central) into ``jars_dir`` unless it
+    is there; return their paths. A download is checked against its pinned SHA-256 and renamed
+    into place only then, so a jar in ``jars_dir`` is always whole and later runs need no
+    network."""
+    paths = []
+    for jar in jars:
+        path = jars_dir / jar.file_name
+        if not path.is_file():
+            _download(jar.url(repository), jar.sha256, path)
+        paths.append(path)
+    return paths
 
 
-def build_jackson_jar(out: Path) -> Path:
-    """Build the relocated Jackson jar at ``out`` unless it already exists; return its path."""
-    if out.is_file() and out.stat().st_size > 0:
-        return out
-    # heavy, optional (extra "pipeline")
-    import pyspark  # noqa: PLC0415
-
-    spark_jars = Path(pyspark.__file__).parent / "jars"
-    jarjar = DEBIAN_JAVA / "jarjar.jar"
-    asm = sorted(DEBIAN_JAVA.glob("asm*.jar"))
-    if not jarjar.is_file() or not asm:
-        raise ConfigError("jarjar/asm missing: apt-get install libjarjar-java libasm-java")
-    java = shutil.which("java")
-    if java is None:
-        raise ConfigError("java not found: install a JDK 17 (openjdk-17-jdk-headless)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="lakesync-jars-") as tmp:
-        merged = Path(tmp) / "jackson-merged.jar"
-        seen: set[str] = set()
-        with zipfile.ZipFile(merged, "w", zipfile.ZIP_DEFLATED) as dst:
-            dst.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
-            for name in JACKSON_JARS:
-                with zipfile.ZipFile(spark_jars / name) as src:
-                    for info in src.infolist():
-                        if info.is_dir() or _skip_entry(info.filename) or info.filename in seen:
-                            continue
-                        seen.add(info.filename)
-                        dst.writestr(info.filename, src.read(info))
-        rules = Path(tmp) / "rules.txt"
-        rules.write_text(JARJAR_RULE)
-        relocated = Path(tmp) / "relocated.jar"
-        classpath = ":".join(str(p) for p in [jarjar, *asm])
-        subprocess.run(
-            [java, "-cp", classpath, "com.tonicsystems.jarjar.Main", "process", str(rules),
-             str(merged), str(relocated)],
-            check=True, capture_output=True,
+def _download(url: str, sha256: str, path: Path) -> None:
+    """Fetch ``url`` to ``path`` (see :func:`fetch_jars`); a clear error when offline."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A name of its own per process: concurrent bootstraps (test workers) never share a file.
+    staged = path.with_name(f".{path.name}.{os.getpid()}.part")
+    digest = hashlib.sha256()
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, staged.open("wb") as out:
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as exc:  # URLError, timeouts and refused connections are OSErrors
+        staged.unlink(missing_ok=True)
+        raise ConfigError(
+            f"cannot download {url} ({exc}): Spark needs it; with no network, fetch it "
+            f"elsewhere and put it at {path}"
+        ) from None
+    if digest.hexdigest() != sha256:
+        staged.unlink(missing_ok=True)
+        raise ConfigError(
+            f"{url} does not match its pinned SHA-256 {sha256} (got "
+            f"{digest.hexdigest()}): not installed"
         )
-        # Rename into place so a concurrent or interrupted bootstrap never leaves half a jar.
-        staged = out.with_suffix(f".{os.getpid()}.tmp")
-        shutil.copyfile(relocated, staged)
-        staged.replace(out)
-    return out
+    staged.replace(path)
 
 
 def init_catalog_tables(settings: LakeSettings) -> None:
@@ -134,20 +111,21 @@ def init_catalog_tables(settings: LakeSettings) -> None:
 
 
 def check_jars(settings: LakeSettings) -> None:
-    """Fail early, naming the package to install, when a jar Spark needs is missing."""
+    """Fail early, naming the package to install, when a JDBC driver jar Spark needs is
+    missing (the Iceberg jars are downloaded by :func:`fetch_jars`)."""
     hints = {
         "sqlite-jdbc.jar": "apt-get install libxerial-sqlite-jdbc-java",
         "postgresql.jar": "apt-get install libpostgresql-jdbc-java",
     }
     for jar in settings.spark_jars:
         if not jar.is_file():
-            hint = hints.get(jar.name, "pip install -e '.[pipeline]'")
+            hint = hints.get(jar.name, "python -m lakesync.lakehouse.bootstrap")
             raise ConfigError(f"missing jar {jar} ({hint})")
 
 
 def bootstrap(settings: LakeSettings) -> LakeSettings:
     """Run every setup step for ``settings`` (see the module docstring); safe to call repeatedly."""
-    build_jackson_jar(settings.jackson_jar)
+    fetch_jars(settings.jars_dir)
     check_jars(settings)
     if (wh := settings.warehouse_path) is not None:
         wh.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakesync.errors import NotFoundError
+from lakesync.lakehouse.object_store import pyiceberg_s3_properties
 from lakesync.lakehouse.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
 
 if TYPE_CHECKING:
@@ -85,7 +86,8 @@ logging.getLogger("pyiceberg.catalog.sql").addFilter(_QuietV0Layout())
 
 
 def open_catalog(settings: LakeSettings) -> SqlCatalog:
-    """A pyiceberg ``SqlCatalog`` over the same catalog tables and warehouse Spark uses."""
+    """A pyiceberg ``SqlCatalog`` over the same catalog tables and warehouse Spark uses (on S3
+    with the warehouse's FileIO properties)."""
     # heavy, optional (extra "pipeline")
     from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415
 
@@ -94,6 +96,8 @@ def open_catalog(settings: LakeSettings) -> SqlCatalog:
         "warehouse": settings.warehouse,
         "init_catalog_tables": "false",
     }
+    if settings.on_object_store:
+        props.update(pyiceberg_s3_properties(settings.s3))
     return SqlCatalog(CATALOG_NAME, **props)
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesync.errors import NotFoundError
 from lakesync.lakehouse.catalog import ROWS_MERGED_IDENTIFIER, open_catalog, require_lake
+from lakesync.lakehouse.object_store import duckdb_s3_secret
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 
 if TYPE_CHECKING:
@@ -35,6 +36,21 @@ def _extension_path(module: Any, name: str, version: str) -> Path:
         / f"v{version}"
         / (f"{name}.duckdb_extension")
     )
+
+
+def _read_s3(con: Any, settings: LakeSettings) -> None:
+    """Let ``con`` read the ``s3://`` warehouse: DuckDB's S3 support (``httpfs``; ``aws`` too
+    when the credentials come from the AWS chain) and a secret scoped to the warehouse."""
+    import duckdb  # noqa: PLC0415  # heavy, optional (extra "pipeline")
+    import duckdb_extension_aws  # type: ignore[import-untyped]  # noqa: PLC0415
+    import duckdb_extension_httpfs  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    modules = [(duckdb_extension_httpfs, "httpfs")]
+    if not (settings.s3.access_key_id or settings.s3.secret_access_key):
+        modules.append((duckdb_extension_aws, "aws"))
+    for module, ext in modules:
+        con.execute(f"LOAD '{_extension_path(module, ext, duckdb.__version__)}'")
+    con.execute(duckdb_s3_secret(settings.s3, settings.warehouse))
 
 
 def _quote(name: str) -> str:
@@ -112,6 +128,8 @@ def pinned_connection(
         # The extension wheels ship the binaries; DuckDB cannot download them on these machines.
         for module, ext in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
             con.execute(f"LOAD '{_extension_path(module, ext, duckdb.__version__)}'")
+        if settings.on_object_store:
+            _read_s3(con, settings)
         for qualified, table in loaded.items():
             schema, name = qualified.rsplit(".", 1)
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")

@@ -10,11 +10,13 @@ values are derived here:
   ``D/catalog.db``, ``D/warehouse``.
 - ``catalog_uri``: ``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``
   (default: the SQLite file); ``catalog_user`` / ``catalog_password``: JDBC credentials.
-- ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``).
+- ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``), or
+  ``s3://bucket/prefix`` on object storage with the ``s3_*`` keys (:attr:`LakeSettings.s3`,
+  :mod:`lakesync.lakehouse.object_store`).
 - ``spark_master`` (default ``local[2]``); ``spark_cores_max`` / ``spark_executor_memory``:
   sizing on a cluster master.
-- ``jars_dir``: where the bootstrap writes built jars
-  (default ``<sys.prefix>/share/lakesync/jars``).
+- ``jars_dir``: where the bootstrap downloads the Iceberg jars (:data:`ICEBERG_JARS`, pinned
+  artifacts of Maven Central; default ``<sys.prefix>/share/lakesync/jars``).
 - ``dbt_project_dir``: the dbt project (default: the repository root).
 - ``snapshot_retention`` (seconds, default 7 days), ``snapshot_retain_last`` (default 1),
   ``orphan_file_age`` (seconds, default 3 days): Iceberg maintenance (``macros/maintenance.sql``,
@@ -34,15 +36,20 @@ import yaml
 
 from lakesync.config import Config, LakeConfig, load_config
 from lakesync.errors import ConfigError
+from lakesync.lakehouse.object_store import S3Settings, is_object_store, spark_s3_env
 from lakesync.schema import ANALYTICS_NAMESPACE, CHANGES_NAMESPACE, LANDING_NAMESPACE
 
 __all__ = [
     "ANALYTICS_NAMESPACE",
     "CATALOG_NAME",
     "CHANGES_NAMESPACE",
+    "ICEBERG_JARS",
+    "ICEBERG_VERSION",
     "LANDING_NAMESPACE",
     "LANDING_TABLE",
+    "MAVEN_CENTRAL",
     "LakeSettings",
+    "MavenJar",
     "default_jars_dir",
     "profile_spark_conf",
 ]
@@ -53,12 +60,51 @@ LANDING_TABLE = "landing"
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 MARIADB_JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
-ICEBERG_RUNTIME_JAR_NAME = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-JACKSON_JAR_NAME = "iceberg-shaded-jackson-2.15.2.jar"
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+ICEBERG_VERSION = "1.10.1"
+"""The Apache Iceberg release the lake's Spark side runs (runtime for Spark 3.5 / Scala 2.12 and
+its AWS bundle); a user's cluster needs the same two jars on ``spark.jars``."""
+
+
+@dataclass(frozen=True)
+class MavenJar:
+    """One published jar, pinned by version and SHA-256, that the bootstrap downloads once."""
+
+    group: str
+    artifact: str
+    version: str
+    sha256: str
+
+    @property
+    def file_name(self) -> str:
+        """The jar's file name, as Maven names it."""
+        return f"{self.artifact}-{self.version}.jar"
+
+    def url(self, repository: str = MAVEN_CENTRAL) -> str:
+        """Where a Maven repository (default Maven Central) serves it."""
+        return (
+            f"{repository.rstrip('/')}/{self.group.replace('.', '/')}/{self.artifact}/"
+            f"{self.version}/{self.file_name}"
+        )
+
+
+ICEBERG_RUNTIME = MavenJar(
+    "org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", ICEBERG_VERSION,
+    "39ea09e6c03550a300b9d9ab498949836d2d434e441da4c12a943a086e396940",
+)
+# The AWS SDK that the runtime's S3FileIO (and the REST catalog's SigV4 signer) load at runtime.
+ICEBERG_AWS_BUNDLE = MavenJar(
+    "org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION,
+    "86bf20892ea5b4c17688f19b075399885f6aa5303f6b2dc9f491e76ceef9633b",
+)
+ICEBERG_JARS = (ICEBERG_RUNTIME, ICEBERG_AWS_BUNDLE)
+"""The Iceberg jars Spark loads: the official, self-contained artifacts (Jackson, httpclient5
+and the AWS SDK relocated inside), downloaded into :attr:`LakeSettings.jars_dir` by the
+bootstrap so later runs stay offline."""
 
 
 def default_jars_dir() -> Path:
-    """Directory for jars built at setup time: inside the active environment (per venv, stable)."""
+    """Directory for the jars setup downloads: inside the active environment (per venv, stable)."""
     return Path(sys.prefix) / "share" / "lakesync" / "jars"
 
 
@@ -67,14 +113,6 @@ def default_dbt_project_dir() -> Path:
     ``lakesync/dbt_project``, which links to the repository root's files in a checkout and holds
     copies of them in an installed wheel."""
     return Path(__file__).resolve().parents[1] / "dbt_project"
-
-
-def iceberg_runtime_jar() -> Path:
-    """The Iceberg Spark runtime jar shipped by the ``snowpark-connect-deps-iceberg`` wheel."""
-    # optional (extra "pipeline"); only its jar path is needed
-    import snowpark_connect_deps_iceberg  # noqa: PLC0415
-
-    return Path(snowpark_connect_deps_iceberg.get_jars_dir()) / ICEBERG_RUNTIME_JAR_NAME
 
 
 @dataclass(frozen=True)
@@ -95,6 +133,7 @@ class LakeSettings:
     snapshot_retention_s: float = LakeConfig().snapshot_retention
     snapshot_retain_last: int = LakeConfig().snapshot_retain_last
     orphan_file_age_s: float = LakeConfig().orphan_file_age
+    s3: S3Settings = field(default_factory=S3Settings)
 
     @classmethod
     def from_env(
@@ -105,18 +144,27 @@ class LakeSettings:
         The configuration is ``lakesync.config.load_config(None, env)``: ``env`` (default
         ``os.environ``) over ``lakesync.yaml``; an explicit ``data_dir`` wins over both.
         """
-        return cls.from_config(load_config(None, env), data_dir)
+        return cls.from_config(load_config(None, env), data_dir, env)
 
     @classmethod
-    def from_config(cls, config: Config, data_dir: Path | str | None = None) -> LakeSettings:
+    def from_config(
+        cls,
+        config: Config,
+        data_dir: Path | str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> LakeSettings:
         """Settings from an already resolved configuration (e.g. ``lakesync up --config X``'s);
-        an explicit ``data_dir`` wins over the configured one."""
+        an explicit ``data_dir`` wins over the configured one. ``env`` (default ``os.environ``)
+        resolves ``${VAR}`` references in the S3 credentials."""
         root = Path(data_dir or config.data_dir).resolve()
         lake = config.lake
+        warehouse = lake.warehouse or (root / "warehouse").as_uri()
+        if is_object_store(warehouse) and not urlsplit(warehouse).netloc:
+            raise ConfigError(f"lake.warehouse {warehouse!r} names no bucket (s3://bucket/prefix)")
         return cls(
             data_dir=root,
             catalog_uri=lake.catalog_uri or f"jdbc:sqlite:{root / 'catalog.db'}",
-            warehouse=lake.warehouse or (root / "warehouse").as_uri(),
+            warehouse=warehouse,
             catalog_user=lake.catalog_user or None,
             catalog_password=lake.catalog_password or None,
             spark_master=lake.spark_master,
@@ -129,6 +177,7 @@ class LakeSettings:
             snapshot_retention_s=lake.snapshot_retention,
             snapshot_retain_last=lake.snapshot_retain_last,
             orphan_file_age_s=lake.orphan_file_age,
+            s3=S3Settings.from_config(lake, env),
         )
 
     @property
@@ -148,18 +197,22 @@ class LakeSettings:
         return Path(parts.path) if parts.scheme == "file" else None
 
     @property
-    def jackson_jar(self) -> Path:
-        """The relocated Jackson jar the Iceberg runtime needs (built by the bootstrap)."""
-        return self.jars_dir / JACKSON_JAR_NAME
+    def on_object_store(self) -> bool:
+        """Whether the warehouse is on S3-compatible object storage (``s3://``), reached with
+        :attr:`s3`."""
+        return is_object_store(self.warehouse)
+
+    @property
+    def iceberg_jars(self) -> list[Path]:
+        """The Iceberg jars (:data:`ICEBERG_JARS`) in :attr:`jars_dir`, where the bootstrap
+        downloads them."""
+        return [self.jars_dir / jar.file_name for jar in ICEBERG_JARS]
 
     @property
     def spark_jars(self) -> list[Path]:
         """Every jar Spark needs on ``spark.jars``, driver and executors alike."""
         # PostgreSQL and MariaDB drivers also load destinations' staging tables (materialise).
-        return [
-            iceberg_runtime_jar(), self.jackson_jar, SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR,
-            MARIADB_JDBC_JAR,
-        ]
+        return [*self.iceberg_jars, SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR, MARIADB_JDBC_JAR]
 
     def sqlalchemy_uri(self) -> str:
         """The same catalog as a SQLAlchemy URL for pyiceberg's ``SqlCatalog``."""
@@ -201,6 +254,8 @@ class LakeSettings:
             env["LAKESYNC_SPARK_CORES_MAX"] = str(self.spark_cores_max)
         if self.spark_executor_memory:
             env["LAKESYNC_SPARK_EXECUTOR_MEMORY"] = self.spark_executor_memory
+        if self.on_object_store:
+            env.update(spark_s3_env(self.s3))
         env["LAKESYNC_SHUFFLE_PARTITIONS"] = str(self.shuffle_partitions)
         # Keep Spark's own (unused) warehouse dir out of the working directory.
         env["LAKESYNC_SPARK_WAREHOUSE_DIR"] = (self.data_dir / "spark-warehouse").as_uri()

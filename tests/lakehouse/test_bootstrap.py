@@ -1,27 +1,82 @@
-"""Bootstrap: relocated Jackson jar, old-layout catalog in WAL, idempotent re-runs."""
+"""Bootstrap: pinned Iceberg jars downloaded once, old-layout catalog in WAL, idempotent
+re-runs."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
-import zipfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from lakesync.lakehouse.bootstrap import bootstrap, build_jackson_jar
+import pytest
+
+from lakesync.errors import ConfigError
+from lakesync.lakehouse.bootstrap import bootstrap, fetch_jars
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
-from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.settings import ICEBERG_JARS, ICEBERG_VERSION, LakeSettings, MavenJar
 
 
-def test_jackson_jar_is_relocated_and_reused(tmp_path: Path) -> None:
-    out = tmp_path / "jars" / "jackson.jar"
-    build_jackson_jar(out)
-    with zipfile.ZipFile(out) as jar:
-        names = jar.namelist()
-    assert "org/apache/iceberg/shaded/com/fasterxml/jackson/databind/ObjectMapper.class" in names
-    assert not any(n.startswith("com/fasterxml/") for n in names)
-    assert not any(n.startswith("META-INF/versions/") or n.endswith(".SF") for n in names)
-    mtime = out.stat().st_mtime_ns
-    build_jackson_jar(out)
-    assert out.stat().st_mtime_ns == mtime
+@contextmanager
+def _repository(files: dict[str, bytes]) -> Iterator[str]:
+    """A local HTTP server playing a Maven repository that serves ``files`` by path."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = files.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/maven2"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+JAR = b"PK not really a jar"
+PINNED = MavenJar("org.example", "thing", "1.0", hashlib.sha256(JAR).hexdigest())
+
+
+def test_jars_are_downloaded_once_checked_and_then_offline(tmp_path: Path) -> None:
+    with _repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": JAR}) as repo:
+        [path] = fetch_jars(tmp_path / "jars", (PINNED,), repo)
+    assert path == tmp_path / "jars" / "thing-1.0.jar" and path.read_bytes() == JAR
+    # The repository is gone: the jar in place is used as it is.
+    assert fetch_jars(tmp_path / "jars", (PINNED,), "http://127.0.0.1:9/none") == [path]
+
+
+def test_a_jar_that_does_not_match_its_checksum_is_not_installed(tmp_path: Path) -> None:
+    with (
+        _repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": b"tampered"}) as repo,
+        pytest.raises(ConfigError, match="does not match its pinned SHA-256"),
+    ):
+        fetch_jars(tmp_path, (PINNED,), repo)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_offline_the_error_names_the_url_and_where_to_put_the_jar(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        fetch_jars(tmp_path, (PINNED,), "http://127.0.0.1:9/maven2")
+    assert "http://127.0.0.1:9/maven2/org/example/thing/1.0/thing-1.0.jar" in str(err.value)
+    assert str(tmp_path / "thing-1.0.jar") in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_spark_gets_the_official_iceberg_jars() -> None:
+    assert [jar.url() for jar in ICEBERG_JARS] == [
+        f"https://repo1.maven.org/maven2/org/apache/iceberg/{name}/{ICEBERG_VERSION}/"
+        f"{name}-{ICEBERG_VERSION}.jar"
+        for name in ("iceberg-spark-runtime-3.5_2.12", "iceberg-aws-bundle")
+    ]
 
 
 def test_bootstrap_creates_catalog_and_landing_idempotently(tmp_path: Path) -> None:
@@ -41,3 +96,4 @@ def test_bootstrap_creates_catalog_and_landing_idempotently(tmp_path: Path) -> N
     table = open_catalog(settings).load_table(LANDING_IDENTIFIER)
     assert [f.name for f in table.schema().fields][:3] == ["gateway_id", "ingest_hlc", "delta_id"]
     assert (tmp_path / "d" / "warehouse").is_dir()
+    assert all(jar.is_file() for jar in settings.spark_jars)

@@ -11,7 +11,6 @@ import random
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -123,17 +122,30 @@ def expected(deltas: list[RowDelta], dialect: Dialect | None = None) -> dict[str
 
 
 def test_change_sets_ship_to_postgres_mariadb_and_bigquery(
-    lake: Lake, databases: tuple[str, str], tmp_path: Path
+    lake: Lake, databases: tuple[str, str]
 ) -> None:
-    pg_url, my_url = databases
     require_bigquery()
     bq_url = f"bigquery://test-project/t_{uuid.uuid4().hex[:12]}?endpoint={BIGQUERY_ENDPOINT}"
+    ship_reference_history(lake, databases, bq_url)
+
+
+def ship_reference_history(
+    lake: Lake, databases: tuple[str, str], bq_url: str | None = None
+) -> None:
+    """Three pipeline runs of a random history (the third batch late), each shipped to
+    PostgreSQL (soft delete), MariaDB (hard) and, given ``bq_url``, BigQuery, next to a
+    destination that never answers: each holds ``merge_state``'s rows after every run, and a
+    further shipment sends nothing. Also run with the warehouse on S3
+    (``tests/lakehouse/test_object_store.py``)."""
+    pg_url, my_url = databases
     specs = {
         "pg": DestinationSpec("postgres", pg_url, GW, ["shipped"], "soft", name="pg"),
         "maria": DestinationSpec("mysql", my_url, GW, None, "hard", name="maria"),
-        "bq": DestinationSpec("bigquery", bq_url, GW, None, "soft", name="bq"),
         "down": DestinationSpec("mysql", "mysql://root@127.0.0.1:1/x", GW, name="down"),
     }
+    if bq_url is not None:
+        specs["bq"] = DestinationSpec("bigquery", bq_url, GW, None, "soft", name="bq")
+    shipped = [n for n in ("pg", "maria", "bq") if n in specs]
     config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
                     gateways={GW: GatewayConfig(GW, [SCHEMA])}, destinations=specs)
     rng = random.Random(7)
@@ -145,19 +157,21 @@ def test_change_sets_ship_to_postgres_mariadb_and_bigquery(
         run_pipeline(settings=lake.settings, schemas=[SCHEMA], tests=False, config=config)
         results = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
         assert results["down"].error and "cannot connect" in results["down"].error
-        assert all(results[n].error is None for n in ("pg", "maria", "bq")), results
+        assert all(results[n].error is None for n in shipped), results
         assert results["pg"].rows > 0 and results["pg"].position is not None
-        assert results["bq"].rows == results["pg"].rows
-        assert results["bq"].position == results["pg"].position
         want = expected(landed)
         assert live_rows(specs["pg"]) == expected(landed, "postgres"), f"run {run}"
         assert live_rows(specs["maria"]) == want, f"run {run}"
-        assert live_rows(specs["bq"]) == want, f"run {run}"
+        if "bq" in specs:
+            assert results["bq"].rows == results["pg"].rows
+            assert results["bq"].position == results["pg"].position
+            assert live_rows(specs["bq"]) == want, f"run {run}"
 
     again = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
-    assert again["pg"].rows == again["maria"].rows == again["bq"].rows == 0  # nothing new
+    assert all(again[n].rows == 0 for n in shipped)  # nothing new
     assert live_rows(specs["maria"]) == expected(landed)
-    assert live_rows(specs["bq"]) == expected(landed)
+    if "bq" in specs:
+        assert live_rows(specs["bq"]) == expected(landed)
 
 
 NULLED = parse_schema({"table": "nulled", "columns": [

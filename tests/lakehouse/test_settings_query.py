@@ -11,7 +11,7 @@ import pytest
 
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.query import QueryResult, format_rows
-from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.settings import ICEBERG_VERSION, LakeSettings
 
 
 def test_embedded_defaults_live_under_the_data_dir(tmp_path: Path) -> None:
@@ -24,7 +24,9 @@ def test_embedded_defaults_live_under_the_data_dir(tmp_path: Path) -> None:
     assert conf["spark.sql.catalog.lake.jdbc.init-catalog-tables"] == "false"
     assert conf["spark.sql.catalog.lake.cache-enabled"] == "false"
     assert conf["spark.sql.defaultCatalog"] == "lake"
-    assert conf["spark.jars"].split(",")[1].endswith("iceberg-shaded-jackson-2.15.2.jar")
+    runtime, bundle = conf["spark.jars"].split(",")[:2]
+    assert Path(runtime).name == f"iceberg-spark-runtime-3.5_2.12-{ICEBERG_VERSION}.jar"
+    assert Path(bundle) == s.jars_dir / f"iceberg-aws-bundle-{ICEBERG_VERSION}.jar"
 
 
 def test_cluster_and_postgres_catalog_come_from_the_environment(tmp_path: Path) -> None:

@@ -259,6 +259,11 @@ lake:
   spark_executor_memory: 2g
   jars_dir: /file/jars
   dbt_project_dir: /file/dbt
+  s3_endpoint: http://file:9000
+  s3_region: eu-file-1
+  s3_path_style: true
+  s3_access_key_id: ${FILE_KEY}
+  s3_secret_access_key: ${file:/file/secret}
 """
 
 # (environment variable, its value, where the resolved value lives, value from KNOBS, from env)
@@ -285,6 +290,13 @@ OVERRIDES = [
     ("LAKESYNC_SPARK_EXECUTOR_MEMORY", "4g", "lake.spark_executor_memory", "2g", "4g"),
     ("LAKESYNC_JARS_DIR", "/env/jars", "lake.jars_dir", "/file/jars", "/env/jars"),
     ("LAKESYNC_DBT_PROJECT_DIR", "/env/dbt", "lake.dbt_project_dir", "/file/dbt", "/env/dbt"),
+    ("LAKESYNC_S3_ENDPOINT", "https://env:443", "lake.s3_endpoint", "http://file:9000",
+     "https://env:443"),
+    ("LAKESYNC_S3_REGION", "eu-env-1", "lake.s3_region", "eu-file-1", "eu-env-1"),
+    ("LAKESYNC_S3_PATH_STYLE", "false", "lake.s3_path_style", True, False),
+    ("LAKESYNC_S3_ACCESS_KEY_ID", "AKENV", "lake.s3_access_key_id", "${FILE_KEY}", "AKENV"),
+    ("LAKESYNC_S3_SECRET_ACCESS_KEY", "${ENV_SECRET}", "lake.s3_secret_access_key",
+     "${file:/file/secret}", "${ENV_SECRET}"),
     ("LAKESYNC_HOST", "0.0.0.0", "server.host", "127.0.0.1", "0.0.0.0"),
     ("LAKESYNC_PORT", "9999", "server.port", 8787, 9999),
 ]
@@ -321,6 +333,7 @@ def test_every_knob_from_the_file_and_its_variable_wins(
         ("LAKESYNC_FLUSH_INTERVAL", "5s"),
         ("LAKESYNC_PIPELINE_INTERVAL", "-0.5"),
         ("LAKESYNC_SPARK_CORES_MAX", "two"),
+        ("LAKESYNC_S3_PATH_STYLE", "sometimes"),
         ("LAKESYNC_PORT", "http"),
     ],
 )

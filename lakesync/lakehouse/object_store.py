@@ -1,0 +1,153 @@
+"""The lake's warehouse on S3-compatible object storage: one settings object, read by every
+engine that touches the lake's files, each in its own terms.
+
+``lake.warehouse: s3://bucket/prefix`` with ``lake.s3_endpoint``, ``s3_region``,
+``s3_path_style``, ``s3_access_key_id`` and ``s3_secret_access_key`` (:class:`S3Settings`); unset
+keys are left to each client's AWS chain (the ``AWS_*`` environment variables, the profile).
+pyiceberg takes FileIO properties (:func:`pyiceberg_s3_properties`), Spark Iceberg's ``S3FileIO``
+catalog properties (``profiles.yml`` renders them from :func:`spark_s3_env`, which
+``LakeSettings.dbt_env`` adds), DuckDB an S3 secret (:func:`duckdb_s3_secret`).
+
+The credentials stay out of reprs (:class:`S3Settings`) and out of error messages: an error names
+the key or the variable, never a value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from lakesync.config import LakeConfig
+from lakesync.errors import ConfigError
+from lakesync.secrets import resolve_references
+
+__all__ = [
+    "S3FILEIO",
+    "S3Settings",
+    "duckdb_s3_secret",
+    "is_object_store",
+    "pyiceberg_s3_properties",
+    "spark_s3_env",
+]
+
+S3FILEIO = "org.apache.iceberg.aws.s3.S3FileIO"
+"""Iceberg's FileIO for S3 (in the Spark runtime; the AWS SDK comes from the AWS bundle)."""
+
+
+def is_object_store(warehouse: str) -> bool:
+    """Whether ``warehouse`` is an ``s3://`` URI (object storage) rather than local files."""
+    return urlsplit(warehouse).scheme == "s3"
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Where and as whom the ``s3://`` warehouse is reached (``lake.s3_*``), with the
+    credentials' ``${VAR}`` / ``${file:PATH}`` references resolved; None: the AWS chain's."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    path_style: bool = False
+    # Out of the repr: a settings object may end up in a log line or a traceback.
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_config(
+        cls,
+        lake: LakeConfig,
+        env: Mapping[str, str] | None = None,
+        read_file: Callable[[str], str] | None = None,
+    ) -> S3Settings:
+        """The ``lake:`` section's S3 keys, checked, with the credentials' references resolved
+        from ``env`` (default ``os.environ``) and secrets files (``read_file``, default: read
+        the path)."""
+        env = os.environ if env is None else env
+        read = read_file or (lambda path: Path(path).read_text(encoding="utf-8"))
+        if lake.s3_endpoint:
+            parts = urlsplit(lake.s3_endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ConfigError(
+                    "lake.s3_endpoint must be an http:// or https:// URL of the S3 endpoint "
+                    "(e.g. http://127.0.0.1:9000)"
+                )
+
+        def secret(key: str, value: str | None) -> str | None:
+            if not value:
+                return None
+            try:
+                return resolve_references(value, env, read)
+            except ConfigError as exc:
+                raise ConfigError(f"lake.{key}: {exc.message}") from None
+
+        return cls(
+            endpoint=lake.s3_endpoint or None,
+            region=lake.s3_region or None,
+            path_style=lake.s3_path_style,
+            access_key_id=secret("s3_access_key_id", lake.s3_access_key_id),
+            secret_access_key=secret("s3_secret_access_key", lake.s3_secret_access_key),
+        )
+
+    @property
+    def secrets(self) -> list[str]:
+        """The values a log must never show (for a redacting log filter)."""
+        return [s for s in (self.access_key_id, self.secret_access_key) if s]
+
+
+def pyiceberg_s3_properties(s3: S3Settings) -> dict[str, str]:
+    """pyiceberg FileIO properties (``s3.*``) for ``s3``; unset keys are left out."""
+    props = {
+        "s3.endpoint": s3.endpoint,
+        "s3.region": s3.region,
+        "s3.access-key-id": s3.access_key_id,
+        "s3.secret-access-key": s3.secret_access_key,
+        # pyarrow's S3 client takes path style for any custom endpoint unless told otherwise.
+        "s3.force-virtual-addressing": "false" if s3.path_style else "true",
+    }
+    return {k: v for k, v in props.items() if v}
+
+
+def spark_s3_env(s3: S3Settings) -> dict[str, str]:
+    """The variables ``profiles.yml`` renders into Spark's Iceberg catalog properties for an
+    ``s3://`` warehouse: ``io-impl`` :data:`S3FILEIO` and its ``s3.*`` / ``client.region``
+    settings (each named like its ``lake:`` key's variable); unset keys are left out, so the
+    AWS chain supplies them."""
+    env = {
+        "LAKESYNC_SPARK_IO_IMPL": S3FILEIO,
+        "LAKESYNC_S3_ENDPOINT": s3.endpoint,
+        "LAKESYNC_S3_REGION": s3.region,
+        "LAKESYNC_S3_PATH_STYLE": "true" if s3.path_style else "false",
+        "LAKESYNC_S3_ACCESS_KEY_ID": s3.access_key_id,
+        "LAKESYNC_S3_SECRET_ACCESS_KEY": s3.secret_access_key,
+    }
+    return {k: v for k, v in env.items() if v}
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def duckdb_s3_secret(s3: S3Settings, scope: str, name: str = "lake_s3") -> str:
+    """DuckDB's ``CREATE SECRET`` statement for reading ``scope`` (the warehouse URI) with
+    ``s3``'s settings. Without keys it takes the AWS chain (``credential_chain``, which needs
+    DuckDB's ``aws`` extension loaded)."""
+    params = ["TYPE s3", f"SCOPE {_sql_text(scope)}"]
+    if s3.access_key_id or s3.secret_access_key:
+        params += [
+            "PROVIDER config",
+            f"KEY_ID {_sql_text(s3.access_key_id or '')}",
+            f"SECRET {_sql_text(s3.secret_access_key or '')}",
+        ]
+    else:
+        params.append("PROVIDER credential_chain")
+    if s3.region:
+        params.append(f"REGION {_sql_text(s3.region)}")
+    if s3.endpoint:
+        parts = urlsplit(s3.endpoint)
+        # DuckDB takes host[:port] and whether to use TLS, not a URL.
+        params += [f"ENDPOINT {_sql_text(parts.netloc)}",
+                   f"USE_SSL {'true' if parts.scheme == 'https' else 'false'}"]
+    params.append(f"URL_STYLE {_sql_text('path' if s3.path_style else 'vhost')}")
+    return f"CREATE OR REPLACE SECRET {name} ({', '.join(params)})"

@@ -1,0 +1,103 @@
+"""An ``s3://`` warehouse's settings as each engine takes them: pyiceberg FileIO properties,
+Spark's Iceberg catalog (S3FileIO), a DuckDB secret; credentials resolved from references and
+never in a repr or an error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakesync.errors import ConfigError
+from lakesync.lakehouse.object_store import (
+    S3Settings,
+    duckdb_s3_secret,
+    pyiceberg_s3_properties,
+)
+from lakesync.lakehouse.settings import LakeSettings
+
+ENV = {
+    "LAKESYNC_WAREHOUSE": "s3://bucket/lake",
+    "LAKESYNC_S3_ENDPOINT": "http://127.0.0.1:9000",
+    "LAKESYNC_S3_REGION": "eu-west-3",
+    "LAKESYNC_S3_PATH_STYLE": "true",
+    "LAKESYNC_S3_ACCESS_KEY_ID": "${MY_KEY}",
+    "LAKESYNC_S3_SECRET_ACCESS_KEY": "${MY_SECRET}",
+    "MY_KEY": "AKIDEXAMPLE",
+    "MY_SECRET": "wJalr/secret'quote",
+}
+
+
+def test_every_engine_gets_the_same_s3_settings(tmp_path: Path) -> None:
+    s = LakeSettings.from_env(tmp_path, env=ENV)
+    assert s.on_object_store and s.warehouse == "s3://bucket/lake"
+    assert s.s3 == S3Settings("http://127.0.0.1:9000", "eu-west-3", True, "AKIDEXAMPLE",
+                              "wJalr/secret'quote")
+    assert pyiceberg_s3_properties(s.s3) == {
+        "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-3",
+        "s3.access-key-id": "AKIDEXAMPLE", "s3.secret-access-key": "wJalr/secret'quote",
+        "s3.force-virtual-addressing": "false",
+    }
+    conf = s.spark_conf()
+    assert conf.items() >= {
+        "spark.sql.catalog.lake.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        "spark.sql.catalog.lake.s3.endpoint": "http://127.0.0.1:9000",
+        "spark.sql.catalog.lake.s3.path-style-access": "true",
+        "spark.sql.catalog.lake.client.region": "eu-west-3",
+        "spark.sql.catalog.lake.s3.access-key-id": "AKIDEXAMPLE",
+        "spark.sql.catalog.lake.s3.secret-access-key": "wJalr/secret'quote",
+        "spark.sql.catalog.lake.warehouse": "s3://bucket/lake",
+    }.items()
+    assert duckdb_s3_secret(s.s3, s.warehouse) == (
+        "CREATE OR REPLACE SECRET lake_s3 (TYPE s3, SCOPE 's3://bucket/lake', PROVIDER config, "
+        "KEY_ID 'AKIDEXAMPLE', SECRET 'wJalr/secret''quote', REGION 'eu-west-3', "
+        "ENDPOINT '127.0.0.1:9000', USE_SSL false, URL_STYLE 'path')"
+    )
+
+
+def test_credentials_stay_out_of_reprs(tmp_path: Path) -> None:
+    s = LakeSettings.from_env(tmp_path, env=ENV)
+    assert "AKIDEXAMPLE" not in repr(s) and "wJalr" not in repr(s)
+    assert s.s3.secrets == ["AKIDEXAMPLE", "wJalr/secret'quote"]
+
+
+def test_unset_keys_are_left_to_the_aws_chain(tmp_path: Path) -> None:
+    s = LakeSettings.from_env(tmp_path, env={"LAKESYNC_WAREHOUSE": "s3://bucket"})
+    assert s.s3 == S3Settings()
+    assert pyiceberg_s3_properties(s.s3) == {"s3.force-virtual-addressing": "true"}
+    conf = s.spark_conf()
+    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert not any(".s3.access" in k or ".s3.secret" in k or "region" in k for k in conf)
+    assert duckdb_s3_secret(s.s3, s.warehouse) == (
+        "CREATE OR REPLACE SECRET lake_s3 (TYPE s3, SCOPE 's3://bucket', "
+        "PROVIDER credential_chain, URL_STYLE 'vhost')"
+    )
+
+
+def test_a_local_warehouse_gets_no_s3_settings(tmp_path: Path) -> None:
+    s = LakeSettings.from_env(tmp_path, env={"LAKESYNC_S3_ENDPOINT": "http://127.0.0.1:9000"})
+    assert not s.on_object_store
+    assert not any("s3" in k or "io-impl" in k for k in s.spark_conf())
+
+
+def test_a_secrets_file_holds_the_secret(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text("from-file\n")
+    s = LakeSettings.from_env(tmp_path, env={
+        "LAKESYNC_WAREHOUSE": "s3://b/p",
+        "LAKESYNC_S3_SECRET_ACCESS_KEY": f"${{file:{tmp_path / 'secret'}}}",
+    })
+    assert s.s3.secret_access_key == "from-file"
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"LAKESYNC_S3_SECRET_ACCESS_KEY": "${NOT_SET}"},
+     "lake.s3_secret_access_key: environment variable NOT_SET is not set"),
+    ({"LAKESYNC_S3_ENDPOINT": "127.0.0.1:9000"}, "lake.s3_endpoint must be an http:// or https://"),
+    ({"LAKESYNC_WAREHOUSE": "s3:///prefix"}, "names no bucket"),
+])
+def test_bad_s3_settings_name_the_key_never_a_value(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        LakeSettings.from_env(tmp_path, env={"LAKESYNC_WAREHOUSE": "s3://b", **env})
+    assert message in err.value.message
