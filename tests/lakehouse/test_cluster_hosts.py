@@ -1,9 +1,11 @@
 """Acceptance (issue 24): a Spark standalone cluster of separate hosts.
 
-The master, two workers and the driver each run in a network namespace of their own
+The master, two workers, the driver and the store (S3, the PostgreSQL Iceberg catalog, the
+PostgreSQL and MariaDB destinations) each run in a network namespace of their own
 (``tests/netns.py``), so every connection between them crosses the test network as it would
-between machines. The workers cannot see the driver's data dir (an empty tmpfs over it in their
-mount namespace): whatever the executors read or write, they reach over the network.
+between machines; the test process itself is the gateway host that lands the deltas. The
+workers cannot see the driver's or the store's files (an empty tmpfs over them in their mount
+namespace): whatever the executors read or write, they reach over the network.
 """
 
 from __future__ import annotations
@@ -69,13 +71,13 @@ class Cluster:
         """The driver host's own files (the data dir lives here): hidden from the workers."""
         return self.root / "driver"
 
-    def driver_env(self, **extra: str) -> dict[str, str]:
+    def driver_env(self) -> dict[str, str]:
         """The environment of a process on the driver host: this checkout's code, no
         ``LAKESYNC_*`` of the test run's and no ``SPARK_LOCAL_IP`` (Spark picks the host's
         address, as on a machine of a real cluster)."""
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("LAKESYNC_") and k != "SPARK_LOCAL_IP"}
-        return {**env, "PYTHONPATH": str(ROOT), **extra}
+        return {**env, "PYTHONPATH": str(ROOT)}
 
     def apps(self) -> set[str]:
         """Ids of the applications whose executors ran on the workers so far."""
@@ -344,6 +346,7 @@ def _lake_files(root: Path) -> list[Path]:
             if p.suffix in (".parquet", ".avro") or p.name.endswith(".metadata.json")]
 
 
+@pytest.mark.timeout(1800)  # two pipeline runs of a cold cluster take minutes on a loaded machine
 def test_pipeline_run_on_the_cluster_merges_and_ships_through_s3_and_the_catalog(
     cluster: Cluster, store: Store
 ) -> None:
@@ -360,7 +363,7 @@ def test_pipeline_run_on_the_cluster_merges_and_ships_through_s3_and_the_catalog
     landed: list[RowDelta] = []
     before = cluster.apps()
     try:
-        for run, base in enumerate([1000, 1030, 1010]):  # the third batch is late
+        for run, base in enumerate([1030, 1000]):  # the second batch is late
             batch = random_history(rng, 120, base)
             append_in_order(log, [(GW, d) for d in batch])
             LandingFlusher(open_catalog(settings), log).flush()
@@ -380,7 +383,7 @@ def test_pipeline_run_on_the_cluster_merges_and_ships_through_s3_and_the_catalog
     apps = cluster.apps() - before
     tasks = {w.name: sum(cluster.tasks_by_worker(app)[w.name] for app in apps)
              for w in cluster.workers}
-    assert len(apps) == 3 and all(tasks.values()), (apps, tasks)  # one application per run
+    assert len(apps) == 2 and all(tasks.values()), (apps, tasks)  # one application per run
     # ... which could reach the lake only over the network: they do not see the driver's
     # files, and every data and metadata file is in the bucket, none on the driver host.
     assert cluster.worker_sees(cluster.driver_dir) == []
