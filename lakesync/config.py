@@ -105,12 +105,23 @@ class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """
 
     catalog_uri: str | None = None
-    """``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``; unset: ``jdbc:sqlite:`` on
-    ``catalog.db`` in the data dir."""
+    """``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db`` (a JDBC catalog), or
+    ``http(s)://...`` (an Iceberg REST catalog); unset: ``jdbc:sqlite:`` on ``catalog.db`` in the
+    data dir."""
     catalog_user: str | None = None
     """User of a PostgreSQL catalog."""
     catalog_password: str | None = None
-    """Password of a PostgreSQL catalog (better set in the environment than in the file)."""
+    """Password of a PostgreSQL catalog (better set in the environment than in the file;
+    ``${VAR}`` / ``${file:PATH}`` references are resolved)."""
+    catalog_warehouse: str | None = None
+    """REST catalog: the warehouse name the catalog serves (Polaris' catalog, Lakekeeper's
+    warehouse...); unset: none sent."""
+    catalog_credential: str | None = None
+    """REST catalog: OAuth2 client credentials ``client_id:client_secret``, exchanged for a token
+    (``${VAR}`` / ``${file:PATH}`` references are resolved)."""
+    catalog_token: str | None = None
+    """REST catalog: a bearer token, instead of ``catalog_credential`` (``${VAR}`` /
+    ``${file:PATH}`` references are resolved)."""
     warehouse: str | None = None
     """Warehouse URI every Spark worker reaches: ``file:///…`` or ``s3://bucket/prefix`` (object
     storage, with the ``s3_*`` keys). Unset: ``warehouse/`` in the data dir."""

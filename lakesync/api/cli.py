@@ -25,6 +25,7 @@ from lakesync.api.store import open_store
 from lakesync.config import Config, load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.hlc import HLC
+from lakesync.lakehouse.settings import LakeSettings
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -45,7 +46,7 @@ def up(
     if data_dir is not None:
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)
-    configure_logging(secrets=[*settings.jwt_secrets, cfg.lake.catalog_password or ""])
+    configure_logging(secrets=[*settings.jwt_secrets, *LakeSettings.from_config(cfg).secrets])
     with contextlib.ExitStack() as stack:
         if not settings.store_url.startswith(("postgresql://", "postgres://")):
             # The embedded store serves one process: refuse a second one on this data dir.

@@ -10,7 +10,7 @@ module is below all three (it imports none of them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesync.errors import NotFoundError
 from lakesync.lakehouse.catalog import ROWS_MERGED_IDENTIFIER, open_catalog, require_lake
-from lakesync.lakehouse.object_store import duckdb_s3_secret
+from lakesync.lakehouse.object_store import duckdb_s3_secret, vended_s3
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 
 if TYPE_CHECKING:
@@ -38,19 +38,30 @@ def _extension_path(module: Any, name: str, version: str) -> Path:
     )
 
 
-def _read_s3(con: Any, settings: LakeSettings) -> None:
+def _read_s3(con: Any, settings: LakeSettings, tables: Iterable[Table]) -> None:
     """Let ``con`` read the ``s3://`` warehouse: DuckDB's S3 support (``httpfs``; ``aws`` too
-    when the credentials come from the AWS chain) and a secret scoped to the warehouse."""
+    when the credentials come from the AWS chain) and a secret scoped to the warehouse, plus one
+    scoped to each of ``tables`` a REST catalog vended credentials for (DuckDB takes the
+    longest matching scope)."""
     import duckdb  # noqa: PLC0415  # heavy, optional (extra "pipeline")
     import duckdb_extension_aws  # type: ignore[import-untyped]  # noqa: PLC0415
     import duckdb_extension_httpfs  # type: ignore[import-untyped]  # noqa: PLC0415
 
+    vended = [(table.location(), vended_s3(settings.s3, table.io.properties)) for table in tables]
+    # The AWS chain only for what no vended credentials cover (DuckDB refuses a chain secret
+    # that finds no credentials).
+    chain = not (settings.s3.access_key_id or settings.s3.secret_access_key)
+    warehouse_wide = not vended or not chain or any(s3 is None for _, s3 in vended)
     modules = [(duckdb_extension_httpfs, "httpfs")]
-    if not (settings.s3.access_key_id or settings.s3.secret_access_key):
+    if chain and warehouse_wide:
         modules.append((duckdb_extension_aws, "aws"))
     for module, ext in modules:
         con.execute(f"LOAD '{_extension_path(module, ext, duckdb.__version__)}'")
-    con.execute(duckdb_s3_secret(settings.s3, settings.warehouse))
+    if warehouse_wide:
+        con.execute(duckdb_s3_secret(settings.s3, settings.warehouse))
+    for n, (location, s3) in enumerate(vended):
+        if s3 is not None:
+            con.execute(duckdb_s3_secret(s3, location, name=f"lake_s3_{n}"))
 
 
 def _quote(name: str) -> str:
@@ -129,7 +140,7 @@ def pinned_connection(
         for module, ext in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
             con.execute(f"LOAD '{_extension_path(module, ext, duckdb.__version__)}'")
         if settings.on_object_store:
-            _read_s3(con, settings)
+            _read_s3(con, settings, loaded.values())
         for qualified, table in loaded.items():
             schema, name = qualified.rsplit(".", 1)
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
