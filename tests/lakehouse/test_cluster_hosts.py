@@ -21,21 +21,27 @@ import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+import pymysql
 import pytest
 
 from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.config import load_config
 from lakesync.delta import RowDelta
 from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.factory import mysql_params
 from lakesync.hlc import HLC
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.object_store import S3FILEIO
 from lakesync.lakehouse.settings import LakeSettings
 from tests.netns import Host, Network, network, wait_for
+from tests.rest_catalog import rest_catalog_server
 
 from .conftest import append_in_order
 from .test_materialise import COLUMNS, SCHEMA, expected, live_rows, random_history
@@ -239,9 +245,6 @@ def _answers(check: Callable[[], object]) -> bool:
 def store(cluster: Cluster) -> Store:
     """S3, PostgreSQL and MariaDB on a host of their own, listening on its address only; their
     files (``root/store``) are hidden from the workers."""
-    import psycopg
-    import pymysql
-
     host = cluster.net.add_host("store")
     files = cluster.root / "store"
     store = Store(host, files)
@@ -282,13 +285,11 @@ def store(cluster: Cluster) -> Store:
     wait_for("S3 on the store host", lambda: _http_answers(store.s3_endpoint))
     with psycopg.connect(store.pg_url("postgres"), autocommit=True) as con:
         con.execute("create database catalog")
-        con.execute("create database dest")
     # root may connect only from the store host itself: let the other hosts in.
     my = pymysql.connect(unix_socket=str(maria / "sock"), user="root")
     with my.cursor() as cur:
         cur.execute("create user 'root'@'%'")
         cur.execute("grant all on *.* to 'root'@'%'")
-        cur.execute("create database dest")
     my.close()
     return store
 
@@ -309,19 +310,19 @@ def _http_answers(url: str) -> bool:
 GW = "gw_hosts"
 
 
-def _write_config(cluster: Cluster, store: Store) -> Path:
-    """The driver host's ``lakesync.yaml``: the cluster, the catalog, the S3 warehouse and the
-    destinations, all on other hosts (README "Scale-out" has the same keys)."""
+def _write_config(cluster: Cluster, store: Store, name: str, catalog: dict[str, str]) -> Path:
+    """The driver host's ``lakesync.yaml`` (``name``: its lake, bucket prefix and destination
+    databases): the cluster, ``catalog``'s keys, the S3 warehouse and the destinations, all on
+    other hosts (README "Scale-out" has the same keys)."""
     schemas = [{"table": SCHEMA.table, "columns": [{"name": n, "type": t} for n, t in COLUMNS]}]
     doc = {
-        "data_dir": str(cluster.driver_dir / "lake"),
+        "data_dir": str(cluster.driver_dir / name),
         "lake": {
             "spark_master": cluster.url,
             "spark_cores_max": 2,
             "spark_executor_memory": "1g",
-            "catalog_uri": f"jdbc:postgresql://{store.host.ip}:{PG_PORT}/catalog",
-            "catalog_user": "postgres",
-            "warehouse": f"s3://{BUCKET}/warehouse",
+            **catalog,
+            "warehouse": f"s3://{BUCKET}/{name}",
             "s3_endpoint": store.s3_endpoint,
             "s3_region": "us-east-1",
             "s3_path_style": True,
@@ -330,14 +331,32 @@ def _write_config(cluster: Cluster, store: Store) -> Path:
         },
         "gateways": {GW: {"schemas": schemas}},
         "destinations": {
-            "pg": {"kind": "postgres", "url": store.pg_url("dest"), "gateway": GW},
-            "maria": {"kind": "mysql", "url": store.mysql_url("dest"), "gateway": GW,
+            "pg": {"kind": "postgres", "url": store.pg_url(name), "gateway": GW},
+            "maria": {"kind": "mysql", "url": store.mysql_url(name), "gateway": GW,
                       "delete": "hard"},
         },
     }
-    path = cluster.driver_dir / "lakesync.yaml"
+    path = cluster.driver_dir / f"{name}.yaml"
     path.write_text(json.dumps(doc, indent=2), encoding="utf-8")
     return path
+
+
+@contextmanager
+def _catalog(store: Store, kind: str) -> Iterator[dict[str, str]]:
+    """The ``lake:`` keys of a catalog on the store host: PostgreSQL over JDBC, or a REST
+    catalog server (Apache Iceberg's) whose warehouse is the same bucket."""
+    if kind == "jdbc":
+        yield {"catalog_uri": f"jdbc:postgresql://{store.host.ip}:{PG_PORT}/catalog",
+               "catalog_user": "postgres"}
+        return
+    server_env = {
+        "CATALOG_IO__IMPL": S3FILEIO, "CATALOG_S3_ENDPOINT": store.s3_endpoint,
+        "CATALOG_S3_PATH__STYLE__ACCESS": "true", "CATALOG_CLIENT_REGION": "us-east-1",
+        "CATALOG_S3_ACCESS__KEY__ID": S3_KEY, "CATALOG_S3_SECRET__ACCESS__KEY": S3_SECRET,
+    }
+    warehouse = f"s3://{BUCKET}/{kind}"
+    with rest_catalog_server(store.files / "rest", warehouse, server_env, host=store.host) as uri:
+        yield {"catalog_uri": uri}
 
 
 def _lake_files(root: Path) -> list[Path]:
@@ -347,18 +366,29 @@ def _lake_files(root: Path) -> list[Path]:
 
 
 @pytest.mark.timeout(1800)  # two pipeline runs of a cold cluster take minutes on a loaded machine
+@pytest.mark.parametrize("kind", ["jdbc", "rest"])
 def test_pipeline_run_on_the_cluster_merges_and_ships_through_s3_and_the_catalog(
-    cluster: Cluster, store: Store
+    cluster: Cluster, store: Store, kind: str
 ) -> None:
-    config = _write_config(cluster, store)
+    with psycopg.connect(store.pg_url("postgres"), autocommit=True) as con:
+        con.execute(f"create database {kind}")
+    my = pymysql.connect(**mysql_params(store.mysql_url("mysql")))
+    with my.cursor() as cur:
+        cur.execute(f"create database {kind}")
+    my.close()
+    with _catalog(store, kind) as catalog:
+        _run_and_check(cluster, store, _write_config(cluster, store, kind, catalog), kind)
+
+
+def _run_and_check(cluster: Cluster, store: Store, config: Path, name: str) -> None:
     settings = LakeSettings.from_config(load_config(config, env={}))
     # The test's own namespace is the gateway host: it lands the deltas (pyiceberg over S3).
     bootstrap(settings)
-    gateway_dir = cluster.root / "gateway"
-    gateway_dir.mkdir()
+    gateway_dir = cluster.root / "gateway" / name
+    gateway_dir.mkdir(parents=True)
     log = SqliteHotLog(gateway_dir / "hotlog.sqlite3", HLC())
-    pg = DestinationSpec("postgres", store.pg_url("dest"), GW, name="pg")
-    maria = DestinationSpec("mysql", store.mysql_url("dest"), GW, delete="hard", name="maria")
+    pg = DestinationSpec("postgres", store.pg_url(name), GW, name="pg")
+    maria = DestinationSpec("mysql", store.mysql_url(name), GW, delete="hard", name="maria")
     rng = random.Random(24)
     landed: list[RowDelta] = []
     before = cluster.apps()
@@ -388,4 +418,4 @@ def test_pipeline_run_on_the_cluster_merges_and_ships_through_s3_and_the_catalog
     # files, and every data and metadata file is in the bucket, none on the driver host.
     assert cluster.worker_sees(cluster.driver_dir) == []
     assert _lake_files(cluster.driver_dir) == []
-    assert _lake_files(store.files / "s3" / BUCKET)
+    assert _lake_files(store.files / "s3" / BUCKET / name)
