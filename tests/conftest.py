@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -113,6 +114,14 @@ def s3_lake_env(bucket: str, prefix: str = "lake") -> dict[str, str]:
         "LAKESYNC_S3_ACCESS_KEY_ID": S3_ACCESS_KEY_ID,
         "LAKESYNC_S3_SECRET_ACCESS_KEY": S3_SECRET_ACCESS_KEY,
     }
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A new, empty database on the test PostgreSQL server, dropped after the test."""
+    url = fresh_pg_database()
+    yield url
+    drop_pg_database(url)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -25,6 +25,8 @@ from lakesync.errors import AuthError, ConfigError, LakeSyncError, ValidationErr
 from lakesync.tokens import mint_token
 
 __all__ = [
+    "AdminTokenOption",
+    "GatewayUrlOption",
     "admin_access",
     "admin_get",
     "connectors_command",
@@ -95,6 +97,17 @@ def gateway_connectors(url: str, gw: str, token: str) -> list[dict[str, Any]]:
         ]
 
 
+GatewayUrlOption = Annotated[
+    str | None,
+    typer.Option(help="Gateway URL (default: server.host and server.port of the config)."),
+]
+AdminTokenOption = Annotated[
+    str | None,
+    typer.Option(help="An admin token of the gateway (default: minted from LAKESYNC_JWT_SECRET)."),
+]
+"""The options of a command that talks to a running gateway's admin API (:func:`admin_access`)."""
+
+
 def admin_access(
     config: Path | None, gw: str, url: str | None, token: str | None
 ) -> tuple[str, str]:
@@ -112,14 +125,8 @@ def admin_access(
 
 def connectors_command(
     gw: Annotated[str, typer.Option("--gw", help="Gateway id.")],
-    url: Annotated[
-        str | None,
-        typer.Option(help="Gateway URL (default: server.host and server.port of the config)."),
-    ] = None,
-    token: Annotated[
-        str | None,
-        typer.Option(help="An admin token of the gateway (default: minted from the secret)."),
-    ] = None,
+    url: GatewayUrlOption = None,
+    token: AdminTokenOption = None,
     config: ConfigOption = None,
 ) -> None:
     """List a gateway's connectors (declared and registered) with their last poll, cursor and

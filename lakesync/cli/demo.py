@@ -32,6 +32,7 @@ from lakesync.client import LakeSyncClient
 from lakesync.config import load_config
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.pipeline import NodeProgress, PipelineEvent, run_and_ship
+from lakesync.lakehouse.process_env import stop_process
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
@@ -95,11 +96,7 @@ def _gateway(data_dir: Path, config: Path, secret: str) -> Iterator[str]:
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=30)
         log.close()
 
 

@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from lakesync.cli.connectors import admin_access, admin_get
+from lakesync.cli.connectors import AdminTokenOption, GatewayUrlOption, admin_access, admin_get
 from lakesync.cli.materialise import ConfigOption
 from lakesync.cli.output import print_table
 from lakesync.errors import ValidationError
@@ -131,14 +131,8 @@ def status_command(
     gw: Annotated[
         str | None, typer.Option("--gw", help="One gateway (default: every one it knows).")
     ] = None,
-    url: Annotated[
-        str | None,
-        typer.Option(help="Gateway URL (default: server.host and server.port of the config)."),
-    ] = None,
-    token: Annotated[
-        str | None,
-        typer.Option(help="An admin token (default: minted from LAKESYNC_JWT_SECRET)."),
-    ] = None,
+    url: GatewayUrlOption = None,
+    token: AdminTokenOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
     watch: Annotated[
         bool, typer.Option("--watch", help="Refresh in place until Ctrl-C.")

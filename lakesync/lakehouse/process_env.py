@@ -1,4 +1,5 @@
-"""The one place the lakehouse sets process environment variables, briefly and under a lock.
+"""The one place the lakehouse sets process environment variables, briefly and under a lock;
+and how it stops a child process it started.
 
 Two libraries the lakehouse runs in process read settings only from ``os.environ``:
 
@@ -19,11 +20,13 @@ module's only state: the environment it guards is per process.
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
-__all__ = ["process_environment"]
+__all__ = ["process_environment", "stop_process"]
 
 _lock = threading.RLock()
 """Held while :func:`process_environment` has the environment changed (reentrant: dbt-spark
@@ -47,3 +50,16 @@ def process_environment(values: Mapping[str, str], *, override: bool = True) -> 
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = old
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """Stop a child process: SIGTERM (its shutdown hooks run), up to ``timeout`` seconds to
+    exit, then SIGKILL; it is reaped either way. Nothing happens if it has already exited."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -28,6 +28,7 @@ from types import TracebackType
 
 from lakesync.errors import LakeSyncError, ValidationError
 from lakesync.lakehouse.catalog import open_catalog, require_lake
+from lakesync.lakehouse.process_env import stop_process
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.lakehouse.spark import lake_spark_conf
 
@@ -223,14 +224,8 @@ class SqlServer:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop the server: SIGTERM (Spark's shutdown hooks close the sessions), then kill."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            stop_process(proc, timeout)
 
     def __enter__(self) -> SqlServer:
         self.start()

@@ -53,6 +53,7 @@ from lakesync.lakehouse.pipeline import (
     PipelineEvent,
     run_and_ship,
 )
+from lakesync.lakehouse.process_env import stop_process
 from lakesync.lakehouse.runner import DbtInvoker
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.status import Shipment
@@ -325,12 +326,7 @@ class PipelineWorker:
             return
         except (OSError, subprocess.TimeoutExpired):
             pass
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ connectors, clients and refusals, and ``failing`` naming what fails (real Postgr
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,9 @@ from lakesync.hlc import HLC
 from lakesync.lakehouse.worker import RunReply
 from lakesync.status import Shipment
 from tests.api.helpers import Gateway, auth, delta, make_settings, token
-from tests.conftest import drop_pg_database, fresh_pg_database, require_postgres
 from tests.gateway_process import free_port, serve_in_thread
 
 SCHEMA = {"table": "todos", "columns": [{"name": "title", "type": "string"}]}
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    require_postgres()
-    url = fresh_pg_database()
-    yield url
-    drop_pg_database(url)
 
 
 def _status(gateway: Gateway, query: str = "", tok: str | None = None) -> dict[str, Any]:

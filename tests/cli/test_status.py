@@ -7,12 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import drop_pg_database, fresh_pg_database, require_postgres
 from tests.gateway_process import ROOT, SECRET, ServerProcess, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -36,14 +34,6 @@ destinations:
 server:
   flush_interval: 0
 """
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    require_postgres()
-    url = fresh_pg_database()
-    yield url
-    drop_pg_database(url)
 
 
 def _status(gw: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:

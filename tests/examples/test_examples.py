@@ -12,7 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,11 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import drop_pg_database, fresh_pg_database
 from tests.gateway_process import ROOT, ServerProcess
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
 EXAMPLES = ROOT / "examples"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    url = fresh_pg_database()
-    yield url
-    drop_pg_database(url)
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:

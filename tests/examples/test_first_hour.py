@@ -21,7 +21,6 @@ import pymysql
 import pytest
 
 from lakesync.destinations.factory import mysql_params
-from tests.conftest import drop_pg_database, fresh_pg_database, require_postgres
 from tests.destinations.conftest import MYSQL_DSN, require_mysql
 from tests.gateway_process import ROOT, ServerProcess
 
@@ -78,14 +77,6 @@ def test_the_todo_app_and_the_analysts_notebook(tmp_path: Path) -> None:
     assert writers == {"alice-laptop": 1, "alice-phone": 2}  # landed; bob's are not yet
     assert notebook["todos"] == [{"owner": "alice", "todos": 2, "done": 1},
                                  {"owner": "bob", "todos": 2, "done": 1}]
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    require_postgres()
-    url = fresh_pg_database()
-    yield url
-    drop_pg_database(url)
 
 
 @pytest.fixture
