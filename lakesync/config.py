@@ -78,6 +78,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Open WebSockets of one gateway (0 = no cap), so one tenant cannot take every slot."""
     ws_max_connections_per_client: Count = 20
     """Open WebSockets of one client (token ``sub``) on a gateway (0 = no cap)."""
+    ws_send_queue_bytes: Count = 4 * MIB
+    """Bytes of broadcasts a WebSocket's send queue holds (0 = only its 1,024-frame cap); a
+    receiver whose queue would overflow is closed with 4408 and resumes by pull."""
     ws_rate_limit: NonNegative = 100.0
     """Frames per second per WebSocket connection (0 = off), burst twice that and at least 5."""
     flush_interval: NonNegative = 5.0

@@ -74,6 +74,7 @@ def create_app(
             settings.ws_max_connections,
             settings.ws_max_connections_per_gateway,
             settings.ws_max_connections_per_client,
+            settings.ws_send_queue_bytes,
         )
         if not declared_applied:
             # `lakesync up` applies and checks the declared config before serving (a refused
