@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh Debian 12 machine of this project's kind (run as root, or with sudo):
 # apt packages, the .venv with every extra, the lake's jars and catalog, the JavaScript test
-# oracle, and the PostgreSQL/MariaDB servers the tests use. Safe to re-run; fast when nothing changed.
+# oracle, and the servers the tests use (services.sh: PostgreSQL, MariaDB, S3, ...). Safe to re-run;
+# fast when nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -60,7 +61,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -
   touch "$stamp"
 fi
 
-# --- the lake: relocated Jackson jar + catalog tables ----------------------------------------
+# --- the lake: the Iceberg jars (pinned, from Maven Central) + catalog tables -------------------
 if [ -f lakesync/lakehouse/bootstrap.py ]; then
   log "bootstrapping the lake (jars, catalog)"
   .venv/bin/python -m lakesync.lakehouse.bootstrap

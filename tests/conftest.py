@@ -64,6 +64,14 @@ def drop_pg_database(url: str) -> None:
         conn.execute(f'drop database "{name}" with (force)')
 
 
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A new, empty database on the test PostgreSQL server, dropped after the test."""
+    url = fresh_pg_database()
+    yield url
+    drop_pg_database(url)
+
+
 S3_ENDPOINT = os.environ.get("LAKESYNC_TEST_S3_ENDPOINT", "")
 S3_ACCESS_KEY_ID = os.environ.get("LAKESYNC_TEST_S3_ACCESS_KEY_ID", "lakesync")
 S3_SECRET_ACCESS_KEY = os.environ.get("LAKESYNC_TEST_S3_SECRET_ACCESS_KEY", "lakesync-secret")
@@ -114,14 +122,6 @@ def s3_lake_env(bucket: str, prefix: str = "lake") -> dict[str, str]:
         "LAKESYNC_S3_ACCESS_KEY_ID": S3_ACCESS_KEY_ID,
         "LAKESYNC_S3_SECRET_ACCESS_KEY": S3_SECRET_ACCESS_KEY,
     }
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A new, empty database on the test PostgreSQL server, dropped after the test."""
-    url = fresh_pg_database()
-    yield url
-    drop_pg_database(url)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "open_catalog",
     "remember_late_landings",
     "require_lake",
+    "table_locations",
 ]
 
 LANDING_IDENTIFIER = f"{LANDING_NAMESPACE}.{LANDING_TABLE}"
@@ -211,6 +212,38 @@ def require_lake(settings: LakeSettings) -> None:
             f"the gateway there (`lakesync up --data-dir {root}`), or pass --data-dir (or set "
             "LAKESYNC_DATA_DIR) to the data dir of an existing lake"
         )
+
+
+def table_locations(settings: LakeSettings) -> dict[str, str] | None:
+    """Every table of an embedded (SQLite) catalog as ``{"namespace.table": metadata
+    location}``, read straight from the catalog tables, as pyiceberg's ``load_table`` reads them
+    (with no pyiceberg, SQLAlchemy or metadata parsing: what a quick ``lakesync query`` needs).
+
+    None when the catalog is not an embedded SQLite file, holds no lake, or has a row pyiceberg
+    would refuse (no metadata location): the caller then takes :func:`open_catalog`'s way.
+    Tables of nested namespaces are left out, as ``list_namespaces`` lists only the top level.
+    """
+    if not settings.is_sqlite or not settings.sqlite_path.is_file():
+        return None
+    con = sqlite3.connect(f"{settings.sqlite_path.as_uri()}?mode=ro", uri=True)
+    try:
+        columns = {row[1] for row in con.execute("PRAGMA table_info(iceberg_tables)")}
+        if not columns:
+            return None
+        # The newer layout also stores views: pyiceberg loads only tables (type TABLE or null).
+        tables_only = " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)" * (
+            "iceberg_type" in columns
+        )
+        rows = con.execute(
+            "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables"
+            f" WHERE catalog_name = ?{tables_only}",
+            (CATALOG_NAME,),
+        ).fetchall()
+    finally:
+        con.close()
+    if any(not location for _, _, location in rows):
+        return None
+    return {f"{ns}.{name}": location for ns, name, location in rows if "." not in ns}
 
 
 def landing_schema() -> Any:

@@ -49,6 +49,10 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
         env["SPARK_LOCAL_IP"] = "127.0.0.1"
     with process_environment(env, override=False):
         session = builder.getOrCreate()
+    # Load the lake's catalog now, with these settings: dbt-spark's getOrCreate() later sets the
+    # profile's values on this session, empty ones included (an S3 key left to the AWS chain),
+    # and a catalog first loaded after that would take them.
+    session.catalog.currentCatalog()
     register_udfs(session)
     return session
 

@@ -1,12 +1,14 @@
 """The lake with its warehouse on object storage (``s3://`` on the local S3 server): the pipeline
 end-to-end test (reference merge, shipped to PostgreSQL and MariaDB), every data and metadata
 file in the bucket and none in the data dir, ``lakesync query`` (plain, fresh, time travel) and
-compaction, through pyiceberg, Spark's S3FileIO and DuckDB's httpfs alike."""
+compaction, checkpoints and lifecycle tiering, through pyiceberg, Spark's S3FileIO and DuckDB's
+httpfs alike."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 import typer
@@ -15,8 +17,11 @@ from typer.testing import CliRunner
 from lakesync.cli.lake import query_command
 from lakesync.delta import RowDelta
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.checkpoint_builder import build_checkpoints
 from lakesync.lakehouse.compaction import compact
+from lakesync.lakehouse.lifecycle import aged_rows
 from lakesync.lakehouse.query import run_query
+from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.schema import parse_schema
 from tests.conftest import fresh_s3_bucket, s3_client, s3_lake_env
@@ -82,6 +87,8 @@ def test_the_bucket_holds_every_lake_file_and_the_data_dir_none(
 def test_query_fresh_reads_and_time_travel_on_s3(
     lake: Lake, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Registered, as a gateway publishes its schemas: fresh reads take the columns from there.
+    publish_schemas(open_catalog(lake.settings), [(GW, NOTES)])
     lake.land(GW, [_note("q1", 20, "first")])
     run_pipeline(settings=lake.settings, schemas=[NOTES], tests=False)
     table = open_catalog(lake.settings).load_table("analytics.notes")
@@ -125,3 +132,12 @@ def test_compaction_on_s3_keeps_rows_and_removes_no_live_file(lake: Lake) -> Non
     assert lake.rows(landing)[0]["n"] == count
     assert run_query(lake.settings, "select count(*) from landing").rows[0][0] == count
 
+
+
+def test_checkpoints_and_tiering_read_the_models_on_s3(lake: Lake) -> None:
+    lake.land(GW, [_note("t1", 40, "old")])  # HLC wall time 1970: aged for tiering
+    run_pipeline(settings=lake.settings, schemas=[NOTES], tests=False)
+    run = build_checkpoints(lake.settings, lake.log)  # the hot-log store serves checkpoints
+    assert GW in run.gateways
+    assert any(b.gateway_id == GW and b.rows > 0 for b in run.built)
+    assert "t1" in aged_rows(open_catalog(lake.settings), GW, "notes", datetime.now(UTC))

@@ -1,6 +1,7 @@
 """An ``s3://`` warehouse's settings as each engine takes them: pyiceberg FileIO properties,
 Spark's Iceberg catalog (S3FileIO), a DuckDB secret; credentials resolved from references and
-never in a repr or an error."""
+never in a repr or an error (also when the S3 server refuses them: pyiceberg and DuckDB against
+the local S3 server, no Spark)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ from pathlib import Path
 import pytest
 
 from lakesync.errors import ConfigError
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.object_store import (
     S3Settings,
     duckdb_s3_secret,
     pyiceberg_s3_properties,
 )
+from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.settings import LakeSettings
+from tests.conftest import fresh_s3_bucket, s3_lake_env
 
 ENV = {
     "LAKESYNC_WAREHOUSE": "s3://bucket/lake",
@@ -77,7 +82,11 @@ def test_unset_keys_are_left_to_the_aws_chain(tmp_path: Path) -> None:
 def test_a_local_warehouse_gets_no_s3_settings(tmp_path: Path) -> None:
     s = LakeSettings.from_env(tmp_path, env={"LAKESYNC_S3_ENDPOINT": "http://127.0.0.1:9000"})
     assert not s.on_object_store
-    assert not any("s3" in k or "io-impl" in k for k in s.spark_conf())
+    conf = s.spark_conf()
+    # Iceberg's own default FileIO, spelled out (dbt-spark would pass an empty value on).
+    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.hadoop.HadoopFileIO"
+    assert not any(k.startswith("spark.sql.catalog.lake.s3.") and k != (
+        "spark.sql.catalog.lake.s3.path-style-access") for k in conf)
 
 
 def test_a_secrets_file_holds_the_secret(tmp_path: Path) -> None:
@@ -101,3 +110,27 @@ def test_bad_s3_settings_name_the_key_never_a_value(
     with pytest.raises(ConfigError) as err:
         LakeSettings.from_env(tmp_path, env={"LAKESYNC_WAREHOUSE": "s3://b", **env})
     assert message in err.value.message
+
+
+WRONG = "wrong-secret-0123456789"
+
+
+def test_refused_credentials_are_named_nowhere(tmp_path: Path) -> None:
+    env = s3_lake_env(fresh_s3_bucket())
+    good = bootstrap(LakeSettings.from_env(tmp_path, env=env))
+    assert open_catalog(good).load_table(LANDING_IDENTIFIER).metadata_location.startswith(
+        env["LAKESYNC_WAREHOUSE"])
+    assert run_query(good, "select count(*) from landing").rows == [(0,)]
+
+    bad = LakeSettings.from_env(tmp_path, env={**env, "LAKESYNC_S3_SECRET_ACCESS_KEY": WRONG})
+    # pyiceberg writes a table's metadata through the warehouse's FileIO: refused.
+    with pytest.raises(Exception) as write:
+        open_catalog(bad).create_table("lakesync.refused", schema=open_catalog(
+            good).load_table(LANDING_IDENTIFIER).schema())
+    # A query loads the landing table's metadata from the warehouse: refused.
+    with pytest.raises(Exception) as read:
+        run_query(bad, "select count(*) from landing")
+    for err in (write.value, read.value):
+        assert "ACCESS_DENIED" in str(err)
+        assert WRONG not in str(err) and WRONG not in repr(err)
+    assert WRONG not in repr(bad)
