@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.netns import Host
+
 __all__ = [
     "REST_CATALOG_JARS", "REST_CATALOG_URI", "AuthProxy", "require_rest_catalog",
     "rest_catalog_server",
@@ -64,14 +66,18 @@ def _answers(uri: str) -> bool:
 
 @contextlib.contextmanager
 def rest_catalog_server(
-    root: Path, warehouse: str | None = None, env: dict[str, str] | None = None
+    root: Path,
+    warehouse: str | None = None,
+    env: dict[str, str] | None = None,
+    host: Host | None = None,
 ) -> Iterator[str]:
     """Run a REST catalog server of its own, backed by a SQLite catalog in ``root`` and
     ``warehouse`` (default ``root/warehouse``); yield its URI. ``env`` adds ``CATALOG_*``
-    variables (catalog properties: ``CATALOG_IO__IMPL`` is ``io-impl``)."""
+    variables (catalog properties: ``CATALOG_IO__IMPL`` is ``io-impl``). With ``host`` (a
+    ``tests/netns.py`` host) it runs there, on that host's address."""
     require_rest_catalog()
     root.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = _free_port() if host is None else 8181  # a host's ports are all its own
     server_env = {
         **os.environ,
         "CATALOG_URI": f"jdbc:sqlite:{root / 'rest-catalog.db'}",
@@ -80,13 +86,14 @@ def rest_catalog_server(
         "CATALOG_JDBC_SCHEMA__VERSION": "V1",
         **(env or {}),
     }
+    args = ["java", "-Xmx512m", "-cp", f"{REST_CATALOG_JARS}/*",
+            "org.apache.iceberg.rest.RESTCatalogServer"]
     log = (root / "rest-catalog.log").open("wb")
-    proc = subprocess.Popen(
-        ["java", "-Xmx512m", "-cp", f"{REST_CATALOG_JARS}/*",
-         "org.apache.iceberg.rest.RESTCatalogServer"],
-        env=server_env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    uri = f"http://127.0.0.1:{port}"
+    if host is None:
+        proc = subprocess.Popen(args, env=server_env, stdout=log, stderr=subprocess.STDOUT)
+    else:
+        proc = host.popen(args, log=root / "rest-catalog.log", env=server_env)
+    uri = f"http://{'127.0.0.1' if host is None else host.ip}:{port}"
     try:
         deadline = time.monotonic() + 120
         while not _answers(uri):

@@ -40,10 +40,13 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
     builder = SparkSession.builder.appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    # Python UDF workers must run this venv's interpreter, and daemons must bind loopback only;
-    # PySpark reads both when the session starts (a variable the user set wins).
-    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1"}
+    # Python UDF workers must run this venv's interpreter; PySpark reads it when the session
+    # starts (a variable the user set wins).
+    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    if settings.spark_master.startswith("local"):
+        # In-process Spark binds loopback only. On a cluster the executors connect back to the
+        # driver: it must listen on the machine's address (Spark's choice, or SPARK_LOCAL_IP).
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
     with process_environment(env, override=False):
         session = builder.getOrCreate()
     # Load the lake's catalog now, with these settings: dbt-spark's getOrCreate() later sets the
