@@ -2,8 +2,8 @@
 # Set up everything (idempotent) and run the whole test suite: ruff, mypy --strict, the docs site
 # (mkdocs build --strict), pytest.
 # Extra arguments go to pytest, e.g. `scripts/test.sh -m "not spark and not slow"` for the fast subset.
-# pytest runs on one xdist worker per core (the Spark and dbt tests together on one of them, see
-# tests/conftest.py); `scripts/test.sh -n 0` runs serially.
+# pytest runs on one xdist worker per core (each module's Spark and dbt tests together on one of
+# them, see tests/conftest.py); `scripts/test.sh -n 0` runs serially.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh

@@ -125,8 +125,10 @@ def s3_lake_env(bucket: str, prefix: str = "lake") -> dict[str, str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put every Spark or dbt test in one xdist group, so ``--dist loadgroup`` runs them on one
-    worker (two JVMs do not fit two cores, and dbt writes into the one project dir)."""
+    """Keep each module's Spark or dbt tests on one xdist worker (``--dist loadgroup``): they
+    share the module's lake, Spark session and servers. Different modules may run side by side,
+    one JVM per worker (each lake has its own data dir, dbt project copy and ports), so the
+    Spark tests no longer queue behind each other on a single worker."""
     for item in items:
         if item.get_closest_marker("spark") or item.get_closest_marker("dbt"):
-            item.add_marker(pytest.mark.xdist_group("spark"))
+            item.add_marker(pytest.mark.xdist_group(f"spark:{item.path}"))
