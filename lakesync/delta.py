@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol, get_args
 
 import msgspec
@@ -106,21 +106,71 @@ def delta_id(
 ) -> str:
     """The deltaId (docs/protocol.md §3): sha256 hex of the canonical JSON of the delta's
     identity and columns."""
-    return _identity_id(client_id, hlc, table, row_id, [(c["column"], c["value"]) for c in columns])
+    cols = tuple(ColumnValue(c["column"], c["value"]) for c in columns)
+    return _identity_id(client_id, hlc, table, row_id, cols)
+
+
+class _Identity(msgspec.Struct, rename="camel", gc=False):
+    """What a deltaId hashes, its fields in canonical (sorted) key order; each column encodes as
+    ``{"column", "value"}``, sorted too."""
+
+    client_id: str
+    columns: tuple[ColumnValue, ...]
+    hlc: str
+    row_id: str
+    table: str
+
+
+_identity_encoder = msgspec.json.Encoder()
+_MAX_SAFE_INT = 2**53
+
+
+def _all_plain(cols: Sequence[ColumnValue]) -> bool:
+    """Whether msgspec writes every value of ``cols`` exactly as canonical JSON does: a string
+    (msgspec escapes what ``JSON.stringify`` escapes; a lone surrogate makes it raise), a
+    boolean, null or a safe integer. Floats (JavaScript's number format), objects (sorted keys)
+    and unsafe integers take the text path."""
+    for c in cols:
+        value = c.value
+        kind = type(value)
+        if not (
+            kind is str
+            or value is None
+            or kind is bool
+            or (kind is int and -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT)
+        ):
+            return False
+    return True
 
 
 def _identity_id(
-    client_id: str, hlc: int | str, table: str, row_id: str, cells: Iterable[tuple[str, Any]]
+    client_id: str, hlc: int | str, table: str, row_id: str, cols: Sequence[ColumnValue]
 ) -> str:
-    # The canonical JSON of {clientId, columns: [{column, value}], hlc, rowId, table} written
-    # directly: its keys are in canonical order already, and this runs on every pushed delta.
+    # This runs on every pushed delta: most cells are plain, and then msgspec writes the
+    # canonical JSON of {clientId, columns: [{column, value}], hlc, rowId, table} in one call.
+    if _all_plain(cols):
+        try:
+            text = _identity_encoder.encode(
+                _Identity(client_id, tuple(cols), str(hlc), row_id, table)
+            )
+        except UnicodeEncodeError:  # a lone surrogate: JSON.stringify escapes it
+            pass
+        else:
+            return hashlib.sha256(text).hexdigest()
+    return hashlib.sha256(_identity_text(client_id, hlc, table, row_id, cols)).hexdigest()
+
+
+def _identity_text(
+    client_id: str, hlc: int | str, table: str, row_id: str, cols: Sequence[ColumnValue]
+) -> bytes:
+    """The canonical JSON of a delta's identity written piece by piece (any value)."""
     js = canonical_json
     text = "".join(
         (
             '{"clientId":',
             js(client_id),
             ',"columns":[',
-            ",".join(f'{{"column":{js(c)},"value":{js(v)}}}' for c, v in cells),
+            ",".join(f'{{"column":{js(c.column)},"value":{js(c.value)}}}' for c in cols),
             '],"hlc":',
             js(str(hlc)),
             ',"rowId":',
@@ -130,7 +180,7 @@ def _identity_id(
             "}",
         )
     )
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return text.encode("utf-8", "surrogatepass")
 
 
 class RowDelta(msgspec.Struct, frozen=True, gc=False):
@@ -160,7 +210,7 @@ class RowDelta(msgspec.Struct, frozen=True, gc=False):
         ) if isinstance(columns, Mapping) else tuple(columns)
         _check_shape(op, table, row_id, client_id, cols)
         cols = _read_cells(cols, table, row_id, "", normalize_value, False, None, "delta")
-        did = _identity_id(client_id, hlc, table, row_id, [(c.column, c.value) for c in cols])
+        did = _identity_id(client_id, hlc, table, row_id, cols)
         return cls(op, table, row_id, client_id, cols, hlc, did)
 
     @classmethod
@@ -171,7 +221,7 @@ class RowDelta(msgspec.Struct, frozen=True, gc=False):
         entry): its names and values were checked when they were ingested, so only the deltaId
         is computed (serving builds one per row served)."""
         cols = tuple(ColumnValue(k, v) for k, v in columns.items())
-        did = _identity_id(client_id, hlc, table, row_id, [(c.column, c.value) for c in cols])
+        did = _identity_id(client_id, hlc, table, row_id, cols)
         return cls(op, table, row_id, client_id, cols, hlc, did)
 
     def values(self) -> dict[str, Any]:
@@ -304,7 +354,7 @@ def read_delta(
     ts = _hlc.parse(hlc, "delta.hlc" if where == "delta" else f"{where}.hlc")
     cols = _read_cells(columns, table, row_id, did, cell, trusted, report, where)
     if not trusted:
-        expected = _identity_id(client_id, ts, table, row_id, [(c.column, c.value) for c in cols])
+        expected = _identity_id(client_id, ts, table, row_id, cols)
         if did != expected:
             raise SchemaError(
                 f"{where}.deltaId {did!r} does not match its content "

@@ -141,6 +141,34 @@ def test_push_rejects_bad_deltas_and_stores_nothing(
     assert gateway.pull_page(ALICE, "alice", 0).json()["deltas"] == []
 
 
+@pytest.mark.parametrize(
+    ("bad", "status", "code"),
+    [
+        ({"deltaId": "0" * 64}, 422, "SCHEMA_ERROR"),  # plain cells: the msgspec deltaId path
+        ({"columns": [{"column": "n", "value": 1.5}], "deltaId": "0" * 64}, 422, "SCHEMA_ERROR"),
+        ({"columns": [{"column": "n", "value": 10**400}]}, 400, "VALIDATION_ERROR"),
+        (as_json(delta("INSERT", "r2", "bob", title="t2", n=2)), 403, "FORBIDDEN"),
+    ],
+)
+def test_a_bad_delta_in_the_middle_refuses_the_whole_batch(
+    gateway: Gateway, bad: dict[str, Any], status: int, code: str
+) -> None:
+    goods = [as_json(delta("INSERT", f"r{i}", "alice", title=f"t{i}", n=i)) for i in range(5)]
+    batch = [*goods[:2], goods[2] | bad, *goods[3:]]
+    body = {"clientId": "alice", "deltas": batch}
+    r = gateway.http.post("/v1/sync/gw1/push", json=body, headers=auth(ALICE))
+    error(r, status, code)
+    assert "deltas[2]" in r.json()["error"]
+    assert gateway.pull_page(ALICE, "alice", 0).json()["deltas"] == []
+    # The same batch without its bad delta is stored whole.
+    r = gateway.http.post(
+        "/v1/sync/gw1/push", json={"clientId": "alice", "deltas": goods}, headers=auth(ALICE)
+    )
+    assert r.status_code == 200 and r.json()["accepted"] == 5
+    pulled = gateway.pull_page(ALICE, "alice", 0).json()["deltas"]
+    assert [d["deltaId"] for d in pulled] == [d["deltaId"] for d in goods]
+
+
 @pytest.mark.parametrize("depth", [500, 990, 5000, 200_000])
 def test_deeply_nested_values_are_400(gateway: Gateway, depth: int) -> None:
     value = "[" * depth + "]" * depth

@@ -186,15 +186,13 @@ _columns = st.lists(
     ),
     max_size=4,
 )
-_deltas = st.fixed_dictionaries(
-    {
-        "clientId": st.text(min_size=1, max_size=10),
-        "hlc": st.integers(0, 2**64 - 1).map(str),
-        "table": st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,10}", fullmatch=True),
-        "rowId": st.text(min_size=1, max_size=10),
-        "columns": _columns,
-    }
-)
+_identity = {
+    "clientId": st.text(min_size=1, max_size=10),
+    "hlc": st.integers(0, 2**64 - 1).map(str),
+    "table": st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,10}", fullmatch=True),
+    "rowId": st.text(min_size=1, max_size=10),
+}
+_deltas = st.fixed_dictionaries(_identity | {"columns": _columns})
 
 
 def _collect(strategy: st.SearchStrategy[Any], n: int) -> list[Any]:
@@ -224,6 +222,44 @@ def test_random_delta_ids_match_javascript() -> None:
     for d, (_, js_id) in zip(deltas, results, strict=True):
         ours = delta_id(d["clientId"], d["hlc"], d["table"], d["rowId"], d["columns"])
         assert ours == js_id, f"deltaId of {d!r} differs from JavaScript"
+
+
+_plain_columns = st.lists(
+    st.fixed_dictionaries(
+        {
+            "column": st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
+            # What msgspec writes as canonical JSON (the fast path of a deltaId), including the
+            # edges: lone surrogates, escaped controls, the safe-integer bounds.
+            "value": st.one_of(
+                st.none(),
+                st.booleans(),
+                st.integers(-(2**53), 2**53),
+                st.sampled_from([2**53, -(2**53), 2**53 + 1, "\ud800", "a\u2028\x7f\x1f\"\\"]),
+                st.text(),
+            ),
+        }
+    ),
+    max_size=4,
+)
+
+
+def test_random_delta_ids_of_plain_cells_match_javascript() -> None:
+    deltas = _collect(st.fixed_dictionaries(_identity | {"columns": _plain_columns}), 200)
+    results = run_oracle([{"delta": d} for d in deltas])
+    for d, (_, js_id) in zip(deltas, results, strict=True):
+        ours = delta_id(d["clientId"], d["hlc"], d["table"], d["rowId"], d["columns"])
+        assert ours == js_id, f"deltaId of {d!r} differs from JavaScript"
+
+
+@given(st.one_of(_columns, _plain_columns), st.text(min_size=1), st.text(min_size=1))
+@settings(max_examples=300, database=None)
+def test_delta_id_is_the_hash_of_the_canonical_text_for_any_cells(
+    cols: list[dict[str, Any]], client_id: str, row_id: str
+) -> None:
+    # The msgspec path (plain cells) and the text path agree with canonical_json of the body.
+    body = {"table": "t", "rowId": row_id, "hlc": "7", "columns": cols, "clientId": client_id}
+    expected = hashlib.sha256(canonical_json(body).encode("utf-8", "surrogatepass")).hexdigest()
+    assert delta_id(client_id, 7, "t", row_id, cols) == expected
 
 
 def test_delta_id_is_sha256_of_utf8_canonical_json() -> None:

@@ -85,6 +85,28 @@ def test_previous_secret_is_accepted() -> None:
         verify_token(token, [SECRET], "gw1")
 
 
+def test_a_verified_token_is_refused_once_it_expires() -> None:
+    # Verified once while valid (and remembered), then refused as expired, not served from memory.
+    token = mint_token(SECRET, "c", "gw1", ttl_s=2, now=time.time() - 1)
+    assert verify_token(token, [SECRET], "gw1")["sub"] == "c"
+    time.sleep(1.2)
+    with pytest.raises(AuthError, match="expired"):
+        verify_token(token, [SECRET], "gw1")
+
+
+def test_a_remembered_token_still_answers_to_its_gateway_and_secrets() -> None:
+    token = mint_token(OLD, "c", "gw1", claims={"team": "a"})
+    first = verify_token(token, [SECRET, OLD], "gw1")
+    first["team"] = "changed by a caller"
+    assert verify_token(token, [SECRET, OLD], "gw1") == {
+        "sub": "c", "gw": "gw1", "role": "client", "team": "a"
+    }
+    with pytest.raises(ForbiddenError):
+        verify_token(token, [SECRET, OLD], "gw2")
+    with pytest.raises(AuthError, match="signature"):
+        verify_token(token, [SECRET], "gw1")  # the old secret was retired
+
+
 def _raw(payload: dict[str, Any], secret: str = SECRET, alg: str = "HS256") -> str:
     return jwt.encode(payload, secret, algorithm=alg)
 

@@ -150,15 +150,20 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
     def _rows(
         self, conn: sqlite3.Connection, gw: str, keys: Sequence[RowKey]
     ) -> dict[RowKey, RowRecord]:
-        out: dict[RowKey, RowRecord] = {}
-        for t, r in keys:
-            row = conn.execute(
-                "SELECT state, last_ingest FROM row_state WHERE gw = ? AND tbl = ? AND row_id = ?",
-                (gw, t, r),
-            ).fetchone()
-            if row is not None:
-                out[(t, r)] = RowRecord(decode_state(row[0]), int(row[1]))
-        return out
+        # One statement per table and chunk of row ids (SQLite probes the primary key for each
+        # id of an IN list) rather than one per row: a push reads the rows it touches.
+        raw = self._by_keys(
+            conn,
+            "SELECT tbl, row_id, state, last_ingest FROM row_state"
+            " WHERE gw = ? AND tbl = ? AND row_id IN",
+            (gw,),
+            keys,
+        )
+        found = {(str(t), str(r)): (s, li) for t, r, s, li in raw}
+        # In the order of ``keys``, as the callers list rows.
+        return {
+            k: RowRecord(decode_state(found[k][0]), int(found[k][1])) for k in keys if k in found
+        }
 
     def _written_among(
         self, conn: sqlite3.Connection, gw: str, client_id: str, keys: Sequence[RowKey]
