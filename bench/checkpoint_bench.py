@@ -1,39 +1,77 @@
-"""Initial sync of a fresh client: through the checkpoint vs a plain pull from 0.
+"""First sync of a fresh Python client through the checkpoint, to 1,000,000 rows and more.
 
-A real ``python -m lakesync.api`` process on a PostgreSQL store holds N rows (default 100,000) of
-one
-table. A fresh :class:`lakesync.client.LakeSyncClient` (SQLite replica on disk) first syncs while
-the
-gateway has no checkpoint (a plain pull from ``since=0``, pages of 10,000); then the benchmark
-publishes the store's rows as a checkpoint (as the gateway's lake job does after a pipeline run,
-:func:`lakesync.lakehouse.checkpoint_builder.write_checkpoint`, on the same store) and a second
-fresh client syncs through it. Printed: rows/s of both (wall time of ``sync()``, replica writes
-included; and the CPU seconds the client and the gateway process spent, the figure to compare on a
-shared machine), and the checkpoint stream alone (download and decode, no replica): rows/s and
-MiB/s. With ``--rules`` the gateway has the rule ``owner = jwt:sub`` and also holds N/10 rows of
-another owner: the client must end with exactly its N rows (filtered at serve time).
+A real ``python -m lakesync.api`` process on a PostgreSQL store serves a checkpoint of one table
+(``todos``: owner, title, done). The checkpoint is written into the store chunk by chunk from
+generated merged rows (:func:`lakesync.lakehouse.checkpoint_builder.write_checkpoint`, the lake
+job's own writer, streaming: nothing holds all rows), so a million rows need no million pushes.
+A fresh :class:`lakesync.client.LakeSyncClient` (SQLite replica on disk) in a *separate process*
+then runs its first ``sync()``: the checkpoint stream, then a pull from its position. Printed:
+wall time and rows/s of that ``sync()``, CPU seconds of client and gateway, the peak RSS of the
+client process and of the gateway process, and the machine's load.
 
-Run from the repository root: ``.venv/bin/python -m bench.checkpoint_bench [--rows N] [--rules]``.
+- ``--rows N``: the rows the client receives (default 100,000).
+- ``--rules --total T``: the gateway has the rule ``owner = jwt:sub`` and holds T rows, N of
+  them alice's, spread evenly among the others' (a chunk is about N/T alice's); the client is
+  alice and must end with exactly her N rows (filtered at serve time).
+- ``--pull``: also push the rows over HTTP first and time a plain pull from ``since=0`` (no
+  checkpoint), then build the checkpoint from the store's rows as the lake job does. Slow
+  beyond 100,000 rows (every row is pushed).
+- ``--py-spy DIR``: record the client and the gateway with py-spy while the client syncs
+  (``DIR/client.txt``, ``DIR/gateway.txt``, collapsed stacks).
+
+Run from the repository root:
+``.venv/bin/python -m bench.checkpoint_bench [--rows N] [--rules --total T] [--pull]``.
+
+Measured 2026-11-26 on the 2-core machine shared with seven other sessions, load average 15-26
+(wall times there mostly measure the other processes; CPU seconds and RSS are the figures):
+
+- 1,000,000 rows, no rules: client 20.6 s CPU (26.0 s before issue 26's changes), gateway
+  2.0 s CPU, client peak RSS 109 MiB (110 before: already streaming), gateway peak RSS 234 MiB;
+  wall 127 s at load 16.
+- alice's 1,000,000 of 5,000,000 rows under ``owner = jwt:sub``: client 28.4 s CPU (it applies
+  a view eviction and the row's state per row), gateway 41.8 s CPU (serving filters 5,000,000
+  rows, builds 1,000,000 evictions and looks up the written rows of 4,000,000 hidden ones),
+  client peak RSS 105 MiB, gateway 233 MiB; wall 208 s at load 20.
+- SQLite alone on this disk (the same two inserts per row, executemany, one transaction per 1,600
+  rows, WAL): 82,000 rows/s at load 3.6, so 12 s of the no-rules target's 20 s.
+
+Top py-spy entries of the client (self time, 300,000 rows, no rules; waiting threads left out):
+``RowStore._save_state`` (the ``_ls_rows`` executemany) 9.7 %, ``RowStore._show`` (the user
+table's executemany) 9.0 %, ``delta._read_cells`` 7.0 %, ``ReplicaFile._tx`` (COMMIT) 4.3 %,
+``wsframes.delta_from_proto`` 2.8 %, ``RowStore._load`` 2.6 %, ``delta.read_delta`` 1.9 %.
+Before the changes the row changes built for watchers took 9 % and the rules' per-row
+evaluation 80 % of serving under rules. The gateway, raw: idle in ``Condition.wait`` and psycopg
+waits (serving a chunk is a msgpack decode and a join). The gateway's serving under rules
+(cProfile of ``serve_chunk``, 200,000 rows, 1 in 5 visible): ``RowDelta.of_stored`` for the
+evictions (their deltaIds) 39 %, the msgpack decode 9 %, ``rules.visible_among`` 5 %.
+py-spy of the gateway process under rules (200,000 of 1,000,000 rows, load 32): the chunk's
+``rows_written_among`` look-up of the hidden rows (PostgreSQL round trips, psycopg dumping IN
+lists) 19.6 % of samples against 4 % for the rest of ``serve_chunk``; the client meanwhile
+waits in ``EpollSelector.select`` 28 %: under rules the gateway's per-chunk look-up bounds the
+first sync, not the client.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import msgspec
 
 from lakesync.api.store.postgres import PostgresHotLog
-from lakesync.client import LakeSyncClient
-from lakesync.client._auth import TokenProvider
-from lakesync.client.transport import HttpTransport
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
+from lakesync.merge import Cell, RowState
+from lakesync.views import RowKey, RowRecord
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import auth, now_hlc, token
 from tests.conftest import PG_DSN
@@ -60,6 +98,11 @@ RULES = {
 }
 
 
+def owner_of(i: int, visible: int, total: int) -> str:
+    """Row ``i``'s owner: alice for ``visible`` of ``total`` rows, spread evenly."""
+    return "alice" if (i * visible) // total != ((i + 1) * visible) // total else "bob"
+
+
 def fill(url: str, n: int, owner: str = "alice", first: int = 0) -> None:
     """Push ``n`` rows of ``owner`` (ids from ``first``) as ``owner``, in batches of 2,000
     (under the 1 MiB body limit)."""
@@ -72,7 +115,7 @@ def fill(url: str, n: int, owner: str = "alice", first: int = 0) -> None:
                     RowDelta.create(
                         "INSERT",
                         "todos",
-                        f"row-{i:07}",
+                        f"row-{i:08}",
                         owner,
                         {"owner": owner, "title": f"task {i}", "done": i % 2 == 0},
                         hlc + i,
@@ -87,54 +130,116 @@ def fill(url: str, n: int, owner: str = "alice", first: int = 0) -> None:
             assert r.status_code == 200, r.text
 
 
+def generated_rows(visible: int, total: int, hlc: int) -> Iterator[tuple[RowKey, RowRecord]]:
+    """``total`` merged rows in ``(table, row_id)`` order as the lake's models give them,
+    ``visible`` of them alice's; one at a time."""
+    for i in range(total):
+        owner = owner_of(i, visible, total)
+        at = hlc + i
+        cells = {
+            "owner": Cell(owner, at, owner),
+            "title": Cell(f"task {i}", at, owner),
+            "done": Cell(i % 2 == 0, at, owner),
+        }
+        yield ("todos", f"row-{i:08}"), RowRecord(RowState(cells, (at, owner)), at)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has spent so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def initial_sync(gw: ServerProcess, path: Path, n: int) -> tuple[float, float, float]:
-    """A fresh client's first ``sync()``: (seconds, client CPU s, gateway CPU s); checks it
-    holds the ``n`` rows."""
-    assert gw.proc is not None
+def peak_rss_mib(pid: int) -> float:
+    """A live process's peak resident set (VmHWM) in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def client_main(url: str, path: str, n: int) -> None:
+    """The client process: one first ``sync()``; prints its figures as JSON."""
+    import resource
+
+    from lakesync.client import LakeSyncClient
+
     with LakeSyncClient(
-        str(path),
-        url=gw.url,
+        path,
+        url=url,
         gateway_id="gw1",
         token=token("alice"),
         schemas=[TODOS],
         pull_limit=10_000,
         timeout=600,
     ) as c:
-        gateway_cpu = cpu_seconds(gw.proc.pid)
         started, cpu = time.perf_counter(), time.process_time()
         c.sync()
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
-        gateway_cpu = cpu_seconds(gw.proc.pid) - gateway_cpu
-        assert c.query("select count(*) as n from todos") == [{"n": n}]
-    return elapsed, cpu, gateway_cpu
+        got = c.query("select count(*) as n from todos")[0]["n"]
+        assert got == n, f"the replica holds {got} rows, not {n}"
+        if n:
+            mine = c.query("select count(*) as n from todos where owner = 'alice'")[0]["n"]
+            assert mine == n, "the replica holds rows of another owner"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"wall": elapsed, "cpu": cpu, "rss": rss}))
 
 
-def stream_only(url: str) -> tuple[float, int, int]:
-    """Download and decode the checkpoint: (seconds, deltas, bytes)."""
-    transport = HttpTransport(url, "gw1", TokenProvider(token("alice")))
-    started = time.perf_counter()
-    cp = transport.checkpoint()
-    assert cp is not None
-    deltas = sum(len(page) for page in cp.pages)
-    elapsed = time.perf_counter() - started
-    with httpx.Client(timeout=120) as c:
-        size = len(c.get(f"{url}/v1/sync/gw1/checkpoint", headers=auth(token("alice"))).content)
-    transport.close()
-    return elapsed, deltas, size
+def initial_sync(
+    gw: ServerProcess, path: Path, n: int, spy: Path | None, label: str
+) -> dict[str, float]:
+    """A fresh client process's first ``sync()``: wall and CPU seconds and peak RSS of the
+    client, CPU seconds of the gateway; the client checks it holds exactly alice's ``n`` rows."""
+    assert gw.proc is not None
+    cmd = [sys.executable, "-m", "bench.checkpoint_bench", "--client", gw.url, str(path), str(n)]
+    spies = []
+    if spy is not None:
+        cmd = ["py-spy", "record", "-f", "raw", "-r", "50", "-o", str(spy / f"{label}-client.txt"),
+               "--", *cmd]
+        spies.append(
+            subprocess.Popen(
+                ["py-spy", "record", "-f", "raw", "-r", "50", "-p", str(gw.proc.pid),
+                 "-o", str(spy / f"{label}-gateway.txt")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    gateway_cpu = cpu_seconds(gw.proc.pid)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    gateway_cpu = cpu_seconds(gw.proc.pid) - gateway_cpu
+    for p in spies:
+        p.send_signal(2)  # SIGINT: py-spy writes its file and exits
+        p.wait(60)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    figures: dict[str, float] = json.loads(lines[-1])
+    return figures | {"gateway_cpu": gateway_cpu}
+
+
+def report(label: str, n: int, f: dict[str, float]) -> None:
+    """One printed line per sync."""
+    print(
+        f"  {label} {f['wall']:7.2f} s  {n / f['wall']:10,.0f} rows/s  (CPU: client"
+        f" {f['cpu']:.2f} s, gateway {f['gateway_cpu']:.2f} s; client peak RSS"
+        f" {f['rss']:.0f} MiB)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--rows", type=int, default=100_000, help="rows the client receives")
+    parser.add_argument("--total", type=int, help="rows on the gateway (with --rules)")
     parser.add_argument("--rules", action="store_true", help="owner = jwt:sub on the gateway")
+    parser.add_argument("--pull", action="store_true", help="also push the rows and pull from 0")
+    parser.add_argument("--py-spy", type=Path, help="record client and gateway into this dir")
+    parser.add_argument("--client", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.client:
+        client_main(args.client[0], args.client[1], int(args.client[2]))
+        return
     n = args.rows
+    total = args.total or (n + n // 10 if args.rules else n)
+    if total != n and not args.rules:
+        parser.error("--total > --rows needs --rules (without rules the client gets every row)")
     schema = fresh_pg_schema()
     env = {
         "LAKESYNC_STORE_URL": PG_DSN,
@@ -142,7 +247,8 @@ def main() -> None:
         "LAKESYNC_RATE_LIMIT": "0",
         "LAKESYNC_FLUSH_INTERVAL": "0",
     }
-    store = None
+    store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
+    pull = None
     try:
         with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp) / "gw", env) as gw:
             admin = auth(token("root", role="admin"))
@@ -150,41 +256,37 @@ def main() -> None:
                 assert httpx.post(
                     f"{gw.url}/v1/admin/sync-rules/gw1", json=RULES, headers=admin
                 ).is_success
-            fill(gw.url, n)
-            if args.rules:
-                # Rows alice must not receive: her replica holds exactly her n rows.
-                fill(gw.url, n // 10, "bob", first=n)
-            pull = initial_sync(gw, Path(tmp) / "pull.db", n)
-
-            store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
-            page = store.read_all_rows("gw1")
+            if args.pull:
+                fill(gw.url, n)
+                if total > n:
+                    fill(gw.url, total - n, "bob", first=n)
+                pull = initial_sync(gw, Path(tmp) / "pull.db", n, args.py_spy, "pull")
+                page = store.read_all_rows("gw1")
+                position, rows = page.head, iter(sorted(page.rows.items()))
+            else:
+                position, rows = now_hlc(), generated_rows(n, total, now_hlc(-60_000))
             started = time.perf_counter()
-            built = write_checkpoint(store, "gw1", page.head, sorted(page.rows.items()))
+            built = write_checkpoint(store, "gw1", position, rows)
             build_s = time.perf_counter() - started
             assert built is not None
-            checkpoint = initial_sync(gw, Path(tmp) / "checkpoint.db", n)
-            stream_s, deltas, size = stream_only(gw.url)
+            checkpoint = initial_sync(gw, Path(tmp) / "cp.db", n, args.py_spy, "checkpoint")
+            assert gw.proc is not None
+            gateway_rss = peak_rss_mib(gw.proc.pid)
     finally:
-        if store is not None:
-            store.close()
+        store.close()
         drop_pg_schema(schema)
-    mode = f"rules owner = jwt:sub, +{n // 10:,} rows of bob" if args.rules else "no rules"
-    print(f"initial sync of {n:,} rows ({mode}; PostgreSQL store; replica on disk)")
-    for label, (wall, cpu, gateway_cpu) in (
-        ("plain pull from 0     ", pull),
-        ("through the checkpoint", checkpoint),
-    ):
-        print(
-            f"  {label} {wall:7.2f} s  {n / wall:10,.0f} rows/s  (CPU: client {cpu:.2f} s,"
-            f" gateway {gateway_cpu:.2f} s; {n / cpu:,.0f} rows per client CPU-second)"
-        )
-    print(f"  load average {os.getloadavg()[0]:.1f}")
-    print(
-        f"  checkpoint stream only {stream_s:7.2f} s  {n / stream_s:10,.0f} rows/s"
-        f"  {size / stream_s / 2**20:6.1f} MiB/s  ({deltas:,} deltas, {size / 2**20:.1f} MiB,"
-        f" {built.chunks} chunks)"
+    mode = (
+        f"rule owner = jwt:sub, alice's {n:,} of {total:,} rows" if args.rules else "no rules"
     )
-    print(f"  checkpoint written from the store's rows in {build_s:.2f} s (store side only)")
+    print(f"first sync of {n:,} rows ({mode}; PostgreSQL store; replica on disk)")
+    if pull is not None:
+        report("plain pull from 0     ", n, pull)
+    report("through the checkpoint", n, checkpoint)
+    print(f"  gateway peak RSS {gateway_rss:.0f} MiB (whole run)")
+    print(
+        f"  checkpoint: {built.rows:,} rows in {built.chunks:,} chunks, staged in {build_s:.1f} s"
+    )
+    print(f"  load average {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Benchmark the scheduled pipeline: a cold run per process versus the warm worker, and freshness.
 
-Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K] [--fresh N]``
+Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K] [--fresh N]
+[--no-cold]``
 
 1. **cold vs warm**: the same increments of M deltas (default 10,000, landed through the real
    SQLite hot log and flusher) merged by ``lakesync pipeline run`` in a new process each time (what
@@ -8,6 +9,14 @@ Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K]
    :class:`~lakesync.lakehouse.worker.PipelineWorker`
    (what it does now; its first run pays the start and is shown apart). Wall time per run, as
    ``lakesync up`` waits for it; the ratio is the figure to compare on a noisy machine.
+   **CLI with lakesync up**: the same increments pushed to a real ``python -m lakesync.api`` and
+   merged by ``lakesync pipeline run`` on its data dir, which hands the run to the gateway's warm
+   worker (issue 26: target at most 1.2 times the warm worker's run): the command's whole wall
+   time, process start and the streamed progress included, over the warm run's. Measured at
+   load 19-26 on 2 cores (``--deltas 2000 --rounds 2 --fresh 0 --no-cold``): warm 128.6 and
+   42.4 s (median 85.5 s), the CLI with ``lakesync up`` 87.1 and 59.7 s (median 73.4 s):
+   cli/warm 0.86. At that load the runs' spread dwarfs what the command adds (its start and
+   imports, 1-2 s, and one HTTP stream).
 2. **freshness** (``--fresh N``, default 5): a real ``python -m lakesync.api`` with flush and
 pipeline
    intervals of 1 s; N times, push one row and poll ``analytics.<table>`` with DuckDB until it
@@ -56,9 +65,41 @@ def _increment(start: int, n: int, client: str = "bench") -> list[RowDelta]:
     ]
 
 
-def cold_vs_warm(root: Path, deltas: int, rounds: int) -> None:
+def _cli_with_gateway(root: Path, deltas: int, rounds: int) -> list[float]:
+    """``lakesync pipeline run`` wall times with ``lakesync up`` serving the data dir (the run
+    handed to its worker), the same increments pushed through the gateway."""
+    from tests.gateway_process import ServerProcess
+
+    data = root / "gateway"
+    times: list[float] = []
+    with ServerProcess(data) as gw, httpx.Client(base_url=gw.url, timeout=120) as http:
+        admin = {"Authorization": f"Bearer {gw.token('ops', 'gw1', role='admin')}"}
+        user = {"Authorization": f"Bearer {gw.token('bench', 'gw1')}",
+                "content-type": "application/json"}
+        http.post("/v1/admin/schema/gw1", json=SCHEMA, headers=admin).raise_for_status()
+        env = {**os.environ, "LAKESYNC_JWT_SECRET": gw.secret}
+        env.pop("LAKESYNC_CONFIG", None)
+        for k in range(rounds + 1):
+            increment = _increment(k * deltas, deltas)
+            for at in range(0, deltas, 1_000):
+                http.post("/v1/sync/gw1/push", headers=user,
+                          content=encode_push("bench", increment[at:at + 1_000], None),
+                          ).raise_for_status()
+            http.post("/v1/admin/flush/gw1", headers=admin).raise_for_status()
+            started = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "lakesync.cli", "pipeline", "run", "--data-dir", str(data)],
+                check=True, env=env, cwd=root, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            times.append(time.perf_counter() - started)
+            print(f"  cli with lakesync up run {k}: {times[-1]:6.1f} s", flush=True)
+    return times
+
+
+def cold_vs_warm(root: Path, deltas: int, rounds: int, cold_runs: bool = True) -> None:
     results: dict[str, list[float]] = {}
-    for mode in ("cold", "warm"):
+    for mode in ("cold", "warm") if cold_runs else ("warm",):
         data = root / mode
         settings = LakeSettings.from_env(data, env={})
         bootstrap(settings)
@@ -89,11 +130,17 @@ def cold_vs_warm(root: Path, deltas: int, rounds: int) -> None:
             worker.close()
             store.close()
         results[mode] = times
-    cold, warm = results["cold"], results["warm"]
-    print(f"first run:  cold {cold[0]:.1f} s, warm worker (start included) {warm[0]:.1f} s")
-    c, w = statistics.median(cold[1:]), statistics.median(warm[1:])
-    print(f"increment of {deltas:,} deltas, median of {rounds}: cold {c:.1f} s, warm {w:.1f} s "
-          f"(warm/cold {w / c:.2f})")
+    warm, cli = results["warm"], _cli_with_gateway(root, deltas, rounds)
+    cold = results.get("cold")
+    print(f"first run:  {f'cold {cold[0]:.1f} s, ' if cold else ''}warm worker (start included) "
+          f"{warm[0]:.1f} s, lakesync pipeline run with lakesync up (its worker's start "
+          f"included) {cli[0]:.1f} s")
+    w, h = statistics.median(warm[1:]), statistics.median(cli[1:])
+    c = statistics.median(cold[1:]) if cold else None
+    print(f"increment of {deltas:,} deltas, median of {rounds}: "
+          f"{'' if c is None else f'cold {c:.1f} s, '}warm {w:.1f} s"
+          f"{'' if c is None else f' (warm/cold {w / c:.2f})'}, lakesync pipeline run with "
+          f"lakesync up {h:.1f} s (cli/warm {h / w:.2f}; target <= 1.2)")
 
 
 def freshness(root: Path, samples: int) -> None:
@@ -135,11 +182,13 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fresh", type=int, default=5)
+    parser.add_argument("--no-cold", action="store_true",
+                        help="skip the cold runs (a JVM start each: minutes on a loaded machine)")
     args = parser.parse_args()
     # The gateway may still be writing its log as it stops: cleanup is best effort.
     with tempfile.TemporaryDirectory(prefix="lakesync-warm-", ignore_cleanup_errors=True) as tmp:
         if args.rounds:
-            cold_vs_warm(Path(tmp), args.deltas, args.rounds)
+            cold_vs_warm(Path(tmp), args.deltas, args.rounds, not args.no_cold)
         if args.fresh:
             freshness(Path(tmp), args.fresh)
 

@@ -1,14 +1,17 @@
-"""First sync of a fresh client under sync rules, as the gateway grows.
+"""First sync of a fresh client under sync rules, as the gateway grows (plain pulls, no
+checkpoint).
 
-A gateway with the rule ``owner = jwt:sub`` holds one user's 100 rows among N rows of others
-(default N = 1,000, 10,000 and 100,000). For each size, a fresh client of that user pulls from
-``since=0`` over HTTP against a real ``python -m lakesync.api`` process (durable SQLite store) and
-we
-print the deltas and bytes it received and the wall time of its first sync (median of 5). The
-deltas and bytes must not grow with N: the client receives exactly its view. A client of a user
-who owns nothing is measured too (it must receive nothing).
+A gateway with the rule ``owner = jwt:sub`` holds one user's rows (``--rows``, default 100) among
+N rows in all (``--sizes``, default 1,000, 10,000 and 100,000). For each size, a fresh client of
+that user pulls from ``since=0`` over HTTP against a real ``python -m lakesync.api`` process
+(durable SQLite store) and we print the deltas and bytes it received, the wall time of its first
+sync (median of ``--repeat``) and its rows/s; at the end the gateway's peak RSS. The deltas and
+bytes must not grow with N: the client receives exactly its view. A client of a user who owns
+nothing is measured too (it must receive nothing). The million-row first syncs, through the
+checkpoint, are :mod:`bench.checkpoint_bench` (``--rows 1000000 --rules --total 5000000``).
 
-Run from the repository root: ``.venv/bin/python -m bench.rules_first_sync_bench [--sizes ...]``.
+Run from the repository root:
+``.venv/bin/python -m bench.rules_first_sync_bench [--sizes ...] [--rows N] [--repeat R]``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 import httpx
 import msgspec
 
+from bench.checkpoint_bench import peak_rss_mib
 from lakesync.delta import RowDelta
 from tests.api.helpers import auth, now_hlc, token
 from tests.gateway_process import ServerProcess
@@ -37,7 +41,6 @@ RULES = {
         }
     ],
 }
-VISIBLE = 100
 
 
 def fill(url: str, gw: str, owner: str, n: int) -> None:
@@ -87,7 +90,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=100, help="the user's rows in each gateway")
     args = parser.parse_args()
+    visible = args.rows
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         data.mkdir()
@@ -95,7 +100,7 @@ def main() -> None:
         with ServerProcess(data, env) as server:
             print(
                 f"{'gateway rows':>12} {'user':>6} {'deltas':>7} {'bytes':>8} "
-                f"{'first sync p50':>15}"
+                f"{'first sync p50':>15} {'rows/s':>10}"
             )
             for n in args.sizes:
                 gw = f"bench{n}"
@@ -105,13 +110,18 @@ def main() -> None:
                     headers=auth(token("ops", gw, "admin")),
                 )
                 assert r.status_code == 200, r.text
-                fill(server.url, gw, "others", n - VISIBLE)
-                fill(server.url, gw, "alice", VISIBLE)
+                fill(server.url, gw, "others", n - visible)
+                fill(server.url, gw, "alice", visible)
                 for sub in ("alice", "carol"):
                     runs = [first_sync(server.url, gw, sub) for _ in range(args.repeat)]
                     deltas, size, _ = runs[0]
                     p50 = statistics.median(t for _, _, t in runs)
-                    print(f"{n:>12,} {sub:>6} {deltas:>7,} {size:>8,} {p50 * 1000:>12.1f} ms")
+                    print(
+                        f"{n:>12,} {sub:>6} {deltas:>7,} {size:>8,} {p50 * 1000:>12.1f} ms"
+                        f" {(visible if sub == 'alice' else 0) / p50:>10,.0f}"
+                    )
+            assert server.proc is not None
+            print(f"gateway peak RSS {peak_rss_mib(server.proc.pid):.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ import msgspec
 
 from lakesync.delta import VIEW_EVICTION_CLIENT, RowDelta
 from lakesync.proto import lakesync_pb2 as pb
-from lakesync.rules import visible
+from lakesync.rules import visible_among
 from lakesync.views import Reader, RowKey, RowRecord, row_state_deltas, whole_row_snapshot
 from lakesync.wsframes import delta_to_proto
 
@@ -122,7 +122,7 @@ def serve_chunk(
         if reader.since != 0:
             raise ValueError("a checkpoint is read from 0")
         rows = _decoder.decode(body)
-        shown = [visible(reader.rules, reader.claims, t, values) for t, _, _, values, _, _ in rows]
+        shown = visible_among(reader.rules, reader.claims, [(row[0], row[3]) for row in rows])
         written: Collection[RowKey] = reader.written
         if written_among is not None:
             hidden = [(row[0], row[1]) for row, s in zip(rows, shown, strict=True) if not s]

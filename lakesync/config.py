@@ -78,6 +78,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Open WebSockets of one gateway (0 = no cap), so one tenant cannot take every slot."""
     ws_max_connections_per_client: Count = 20
     """Open WebSockets of one client (token ``sub``) on a gateway (0 = no cap)."""
+    ws_send_queue_bytes: Count = 4 * MIB
+    """Bytes of broadcasts a WebSocket's send queue holds (0 = only its 1,024-frame cap); a
+    receiver whose queue would overflow is closed with 4408 and resumes by pull."""
     ws_rate_limit: NonNegative = 100.0
     """Frames per second per WebSocket connection (0 = off), burst twice that and at least 5."""
     flush_interval: NonNegative = 5.0
@@ -105,12 +108,23 @@ class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """
 
     catalog_uri: str | None = None
-    """``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``; unset: ``jdbc:sqlite:`` on
-    ``catalog.db`` in the data dir."""
+    """``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db`` (a JDBC catalog), or
+    ``http(s)://...`` (an Iceberg REST catalog); unset: ``jdbc:sqlite:`` on ``catalog.db`` in the
+    data dir."""
     catalog_user: str | None = None
     """User of a PostgreSQL catalog."""
     catalog_password: str | None = None
-    """Password of a PostgreSQL catalog (better set in the environment than in the file)."""
+    """Password of a PostgreSQL catalog (better set in the environment than in the file;
+    ``${VAR}`` / ``${file:PATH}`` references are resolved)."""
+    catalog_warehouse: str | None = None
+    """REST catalog: the warehouse name the catalog serves (Polaris' catalog, Lakekeeper's
+    warehouse...); unset: none sent."""
+    catalog_credential: str | None = None
+    """REST catalog: OAuth2 client credentials ``client_id:client_secret``, exchanged for a token
+    (``${VAR}`` / ``${file:PATH}`` references are resolved)."""
+    catalog_token: str | None = None
+    """REST catalog: a bearer token, instead of ``catalog_credential`` (``${VAR}`` /
+    ``${file:PATH}`` references are resolved)."""
     warehouse: str | None = None
     """Warehouse URI every Spark worker reaches: ``file:///…`` or ``s3://bucket/prefix`` (object
     storage, with the ``s3_*`` keys). Unset: ``warehouse/`` in the data dir."""

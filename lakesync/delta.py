@@ -40,6 +40,10 @@ __all__ = [
 Op = Literal["INSERT", "UPDATE", "DELETE"]
 _OPS: dict[str, Op] = {op: op for op in get_args(Op)}
 _IDENTIFIER = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,63}")
+# Column names a trusted read has checked: a page repeats a few names thousands of times, and a
+# set look-up costs a fraction of the match. Bounded: a hostile peer cannot grow it for ever.
+_CHECKED_COLUMNS: set[str] = set()
+_CHECKED_MAX = 4096
 MAX_ROW_ID_LENGTH = 1024
 
 RESERVED_CLIENT_PREFIX = "lakesync-gateway"
@@ -294,10 +298,14 @@ def _read_cells(
     """
     out: list[ColumnValue] = []
     match = _IDENTIFIER.fullmatch
+    checked = _CHECKED_COLUMNS
     for c in cols:
         raw = c.value
-        if trusted and not match(c.column):
-            validate_identifier(c.column, f"{where} column")
+        if trusted and c.column not in checked:
+            if not match(c.column):
+                validate_identifier(c.column, f"{where} column")
+            if len(checked) < _CHECKED_MAX:
+                checked.add(c.column)
         if cell is None:
             out.append(c if type(c) is ColumnValue else ColumnValue(c.column, raw))
             continue

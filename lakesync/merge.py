@@ -78,6 +78,8 @@ class RowState(msgspec.Struct, gc=False):
         if not self.live:
             return None
         t = self.tombstone
+        if t is None:  # most rows were never deleted: every cell shows
+            return {name: c.value for name, c in self.cells.items()}
         return {name: c.value for name, c in self.cells.items() if _beats(c.clock, t)}
 
 

@@ -51,12 +51,15 @@ __all__ = [
     "SyncRules",
     "buckets_for",
     "check_rules",
+    "claim_keys",
+    "claim_values",
     "index_entries",
     "lookups",
     "parse_rules",
     "rules_to_wire",
     "tables_for",
     "visible",
+    "visible_among",
     "write_refusal",
 ]
 
@@ -199,6 +202,25 @@ def _resolve(value: str | list[str], claims: Mapping[str, Any]) -> list[str] | N
     return [_js_string(claim)]
 
 
+def claim_values(
+    rules: SyncRules, claims: Mapping[str, Any]
+) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
+    """What of ``claims`` the filters of ``rules`` read: each ``jwt:<claim>`` they name with
+    its resolved value (None when missing), in name order. Visibility under ``rules`` depends
+    on the claims through this alone, so tokens with equal values see the same rows."""
+    names = {
+        f.value
+        for b in rules.buckets
+        for f in b.filters
+        if isinstance(f.value, str) and f.value.startswith(JWT_PREFIX)
+    }
+    out = []
+    for name in sorted(names):
+        resolved = _resolve(name, claims)
+        out.append((name, None if resolved is None else tuple(resolved)))
+    return tuple(out)
+
+
 def _ordered(op: str, left: Any, right: str) -> bool:
     ln, rn = _as_number(left), _as_number(right)
     a: float | str
@@ -258,6 +280,52 @@ def visible(
     return any(_bucket_matches(b, claims, table, row) for b in rules.buckets)
 
 
+def visible_among(
+    rules: SyncRules | None,
+    claims: Mapping[str, Any],
+    rows: Sequence[tuple[str, Mapping[str, Any] | None]],
+) -> list[bool]:
+    """:func:`visible` of each of many ``(table, row)`` at once, the same answers: each filter
+    is applied to one column of the rows still in question, with its claims resolved once (a
+    checkpoint chunk of thousands of rows costs a few list passes, not a call chain per row)."""
+    if rules is None:
+        return [row is not None for _, row in rows]
+    shown = [False] * len(rows)
+    for b in rules.buckets:
+        tables = frozenset(b.tables)
+        left = [
+            i
+            for i, (table, row) in enumerate(rows)
+            if row is not None and not shown[i] and (not tables or table in tables)
+        ]
+        for f in b.filters:
+            if not left:
+                break
+            rhs = _resolve(f.value, claims)
+            if rhs is None:  # a missing claim fails the filter for every row
+                left = []
+                break
+            values = [rows[i][1].get(f.column) for i in left]  # type: ignore[union-attr]
+            if f.op in ("eq", "in", "neq"):
+                accepted = frozenset(rhs)
+                keep = f.op != "neq"
+                # Most values are strings: their string form is themselves (no call).
+                left = [
+                    i
+                    for i, v in zip(left, values, strict=True)
+                    if ((v if type(v) is str else _js_string(v)) in accepted) is keep
+                ]
+            else:
+                left = [
+                    i
+                    for i, v in zip(left, values, strict=True)
+                    if v is not None and any(_ordered(f.op, v, r) for r in rhs)
+                ]
+        for i in left:
+            shown[i] = True
+    return shown
+
+
 def tables_for(rules: SyncRules | None, claims: Mapping[str, Any]) -> set[str] | None:
     """Tables this client may read (and the only ones it may write: see
     :func:`write_refusal`); None means every table."""
@@ -307,6 +375,36 @@ def lookups(rules: SyncRules, claims: Mapping[str, Any]) -> list[tuple[str, list
 
 def _covers(bucket: Bucket, table: str) -> bool:
     return not bucket.tables or table in bucket.tables
+
+
+def claim_keys(
+    rules: SyncRules, table: str, row: Mapping[str, Any] | None
+) -> set[tuple[str, str]] | None:
+    """``(jwt:<claim>, value)`` pairs, one of which a token's claims must resolve to (as in
+    :func:`claim_values`) for the row to be visible to it: per bucket covering the table, its
+    first ``eq``/``in`` filter on a claim, with the row's value. Empty for an absent row; None
+    when some bucket covering the table has no such filter (no claim narrows who sees it)."""
+    if row is None:
+        return set()
+    out = set()
+    for b in rules.buckets:
+        if not _covers(b, table):
+            continue
+        f = next(
+            (
+                f
+                for f in b.filters
+                if f.op in ("eq", "in")
+                and isinstance(f.value, str)
+                and f.value.startswith(JWT_PREFIX)
+            ),
+            None,
+        )
+        if f is None:
+            return None
+        assert isinstance(f.value, str)
+        out.add((f.value, _js_string(row.get(f.column))))
+    return out
 
 
 def write_refusal(

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from lakesync.errors import ConfigError
 
-__all__ = ["REFERENCE", "has_reference", "resolve_references"]
+__all__ = ["REFERENCE", "has_reference", "resolve_key", "resolve_references"]
 
 REFERENCE = re.compile(r"\$\{(file:)?([^}]+)\}")
 
@@ -45,3 +45,16 @@ def resolve_references(
         return env[ref]
 
     return REFERENCE.sub(one, text)
+
+
+def resolve_key(
+    key: str, value: str | None, env: Mapping[str, str], read_file: Callable[[str], str]
+) -> str | None:
+    """The configuration key ``key``'s ``value`` with its references resolved (None when unset
+    or empty); a :class:`ConfigError` names ``key`` and the variable or file, never a value."""
+    if not value:
+        return None
+    try:
+        return resolve_references(value, env, read_file)
+    except ConfigError as exc:
+        raise ConfigError(f"{key}: {exc.message}") from None

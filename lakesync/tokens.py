@@ -1,13 +1,15 @@
 """JWT tokens (docs/protocol.md §7): HS256, ``sub``/``gw``/``exp`` required, roles, secret
-rotation."""
+rotation.
+
+PyJWT is imported where a token is minted or read: it loads ``cryptography`` (a tenth of a
+second), which every CLI command (``lakesync query`` too) would otherwise pay at start.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import jwt
 
 from lakesync.delta import is_reserved_client, validate_gateway_id, validate_row_id
 from lakesync.errors import AuthError, ForbiddenError, ValidationError
@@ -64,6 +66,8 @@ def mint_token(
             raise ValidationError(f"claim {key!r} is reserved; use --sub/--gw/--role/--ttl")
         payload[key] = value
     payload.update(sub=sub, gw=gw, role=role, iat=issued, exp=issued + ttl_s)
+    import jwt  # noqa: PLC0415  # late: see the module docstring
+
     return jwt.encode(payload, secret, algorithm="HS256")
 
 
@@ -166,6 +170,8 @@ def verify_token(token: str, secrets: Sequence[str], gw: str) -> Claims:
 def _verify_signed(token: str, secrets: Sequence[str]) -> Claims:
     """A token's claims once its signature, expiry and claims are checked, with its ``exp``
     (which the claims leave out) under that key."""
+    import jwt  # noqa: PLC0415  # late: see the module docstring
+
     payload: dict[str, Any] | None = None
     for secret in secrets:
         try:
@@ -192,8 +198,11 @@ def _verify_signed(token: str, secrets: Sequence[str]) -> Claims:
 
 def unverified_claims(token: str) -> Claims:
     """Read a token's claims without checking the signature (clients learn their ``sub``)."""
+    import jwt  # noqa: PLC0415  # late: see the module docstring
+
     try:
         payload = jwt.decode(token, options={"verify_signature": False})
     except jwt.PyJWTError as exc:
         raise AuthError(f"malformed token: {exc}") from None
     return _check_claims(payload)
+

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -61,9 +61,10 @@ import msgspec
 from lakesync.canonical import canonical_json
 from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT, Op, RowDelta
 from lakesync.merge import Clock, RowState, apply_delta
-from lakesync.rules import SyncRules, visible
+from lakesync.rules import SyncRules, claim_values, visible
 
 __all__ = [
+    "BroadcastView",
     "Reader",
     "RowHistory",
     "RowKey",
@@ -79,6 +80,7 @@ __all__ = [
     "row_snapshot",
     "row_state_deltas",
     "sees",
+    "view_key",
     "whole_row_snapshot",
 ]
 
@@ -175,22 +177,39 @@ def may_hold(key: RowKey, reader: Reader, state_now: RowState, history: RowHisto
     """Whether a client may hold a row that is invisible to it now: it wrote a delta of the row
     after its cursor (its replica applied its own write), or the row was visible to it at its
     cursor or at any later point, under the rules and claims in effect at that point."""
+    if reader.client_id in _writers(key, history):
+        return True
+    return any(
+        reader.history.sees(at, key[0], state)
+        for at, state in _states_since(key, reader.since, reader.history.stamps(), state_now,
+                                       history)
+    )
+
+
+def _writers(key: RowKey, history: RowHistory) -> set[str]:
+    """The clients that wrote a delta of the row after the cursor."""
+    found = history.get(key)
+    return set() if found is None else {d.client_id for _, d in found[1]}
+
+
+def _states_since(
+    key: RowKey, since: int, stamps: Iterable[int], state_now: RowState, history: RowHistory
+) -> Iterator[tuple[int, RowState]]:
+    """The row's merged state at ``since`` and at each later point where it or the view could
+    have changed (each later ingest, each of ``stamps``), in order; one state object, updated
+    in place between yields."""
     found = history.get(key)
     start, later = (state_now, ()) if found is None else found
-    if any(d.client_id == reader.client_id for _, d in later):
-        return True
     state = RowState(dict(start.cells), start.write, start.tombstone)
-    points = sorted({reader.since, *(i for i, _ in later), *reader.history.stamps()})
+    points = sorted({since, *(i for i, _ in later), *stamps})
     applied = 0
     for at in points:
-        if at < reader.since:
+        if at < since:
             continue
         while applied < len(later) and later[applied][0] <= at:
             apply_delta(state, later[applied][1])
             applied += 1
-        if reader.history.sees(at, key[0], state):
-            return True
-    return False
+        yield at, state
 
 
 def _groups(state: RowState) -> list[tuple[Clock, dict[str, Any]]]:
@@ -354,3 +373,84 @@ def resync_view(
     """Snapshots of every row of a gateway the client sees or may hold: the resync after a
     rules or claims change, and the first sync of a fresh client (exactly its view)."""
     return _snapshots(rows, rows, reader, cache, history or {})
+
+
+def view_key(rules: SyncRules | None, claims: Mapping[str, Any]) -> Hashable:
+    """What of a token decides the rows it sees under ``rules``: tokens with equal keys see the
+    same rows (what a client wrote aside, see :func:`may_hold`), so a broadcast is computed once
+    per key. Admins see everything; others, what :func:`~lakesync.rules.claim_values` reads."""
+    applied = effective_rules(rules, claims)
+    return (True,) if applied is None else (False, claim_values(applied, claims))
+
+
+_Values = dict[str, Any]
+
+
+class BroadcastView:
+    """A stored batch's broadcast (its deltas in ingest order, cursor ``since`` just before
+    them), prepared once for every receiver: :meth:`view` then gives one receiver exactly what
+    :func:`page_view` gives it for a reader whose view did not change within the batch
+    (``ViewHistory.fixed``), at the cost of a few :func:`~lakesync.rules.visible` calls per row.
+
+    Each touched row's visible state at every point since the cursor is worked out here, once,
+    instead of in :func:`may_hold` for each receiver.
+    """
+
+    def __init__(
+        self,
+        deltas: Sequence[RowDelta],
+        rows: Mapping[RowKey, RowRecord],
+        since: int,
+        cache: SnapshotCache | None = None,
+        history: RowHistory | None = None,
+    ) -> None:
+        self.since = since
+        self._cache = cache
+        history = history or {}
+        last: dict[RowKey, None] = {}
+        for d in deltas:
+            key = (d.table, d.row_id)
+            last.pop(key, None)
+            last[key] = None
+        self._rows: list[tuple[RowKey, RowRecord, _Values | None, list[_Values | None], set[str]]]
+        self._rows = []
+        for key in last:
+            rec = rows.get(key)
+            if rec is None:
+                continue
+            past = [s.visible() for _, s in _states_since(key, since, (), rec.state, history)]
+            self._rows.append((key, rec, rec.state.visible(), past, _writers(key, history)))
+        self.writers: frozenset[str] = frozenset().union(*(r[4] for r in self._rows))
+        """Every client that wrote a row of the batch: a receiver among them may hold rows
+        others of its view may not (:func:`may_hold`)."""
+
+    def states(self) -> Iterator[tuple[str, _Values | None]]:
+        """Each touched row's table and visible state, now and at every point since the
+        cursor: a receiver that sees none of them and wrote none hears nothing."""
+        for key, _, now, past, _ in self._rows:
+            yield key[0], now
+            for values in past:
+                yield key[0], values
+
+    def view(self, reader: Reader) -> list[RowDelta]:
+        """The deltas ``reader`` receives: its cursor is :attr:`since` and its view was
+        ``reader.rules`` and ``reader.claims`` throughout."""
+        out: list[RowDelta] = []
+        fresh = reader.since == 0
+        for key, rec, now, past, writers in self._rows:
+            shown = visible(reader.rules, reader.claims, key[0], now)
+            if not shown:
+                if fresh:
+                    held = key in reader.written
+                else:
+                    held = reader.client_id in writers or any(
+                        visible(reader.rules, reader.claims, key[0], p) for p in past
+                    )
+                if not held:
+                    continue
+            base = max(rec.last_ingest, reader.stamp)
+            if self._cache is None:
+                out.extend(_snapshot(key, rec.state, shown, base, reader.whole_rows))
+            else:
+                out.extend(self._cache.snapshot(key, rec, shown, base, reader.whole_rows))
+        return out

@@ -22,6 +22,7 @@ from lakesync.proto import lakesync_pb2 as pb
 from lakesync.wire import json_cell
 
 __all__ = [
+    "CLOSE_TOO_SLOW",
     "TAG_BROADCAST",
     "TAG_PULL",
     "TAG_PUSH",
@@ -41,6 +42,10 @@ __all__ = [
 TAG_PUSH = 0x01
 TAG_PULL = 0x02
 TAG_BROADCAST = 0x03
+
+CLOSE_TOO_SLOW = 4408
+"""The close code of a receiver that did not take its broadcasts fast enough (its send queue
+overflowed): the client reconnects and pulls from its cursor (docs/protocol.md §9)."""
 
 _OP_TO_PB = {"INSERT": pb.INSERT, "UPDATE": pb.UPDATE, "DELETE": pb.DELETE}
 _PB_TO_OP = {v: k for k, v in _OP_TO_PB.items()}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make sure a PostgreSQL and a MariaDB server answer (and the BigQuery emulator and moto's
-# CloudWatch Logs server, for the connector tests, and an S3 server for the lake on object
-# storage), and write their addresses to .lakesync-env.
+# CloudWatch Logs server, for the connector tests, an S3 server for the lake on object storage
+# and Apache Iceberg's REST catalog server), and write their addresses to .lakesync-env.
 # Order: a DSN already in the environment; the machine's own service on the standard port
 # (started if installed but stopped); else a throwaway server in .servers/ on a private port.
 set -euo pipefail
@@ -177,6 +177,44 @@ CONF
   s3_ok "http://127.0.0.1:$S3_PORT" && S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
 fi
 
+# --- Iceberg REST catalog: Apache Iceberg's own RESTCatalogServer (Maven Central) ---
+# Its jars are resolved once into .venv/share/lakesync/rest-catalog (scripts/rest-catalog/pom.xml;
+# ~25 s on a fresh machine, ~5 s with a warm ~/.m2), then it runs with `java -cp`, backed by a
+# SQLite JDBC catalog and a file warehouse in .servers/rest-catalog. Tests that write start their
+# own server from the same jars (tests/lakehouse/rest_catalog.py): one catalog per test lake.
+REST_URI=${LAKESYNC_TEST_REST_CATALOG_URI:-}
+rest_ok() { curl -fsS -o /dev/null "$1/v1/config" 2>/dev/null; }
+if [ -n "$REST_URI" ] && ! rest_ok "$REST_URI"; then
+  REST_URI=
+fi
+REST_JARS=$ROOT/.venv/share/lakesync/rest-catalog
+REST_POM=$ROOT/scripts/rest-catalog/pom.xml
+if [ ! -f "$REST_JARS/.pom.xml" ] || ! cmp -s "$REST_POM" "$REST_JARS/.pom.xml"; then
+  if command -v mvn >/dev/null && [ -d "$ROOT/.venv" ]; then
+    log "resolving the Iceberg REST catalog server's jars (Maven Central) into $REST_JARS"
+    rm -rf "$REST_JARS"
+    mvn -q -B -f "$REST_POM" dependency:copy-dependencies -DoutputDirectory="$REST_JARS" >/dev/null
+    cp "$REST_POM" "$REST_JARS/.pom.xml"
+  else
+    log "no mvn or .venv: the REST catalog server is not installed; its tests skip (fail under CI)"
+  fi
+fi
+if [ -z "$REST_URI" ] && [ -f "$REST_JARS/.pom.xml" ]; then
+  REST_PORT=59181
+  REST=$SERVERS/rest-catalog
+  if ! rest_ok "http://127.0.0.1:$REST_PORT"; then
+    log "starting the Iceberg REST catalog server on port $REST_PORT"
+    mkdir -p "$REST/warehouse"
+    # CATALOG_* variables become the backing catalog's properties (RCKUtils: `__` is `-`, `_` is `.`).
+    (CATALOG_URI="jdbc:sqlite:$REST/catalog.db" CATALOG_WAREHOUSE="file://$REST/warehouse" \
+       CATALOG_REST_PORT=$REST_PORT CATALOG_JDBC_SCHEMA__VERSION=V1 \
+       nohup java -Xmx512m -cp "$REST_JARS/*" org.apache.iceberg.rest.RESTCatalogServer \
+       >"$REST.log" 2>&1 &)
+    for _ in $(seq 60); do rest_ok "http://127.0.0.1:$REST_PORT" && break; sleep 0.5; done
+  fi
+  rest_ok "http://127.0.0.1:$REST_PORT" && REST_URI="http://127.0.0.1:$REST_PORT"
+fi
+
 cat > "$ROOT/.lakesync-env" <<ENV
 export LAKESYNC_TEST_PG_DSN='$PG_DSN'
 export LAKESYNC_TEST_MYSQL_DSN='$MY_DSN'
@@ -187,6 +225,9 @@ fi
 if [ -n "$CW_ENDPOINT" ]; then
   echo "export LAKESYNC_TEST_CLOUDWATCH_ENDPOINT='$CW_ENDPOINT'" >> "$ROOT/.lakesync-env"
 fi
+if [ -n "$REST_URI" ]; then
+  echo "export LAKESYNC_TEST_REST_CATALOG_URI='$REST_URI'" >> "$ROOT/.lakesync-env"
+fi
 if [ -n "$S3_ENDPOINT" ]; then
   cat >> "$ROOT/.lakesync-env" <<ENV
 export LAKESYNC_TEST_S3_ENDPOINT='$S3_ENDPOINT'
@@ -194,4 +235,4 @@ export LAKESYNC_TEST_S3_ACCESS_KEY_ID='$S3_KEY'
 export LAKESYNC_TEST_S3_SECRET_ACCESS_KEY='$S3_SECRET'
 ENV
 fi
-log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN  BigQuery emulator: ${BQ_ENDPOINT:-none}  CloudWatch Logs: ${CW_ENDPOINT:-none}  S3: ${S3_ENDPOINT:-none}"
+log "PostgreSQL: $PG_DSN  MariaDB: $MY_DSN  BigQuery emulator: ${BQ_ENDPOINT:-none}  CloudWatch Logs: ${CW_ENDPOINT:-none}  S3: ${S3_ENDPOINT:-none}  REST catalog: ${REST_URI:-none}"

@@ -18,7 +18,7 @@ as_root() {
 
 # --- apt packages --------------------------------------------------------------------------
 APT_PACKAGES=(libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java
-              postgresql mariadb-server default-jdk-headless nodejs npm chromium)
+              postgresql mariadb-server default-jdk-headless maven nodejs npm chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -27,6 +27,7 @@ done
 command -v java >/dev/null && missing=("${missing[@]/default-jdk-headless}")
 command -v node >/dev/null && missing=("${missing[@]/nodejs}")
 command -v npm >/dev/null && missing=("${missing[@]/npm}")
+command -v mvn >/dev/null && missing=("${missing[@]/maven}")
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing apt packages: ${missing[*]}"

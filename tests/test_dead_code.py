@@ -27,6 +27,7 @@ ENTRY_POINTS = {
     ("lakesync/api/controllers/admin.py", "remove_connector"),
     ("lakesync/api/controllers/admin.py", "action_records"),
     ("lakesync/api/controllers/admin.py", "status_of_gateway"),
+    ("lakesync/api/controllers/admin.py", "lake_run"),
     ("lakesync/api/controllers/console.py", "asset"),
     ("lakesync/api/controllers/console.py", "events"),
     # typer commands registered by decorator or app.command(...)(fn).

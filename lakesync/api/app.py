@@ -40,6 +40,7 @@ from lakesync.lakehouse import telemetry
 
 if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
+    from lakesync.lakehouse.schedule import WorkerJobs
 
 __all__ = ["create_app"]
 
@@ -52,11 +53,14 @@ def create_app(
     flusher: Flusher | None = None,
     shipping: DestinationMetrics | None = None,
     declared_applied: bool = False,
+    worker_jobs: WorkerJobs | None = None,
 ) -> Litestar:
     """Build the gateway app. Without ``store`` it opens (and closes) the one the settings
     name; ``flusher(gw)``, if given, serves ``POST /v1/admin/flush/{gw}``; ``shipping`` (the
     scheduled pipeline's destination counters) is shown on ``/metrics``; the declared
-    configuration is applied at start unless ``declared_applied`` (the caller did)."""
+    configuration is applied at start unless ``declared_applied`` (the caller did);
+    ``worker_jobs``, if given, takes the runs ``POST /v1/admin/lake/run`` hands to the pipeline
+    worker."""
     metrics_ = GatewayMetrics(by_gateway=settings.metrics_gateway_labels)
     if shipping is not None:
         metrics_.registry.register(shipping)
@@ -74,6 +78,7 @@ def create_app(
             settings.ws_max_connections,
             settings.ws_max_connections_per_gateway,
             settings.ws_max_connections_per_client,
+            settings.ws_send_queue_bytes,
         )
         if not declared_applied:
             # `lakesync up` applies and checks the declared config before serving (a refused
@@ -155,4 +160,5 @@ def create_app(
     app.asgi_handler = security_headers_middleware(request_id_middleware(app.asgi_handler))
     app.state.metrics = metrics_
     app.state.flusher = flusher
+    app.state.worker_jobs = worker_jobs
     return app

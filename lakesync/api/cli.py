@@ -7,6 +7,11 @@ Exposed as the plain typer-compatible function :func:`up`, listed in ``lakesync/
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import os
+import socket
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
@@ -16,7 +21,7 @@ import typer
 import uvicorn
 
 from lakesync.api.app import create_app
-from lakesync.api.datadir import hold_data_dir
+from lakesync.api.datadir import GatewayAddress, advertise, hold_data_dir
 from lakesync.api.lake import lake_jobs
 from lakesync.api.logs import configure_logging
 from lakesync.api.services.declared import apply_declared
@@ -25,7 +30,8 @@ from lakesync.api.store import open_store
 from lakesync.config import Config, load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.hlc import HLC
-from lakesync.lakehouse.object_store import S3Settings
+from lakesync.lakehouse.schedule import WorkerJobs
+from lakesync.lakehouse.settings import LakeSettings
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -46,10 +52,7 @@ def up(
     if data_dir is not None:
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)
-    configure_logging(secrets=[
-        *settings.jwt_secrets, cfg.lake.catalog_password or "",
-        *S3Settings.from_config(cfg.lake).secrets,
-    ])
+    configure_logging(secrets=[*settings.jwt_secrets, *LakeSettings.from_config(cfg).secrets])
     with contextlib.ExitStack() as stack:
         if not settings.store_url.startswith(("postgresql://", "postgres://")):
             # The embedded store serves one process: refuse a second one on this data dir.
@@ -58,14 +61,27 @@ def up(
         stack.enter_context(contextlib.closing(store))
         apply_declared(store, settings.gateways, settings.connectors)  # a mistake: exit 2
         shipping = DestinationMetrics()  # the scheduled runs' counts, on /metrics
-        flusher = stack.enter_context(lake_jobs(settings, store, cfg, shipping))
+        asked = WorkerJobs()  # the runs `lakesync pipeline run` & co. hand to the worker
+        flusher = stack.enter_context(lake_jobs(settings, store, cfg, shipping, asked))
+        worker_jobs = None if flusher is None else asked  # no pipeline extra: no worker
         app = create_app(settings, store=store, flusher=flusher, shipping=shipping,
-                         declared_applied=True)
-        _serve(app, settings, cfg, host, port)
+                         declared_applied=True, worker_jobs=worker_jobs)
+
+        def advertised(url: str) -> AbstractContextManager[object]:
+            # The data dir's commands hand their runs to this process's worker (gateway.json).
+            config_file = None if cfg.source is None else str(cfg.source.resolve())
+            return advertise(settings.data_dir, GatewayAddress(url, os.getpid(), config_file))
+
+        _serve(app, settings, cfg, host, port, advertised if worker_jobs is not None else None)
 
 
 def _serve(
-    app: Litestar, settings: GatewaySettings, cfg: Config, host: str | None, port: int | None
+    app: Litestar,
+    settings: GatewaySettings,
+    cfg: Config,
+    host: str | None,
+    port: int | None,
+    advertised: Callable[[str], AbstractContextManager[object]] | None = None,
 ) -> None:
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -74,6 +90,19 @@ def _serve(
             if service is not None:
                 service.draining = True
             super().handle_exit(sig, frame)
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and advertised is not None:
+                url = _loopback_url(self.servers[0].sockets[0].getsockname())
+                advertising.enter_context(advertised(url))
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Here, not after run(): uvicorn re-raises the SIGTERM it caught once it returns.
+            advertising.close()
+            await super().shutdown(sockets)
+
+    advertising = contextlib.ExitStack()  # the data dir's gateway.json while serving
 
     server = _Server(
         uvicorn.Config(
@@ -87,3 +116,13 @@ def _serve(
         )
     )
     server.run()
+
+
+def _loopback_url(sockname: tuple[str, int] | tuple[str, int, int, int]) -> str:
+    """The URL a local client reaches a server bound to ``sockname`` at (a loopback address
+    for a server on every interface)."""
+    host, port = sockname[0], sockname[1]
+    address = ipaddress.ip_address(host)
+    if address.is_unspecified:
+        address = ipaddress.ip_address("::1" if address.version == 6 else "127.0.0.1")
+    return f"http://{address if address.version == 4 else f'[{address}]'}:{port}"

@@ -33,6 +33,7 @@ from lakesync.lakehouse.schedule import (
     HotLogMaintenance,
     LakeSchedule,
     SchemaPublisher,
+    WorkerJobs,
     scheduled_lake_jobs,
 )
 from lakesync.status import (
@@ -83,13 +84,16 @@ def lake_jobs(
     store: HotLog,
     config: Config | None = None,
     shipping: DestinationMetrics | None = None,
+    asked: WorkerJobs | None = None,
 ) -> Iterator[Flusher | None]:
     """Run the lake's scheduled jobs (:func:`lakesync.lakehouse.schedule.scheduled_lake_jobs`)
     while the block runs; yield the admin flush callable (None without the ``pipeline`` extra).
 
     ``config`` is the gateway's resolved configuration (its ``lake:`` section and file reach the
     flusher and the scheduled pipeline); without it they read the environment's. Scheduled
-    runs' failed writes to fan-out secondaries are counted in ``shipping``."""
+    runs' failed writes to fan-out secondaries are counted in ``shipping``; ``asked`` takes the
+    runs the command line hands to the worker (``POST /v1/admin/lake/run``), recorded like the
+    scheduled ones."""
     schedule = LakeSchedule(
         data_dir=settings.data_dir,
         flush_interval=settings.flush_interval,
@@ -104,6 +108,7 @@ def lake_jobs(
         shipping,
         on_flushed=lambda position: record_landing_flush(store, position),
         on_run=lambda started, reply: _record_run(store, started, reply),
+        asked=asked,
     ) as flush:
         if flush is None:
             yield None

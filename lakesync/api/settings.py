@@ -44,6 +44,7 @@ class GatewaySettings:
     ws_max_connections: int = _SERVER.ws_max_connections
     ws_max_connections_per_gateway: int = _SERVER.ws_max_connections_per_gateway
     ws_max_connections_per_client: int = _SERVER.ws_max_connections_per_client
+    ws_send_queue_bytes: int = _SERVER.ws_send_queue_bytes
     ws_rate_limit: float = _SERVER.ws_rate_limit
     flush_interval: float = _SERVER.flush_interval
     pipeline_interval: float = _SERVER.pipeline_interval
@@ -78,6 +79,7 @@ class GatewaySettings:
             ws_max_connections=server.ws_max_connections,
             ws_max_connections_per_gateway=server.ws_max_connections_per_gateway,
             ws_max_connections_per_client=server.ws_max_connections_per_client,
+            ws_send_queue_bytes=server.ws_send_queue_bytes,
             ws_rate_limit=server.ws_rate_limit,
             flush_interval=server.flush_interval,
             pipeline_interval=server.pipeline_interval,

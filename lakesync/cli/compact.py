@@ -2,19 +2,40 @@
 
 Listed in ``lakesync/cli/main.py``'s ``LAZY_COMMANDS`` (loaded when the command runs). What runs
 and the retention settings: :mod:`lakesync.lakehouse.compaction` and ``macros/maintenance.sql``.
+Each table's figures print as it is done; a terminal also shows a progress bar over the tables
+(done/total, the table being maintained). When ``lakesync up`` serves the data dir, its warm
+pipeline worker compacts (:mod:`lakesync.cli.handover`).
 """
 
 from __future__ import annotations
 
-from rich.console import Console
+import contextlib
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from lakesync.cli.handover import InProcessOption, find_gateway, hand_over
 from lakesync.cli.lake import DataDirOption
 from lakesync.cli.materialise import ConfigOption
 from lakesync.config import load_config
-from lakesync.lakehouse.compaction import CompactionError, TableCompaction, compact
+from lakesync.lakehouse.compaction import (
+    CompactionError,
+    CompactionResult,
+    TableCompaction,
+    compact,
+)
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.worker import Compacted, Queued, TablesPlanned, WorkerEvent
 
-__all__ = ["compact_command"]
+__all__ = ["CompactView", "compact_command", "progress_line"]
 
 
 def _size(n: int) -> str:
@@ -38,20 +59,82 @@ def progress_line(t: TableCompaction) -> str:
     )
 
 
-def compact_command(data_dir: DataDirOption = None, config: ConfigOption = None) -> None:
+class CompactView:
+    """What ``lakesync compact`` shows while it runs: each table's figures on ``out`` as it is
+    done and, in a terminal, a progress bar over the tables (done/total, the one being
+    maintained, elapsed) on ``console``; elsewhere only the figures."""
+
+    def __init__(self, stack: contextlib.ExitStack, out: Console,
+                 console: Console | None = None) -> None:
+        self._out = out
+        console = console or Console(stderr=True)
+        self._tables: list[str] = []
+        self._done = 0
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        if console.is_terminal:
+            self._progress = stack.enter_context(Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
+            ))
+            self._task = self._progress.add_task("compacting (Spark starting)", total=None)
+
+    def planned(self, tables: list[str]) -> None:
+        """The tables to maintain, in order."""
+        self._tables = list(tables)
+        self._draw()
+
+    def compacted(self, table: TableCompaction) -> None:
+        """One table done: print its figures."""
+        self._done += 1
+        self._out.print(progress_line(table))
+        self._draw()
+
+    def waiting(self, running: str) -> None:
+        """The gateway's worker runs ``running`` first."""
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=f"waiting for the gateway's {running}")
+            self._progress.refresh()
+
+    def event(self, event: WorkerEvent) -> None:
+        """An event of the compaction on the gateway's worker."""
+        match event:
+            case TablesPlanned(tables=tables):
+                self.planned(tables)
+            case Compacted(result=result):
+                self.compacted(result)
+            case Queued(running=running):
+                self.waiting(running)
+
+    def _draw(self) -> None:
+        if self._progress is None or self._task is None:
+            return
+        current = self._tables[self._done] if self._done < len(self._tables) else None
+        self._progress.update(
+            self._task, total=len(self._tables) or None, completed=self._done,
+            description=f"compacting {current} …" if current else "compacting",
+        )
+        self._progress.refresh()
+
+
+def compact_command(
+    data_dir: DataDirOption = None,
+    config: ConfigOption = None,
+    in_process: InProcessOption = False,
+) -> None:
     """Compact small data files, rewrite manifests, expire snapshots older than
     lake.snapshot_retention and remove orphan files, for the landing table and every model.
     A table whose maintenance fails is listed and the others are maintained; the command then
-    exits 1."""
-    settings = LakeSettings.from_config(load_config(config), data_dir)
+    exits 1. When lakesync up serves the data dir, its warm pipeline worker compacts."""
+    cfg = load_config(config)
+    settings = LakeSettings.from_config(cfg, data_dir)
+    gateway = find_gateway(settings.data_dir, cfg, in_process)
     out = Console(highlight=False)
-    with Console(stderr=True).status("compacting (Spark starting)") as status:
-
-        def on_progress(table: TableCompaction) -> None:
-            out.print(progress_line(table))
-            status.update(f"compacting (done: {table.table})")
-
-        result = compact(settings, on_progress)
+    with contextlib.ExitStack() as stack:
+        view = CompactView(stack, out)
+        reply = None if gateway is None else hand_over(gateway, "compact", view.event)
+        result = (compact(settings, view.compacted, on_plan=view.planned) if reply is None
+                  else CompactionResult(reply.compacted, reply.elapsed_s))
     failures = result.failures
     done = len(result.tables) - len(failures)
     out.print(f"{done} tables maintained in {result.elapsed_s:.1f} s")

@@ -3,12 +3,15 @@
 Reads the admin routes (``/v1/admin/connectors/{gw}`` and each connector's ``…/status``) with
 an admin token: ``--token``, else one minted from ``LAKESYNC_JWT_SECRET`` as ``lakesync token``
 does. A gateway that is not running or refuses the token, or an unknown ``--gw``, is one line
-on stderr.
+on stderr. ``--follow NAME`` follows one connector's first load (issue 25): rows read so far
+in a terminal, one summary line elsewhere (:class:`lakesync.progress.FirstLoad` counts).
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,12 +19,14 @@ from typing import Annotated, Any
 import httpx
 import typer
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lakesync.cli.materialise import ConfigOption
 from lakesync.cli.output import print_table
 from lakesync.config import load_config
-from lakesync.errors import AuthError, ConfigError, LakeSyncError, ValidationError
+from lakesync.errors import AuthError, ConfigError, LakeSyncError, NotFoundError, ValidationError
+from lakesync.progress import FirstLoad
 from lakesync.tokens import mint_token
 
 __all__ = [
@@ -31,10 +36,13 @@ __all__ = [
     "admin_get",
     "connectors_command",
     "cursor_summary",
+    "follow_first_load",
     "gateway_connectors",
 ]
 
 _CLI_SUBJECT = "lakesync-cli"
+_FOLLOW_EVERY_S = 0.25
+"""How often ``--follow`` reads the connector's status."""
 
 
 def cursor_summary(cursor: Any) -> str:
@@ -128,10 +136,30 @@ def connectors_command(
     url: GatewayUrlOption = None,
     token: AdminTokenOption = None,
     config: ConfigOption = None,
+    follow: Annotated[
+        str | None,
+        typer.Option(
+            "--follow",
+            metavar="NAME",
+            help="Follow connector NAME's first load until it ends: rows read so far in a "
+            "terminal, one summary line otherwise; exit 1 if it fails.",
+        ),
+    ] = None,
 ) -> None:
     """List a gateway's connectors (declared and registered) with their last poll, cursor and
     last error."""
     url, token = admin_access(Path(config) if config else None, gw, url, token)
+    if follow is not None:
+        console = Console(stderr=True)
+        started = time.monotonic()
+        with httpx.Client(base_url=url.rstrip("/"), timeout=30,
+                          headers={"Authorization": f"Bearer {token}"}) as http:
+            load = follow_first_load(_statuses(http, url, gw, follow), follow, console)
+        summary = load.summary(time.monotonic() - started)
+        if load.error is not None:
+            raise LakeSyncError(summary)  # one error line, exit 1
+        console.print(summary, highlight=False, soft_wrap=True)
+        return
     found = gateway_connectors(url, gw, token)
     if not found:
         Console(stderr=True).print(f"gateway {gw} has no connectors")
@@ -154,3 +182,48 @@ def connectors_command(
             s["last_error"] or "-",
         )
     print_table(table)
+
+
+def _statuses(http: httpx.Client, url: str, gw: str, name: str) -> Iterator[dict[str, Any]]:
+    """Connector ``name``'s status documents, one every :data:`_FOLLOW_EVERY_S` seconds."""
+    while True:
+        status = admin_get(http, f"/v1/admin/connectors/{gw}/{name}/status")
+        if status is None:
+            raise NotFoundError(
+                f"connector {name!r} does not run on gateway {gw!r} at {url}; "
+                f"`lakesync connectors --gw {gw}` lists its connectors"
+            )
+        yield status
+        time.sleep(_FOLLOW_EVERY_S)
+
+
+def follow_first_load(
+    statuses: Iterable[Mapping[str, Any]], name: str, console: Console
+) -> FirstLoad:
+    """Follow connector ``name``'s first load through its ``statuses`` until it ends and return
+    it. In a terminal ``console`` shows the rows read and deltas pushed so far, the poller's
+    state and the time elapsed, gone once the load ends; elsewhere it shows nothing (the caller
+    prints the summary line)."""
+    load = FirstLoad(name)
+    if not console.is_terminal:
+        for status in statuses:
+            if load.observe(status):
+                break
+        return load
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("connector {task.description}: {task.fields[state]}"),
+        TextColumn("{task.completed} rows read, {task.fields[pushed]} deltas pushed"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,  # the summary line follows
+    ) as progress:
+        task = progress.add_task(name, total=None, state=load.state, pushed=0)
+        for status in statuses:
+            ended = load.observe(status)
+            progress.update(task, completed=load.rows_read, state=load.state,
+                            pushed=load.deltas_pushed)
+            progress.refresh()  # each status read, not at the next tick: a load can be quick
+            if ended:
+                break
+    return load

@@ -1,4 +1,5 @@
-"""Command-line edges of the lake: ``lakesync pipeline …`` and ``lakesync query``.
+"""Command-line edges of the lake: ``lakesync pipeline …`` (``lakesync query`` lives in the
+lighter :mod:`lakesync.cli.query`; its names are re-exported here).
 
 Listed in ``lakesync/cli/main.py``'s ``LAZY_COMMANDS`` (loaded when one of them runs); its error
 boundary turns the errors these commands raise into one line on stderr.
@@ -7,11 +8,9 @@ boundary turns the errors these commands raise into one line on stderr.
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -27,23 +26,25 @@ from rich.progress import (
 from rich.table import Table
 
 from lakesync import hlc as hlc_mod
-from lakesync.api.store import open_store
+from lakesync.cli.handover import Gateway, InProcessOption, find_gateway, hand_over
 from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
 from lakesync.cli.output import print_table
+from lakesync.cli.query import DataDirOption, FormatOption, print_result, query_command
 from lakesync.config import load_config
-from lakesync.errors import ConfigError
-from lakesync.hlc import HLC
+from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.lakehouse.catalog import require_lake
+from lakesync.lakehouse.materialise import ShipResult
 from lakesync.lakehouse.models import GENERATED
 from lakesync.lakehouse.pipeline import (
     Built,
     NodeProgress,
     NodesPlanned,
     PipelineEvent,
+    PipelineOutcome,
     Shipped,
     run_and_ship,
 )
-from lakesync.lakehouse.query import QueryResult, format_rows, run_query, table_cells
+from lakesync.lakehouse.query import QueryResult
 from lakesync.lakehouse.runner import (
     PipelineError,
     PipelineResult,
@@ -51,10 +52,8 @@ from lakesync.lakehouse.runner import (
     state_as_of_hlc,
 )
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.worker import Queued, WorkerEvent
 from lakesync.progress import NodeCount
-
-if TYPE_CHECKING:
-    from lakesync.lakehouse.landing import HotLogSource
 
 __all__ = [
     "DataDirOption", "FormatOption", "RunView", "dbt_project", "pipeline_app", "query_command",
@@ -63,15 +62,6 @@ __all__ = [
 pipeline_app = typer.Typer(
     help="Lakehouse pipeline: landing → dbt on Spark → analytics.<table>.", no_args_is_help=True
 )
-
-DataDirOption = Annotated[
-    Path | None,
-    typer.Option("--data-dir", help="Data dir (default $LAKESYNC_DATA_DIR or ./.lakesync)."),
-]
-FormatOption = Annotated[
-    str, typer.Option("--format", "-f", help="Output: table, json (one object per row), csv.")
-]
-
 
 @pipeline_app.command("run")
 def run_command(
@@ -83,18 +73,24 @@ def run_command(
         bool, typer.Option("--no-tests", help="Skip the dbt data tests (dbt run, not build).")
     ] = False,
     config: ConfigOption = None,
+    in_process: InProcessOption = False,
 ) -> None:
     """Run the dbt build once: merge new landing deltas into the current-state tables, then
-    ship the changes to the destinations the configuration declares."""
+    ship the changes to the destinations the configuration declares. When lakesync up serves
+    the data dir, its warm pipeline worker runs it (queued behind its run going on, if any;
+    Ctrl-C stops following, the run goes on there)."""
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
-    # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only the
-    # commands that make a lake (`lakesync up`, `lakesync demo`) create one.
-    require_lake(settings)
+    gateway = find_gateway(settings.data_dir, cfg, in_process)
     with contextlib.ExitStack() as stack:
         view = RunView(stack, ships=bool(cfg.destinations))
-        run = run_and_ship(settings, cfg, full_refresh=full_refresh, tests=not no_tests,
-                           observer=view)
+        run = None if gateway is None else _run_on_gateway(gateway, view, full_refresh, no_tests)
+        if run is None:
+            # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only
+            # the commands that make a lake (`lakesync up`, `lakesync demo`) create one.
+            require_lake(settings)
+            run = run_and_ship(settings, cfg, full_refresh=full_refresh, tests=not no_tests,
+                               observer=view)
     view.finish()
     if cfg.destinations:
         # The tables built ship; those not built are reported failed (and make it exit 1).
@@ -104,6 +100,37 @@ def run_command(
             f"{len(run.built.failures)} tables or change sets were not built (the others were "
             f"built and shipped): {'; '.join(run.built.failures)}"
         )
+
+
+def _run_on_gateway(
+    gateway: Gateway, view: RunView, full_refresh: bool, no_tests: bool
+) -> PipelineOutcome | None:
+    """The run on the gateway's worker, drawn by ``view``; None if the gateway did not take it."""
+    built: list[PipelineResult] = []
+    shipped: list[ShipResult] = []
+
+    def on_event(event: WorkerEvent) -> None:
+        match event:
+            case Queued(running=running):
+                view.waiting(running)
+                return
+            case Built(result=result):
+                built.append(result)
+            case Shipped(result=result):
+                shipped.append(result)
+            case NodesPlanned() | NodeProgress():
+                pass
+            case _:
+                return  # not a pipeline run's
+        view(event)
+
+    reply = hand_over(gateway, "pipeline", on_event, full_refresh=full_refresh,
+                      tests=not no_tests)
+    if reply is None:
+        return None
+    if not built:
+        raise LakeSyncError(reply.error or "the gateway's pipeline run ended without a build")
+    return PipelineOutcome(built[0], shipped)
 
 
 class RunView:
@@ -160,6 +187,12 @@ class RunView:
                 if self._shipping is not None:
                     self._shipping.shipped(result)
 
+    def waiting(self, running: str) -> None:
+        """The gateway's worker runs ``running`` first: say so until this run starts."""
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=f"waiting for the gateway's {running}")
+            self._progress.refresh()
+
     def finish(self) -> None:
         """Off a terminal, print the one summary line (``pipeline run: 12/12 nodes, none
         failed, 41.0 s``); in a terminal the bar and the table said it already."""
@@ -214,7 +247,7 @@ def as_of_command(
         table, hlc_mod.parse(hlc, "hlc"), settings=LakeSettings.from_env(data_dir)
     )
     rows = frame.collect()
-    _print(QueryResult(list(frame.columns), [tuple(r) for r in rows]), fmt)
+    print_result(QueryResult(list(frame.columns), [tuple(r) for r in rows]), fmt)
 
 
 @pipeline_app.command("generate")
@@ -266,96 +299,3 @@ def dbt_project(given: Path | None, configured: Path) -> Path:
         if (candidate / marker).is_file():
             return candidate
     return configured
-
-
-def _parse_as_of(value: str) -> datetime:
-    try:
-        return datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise typer.BadParameter(
-            f"{value!r} is not an ISO-8601 timestamp (e.g. 2026-11-22T10:00:00Z)",
-            param_hint="--as-of",
-        ) from None
-
-
-def _parse_snapshots(values: list[str]) -> dict[str, int]:
-    pins: dict[str, int] = {}
-    for value in values:
-        table, _, snapshot = (part.strip() for part in value.partition("="))
-        try:
-            snapshot_id = int(snapshot)
-        except ValueError:
-            snapshot_id = None
-        if not table or snapshot_id is None:
-            raise typer.BadParameter(
-                f"{value!r}: use TABLE=SNAPSHOT_ID, e.g. lakesync.landing=123",
-                param_hint="--snapshot",
-            )
-        if pins.setdefault(table, snapshot_id) != snapshot_id:
-            raise typer.BadParameter(f"{table} pinned twice", param_hint="--snapshot")
-    return pins
-
-
-def query_command(
-    sql: Annotated[str, typer.Argument(help="SQL over landing, lakesync.* and analytics.* tables")],
-    data_dir: DataDirOption = None,
-    fmt: FormatOption = "table",
-    as_of: Annotated[
-        str | None,
-        typer.Option(
-            "--as-of",
-            help="Show every table as of this ISO-8601 instant (naive means UTC), e.g. "
-            "2026-11-22T10:00:00Z; tables with no snapshot by then are absent.",
-        ),
-    ] = None,
-    snapshot: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--snapshot",
-            help="Pin a table to an Iceberg snapshot id: TABLE=ID, e.g. lakesync.landing=123 "
-            "(repeatable; wins over --as-of).",
-        ),
-    ] = None,
-    fresh: Annotated[
-        bool,
-        typer.Option(
-            "--fresh",
-            help="Include the deltas the pipeline has not merged yet (landing table and hot "
-            "log), merged with the same column-level LWW.",
-        ),
-    ] = False,
-) -> None:
-    """Run SQL over the lake's Iceberg tables with DuckDB (no Spark), e.g. analytics.todos."""
-    if fmt not in ("table", "json", "csv"):
-        raise typer.BadParameter("use table, json or csv", param_hint="--format")
-    if fresh and (as_of is not None or snapshot):
-        raise typer.BadParameter("--fresh reads now; drop --as-of/--snapshot", param_hint="--fresh")
-    instant = None if as_of is None else _parse_as_of(as_of)
-    pins = _parse_snapshots(snapshot or [])
-    settings = LakeSettings.from_env(data_dir)
-    with contextlib.ExitStack() as stack:
-        log = _hot_log(settings.data_dir, stack) if fresh else None
-        result = run_query(settings, sql, as_of=instant, snapshots=pins, fresh=fresh, hot_log=log)
-    _print(result, fmt)
-
-
-def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> HotLogSource | None:
-    """The gateway's hot log for a fresh read (None when this data dir has none)."""
-    cfg = load_config()
-    remote = cfg.store_url.startswith(("postgresql://", "postgres://"))
-    if not remote and cfg.store_url == "sqlite" and not (data_dir / "hotlog.sqlite3").exists():
-        return None
-    store = open_store(cfg.store_url, data_dir, HLC(), cfg.pg_schema)
-    stack.callback(store.close)
-    return store
-
-
-def _print(result: Any, fmt: str) -> None:
-    if fmt in ("json", "csv"):
-        for line in format_rows(result, "json" if fmt == "json" else "csv"):
-            sys.stdout.write(line + "\n")
-        return
-    table = Table(*result.columns)
-    for row in table_cells(result):
-        table.add_row(*row)
-    print_table(table)

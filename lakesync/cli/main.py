@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,7 +27,7 @@ __all__ = [
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "up": ("lakesync.api.cli", "up",
            "Serve the sync gateway (HTTP + WebSocket) until SIGINT/SIGTERM."),
-    "query": ("lakesync.cli.lake", "query_command",
+    "query": ("lakesync.cli.query", "query_command",
               "Run SQL over the lake's Iceberg tables with DuckDB (no Spark), e.g. "
               "analytics.todos."),
     "materialise": ("lakesync.cli.materialise", "materialise_command",
@@ -118,6 +119,17 @@ _LOADED: dict[str, Any] = {}
 """The lazy commands loaded so far (this process runs one root group)."""
 
 
+def _summarised(command: Any) -> Any:
+    """``command`` (and its sub-commands) with a one-line summary for command lists: typer's
+    rich help keeps a docstring's line breaks there, cutting sentences mid-line."""
+    if getattr(command, "short_help", None) is None and command.help:
+        first = inspect.cleandoc(command.help).split("\n\n")[0]
+        command.short_help = " ".join(first.split())
+    for sub in getattr(command, "commands", {}).values():
+        _summarised(sub)
+    return command
+
+
 def load_command(name: str) -> Any:
     """The click command of :data:`LAZY_COMMANDS` ``name``, its module imported (once)."""
     if name in _LOADED:
@@ -131,7 +143,7 @@ def load_command(name: str) -> Any:
         single.command(name)(target)
         command = typer.main.get_command(single)
     command.name = name
-    _LOADED[name] = command
+    _LOADED[name] = _summarised(command)
     return command
 
 
@@ -153,7 +165,8 @@ class _ErrorBoundary(TyperGroup):
 
     def get_command(self, ctx: Context, cmd_name: str) -> Any:
         if cmd_name not in LAZY_COMMANDS:
-            return super().get_command(ctx, cmd_name)
+            found = super().get_command(ctx, cmd_name)
+            return found if found is None else _summarised(found)
         loaded = _LOADED.get(cmd_name)
         # Listing the commands (--help) needs only the summary: no import.
         return loaded or TyperCommand(cmd_name, help=LAZY_COMMANDS[cmd_name][2])

@@ -3,11 +3,14 @@
 ``lakesync pipeline run`` ships after dbt when the configuration declares destinations
 (:func:`lakesync.lakehouse.pipeline.run_and_ship`) and prints the same table
 (:func:`report_shipments`). Results print as one table; any failed destination or table makes
-the command exit 1 after the others were shipped.
+the command exit 1 after the others were shipped. While it ships, a terminal shows each table
+shipped (rows); elsewhere one summary line follows the table. When ``lakesync up`` serves the
+data dir, its warm pipeline worker ships (:mod:`lakesync.cli.handover`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -16,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from lakesync.cli.handover import Gateway, InProcessOption, find_gateway, hand_over
 from lakesync.cli.output import print_table
 from lakesync.config import Config, load_config
 from lakesync.destinations.factory import open_destination
@@ -23,7 +27,9 @@ from lakesync.destinations.migrate import migrate_table
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.lakehouse.catalog import lake_catalog, require_lake
 from lakesync.lakehouse.materialise import ShipResult, materialise, tier
+from lakesync.lakehouse.pipeline import NodeProgress, Shipped
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.worker import Queued, WorkerEvent
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -61,6 +67,11 @@ class ShippingStatus:
         self._status = status
         self._done: list[ShipResult] = []
 
+    @property
+    def results(self) -> list[ShipResult]:
+        """Every table shipped so far."""
+        return list(self._done)
+
     def shipped(self, r: ShipResult) -> None:
         """One table shipped to one destination."""
         self._done.append(r)
@@ -77,22 +88,54 @@ class ShippingStatus:
         self._status.update(f"building change set {node} …" if state == "started"
                             else f"{node}: {state} …")
 
+    def event(self, event: WorkerEvent) -> None:
+        """An event of the run on the gateway's worker (``lakesync materialise`` handed over)."""
+        match event:
+            case Shipped(result=result):
+                self.shipped(result)
+            case NodeProgress(node=node, status=status):
+                self.building(node, status)
+            case Queued(running=running):
+                self._status.update(f"waiting for the gateway's {running} …")
 
-def ship(settings: LakeSettings, config: Config, lifecycle_only: bool = False) -> None:
+
+def ship(
+    settings: LakeSettings,
+    config: Config,
+    lifecycle_only: bool = False,
+    gateway: Gateway | None = None,
+) -> None:
     """Ship every declared destination (then tier those with a ``hot_window``) and print what
     happened; raise :class:`MaterialiseError` naming the failures, after shipping everything
-    else. ``lifecycle_only`` runs the tiering alone (no Spark)."""
-
+    else. ``lifecycle_only`` runs the tiering alone (no Spark); ``gateway`` ships on that
+    gateway's warm worker instead of this process (see :mod:`lakesync.cli.handover`)."""
     if not config.destinations:
         Console(stderr=True).print(
             "no destinations declared: add a destinations: section to lakesync.yaml"
         )
         return
-    with Console(stderr=True).status("starting Spark …") as status:
+    started = time.monotonic()
+    console = Console(stderr=True)
+    with console.status("starting Spark …") as status:
         show = ShippingStatus(status)
-        results = (tier(settings, config, on_result=show.shipped) if lifecycle_only
-                   else materialise(settings, config, on_result=show.shipped,
-                                    on_progress=show.building))
+        if lifecycle_only:
+            results = tier(settings, config, on_result=show.shipped)
+        else:
+            reply = None if gateway is None else hand_over(gateway, "materialise", show.event)
+            if reply is not None:
+                results = show.results
+            else:
+                require_lake(settings)
+                results = materialise(settings, config, on_result=show.shipped,
+                                      on_progress=show.building)
+    if not console.is_terminal:  # the spinner said nothing: one line for the log
+        failed = sum(1 for r in results if r.error)
+        console.print(
+            f"{'lifecycle' if lifecycle_only else 'materialise'}: {len(results)} tables, "
+            f"{sum(r.rows for r in results)} rows shipped, {sum(r.evicted for r in results)} "
+            f"evicted, {failed or 'none'} failed, {time.monotonic() - started:.1f} s",
+            highlight=False, soft_wrap=True,
+        )
     report_shipments(results, lifecycle_only)
 
 
@@ -137,14 +180,19 @@ def materialise_command(
             "hot_window (no Spark).",
         ),
     ] = False,
+    in_process: InProcessOption = False,
 ) -> None:
     """Ship each destination's changes since its watermark (no dbt run: see pipeline run), then
     move rows whose last change is older than a destination's hot_window out of it (the lake
-    keeps them)."""
+    keeps them). When lakesync up serves the data dir, its warm pipeline worker ships."""
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
-    require_lake(settings)  # a mistyped --data-dir is an error, even with nothing to ship
-    ship(settings, cfg, lifecycle_only)
+    # The gateway's data dir holds its lake; any other is checked (a mistyped --data-dir is an
+    # error, even with nothing to ship).
+    gateway = None if lifecycle_only else find_gateway(settings.data_dir, cfg, in_process)
+    if gateway is None:
+        require_lake(settings)
+    ship(settings, cfg, lifecycle_only, gateway)
 
 
 def migrate_command(

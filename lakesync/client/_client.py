@@ -109,7 +109,7 @@ class LakeSyncClient:
         self.client_id = self._resolve_client_id(client_id)
         self.gateway_id = gateway_id
         self._clock = HLC(last=int(self._store.get_meta("hlc") or 0))
-        self._watchers = Watchers(self._store.query_tables)
+        self._watchers = Watchers(self._store.query_tables, self._store.lock)
         self._listeners: list[tuple[str, Callable[[Event], None]]] = []
         self._listeners_lock = threading.Lock()
         self._backoff = backoff or Backoff()
@@ -174,6 +174,7 @@ class LakeSyncClient:
             self.client_id,
             self.gateway_id,
             notify=self._watchers.dispatch,
+            watching=self._watchers.watching,
             emit=self._emit,
             backoff=self._backoff,
             pull_limit=pull_limit,

@@ -141,6 +141,12 @@ class ReplicaFile:
             raise ClientClosedError("the client is closed")
         return self._conn
 
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock every transaction holds: what is done under it never interleaves with a
+        commit (watches register under it, see :class:`lakesync.client._watch.Watchers`)."""
+        return self._lock
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:

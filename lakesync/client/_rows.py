@@ -4,7 +4,7 @@ remote deltas (see :mod:`lakesync.client._store` for the rules)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -61,7 +61,14 @@ class RowStore(SchemaStore):
             by_table.setdefault(table, []).append(row_id)
         states: dict[tuple[str, str], RowState] = {}
         for table, ids in by_table.items():
-            for i in range(0, len(ids), _IN_CHUNK):
+            # A checkpoint frame's rows come in key order, after the frames before it: one range
+            # probe (SQLite orders text as Python orders str) spares the look-ups of rows that
+            # this replica cannot hold yet.
+            held = len(ids) == 1 or c.execute(
+                "SELECT 1 FROM _ls_rows WHERE tbl = ? AND row_id BETWEEN ? AND ? LIMIT 1",
+                (table, min(ids), max(ids)),
+            ).fetchone() is not None
+            for i in range(0, len(ids) if held else 0, _IN_CHUNK):
                 chunk = ids[i : i + _IN_CHUNK]
                 marks = ",".join("?" * len(chunk))
                 for rid, state, vb in c.execute(
@@ -250,6 +257,7 @@ class RowStore(SchemaStore):
         clock: HLC,
         cursor: tuple[str, int] | None = None,
         mark: bool = False,
+        watched: Callable[[], bool] | None = None,
     ) -> list[Change]:
         """Merge remote deltas into the replica in one transaction, with the cursor if given.
 
@@ -258,7 +266,8 @@ class RowStore(SchemaStore):
         if it beats the tombstone (docs/protocol.md §4); a view eviction forgets the row's
         acknowledged state. Pending local writes are merged over the result. ``cursor`` is
         ``(gateway_id, server_hlc)``; ``mark`` records the rows as sent by a re-sync in progress
-        (:meth:`begin_resync`).
+        (:meth:`begin_resync`). ``watched``, when given, is asked in the transaction whether
+        anyone watches the replica: if not, no changes are built (none are returned).
         """
         with self._tx() as c:
             deltas = self._learn_all(c, deltas)
@@ -296,11 +305,17 @@ class RowStore(SchemaStore):
                 t.after = _with_pending(t.state, pending.get(key, ())).visible()
             self._save_state(c, touched)
             self._show(c, touched)
-            changes = [
-                self._change(table, row_id, t.before, t.after, origin)
-                for (table, row_id), t in touched.items()
-                if t.before != t.after
-            ]
+            # A first sync of a million rows usually has no watch: building a Change per row
+            # (each converted to Python values) would cost a tenth of its time for nothing.
+            changes = (
+                [
+                    self._change(table, row_id, t.before, t.after, origin)
+                    for (table, row_id), t in touched.items()
+                    if t.before != t.after
+                ]
+                if watched is None or watched()
+                else []
+            )
             changes += self._reshow(c, confirmed, origin)
             if cursor is not None:
                 c.execute(

@@ -93,6 +93,7 @@ class SyncEngine:
         pull_limit: int = 1000,
         push_batch: int = 1000,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        watching: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -105,6 +106,8 @@ class SyncEngine:
         self.pull_limit = pull_limit
         self.push_batch = push_batch
         self._sleep = sleep
+        # Asked as each remote batch commits: without a watch no row changes are built for it.
+        self._watching = watching
         self._cycle = asyncio.Lock()
         self._checkpoint_absent = False
         self._schemas_adopted = False
@@ -189,7 +192,7 @@ class SyncEngine:
 
     def apply_broadcast(self, deltas: list[RowDelta]) -> None:
         """Apply realtime deltas at once; the cursor stays, so the next pull re-checks them."""
-        changes = self.store.apply_remote(deltas, "realtime", self.clock)
+        changes = self.store.apply_remote(deltas, "realtime", self.clock, watched=self._watching)
         self._notify(changes)
 
     # -- pull -------------------------------------------------------------------------------
@@ -232,6 +235,7 @@ class SyncEngine:
                     "remote",
                     self.clock,
                     cursor=(self.gateway_id, page.server_hlc),
+                    watched=self._watching,
                 )
             applied += len(page.deltas)
             self._notify(changes)
@@ -275,7 +279,12 @@ class SyncEngine:
                 async with _settled(following):
                     await self._learn_types(deltas)
                     changes = await asyncio.to_thread(
-                        self.store.apply_remote, deltas, "remote", self.clock, mark=resync
+                        self.store.apply_remote,
+                        deltas,
+                        "remote",
+                        self.clock,
+                        mark=resync,
+                        watched=self._watching,
                     )
                 self._notify(changes)
                 applied += len(deltas)

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -108,8 +109,13 @@ class _WatchedQuery:
 class Watchers:
     """The registry of a client's watches; dispatches each committed batch of changes."""
 
-    def __init__(self, run_query: QueryRunner) -> None:
+    def __init__(
+        self, run_query: QueryRunner, commits: AbstractContextManager[Any] | None = None
+    ) -> None:
         self._run_query = run_query
+        # Held by every commit of the replica: a watch registers between two commits, so a
+        # batch applied without building its changes (:meth:`watching` said no) precedes it.
+        self._commits = commits or contextlib.nullcontext()
         self._lock = threading.Lock()
         self._tables: list[tuple[Watch[list[Change]], str | None]] = []
         self._queries: dict[Watch[list[dict[str, Any]]], _WatchedQuery] = {}
@@ -119,7 +125,7 @@ class Watchers:
     ) -> Watch[list[Change]]:
         """Watch changed rows of ``table`` (None = every table)."""
         w: Watch[list[Change]] = Watch(self, callback)
-        with self._lock:
+        with self._commits, self._lock:
             self._tables.append((w, table))
         return w
 
@@ -131,11 +137,17 @@ class Watchers:
     ) -> Watch[list[dict[str, Any]]]:
         """Watch a query's result: delivered now, then whenever a change alters it."""
         w: Watch[list[dict[str, Any]]] = Watch(self, callback)
-        rows, tables = self._run_query(sql, params)
-        with self._lock:
-            self._queries[w] = _WatchedQuery(sql, params, rows, tables)
+        with self._commits:
+            rows, tables = self._run_query(sql, params)
+            with self._lock:
+                self._queries[w] = _WatchedQuery(sql, params, rows, tables)
         w._deliver(rows)
         return w
+
+    def watching(self) -> bool:
+        """Whether any watch is registered (else a committed batch needs no changes built)."""
+        with self._lock:
+            return bool(self._tables or self._queries)
 
     def remove(self, w: Watch[Any]) -> None:
         """Forget a cancelled watch."""

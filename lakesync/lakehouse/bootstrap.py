@@ -8,7 +8,8 @@
    :attr:`LakeSettings.jars_dir` (skipped when present, so later runs stay offline);
 2. checks the JDBC driver jars are where Spark will look;
 3. creates the JDBC catalog tables in Iceberg's older layout (trap 2: Spark then runs with
-   ``jdbc.init-catalog-tables=false`` and pyiceberg shares the file), SQLite in WAL mode;
+   ``jdbc.init-catalog-tables=false`` and pyiceberg shares the file), SQLite in WAL mode (not
+   for a REST catalog: its server keeps its own tables and warehouse);
 4. creates the ``lakesync`` namespace and the landing table.
 """
 
@@ -86,7 +87,10 @@ def _download(url: str, sha256: str, path: Path) -> None:
 
 
 def init_catalog_tables(settings: LakeSettings) -> None:
-    """Create the catalog tables (old layout) if missing; SQLite gets WAL so readers never block."""
+    """Create the catalog tables (old layout) if missing; SQLite gets WAL so readers never block.
+    A REST catalog has none to create."""
+    if settings.is_rest:
+        return
     if settings.is_sqlite:
         settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(settings.sqlite_path)
@@ -127,7 +131,7 @@ def bootstrap(settings: LakeSettings) -> LakeSettings:
     """Run every setup step for ``settings`` (see the module docstring); safe to call repeatedly."""
     fetch_jars(settings.jars_dir)
     check_jars(settings)
-    if (wh := settings.warehouse_path) is not None:
+    if not settings.is_rest and (wh := settings.warehouse_path) is not None:
         wh.mkdir(parents=True, exist_ok=True)
     init_catalog_tables(settings)
     ensure_landing_table(open_catalog(settings))

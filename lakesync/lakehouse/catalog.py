@@ -1,7 +1,9 @@
-"""pyiceberg access to the shared JDBC catalog, and the landing table's schema.
+"""pyiceberg access to the lake's catalog, and the landing table's schema.
 
-pyiceberg's ``SqlCatalog`` and Spark's ``JdbcCatalog`` share the same catalog tables (old layout,
-created by the bootstrap), so the catalog name must equal Spark's (``lake``).
+A JDBC catalog: pyiceberg's ``SqlCatalog`` and Spark's ``JdbcCatalog`` share the same catalog
+tables (old layout, created by the bootstrap), so the catalog name must equal Spark's (``lake``).
+An Iceberg REST catalog (``lake.catalog_uri: http(s)://...``): pyiceberg's ``RestCatalog`` and
+Spark's REST client talk to the same server.
 """
 
 from __future__ import annotations
@@ -13,13 +15,12 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lakesync.errors import NotFoundError
+from lakesync.errors import ConfigError, NotFoundError
 from lakesync.lakehouse.object_store import pyiceberg_s3_properties
 from lakesync.lakehouse.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
-    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
@@ -40,6 +41,7 @@ __all__ = [
     "open_catalog",
     "remember_late_landings",
     "require_lake",
+    "table_locations",
 ]
 
 LANDING_IDENTIFIER = f"{LANDING_NAMESPACE}.{LANDING_TABLE}"
@@ -85,9 +87,12 @@ class _QuietV0Layout(logging.Filter):
 logging.getLogger("pyiceberg.catalog.sql").addFilter(_QuietV0Layout())
 
 
-def open_catalog(settings: LakeSettings) -> SqlCatalog:
-    """A pyiceberg ``SqlCatalog`` over the same catalog tables and warehouse Spark uses (on S3
-    with the warehouse's FileIO properties)."""
+def open_catalog(settings: LakeSettings) -> Catalog:
+    """The lake's catalog as Spark sees it: a pyiceberg ``SqlCatalog`` over the same JDBC catalog
+    tables and warehouse, or a ``RestCatalog`` on the same REST catalog server (on S3 with the
+    warehouse's FileIO properties)."""
+    if settings.is_rest:
+        return _open_rest_catalog(settings)
     # heavy, optional (extra "pipeline")
     from pyiceberg.catalog.sql import SqlCatalog  # noqa: PLC0415
 
@@ -101,12 +106,80 @@ def open_catalog(settings: LakeSettings) -> SqlCatalog:
     return SqlCatalog(CATALOG_NAME, **props)
 
 
-def lake_catalog(settings: LakeSettings) -> Callable[[], SqlCatalog]:
+def _open_rest_catalog(settings: LakeSettings) -> Catalog:
+    """A pyiceberg ``RestCatalog`` on ``settings.catalog_uri``, signed in with the configured
+    credential or token; it asks for vended storage credentials (pyiceberg's default), which
+    each loaded table's FileIO then uses.
+
+    Opening fetches the catalog's config (and, with a credential, a token), so a refused
+    credential or an unreachable server is a :class:`ConfigError` here, naming the key to check
+    and never a secret.
+    """
+    # heavy, optional (extra "pipeline")
+    import requests  # noqa: PLC0415
+    from pyiceberg.catalog.rest import RestCatalog  # noqa: PLC0415
+    from pyiceberg.exceptions import (  # noqa: PLC0415
+        AuthorizationExpiredError,
+        ForbiddenError,
+        OAuthError,
+        RESTError,
+        UnauthorizedError,
+    )
+
+    props = {"uri": settings.catalog_uri}
+    if settings.on_object_store:
+        # The lake's own S3 settings; credentials the catalog vends with a table win over them.
+        props.update(pyiceberg_s3_properties(settings.s3))
+    for key, value in (
+        ("warehouse", settings.catalog_warehouse),
+        ("credential", settings.catalog_credential),
+        ("token", settings.catalog_token),
+    ):
+        if value:
+            props[key] = value
+    uri = settings.catalog_uri
+    if settings.catalog_credential:
+        # pyiceberg's own default, said explicitly (it warns about the implicit one).
+        props["oauth2-server-uri"] = f"{uri.rstrip('/')}/v1/oauth/tokens"
+    signed_in_with = (
+        "lake.catalog_credential (LAKESYNC_CATALOG_CREDENTIAL)" if settings.catalog_credential
+        else "lake.catalog_token (LAKESYNC_CATALOG_TOKEN)" if settings.catalog_token
+        else "no credential: set lake.catalog_credential or lake.catalog_token"
+    )
+    try:
+        return RestCatalog(CATALOG_NAME, **props)
+    except (OAuthError, UnauthorizedError, AuthorizationExpiredError, ForbiddenError) as exc:
+        reason = _redacted(f"{type(exc).__name__}: {exc}", settings.secrets)
+        raise ConfigError(
+            f"the REST catalog at {uri} refused the lake's credentials ({reason}); check "
+            f"{signed_in_with}"
+        ) from None
+    except requests.ConnectionError:
+        raise ConfigError(
+            f"cannot reach the REST catalog at {uri}: is it running? check lake.catalog_uri "
+            "(LAKESYNC_CATALOG_URI)"
+        ) from None
+    except RESTError as exc:
+        reason = _redacted(f"{type(exc).__name__}: {exc}", settings.secrets)
+        raise ConfigError(
+            f"cannot open the REST catalog at {uri} ({reason}); check lake.catalog_uri and "
+            "lake.catalog_warehouse"
+        ) from None
+
+
+def _redacted(text: str, secrets: list[str]) -> str:
+    """``text`` with every secret in it replaced by ``***`` (a server may echo what it got)."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text.splitlines()[0] if text else text
+
+
+def lake_catalog(settings: LakeSettings) -> Callable[[], Catalog]:
     """The opener of ``settings``' catalog that
     :func:`lakesync.destinations.factory.open_destination` calls for a ``lake`` destination (and
     only then): it refuses a data dir with no lake, then opens the catalog."""
 
-    def open_required() -> SqlCatalog:
+    def open_required() -> Catalog:
         require_lake(settings)
         return open_catalog(settings)
 
@@ -117,7 +190,8 @@ def require_lake(settings: LakeSettings) -> None:
     """Raise :class:`NotFoundError` saying how to make a lake when the embedded catalog is absent.
 
     Readers call this before :func:`open_catalog`: SQLite would otherwise create an empty file
-    and fail later with an error about missing catalog tables.
+    and fail later with an error about missing catalog tables. (A PostgreSQL or REST catalog is
+    a server: opening it answers for itself.)
     """
     if not settings.is_sqlite:
         return
@@ -138,6 +212,38 @@ def require_lake(settings: LakeSettings) -> None:
             f"the gateway there (`lakesync up --data-dir {root}`), or pass --data-dir (or set "
             "LAKESYNC_DATA_DIR) to the data dir of an existing lake"
         )
+
+
+def table_locations(settings: LakeSettings) -> dict[str, str] | None:
+    """Every table of an embedded (SQLite) catalog as ``{"namespace.table": metadata
+    location}``, read straight from the catalog tables, as pyiceberg's ``load_table`` reads them
+    (with no pyiceberg, SQLAlchemy or metadata parsing: what a quick ``lakesync query`` needs).
+
+    None when the catalog is not an embedded SQLite file, holds no lake, or has a row pyiceberg
+    would refuse (no metadata location): the caller then takes :func:`open_catalog`'s way.
+    Tables of nested namespaces are left out, as ``list_namespaces`` lists only the top level.
+    """
+    if not settings.is_sqlite or not settings.sqlite_path.is_file():
+        return None
+    con = sqlite3.connect(f"{settings.sqlite_path.as_uri()}?mode=ro", uri=True)
+    try:
+        columns = {row[1] for row in con.execute("PRAGMA table_info(iceberg_tables)")}
+        if not columns:
+            return None
+        # The newer layout also stores views: pyiceberg loads only tables (type TABLE or null).
+        tables_only = " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)" * (
+            "iceberg_type" in columns
+        )
+        rows = con.execute(
+            "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables"
+            f" WHERE catalog_name = ?{tables_only}",
+            (CATALOG_NAME,),
+        ).fetchall()
+    finally:
+        con.close()
+    if any(not location for _, _, location in rows):
+        return None
+    return {f"{ns}.{name}": location for ns, name, location in rows if "." not in ns}
 
 
 def landing_schema() -> Any:

@@ -178,6 +178,7 @@ def compact(
     settings: LakeSettings,
     on_progress: CompactionProgress | None = None,
     dbt: DbtInvoker | None = None,
+    on_plan: Callable[[list[str]], None] | None = None,
 ) -> CompactionResult:
     """Maintain every table of the lake once (see the module docstring); returns the figures.
 
@@ -185,7 +186,9 @@ def compact(
     whose maintenance fails (after :data:`RACE_ATTEMPTS` runs when it lost a race with a
     concurrent commit) is reported in its :class:`TableCompaction` (``error``; see
     :attr:`CompactionResult.failures`) and the next tables are maintained all the same.
-    ``dbt`` keeps the parsed project (default: one :class:`DbtInvoker` for this compaction).
+    ``dbt`` keeps the parsed project (default: one :class:`DbtInvoker` for this compaction);
+    ``on_plan`` gets the tables it will maintain, in order, before the first (a progress bar's
+    total).
     """
     started = time.monotonic()
     require_lake(settings)
@@ -197,7 +200,10 @@ def compact(
     remember_late_landings(catalog)
     dbt = dbt or DbtInvoker()
     done: list[TableCompaction] = []
-    for name in maintained_tables(catalog):
+    tables = maintained_tables(catalog)
+    if on_plan is not None:
+        on_plan(tables)
+    for name in tables:
         table = _maintain_one(catalog, settings, name, dbt)
         done.append(table)
         if on_progress is not None:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from lakesync.config import LakeConfig
 from lakesync.errors import ConfigError
-from lakesync.secrets import resolve_references
+from lakesync.secrets import resolve_key
 
 __all__ = [
     "S3FILEIO",
@@ -31,6 +31,7 @@ __all__ = [
     "is_object_store",
     "pyiceberg_s3_properties",
     "spark_s3_env",
+    "vended_s3",
 ]
 
 S3FILEIO = "org.apache.iceberg.aws.s3.S3FileIO"
@@ -53,6 +54,8 @@ class S3Settings:
     # Out of the repr: a settings object may end up in a log line or a traceback.
     access_key_id: str | None = field(default=None, repr=False)
     secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    """Only in credentials a REST catalog vends (:func:`vended_s3`): temporary ones."""
 
     @classmethod
     def from_config(
@@ -74,26 +77,31 @@ class S3Settings:
                     "(e.g. http://127.0.0.1:9000)"
                 )
 
-        def secret(key: str, value: str | None) -> str | None:
-            if not value:
-                return None
-            try:
-                return resolve_references(value, env, read)
-            except ConfigError as exc:
-                raise ConfigError(f"lake.{key}: {exc.message}") from None
-
         return cls(
             endpoint=lake.s3_endpoint or None,
             region=lake.s3_region or None,
             path_style=lake.s3_path_style,
-            access_key_id=secret("s3_access_key_id", lake.s3_access_key_id),
-            secret_access_key=secret("s3_secret_access_key", lake.s3_secret_access_key),
+            access_key_id=resolve_key("lake.s3_access_key_id", lake.s3_access_key_id, env, read),
+            secret_access_key=resolve_key(
+                "lake.s3_secret_access_key", lake.s3_secret_access_key, env, read
+            ),
         )
 
     @property
     def secrets(self) -> list[str]:
         """The values a log must never show (for a redacting log filter)."""
-        return [s for s in (self.access_key_id, self.secret_access_key) if s]
+        return [s for s in (self.access_key_id, self.secret_access_key, self.session_token) if s]
+
+
+def vended_s3(s3: S3Settings, io_properties: Mapping[str, str]) -> S3Settings | None:
+    """``s3`` with the storage credentials a REST catalog vended for one table (pyiceberg holds
+    them in the table's FileIO properties), or None when it vended none or the lake's own."""
+    key = io_properties.get("s3.access-key-id")
+    secret = io_properties.get("s3.secret-access-key")
+    if not key or not secret or (key, secret) == (s3.access_key_id, s3.secret_access_key):
+        return None
+    return replace(s3, access_key_id=key, secret_access_key=secret,
+                   session_token=io_properties.get("s3.session-token"))
 
 
 def pyiceberg_s3_properties(s3: S3Settings) -> dict[str, str]:
@@ -140,6 +148,8 @@ def duckdb_s3_secret(s3: S3Settings, scope: str, name: str = "lake_s3") -> str:
             f"KEY_ID {_sql_text(s3.access_key_id or '')}",
             f"SECRET {_sql_text(s3.secret_access_key or '')}",
         ]
+        if s3.session_token:
+            params.append(f"SESSION_TOKEN {_sql_text(s3.session_token)}")
     else:
         params.append("PROVIDER credential_chain")
     if s3.region:

@@ -42,6 +42,7 @@ __all__ = [
     "PipelineObserver",
     "PipelineOutcome",
     "Shipped",
+    "node_events",
     "run_and_ship",
 ]
 
@@ -105,6 +106,17 @@ class PipelineOutcome:
         ]
 
 
+def node_events(stage: Literal["build", "ship"], observer: PipelineObserver) -> ProgressCallback:
+    """A dbt progress callback (:func:`lakesync.lakehouse.runner.dbt_invoke`'s) that hands
+    ``observer`` the :class:`NodesPlanned` and :class:`NodeProgress` events of ``stage``."""
+
+    def on_node(node: str, status: str) -> None:
+        observer(NodesPlanned(stage, int(node)) if status == PLANNED
+                 else NodeProgress(stage, node, status))
+
+    return on_node
+
+
 def run_and_ship(
     settings: LakeSettings,
     config: Config,
@@ -153,20 +165,13 @@ def _run_and_ship(
         if observer is not None:
             observer(event)
 
-    def nodes_of(stage: Literal["build", "ship"]) -> ProgressCallback:
-        def on_node(node: str, status: str) -> None:
-            notify(NodesPlanned(stage, int(node)) if status == PLANNED
-                   else NodeProgress(stage, node, status))
-
-        return on_node
-
     built = run_pipeline(
         settings=settings,
         schemas=schemas,
         config=config,
         full_refresh=full_refresh,
         tests=tests,
-        on_progress=nodes_of("build"),
+        on_progress=node_events("build", notify),
         dbt=dbt,
     )
     notify(Built(built))
@@ -177,7 +182,7 @@ def _run_and_ship(
         config,
         metrics=metrics,
         on_result=lambda r: notify(Shipped(r)),
-        on_progress=nodes_of("ship"),
+        on_progress=node_events("ship", notify),
         not_built=built.failed,
         dbt=dbt,
     )

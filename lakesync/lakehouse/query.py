@@ -9,6 +9,12 @@ are re-exported here).
 Time travel: with ``as_of`` every view scans the snapshot that was current at that instant
 (resolved by pyiceberg, scanned with ``iceberg_scan(..., snapshot_from_id => id)``); ``snapshots``
 pins single tables to a snapshot id.
+
+The quick way: a plain SELECT over an embedded (SQLite) catalog gets views of only the tables it
+names, their metadata locations read straight from the catalog file (no pyiceberg, SQLAlchemy
+or pyarrow loaded), the same views the general way makes, so it answers exactly as that would.
+Anything else (another catalog, a table function, a name the catalog lacks, time travel, a
+fresh read) takes the general way: every table listed and loaded through pyiceberg.
 """
 
 from __future__ import annotations
@@ -18,19 +24,32 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lakesync.errors import NotFoundError
-from lakesync.lakehouse.connection import PinnedTable, connect, pinned_connection, utc
-from lakesync.lakehouse.fresh import freshen
-from lakesync.lakehouse.landing import HotLogSource
-from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LakeSettings
+from lakesync.lakehouse.catalog import table_locations
+from lakesync.lakehouse.connection import (
+    PinnedTable,
+    connect,
+    create_view,
+    open_duckdb,
+    pinned_connection,
+    scan_sql,
+    utc,
+)
+from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 
-__all__ = ["OutputFormat", "PinnedTable", "QueryResult", "connect", "format_rows", "run_query"]
+if TYPE_CHECKING:
+    from lakesync.lakehouse.landing import HotLogSource
+
+__all__ = [
+    "OutputFormat", "PinnedTable", "QueryResult", "connect", "format_rows", "quick_query",
+    "run_query", "statement_tables",
+]
 
 OutputFormat = Literal["table", "json", "csv"]
 
@@ -85,9 +104,17 @@ def run_query(
 
     if fresh and (as_of is not None or snapshots):
         raise ValueError("a fresh read is of now: it takes no as_of or snapshots")
+    if not fresh and as_of is None and not snapshots:
+        quick = quick_query(settings, sql)
+        if quick is not None:
+            return quick
     con, absent, pinned = pinned_connection(settings, as_of, snapshots or {})
     try:
         if fresh:
+            # Loaded only for a fresh read: the merge, the models and the registry it needs are
+            # a tenth of a second of imports that a plain query does without.
+            from lakesync.lakehouse.fresh import freshen  # noqa: PLC0415
+
             freshen(con, settings, hot_log, pinned)
         try:
             cursor = con.execute(sql)
@@ -108,6 +135,88 @@ def run_query(
         return QueryResult(columns, [tuple(r) for r in cursor.fetchall()])
     finally:
         con.close()
+
+
+def quick_query(settings: LakeSettings, sql: str) -> QueryResult | None:
+    """``sql``'s result the quick way (see the module docstring), or None when it needs the
+    general way (:func:`run_query` then takes it)."""
+    locations = table_locations(settings)
+    if locations is None or settings.warehouse_path is None:
+        return None  # another catalog or an object-store warehouse: the general way knows them
+    con = open_duckdb()
+    try:
+        # DuckDB's own parser says what the statement reads (it serialises SELECTs only).
+        literal = sql.replace("'", "''")  # inlined: a bound parameter makes DuckDB load pandas
+        tree = json.loads(con.execute(f"SELECT json_serialize_sql('{literal}')").fetchone()[0])
+        named = statement_tables(tree, locations)
+        if named is None:
+            return None
+        for qualified in named:
+            create_view(con, qualified, scan_sql(locations[qualified]))
+        cursor = con.execute(sql)
+        columns = [d[0] for d in cursor.description or []]
+        return QueryResult(columns, [tuple(r) for r in cursor.fetchall()])
+    finally:
+        con.close()
+
+
+def statement_tables(tree: Mapping[str, Any], tables: Collection[str]) -> set[str] | None:
+    """The lake tables (of ``tables``, ``namespace.table``) a statement reads, from its syntax
+    tree as DuckDB's ``json_serialize_sql`` gives it; None when the statement did not parse, or
+    reads anything else (a table function, ``SHOW``/``DESCRIBE``, a file, a name the lake lacks,
+    the catalog's own views), whose answer could depend on the views a connection has.
+
+    A name is matched as DuckDB resolves it, case-insensitively: ``ns.table`` the lake table,
+    an unqualified ``table`` a ``lakesync`` table or a common table expression of the statement.
+    """
+    if tree.get("error", True):
+        return None
+    by_name = {name.lower(): name for name in tables}
+    refs: list[Mapping[str, Any]] = []
+    ctes: set[str] = set()
+    _walk(tree, refs, ctes)
+    named: set[str] = set()
+    for ref in refs:
+        if ref["type"] in _HOLDERS:
+            continue
+        if (
+            ref["type"] != "BASE_TABLE"
+            or ref.get("catalog_name", "") not in ("", "memory")
+            or ref.get("at_clause") is not None
+        ):
+            return None
+        schema, table = str(ref.get("schema_name", "")).lower(), str(ref["table_name"]).lower()
+        if not schema and table in ctes:
+            continue
+        qualified = by_name.get(
+            f"{LANDING_NAMESPACE if schema in ('', 'main') else schema}.{table}"
+        )
+        if qualified is None:
+            return None
+        named.add(qualified)
+    return named
+
+
+_HOLDERS = {"JOIN", "SUBQUERY", "EXPRESSION_LIST", "EMPTY", "PIVOT"}
+"""The kinds of table reference that read no relation themselves (they hold others, or
+``VALUES``); every other kind but a plain table (a table function, ``SHOW``, one a newer DuckDB
+adds) takes the general way."""
+
+
+def _walk(node: Any, refs: list[Mapping[str, Any]], ctes: set[str]) -> None:
+    """Collect every table reference and common table expression name under ``node``."""
+    if isinstance(node, dict):
+        # A table reference, of whatever kind: an alias and a sample, and not an expression.
+        if "alias" in node and "sample" in node and "class" not in node:
+            refs.append(node)
+        cte_map = node.get("cte_map")
+        if isinstance(cte_map, dict):
+            ctes.update(str(entry["key"]).lower() for entry in cte_map.get("map", []))
+        for value in node.values():
+            _walk(value, refs, ctes)
+    elif isinstance(node, list):
+        for value in node:
+            _walk(value, refs, ctes)
 
 
 def _jsonable(value: Any) -> Any:

@@ -12,6 +12,9 @@ narrow :class:`LakeStore` protocol only:
 - if ``pipeline_interval`` is set, a ``lakesync pipeline run`` on that schedule, and every
   ``compaction_interval`` seconds (default daily) a ``lakesync compact``, both in one warm
   worker subprocess (:mod:`lakesync.lakehouse.worker`: Spark stays out of the gateway process);
+- the runs ``lakesync pipeline run``, ``materialise`` and ``compact`` hand over
+  (:class:`WorkerJobs`, ``POST /v1/admin/lake/run``): on the same warm worker, one at a time,
+  each after the run going on;
 - :class:`HotLogMaintenance`: after each pipeline run (scheduled here or run by hand) it
   publishes the gateways' new checkpoints from the lake's merged models into the store
   (:mod:`lakesync.lakehouse.checkpoint_builder`), then trims the hot log: a gateway's entries
@@ -30,15 +33,18 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lakesync.config import Config, ServerConfig
+from lakesync.errors import NotFoundError
 from lakesync.hlc import encode
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import landing_state, open_catalog
@@ -47,7 +53,15 @@ from lakesync.lakehouse.lake_position import covered_positions
 from lakesync.lakehouse.landing import HotLogSource, LandingFlusher
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
-from lakesync.lakehouse.worker import PipelineWorker, RunReply, WorkerDiedError
+from lakesync.lakehouse.worker import (
+    JobKind,
+    PipelineWorker,
+    Queued,
+    RunReply,
+    RunRequest,
+    WorkerDiedError,
+    WorkerEvent,
+)
 from lakesync.schema import parse_schema
 
 if TYPE_CHECKING:
@@ -56,12 +70,14 @@ if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
 
 __all__ = [
+    "AskedJob",
     "HotLogMaintenance",
     "LakeSchedule",
     "LakeStore",
     "LeadFor",
     "RunHook",
     "SchemaPublisher",
+    "WorkerJobs",
     "scheduled_lake_jobs",
 ]
 
@@ -104,6 +120,89 @@ class LakeStore(HotLogSource, CheckpointSink, Protocol):
         """Delete up to ``limit`` of the gateway's oldest entries through ``upto`` (never past
         its checkpoint nor the flushed position); how many went."""
         ...
+
+
+_JOB_NAMES = {"pipeline": "pipeline run", "compact": "compaction", "materialise": "materialise"}
+
+
+@dataclass(slots=True)
+class AskedJob:
+    """A run handed to the gateway's worker (:meth:`WorkerJobs.submit`): what to run, who gets
+    its events, and its reply once it ended."""
+
+    kind: JobKind
+    full_refresh: bool = False
+    tests: bool = True
+    on_event: Callable[[WorkerEvent], None] | None = None
+    reply: Future[RunReply] = field(default_factory=Future)
+
+
+class WorkerJobs:
+    """The runs ``lakesync pipeline run``, ``materialise`` and ``compact`` hand to the gateway's
+    warm worker instead of starting a JVM of their own (``POST /v1/admin/lake/run``).
+
+    The loop that owns the worker (:func:`scheduled_lake_jobs`) takes them between its
+    scheduled runs: a run asked for while another runs (scheduled or asked) is queued behind it
+    and told so (a :class:`~lakesync.lakehouse.worker.Queued` event), and starts after it, so it
+    sees every row landed before it was asked for and runs with its own options (joining the
+    run going on would give neither). One run at a time: the worker holds one Spark session."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[AskedJob] = queue.Queue()
+        self._lock = threading.Lock()
+        self._serving = False
+        self._running: str | None = None
+
+    def submit(
+        self,
+        kind: JobKind,
+        *,
+        full_refresh: bool = False,
+        tests: bool = True,
+        on_event: Callable[[WorkerEvent], None] | None = None,
+    ) -> Future[RunReply]:
+        """Queue one run; its reply comes in the future (a failed reply if the gateway stops
+        first). ``on_event`` gets its events, from the worker loop's thread. Raises
+        :class:`~lakesync.errors.NotFoundError` when this process runs no worker (another
+        gateway process on the store leads the lake's jobs)."""
+        job = AskedJob(kind, full_refresh, tests, on_event)
+        with self._lock:
+            if not self._serving:
+                raise NotFoundError(
+                    "this gateway process runs no pipeline worker (another gateway process on "
+                    "its store runs the lake's jobs); run the command with --in-process"
+                )
+            busy = self._running or ("an earlier request" if not self._queue.empty() else None)
+            self._queue.put(job)
+        if busy is not None and on_event is not None:
+            on_event(Queued(busy))
+        return job.reply
+
+    def _serve(self, serving: bool, why: str = "") -> None:
+        """Take requests or not; not: the queued ones fail saying ``why``."""
+        with self._lock:
+            self._serving = serving
+            waiting: list[AskedJob] = []
+            while not serving and not self._queue.empty():
+                waiting.append(self._queue.get_nowait())
+        for job in waiting:
+            job.reply.set_result(RunReply(ok=False, error=why, error_code=NotFoundError.code))
+
+    def _next(self, stop: threading.Event, until: float) -> AskedJob | None:
+        """The next asked run, or None once ``until`` (monotonic) passed or ``stop`` is set."""
+        while not stop.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                return self._queue.get(timeout=min(left, 0.25))  # stop is checked each 1/4 s
+            except queue.Empty:
+                continue
+        return None
+
+    def _mark(self, running: str | None) -> None:
+        with self._lock:
+            self._running = running
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +328,7 @@ def _lake_worker_loop(
     lead: Callable[[], bool],
     shipping: DestinationMetrics | None = None,
     on_run: RunHook | None = None,
+    asked: WorkerJobs | None = None,
 ) -> None:
     """Run the pipeline every ``pipeline_interval`` seconds and the compaction every
     ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
@@ -240,7 +340,9 @@ def _lake_worker_loop(
     up where the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run
     is logged with its error and the log's tail, and a worker that died is started again for the
     next run. A run's failed writes to fan-out secondaries are added to ``shipping`` (the
-    gateway's ``/metrics``), and each pipeline run is handed to ``on_run``."""
+    gateway's ``/metrics``), and each pipeline run is handed to ``on_run``. Between them it runs
+    what the command line hands over through ``asked`` (a pipeline run asked for moves the next
+    scheduled one an interval on)."""
     env = dict(os.environ)
     if config is not None and config.source is not None:
         env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
@@ -254,74 +356,112 @@ def _lake_worker_loop(
         if interval > 0
     }
     due: dict[str, float] = {}
+    others = "another gateway process on this store runs the lake's jobs"
     try:
         while True:
             if not lead():
                 due = {}
+                if asked is not None:
+                    asked._serve(False, others)
                 worker.close()  # another process runs the lake jobs: free the JVM's memory
                 if stop.wait(LEAD_POLL_S):
                     return
                 continue
+            if asked is not None:
+                asked._serve(True)
             if not due:  # just took the lead: each job waits its interval first
                 due = {job: time.monotonic() + interval for job, interval in intervals.items()}
-            job = min(due, key=due.__getitem__)
-            if stop.wait(max(0.0, due[job] - time.monotonic())):
-                return
-            if not lead():
+            job = min(due, key=due.__getitem__) if due else None
+            until = due[job] if job is not None else time.monotonic() + LEAD_POLL_S
+            request = None
+            if asked is None:
+                if stop.wait(max(0.0, until - time.monotonic())):
+                    return
+            else:
+                request = asked._next(stop, until)
+                if stop.is_set():
+                    if request is not None:
+                        request.reply.set_result(RunReply(ok=False, error="the gateway stopped"))
+                    return
+            if request is not None:
+                reply = _lake_job(worker, request.kind, stop, shipping, on_run, request, asked)
+                if reply is None:
+                    request.reply.set_result(
+                        RunReply(ok=False, error="the gateway stopped during the run")
+                    )
+                    return
+                request.reply.set_result(reply)
+                if request.kind == "pipeline" and "pipeline" in due:
+                    due["pipeline"] = time.monotonic() + intervals["pipeline"]
                 continue
-            if not _lake_job(worker, job, stop, shipping, on_run):
+            if job is None or not lead():
+                continue
+            if _lake_job(worker, "compact" if job == "compaction" else "pipeline", stop,
+                         shipping, on_run, None, asked) is None:
                 return
             due[job] = time.monotonic() + intervals[job]
     finally:
+        if asked is not None:
+            asked._serve(False, "the gateway stopped")
         worker.close()
 
 
 def _lake_job(
     worker: PipelineWorker,
-    job: str,
+    kind: JobKind,
     stop: threading.Event,
     shipping: DestinationMetrics | None = None,
     on_run: RunHook | None = None,
-) -> bool:
-    """Run one scheduled ``job`` (pipeline or compaction) on ``worker``, log its outcome, count
-    its failed writes to fan-out secondaries in ``shipping`` and hand a pipeline run to
-    ``on_run``; False when ``stop`` was set meanwhile."""
+    asked: AskedJob | None = None,
+    jobs: WorkerJobs | None = None,
+) -> RunReply | None:
+    """Run one ``kind`` of job on ``worker`` (scheduled, or ``asked`` by the command line: its
+    options, its events), log its outcome, count its failed writes to fan-out secondaries in
+    ``shipping`` and hand a pipeline run to ``on_run``; returns its reply (a worker that died is
+    a failed one), None when ``stop`` was set meanwhile."""
     log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
     started = time.time()
+    what = f"{'scheduled' if asked is None else 'requested'} {_JOB_NAMES[kind]}"
+    if jobs is not None:
+        jobs._mark(what)
+    on_event = None if asked is None else asked.on_event
     try:
-        reply = worker.compact(stop) if job == "compaction" else worker.run(stop)
+        if kind == "pipeline":
+            reply = worker.run(stop, full_refresh=asked is not None and asked.full_refresh,
+                               tests=asked is None or asked.tests, on_event=on_event)
+        else:
+            reply = worker.ask(RunRequest(kind=kind), stop, on_event)
     except WorkerDiedError as exc:
-        error = str(exc)
-        if on_run is not None and job == "pipeline":
-            on_run(started, RunReply(ok=False, error=error, elapsed_s=time.time() - started))
+        reply = RunReply(ok=False, error=str(exc), elapsed_s=time.time() - started,
+                         error_code="INTERNAL_ERROR")
+    finally:
+        if jobs is not None:
+            jobs._mark(None)
+    if reply is None:
+        return None
+    if on_run is not None and kind == "pipeline":
+        on_run(started, reply)
+    if shipping is not None:
+        for failed in reply.secondary_failures:
+            shipping.secondary_failed(failed.destination, failed.secondary, failed.count)
+    if reply.ok and kind == "compact":
+        _log.info(
+            "%s done in %.1f s: %s (log: %s)", what, reply.elapsed_s,
+            ", ".join(f"{t.table} {t.files_before} → {t.files_after} files"
+                      for t in reply.compacted),
+            worker.log_path,
+        )
+    elif reply.ok:
+        _log.info(
+            "%s done: %d deltas merged, %d rows shipped in %.1f s (log: %s)", what,
+            reply.rows_merged, reply.rows_shipped, reply.elapsed_s, worker.log_path,
+        )
     else:
-        if reply is None:
-            return False
-        if on_run is not None and job == "pipeline":
-            on_run(started, reply)
-        if shipping is not None:
-            for failed in reply.secondary_failures:
-                shipping.secondary_failed(failed.destination, failed.secondary, failed.count)
-        if reply.ok and job == "compaction":
-            _log.info(
-                "scheduled compaction done in %.1f s: %s (log: %s)", reply.elapsed_s,
-                ", ".join(f"{t.table} {t.files_before} → {t.files_after} files"
-                          for t in reply.compacted),
-                worker.log_path,
-            )
-            return True
-        if reply.ok:
-            _log.info(
-                "scheduled pipeline run done: %d deltas merged in %.1f s (log: %s)",
-                reply.rows_merged, reply.elapsed_s, worker.log_path,
-            )
-            return True
-        error = reply.error
-    with worker.log_path.open("rb") as log:
-        log.seek(max(log_size, worker.log_path.stat().st_size - 4000))
-        tail = log.read().decode(errors="replace")
-    _log.error("scheduled %s failed: %s\n%s", "run" if job == "pipeline" else job, error, tail)
-    return True
+        with worker.log_path.open("rb") as log:
+            log.seek(max(log_size, worker.log_path.stat().st_size - 4000))
+            tail = log.read().decode(errors="replace")
+        _log.error("%s failed: %s\n%s", what, reply.error, tail)
+    return reply
 
 
 @contextmanager
@@ -333,6 +473,7 @@ def scheduled_lake_jobs(
     shipping: DestinationMetrics | None = None,
     on_flushed: Callable[[int], None] | None = None,
     on_run: RunHook | None = None,
+    asked: WorkerJobs | None = None,
 ) -> Iterator[Callable[[], object] | None]:
     """Run the lake's scheduled jobs while the block runs; yield the landing flush (a blocking
     callable, for the admin flush route), or None without the ``pipeline`` extra.
@@ -341,8 +482,10 @@ def scheduled_lake_jobs(
     flusher and the scheduled pipeline); without it they read the environment's. Scheduled
     runs' failed writes to fan-out secondaries are counted in ``shipping``; ``on_flushed`` is
     called with the landing position after each flush marked it in the store, ``on_run`` after
-    each scheduled pipeline run (the gateway records both for its status). At the end of the
-    block every job stops (a pipeline run still going is terminated)."""
+    each pipeline run (the gateway records both for its status). ``asked`` takes the runs the
+    command line hands over (:class:`WorkerJobs`; the worker's loop then runs even with no
+    interval set). At the end of the block every job stops (a pipeline run still going is
+    terminated)."""
     jobs = _landing_jobs(schedule, store, config, on_flushed)
     stop = threading.Event()
     threads: list[threading.Thread] = []
@@ -363,12 +506,13 @@ def scheduled_lake_jobs(
                     daemon=True,
                 )
             )
-        if schedule.pipeline_interval > 0 or schedule.compaction_interval > 0:
+        if schedule.pipeline_interval > 0 or schedule.compaction_interval > 0 \
+                or asked is not None:
             lead = lead_for("pipeline", "scheduled pipeline and compaction")
             threads.append(
                 threading.Thread(
                     target=_lake_worker_loop,
-                    args=(schedule, config, stop, lead, shipping, on_run),
+                    args=(schedule, config, stop, lead, shipping, on_run, asked),
                     name="pipeline",
                     daemon=True,
                 )

@@ -10,6 +10,10 @@ values are derived here:
   ``D/catalog.db``, ``D/warehouse``.
 - ``catalog_uri``: ``jdbc:sqlite:...`` or ``jdbc:postgresql://host:port/db``
   (default: the SQLite file); ``catalog_user`` / ``catalog_password``: JDBC credentials.
+  ``http(s)://...`` selects an Iceberg REST catalog instead, with ``catalog_warehouse`` (the
+  warehouse name it serves) and ``catalog_credential`` (OAuth2 ``client_id:client_secret``) or
+  ``catalog_token`` (bearer). Secrets may be ``${VAR}`` / ``${file:PATH}`` references
+  (:mod:`lakesync.secrets`), resolved here.
 - ``warehouse``: warehouse URI every Spark worker reaches (default ``file://D/warehouse``), or
   ``s3://bucket/prefix`` on object storage with the ``s3_*`` keys (:attr:`LakeSettings.s3`,
   :mod:`lakesync.lakehouse.object_store`).
@@ -26,6 +30,7 @@ values are derived here:
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +43,7 @@ from lakesync.config import Config, LakeConfig, load_config
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.object_store import S3Settings, is_object_store, spark_s3_env
 from lakesync.schema import ANALYTICS_NAMESPACE, CHANGES_NAMESPACE, LANDING_NAMESPACE
+from lakesync.secrets import resolve_key
 
 __all__ = [
     "ANALYTICS_NAMESPACE",
@@ -124,6 +130,9 @@ class LakeSettings:
     warehouse: str
     catalog_user: str | None = None
     catalog_password: str | None = None
+    catalog_warehouse: str | None = None
+    catalog_credential: str | None = None
+    catalog_token: str | None = None
     spark_master: str = LakeConfig().spark_master
     spark_cores_max: int | None = None
     spark_executor_memory: str | None = None
@@ -154,19 +163,36 @@ class LakeSettings:
         env: Mapping[str, str] | None = None,
     ) -> LakeSettings:
         """Settings from an already resolved configuration (e.g. ``lakesync up --config X``'s);
-        an explicit ``data_dir`` wins over the configured one. ``env`` (default ``os.environ``)
-        resolves ``${VAR}`` references in the S3 credentials."""
+        an explicit ``data_dir`` wins over the configured one.
+
+        The catalog's secrets (``catalog_password``, ``catalog_credential``, ``catalog_token``)
+        and the S3 credentials may be ``${VAR}`` / ``${file:PATH}`` references, resolved from
+        ``env`` (default ``os.environ``); a :class:`ConfigError` names the key and the variable
+        or file, never a value.
+        """
         root = Path(data_dir or config.data_dir).resolve()
         lake = config.lake
+        catalog_uri = lake.catalog_uri or f"jdbc:sqlite:{root / 'catalog.db'}"
+        _catalog_type(catalog_uri)  # an unsupported URI fails here, naming the key
         warehouse = lake.warehouse or (root / "warehouse").as_uri()
         if is_object_store(warehouse) and not urlsplit(warehouse).netloc:
             raise ConfigError(f"lake.warehouse {warehouse!r} names no bucket (s3://bucket/prefix)")
+
+        def secret(key: str, value: str | None) -> str | None:
+            return resolve_key(
+                f"lake.{key}", value, os.environ if env is None else env,
+                lambda path: Path(path).read_text(encoding="utf-8"),
+            )
+
         return cls(
             data_dir=root,
-            catalog_uri=lake.catalog_uri or f"jdbc:sqlite:{root / 'catalog.db'}",
+            catalog_uri=catalog_uri,
             warehouse=warehouse,
             catalog_user=lake.catalog_user or None,
-            catalog_password=lake.catalog_password or None,
+            catalog_password=secret("catalog_password", lake.catalog_password),
+            catalog_warehouse=lake.catalog_warehouse or None,
+            catalog_credential=secret("catalog_credential", lake.catalog_credential),
+            catalog_token=secret("catalog_token", lake.catalog_token),
             spark_master=lake.spark_master,
             spark_cores_max=lake.spark_cores_max,
             spark_executor_memory=lake.spark_executor_memory or None,
@@ -179,6 +205,28 @@ class LakeSettings:
             orphan_file_age_s=lake.orphan_file_age,
             s3=S3Settings.from_config(lake, env),
         )
+
+    @property
+    def catalog_type(self) -> str:
+        """``rest`` for an Iceberg REST catalog (an ``http(s)://`` URI), else ``jdbc``."""
+        return _catalog_type(self.catalog_uri)
+
+    @property
+    def is_rest(self) -> bool:
+        """Whether the catalog is an Iceberg REST catalog (STACK.md trap 2's workarounds, the
+        JDBC catalog tables and SQLite's WAL, do not apply to it)."""
+        return self.catalog_type == "rest"
+
+    @property
+    def secrets(self) -> list[str]:
+        """The lake's secrets as resolved, for log redaction: the JDBC password, the OAuth2
+        client secret (and the whole ``client_id:client_secret``), the bearer token and the S3
+        credentials."""
+        found = [self.catalog_password, self.catalog_token, self.catalog_credential,
+                 *self.s3.secrets]
+        if self.catalog_credential and ":" in self.catalog_credential:
+            found.append(self.catalog_credential.split(":", 1)[1])
+        return [value for value in found if value]
 
     @property
     def is_sqlite(self) -> bool:
@@ -228,7 +276,8 @@ class LakeSettings:
                 auth += "@"
             return f"postgresql+psycopg://{auth}{rest}"
         raise ConfigError(
-            f"unsupported catalog URI {self.catalog_uri!r} (jdbc:sqlite: or jdbc:postgresql:)"
+            f"the catalog {self.catalog_uri!r} is not a JDBC catalog (jdbc:sqlite: or "
+            "jdbc:postgresql:)"
         )
 
     def dbt_env(self) -> dict[str, str]:
@@ -239,6 +288,7 @@ class LakeSettings:
             "LAKESYNC_SPARK_MASTER": self.spark_master,
             "LAKESYNC_SPARK_JARS": ",".join(str(p) for p in self.spark_jars),
             "LAKESYNC_CATALOG_URI": self.catalog_uri,
+            "LAKESYNC_CATALOG_TYPE": self.catalog_type,
             "LAKESYNC_WAREHOUSE": self.warehouse,
             "PYSPARK_PYTHON": sys.executable,
             # Iceberg maintenance (macros/maintenance.sql), in whole seconds.
@@ -250,6 +300,12 @@ class LakeSettings:
             env["LAKESYNC_CATALOG_USER"] = self.catalog_user
         if self.catalog_password:
             env["LAKESYNC_CATALOG_PASSWORD"] = self.catalog_password
+        if self.catalog_warehouse:
+            env["LAKESYNC_CATALOG_WAREHOUSE"] = self.catalog_warehouse
+        if self.catalog_credential:
+            env["LAKESYNC_CATALOG_CREDENTIAL"] = self.catalog_credential
+        if self.catalog_token:
+            env["LAKESYNC_CATALOG_TOKEN"] = self.catalog_token
         if self.spark_cores_max:
             env["LAKESYNC_SPARK_CORES_MAX"] = str(self.spark_cores_max)
         if self.spark_executor_memory:
@@ -284,6 +340,18 @@ class LakeSettings:
         empty (credentials not set) is left out.
         """
         return profile_spark_conf(self.dbt_project_dir / "profiles.yml", self.dbt_env())
+
+
+def _catalog_type(uri: str) -> str:
+    """``rest`` or ``jdbc`` for a catalog URI; a :class:`ConfigError` for anything else."""
+    if uri.startswith(("http://", "https://")):
+        return "rest"
+    if uri.startswith(("jdbc:sqlite:", "jdbc:postgresql://")):
+        return "jdbc"
+    raise ConfigError(
+        f"lake.catalog_uri {uri!r} is not supported: jdbc:sqlite:..., jdbc:postgresql://... "
+        "(a JDBC catalog) or http(s)://... (an Iceberg REST catalog)"
+    )
 
 
 def profile_spark_conf(profile: Path, env: Mapping[str, str]) -> dict[str, str]:

@@ -12,10 +12,16 @@ shipping partly failed is reported as failed, naming each failed table). The wor
 The same worker also runs ``lakesync compact`` (:func:`lakesync.lakehouse.compaction.compact`) on
 its warm
 session when asked (``RunRequest(kind="compact")``, :meth:`PipelineWorker.compact`): the gateway
-schedules it every ``compaction_interval`` seconds, between pipeline runs.
+schedules it every ``compaction_interval`` seconds, between pipeline runs. ``lakesync materialise``
+(``kind="materialise"``) runs there too when the command line hands it over.
 
 Protocol, one JSON object per line: the parent writes :class:`RunRequest` to the worker's stdin,
-the worker answers :class:`RunReply` on its stdout. Everything else the worker, dbt, Spark or the
+the worker answers on its stdout with lines ``{"event": NAME, "data": ...}``
+(:func:`encode_line`, :func:`decode_line`): a request with ``progress`` first gets its
+:data:`WorkerEvent` values as they happen (dbt nodes, tables shipped or compacted), then every
+request gets one ``reply`` (:class:`RunReply`). The gateway streams the same lines to
+``lakesync pipeline run``, ``materialise`` and ``compact`` when they hand their work to it
+(``POST /v1/admin/lake/run``). Everything else the worker, dbt, Spark or the
 JVM print goes to its stderr (the gateway points it at ``<data dir>/pipeline.log``): file
 descriptor 1 is moved there at start, so no stray line can corrupt a reply. A failed run is a
 reply with ``ok: false`` and the worker stays up for the next one; the worker exits when its stdin
@@ -36,21 +42,27 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 import msgspec
 
 from lakesync.config import load_config
 from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.errors import LakeSyncError
 from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.compaction import TableCompaction, compact
+from lakesync.lakehouse.materialise import ShipResult, materialise
 from lakesync.lakehouse.pipeline import (
     Built,
     NodeProgress,
     NodesPlanned,
     PipelineEvent,
+    Shipped,
+    node_events,
     run_and_ship,
 )
 from lakesync.lakehouse.process_env import stop_process
@@ -59,7 +71,19 @@ from lakesync.lakehouse.settings import LakeSettings
 from lakesync.status import Shipment
 
 __all__ = [
-    "PipelineWorker", "RunReply", "RunRequest", "SecondaryFailures", "WorkerDiedError", "main"
+    "Compacted",
+    "JobKind",
+    "PipelineWorker",
+    "Queued",
+    "RunReply",
+    "RunRequest",
+    "SecondaryFailures",
+    "TablesPlanned",
+    "WorkerDiedError",
+    "WorkerEvent",
+    "decode_line",
+    "encode_line",
+    "main",
 ]
 
 _log = logging.getLogger(__name__)
@@ -68,15 +92,23 @@ LOG_ROTATE_BYTES = 16 << 20
 """``pipeline.log`` is moved to ``pipeline.log.1`` when a worker starts and it is larger."""
 
 
+JobKind = Literal["pipeline", "compact", "materialise"]
+"""What the worker runs: ``lakesync pipeline run``, ``lakesync compact`` or ``lakesync
+materialise``."""
+
+
 class RunRequest(msgspec.Struct, forbid_unknown_fields=True):
-    """Ask the worker for one pipeline run, or (``kind="compact"``) one ``lakesync compact``."""
+    """Ask the worker for one pipeline run, or (``kind="compact"``) one ``lakesync compact``, or
+    (``kind="materialise"``) one ``lakesync materialise``."""
 
     full_refresh: bool = False
     tests: bool = True
-    kind: Literal["pipeline", "compact"] = "pipeline"
+    kind: JobKind = "pipeline"
     pushes: list[str] = []
     """W3C ``traceparent`` values of the pushes the gateway landed since the last run: the
     run's span continues their trace (empty: tracing is off)."""
+    progress: bool = False
+    """Send the run's :data:`WorkerEvent` values before the reply."""
 
 
 class SecondaryFailures(msgspec.Struct):
@@ -106,6 +138,53 @@ class RunReply(msgspec.Struct):
     """Failed writes to fan-out secondaries while shipping (the gateway counts them)."""
     shipments: list[Shipment] = []
     """What shipping did per destination and table (the gateway records it for its status)."""
+    error_code: str = ""
+    """The error code of the exception that failed the whole run (a LakeSync error's, else
+    ``INTERNAL_ERROR``), so a command line that handed the run over exits as it would have
+    in-process; empty when the run ended (even with failed tables: see ``error``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TablesPlanned:
+    """A compaction will maintain these tables, in order."""
+
+    tables: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """One table maintained (or not: ``result.error``)."""
+
+    result: TableCompaction
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """The gateway's worker runs another job now (``running``); this one starts after it."""
+
+    running: str
+
+
+WorkerEvent = PipelineEvent | TablesPlanned | Compacted | Queued
+"""What a run reports while it goes (a pipeline run's :data:`PipelineEvent` values, a
+compaction's tables) and, from the gateway, that the run waits for the one going on."""
+
+_EVENTS: dict[str, type[Any]] = {
+    "nodesPlanned": NodesPlanned,
+    "nodeProgress": NodeProgress,
+    "built": Built,
+    "shipped": Shipped,
+    "tablesPlanned": TablesPlanned,
+    "compacted": Compacted,
+    "queued": Queued,
+    "reply": RunReply,
+}
+_NAMES = {cls: name for name, cls in _EVENTS.items()}
+
+
+class _Line(msgspec.Struct):
+    event: str
+    data: msgspec.Raw
 
 
 class WorkerDiedError(RuntimeError):
@@ -113,24 +192,77 @@ class WorkerDiedError(RuntimeError):
 
 
 _request_decoder = msgspec.json.Decoder(RunRequest)
-_reply_decoder = msgspec.json.Decoder(RunReply)
+_line_decoder = msgspec.json.Decoder(_Line)
 _encoder = msgspec.json.Encoder()
+
+
+def encode_line(item: WorkerEvent | RunReply) -> bytes:
+    """One line of the worker's answer (and of ``POST /v1/admin/lake/run``'s NDJSON stream):
+    ``{"event": NAME, "data": ...}`` and a newline."""
+    return _encoder.encode({"event": _NAMES[type(item)], "data": item}) + b"\n"
+
+
+def decode_line(line: str | bytes) -> WorkerEvent | RunReply:
+    """The event or reply of one line :func:`encode_line` wrote; raises
+    :class:`msgspec.DecodeError` (a :class:`ValueError`) for anything else."""
+    raw = _line_decoder.decode(line)
+    kind = _EVENTS.get(raw.event)
+    if kind is None:
+        raise msgspec.DecodeError(f"unknown event {raw.event!r}")
+    decoded: WorkerEvent | RunReply = msgspec.json.decode(raw.data, type=kind)
+    return decoded
+
+
+Emit = Callable[[WorkerEvent], None]
 
 
 def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
     dbt = DbtInvoker()  # kept for the worker's lifetime: dbt parses only a changed project
+
+    def send(item: WorkerEvent | RunReply) -> None:
+        replies.write(encode_line(item).decode())
+        replies.flush()
+
     for line in requests:
         if not line.strip():
             continue
         try:
             request = _request_decoder.decode(line)
         except msgspec.DecodeError as exc:
-            reply = RunReply(ok=False, error=f"bad request: {exc}")
+            reply = RunReply(ok=False, error=f"bad request: {exc}", error_code="VALIDATION_ERROR")
         else:
-            reply = (_compact(data_dir, dbt) if request.kind == "compact"
-                     else _run(data_dir, request, dbt))
-        replies.write(_encoder.encode(reply).decode() + "\n")
-        replies.flush()
+            reply = _JOBS[request.kind](data_dir, request, dbt, send if request.progress else None)
+        send(reply)
+
+
+def _failed(exc: Exception) -> RunReply:
+    """The reply of a run an exception ended (the command line re-raises it from the code)."""
+    if isinstance(exc, LakeSyncError):
+        return RunReply(ok=False, error=exc.message, error_code=exc.code)
+    return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}", error_code="INTERNAL_ERROR")
+
+
+def _observer(emit: Emit | None) -> Callable[[PipelineEvent], None]:
+    """Log each event of a run (``pipeline.log``) and, when asked, send it to the parent."""
+
+    def observe(event: PipelineEvent) -> None:
+        _log_event(event)
+        if emit is not None:
+            emit(event)
+
+    return observe
+
+
+def _shipping(shipped: list[ShipResult], metrics: DestinationMetrics) -> dict[str, Any]:
+    """The reply's shipping fields: rows shipped, failed secondary writes, shipments."""
+    return {
+        "rows_shipped": sum(s.rows for s in shipped),
+        "secondary_failures": [
+            SecondaryFailures(d, s, n)
+            for (d, s), n in metrics.secondary_failure_counts().items()
+        ],
+        "shipments": [Shipment(s.destination, s.table, s.rows, s.error) for s in shipped],
+    }
 
 
 def _log_event(event: PipelineEvent) -> None:
@@ -149,7 +281,9 @@ def _log_event(event: PipelineEvent) -> None:
                       f"failed: {s.error}" if s.error else "ok")
 
 
-def _run(data_dir: Path | None, request: RunRequest, dbt: DbtInvoker) -> RunReply:
+def _run(
+    data_dir: Path | None, request: RunRequest, dbt: DbtInvoker, emit: Emit | None
+) -> RunReply:
     """One pipeline run, then shipping to the declared destinations
     (:func:`lakesync.lakehouse.pipeline.run_and_ship`, as ``lakesync pipeline run`` does)."""
     _log.info("pipeline run started")
@@ -161,14 +295,14 @@ def _run(data_dir: Path | None, request: RunRequest, dbt: DbtInvoker) -> RunRepl
             config,
             full_refresh=request.full_refresh,
             tests=request.tests,
-            observer=_log_event,
+            observer=_observer(emit),
             metrics=metrics,
             dbt=dbt,
             pushes=request.pushes,
         )
     except Exception as exc:  # one failed run is reported; the worker serves the next
         _log.exception("pipeline run failed")
-        return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+        return _failed(exc)
     # One table's failure is that table's: the others were built and shipped.
     failed = run.failures
     result = run.built
@@ -179,34 +313,65 @@ def _run(data_dir: Path | None, request: RunRequest, dbt: DbtInvoker) -> RunRepl
         tables_updated=result.tables_updated,
         elapsed_s=result.elapsed_s,
         position=result.position,
-        rows_shipped=sum(s.rows for s in run.shipped),
-        secondary_failures=[
-            SecondaryFailures(d, s, n)
-            for (d, s), n in metrics.secondary_failure_counts().items()
-        ],
-        shipments=[Shipment(s.destination, s.table, s.rows, s.error) for s in run.shipped],
+        **_shipping(run.shipped, metrics),
     )
 
 
-def _compact(data_dir: Path | None, dbt: DbtInvoker) -> RunReply:
+def _materialise(
+    data_dir: Path | None, request: RunRequest, dbt: DbtInvoker, emit: Emit | None
+) -> RunReply:
+    """One ``lakesync materialise`` (shipping, then tiering) on this worker's Spark session."""
+    _log.info("materialise started")
+    started = time.monotonic()
+    metrics = DestinationMetrics()
+    observe = _observer(emit)
+    try:
+        config = load_config(None)
+        shipped = materialise(
+            LakeSettings.from_config(config, data_dir), config, metrics=metrics,
+            on_result=lambda r: observe(Shipped(r)), on_progress=node_events("ship", observe),
+            dbt=dbt,
+        )
+    except Exception as exc:  # reported; the worker serves the next request
+        _log.exception("materialise failed")
+        return _failed(exc)
+    failed = [f"{s.destination}/{s.table}: {s.error}" for s in shipped if s.error]
+    return RunReply(ok=not failed, error="; ".join(failed),
+                    elapsed_s=time.monotonic() - started, **_shipping(shipped, metrics))
+
+
+def _compact(
+    data_dir: Path | None, request: RunRequest, dbt: DbtInvoker, emit: Emit | None
+) -> RunReply:
     """One ``lakesync compact`` on this worker's Spark session."""
     _log.info("compaction started")
+
+    def on_table(t: TableCompaction) -> None:
+        if t.error is None:
+            _log.info("compacted %s: %d → %d data files, %d → %d bytes", t.table,
+                      t.files_before, t.files_after, t.bytes_before, t.bytes_after)
+        else:
+            _log.error("maintenance of %s failed: %s", t.table, t.error)
+        if emit is not None:
+            emit(Compacted(t))
+
     try:
         result = compact(
-            LakeSettings.from_config(load_config(None), data_dir),
-            lambda t: _log.info(
-                "compacted %s: %d → %d data files, %d → %d bytes", t.table, t.files_before,
-                t.files_after, t.bytes_before, t.bytes_after,
-            ) if t.error is None else _log.error("maintenance of %s failed: %s", t.table, t.error),
-            dbt,
+            LakeSettings.from_config(load_config(None), data_dir), on_table, dbt,
+            None if emit is None else lambda tables: emit(TablesPlanned(tables)),
         )
     except Exception as exc:  # reported; the worker serves the next request
         _log.exception("compaction failed")
-        return RunReply(ok=False, error=f"{type(exc).__name__}: {exc}")
+        return _failed(exc)
     _log.info("compaction done in %.1f s", result.elapsed_s)
     failures = result.failures  # one table's failure is reported; the others were maintained
     return RunReply(ok=not failures, error="; ".join(failures), elapsed_s=result.elapsed_s,
                     compacted=result.tables)
+
+
+_JOBS: dict[str, Callable[[Path | None, RunRequest, DbtInvoker, Emit | None], RunReply]] = {
+    "pipeline": _run, "compact": _compact, "materialise": _materialise,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -274,21 +439,40 @@ class PipelineWorker:
         return proc
 
     def run(
-        self, stop: threading.Event | None = None, *, full_refresh: bool = False
+        self,
+        stop: threading.Event | None = None,
+        *,
+        full_refresh: bool = False,
+        tests: bool = True,
+        on_event: Emit | None = None,
     ) -> RunReply | None:
         """One run; ``None`` if ``stop`` was set meanwhile (the worker is then terminated).
+        ``on_event`` gets the run's :data:`WorkerEvent` values as they happen.
 
         Raises :class:`WorkerDiedError` if the worker exits during the run.
         """
-        return self._ask(
-            RunRequest(full_refresh=full_refresh, pushes=telemetry.take_landed()), stop
+        return self.ask(
+            RunRequest(full_refresh=full_refresh, tests=tests, pushes=telemetry.take_landed()),
+            stop, on_event,
         )
 
-    def compact(self, stop: threading.Event | None = None) -> RunReply | None:
+    def compact(
+        self, stop: threading.Event | None = None, on_event: Emit | None = None
+    ) -> RunReply | None:
         """One compaction (``lakesync compact``), like :meth:`run`; figures in ``compacted``."""
-        return self._ask(RunRequest(kind="compact"), stop)
+        return self.ask(RunRequest(kind="compact"), stop, on_event)
 
-    def _ask(self, request: RunRequest, stop: threading.Event | None) -> RunReply | None:
+    def ask(
+        self, request: RunRequest, stop: threading.Event | None = None,
+        on_event: Emit | None = None,
+    ) -> RunReply | None:
+        """Run ``request`` (its ``progress`` set when ``on_event`` is given), like :meth:`run`."""
+        request = msgspec.structs.replace(request, progress=on_event is not None)
+        return self._ask(request, stop, on_event)
+
+    def _ask(
+        self, request: RunRequest, stop: threading.Event | None, on_event: Emit | None
+    ) -> RunReply | None:
         proc = self._proc if self._proc is not None and self._proc.poll() is None else None
         proc = proc or self._start()
         assert proc.stdin is not None
@@ -310,9 +494,14 @@ class PipelineWorker:
                 self._proc = None
                 raise WorkerDiedError(f"the pipeline worker exited with code {code} during a run")
             try:
-                return _reply_decoder.decode(line)
+                item = decode_line(line)
             except msgspec.DecodeError:
                 _log.warning("pipeline worker printed a line that is not a reply: %r", line[:200])
+                continue
+            if isinstance(item, RunReply):
+                return item
+            if on_event is not None:
+                on_event(item)
 
     def close(self, timeout: float = 20.0) -> None:
         """Stop the worker: close its stdin, then terminate, then kill."""

@@ -30,6 +30,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 _calls: list[str] = []
+LAKE_RUN = "/v1/admin/lake/run"
 
 
 def _check(case: Any) -> None:
@@ -56,8 +57,11 @@ def _check(case: Any) -> None:
 def test_no_server_errors_and_schema_conformance(served: ServerProcess) -> None:
     # Driven by hand: schemathesis' pytest plugin does not run under pytest 9.
     api = schemathesis.openapi.from_url(f"{served.url}/docs/openapi.json")
-    operations = [result.ok() for result in api.get_all_operations()]
-    assert len(operations) >= 12
+    every = [result.ok() for result in api.get_all_operations()]
+    # A valid lake run starts Spark in the gateway's worker and waits for it: its validation is
+    # tested in test_lake_run_route.py, and its runs in tests/lakehouse/test_cli_handover.py.
+    operations = [op for op in every if op.label != f"POST {LAKE_RUN}"]
+    assert len(operations) == len(every) - 1 >= 12
     for operation in operations:
         fuzz = given(case=operation.as_strategy())(_check)
         settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))(fuzz)()

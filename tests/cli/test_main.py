@@ -189,3 +189,22 @@ def test_help_through_the_installed_script() -> None:
     proc = run_cli("--help", secret=None)
     assert proc.returncode == 0
     assert "token" in proc.stdout
+
+
+def test_command_lists_show_each_summary_as_one_reflowed_paragraph() -> None:
+    """typer's rich help prints a command's ``short_help or help`` in the list as is, so a
+    docstring's line breaks cut sentences mid-line (``init``: "…and the" / "next three
+    commands."): every listed summary is one paragraph with no line break."""
+    runner = CliRunner()
+    groups: list[tuple[str, ...]] = [(), ("pipeline",)]
+    for path in groups:
+        result = runner.invoke(app, [*path, "--help"], terminal_width=200)
+        assert result.exit_code == 0, result.output
+    root = typer.main.get_command(app)
+    ctx = root.make_context("lakesync", ["--help"], resilient_parsing=True)
+    for name in root.list_commands(ctx):
+        command = root.get_command(ctx, name)
+        listed = [command, *getattr(command, "commands", {}).values()]
+        for cmd in listed:
+            shown = cmd.short_help or cmd.help or ""
+            assert "\n" not in shown.split("\n\n")[0], (name, cmd.name, shown)

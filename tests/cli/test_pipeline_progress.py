@@ -57,3 +57,12 @@ def test_piped_output_is_quiet_with_one_summary_line(capsys: pytest.CaptureFixtu
     assert shown.count("\n") == 1, shown
     assert shown.startswith("pipeline run: 3/3 nodes, 1 failed (analytics__todos), ")
     assert "rows merged" in capsys.readouterr().out  # the summary table, printed whole
+
+
+def test_a_run_handed_to_a_busy_gateway_says_it_waits() -> None:
+    err = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        view = RunView(stack, ships=False, console=Console(file=err, force_terminal=True))
+        view.waiting("scheduled pipeline run")
+        view(NodesPlanned("build", 1))
+    assert "waiting for the gateway's scheduled pipeline run" in err.getvalue()

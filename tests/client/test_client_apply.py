@@ -443,3 +443,34 @@ def test_a_replica_in_the_per_cell_layout_opens_with_its_states_and_pending_writ
     again = store(path)
     assert again.get("t", "r1") == {"a": "newer", "b": 9}
     assert again.query("select name from sqlite_master where name = '_ls_cells'") == []
+
+
+def test_a_batch_nobody_watches_builds_no_changes_and_applies_the_same() -> None:
+    # The engine asks ``watched`` in the transaction: a first sync without a watch spends
+    # nothing on Change objects, and the replica ends the same as with one.
+    pages = [
+        [d("INSERT", f"r{i}", "x", i, a=str(i), b=i) for i in range(0, 6)],
+        [d("INSERT", f"r{i}", "x", i, a=str(i), b=i) for i in range(6, 12)],
+        [d("UPDATE", "r3", "y", 50, a="late"), d("DELETE", "r7", "y", 51)],
+    ]
+    unwatched, watched = store(), store()
+    clock = HLC()
+    for page in pages:
+        assert unwatched.apply_remote(page, "remote", clock, watched=lambda: False) == []
+        changes = watched.apply_remote(page, "remote", clock, watched=lambda: True)
+        assert {c.row_id for c in changes} == {x.row_id for x in page}
+    assert rows(unwatched) == rows(watched)
+    assert "r7" not in rows(unwatched) and rows(unwatched)["r3"]["a"] == "late"
+
+
+def test_changes_are_built_while_a_watch_is_registered(tmp_path: Path) -> None:
+    with LakeSyncClient(str(tmp_path / "r.db"), schemas=[SCHEMA]) as c:
+        assert not c._watchers.watching()
+        w = c.watch("t", lambda changes: None)
+        assert c._watchers.watching()
+        changes = c._store.apply_remote(
+            [d("INSERT", "r1", "x", 1, a="v")], "remote", HLC(), watched=c._watchers.watching
+        )
+        assert [ch.row_id for ch in changes] == ["r1"]
+        w.cancel()
+        assert not c._watchers.watching()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -395,6 +396,56 @@ def test_websocket_drop_and_recover_without_loss_or_duplicates(own_gateway: Serv
         assert replica(a) == replica(b) == gateway_state(gw, gw_id)
         ids = [d.delta_id for d in all_deltas(gw, gw_id)]
         assert len(ids) == len(set(ids)) == 3
+
+
+def test_a_slow_websocket_receiver_is_dropped_and_resumes_from_its_cursor(
+    tmp_path: Path,
+) -> None:
+    """A client that stops reading its socket (its loop is stuck in a watch callback) while
+    another pushes is dropped by the gateway (its send queue is bounded: 4408, docs/protocol.md
+    §9); once it reads again it applies what had reached it, reconnects on its own and pulls
+    the rest from its cursor: it converges with no sync() call."""
+    env = {"LAKESYNC_WS_RATE_LIMIT": "0", "LAKESYNC_WS_SEND_QUEUE_BYTES": str(64 * 1024)}
+    gw, gw_id = ServerProcess(tmp_path / "gw-data", env).start(), "gwslow"
+    admin = {"Authorization": f"Bearer {gw.token('root', gw_id, role='admin')}"}
+
+    def sockets() -> int:
+        r = httpx.get(f"{gw.url}/v1/admin/metrics/{gw_id}", headers=admin)
+        return int(r.json()["wsConnections"])
+
+    stuck, release = threading.Event(), threading.Event()
+
+    def stall(changes: list[Any]) -> None:
+        if not release.is_set():
+            stuck.set()
+            release.wait(120)  # on the client's loop: its socket is not read meanwhile
+
+    quick = Backoff(base=0.05, cap=1.0)
+    try:
+        with (
+            make(gw, gw_id, "a") as a,
+            make(gw, gw_id, "b", transport="websocket", backoff=quick) as b,
+        ):
+            b.sync()
+            b.watch("todos", stall)
+            wait_for(lambda: sockets() == 1)
+            batches = 0
+            while sockets() == 1:
+                assert batches < 30, "the stalled client was never dropped"
+                for i in range(100):
+                    a.insert("todos", f"r{batches}-{i}", {"title": "y" * 8000})
+                a.sync()
+                batches += 1
+            assert stuck.is_set()
+            # Dropped for its full send queue (4408), not by the keepalive (1011, after 20 s).
+            assert "too slow for its broadcasts" in gw.log_path.read_text()
+            release.set()
+            wait_for(lambda: len(replica(b)) == 100 * batches, timeout=60)
+            assert replica(b) == replica(a) == gateway_state(gw, gw_id)
+            wait_for(lambda: sockets() == 1)  # connected again
+    finally:
+        release.set()
+        gw.stop()
 
 
 # -- convergence property ----------------------------------------------------------------------

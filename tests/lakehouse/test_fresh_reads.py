@@ -1,10 +1,12 @@
 """Fresh reads without gaps, no Spark: the landing and hot-log positions a fresh read uses are
 the ones of the snapshots its views read, so a landing flush between making the views and
 reading the positions loses nothing; a registered table the pipeline has not built yet is
-answered from landing + hot log."""
+answered from landing + hot log. Each on the embedded SQLite catalog and on a real Iceberg REST
+catalog server (``lakesync query --fresh`` through REST)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
 from tests.api.helpers import now_hlc
+from tests.rest_catalog import rest_catalog_server
 
 GW = "gwf"
 NOTES = parse_schema({"table": "notes", "columns": [
@@ -31,20 +34,29 @@ NOTES = parse_schema({"table": "notes", "columns": [
 SQL = "select row_id, body, stars from analytics.notes order by row_id"
 
 
-@pytest.fixture
-def lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LakeSettings, Any]]:
-    """A lake with no pipeline run (no Spark) and its hot log; ``notes`` registered."""
+@pytest.fixture(params=["sqlite", "rest"])
+def lake(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[LakeSettings, Any]]:
+    """A lake with no pipeline run (no Spark) and its hot log; ``notes`` registered. Its
+    catalog is the embedded SQLite one or a REST catalog server of its own."""
     monkeypatch.delenv("LAKESYNC_CONFIG", raising=False)
-    settings = LakeSettings.from_env(tmp_path, env={})
-    init_catalog_tables(settings)
-    catalog = open_catalog(settings)
-    ensure_landing_table(catalog)
-    publish_schemas(catalog, [(GW, NOTES)])
-    log = SqliteHotLog(tmp_path / "hotlog.sqlite3", HLC())
-    try:
-        yield settings, log
-    finally:
-        log.close()
+    with contextlib.ExitStack() as stack:
+        env = {}
+        if request.param == "rest":
+            env["LAKESYNC_CATALOG_URI"] = stack.enter_context(
+                rest_catalog_server(tmp_path / "rest")
+            )
+        settings = LakeSettings.from_env(tmp_path, env=env)
+        init_catalog_tables(settings)
+        catalog = open_catalog(settings)
+        ensure_landing_table(catalog)
+        publish_schemas(catalog, [(GW, NOTES)])
+        log = SqliteHotLog(tmp_path / "hotlog.sqlite3", HLC())
+        try:
+            yield settings, log
+        finally:
+            log.close()
 
 
 def _d(op: str, row: str, hlc: int, **cols: Any) -> RowDelta:

@@ -136,6 +136,60 @@ def test_bad_lake_settings_name_the_key_or_the_variable(tmp_path: Path) -> None:
         LakeSettings.from_env(tmp_path, env={"LAKESYNC_SPARK_CORES_MAX": "-2"})
 
 
+def test_an_http_catalog_uri_selects_the_rest_catalog_for_spark(tmp_path: Path) -> None:
+    """``http(s)://`` is a REST catalog: Spark gets type rest, the warehouse *name*, the
+    credential or token, and asks for vended credentials; the JDBC-only settings are left out."""
+    s = LakeSettings.from_env(tmp_path, env={
+        "LAKESYNC_CATALOG_URI": "https://catalog.example:8181/api/catalog",
+        "LAKESYNC_CATALOG_WAREHOUSE": "prod",
+        "LAKESYNC_CATALOG_CREDENTIAL": "id:secret",
+    })
+    assert s.is_rest and not s.is_sqlite and s.catalog_type == "rest"
+    conf = s.spark_conf()
+    assert conf["spark.sql.catalog.lake.type"] == "rest"
+    assert conf["spark.sql.catalog.lake.uri"] == "https://catalog.example:8181/api/catalog"
+    assert conf["spark.sql.catalog.lake.warehouse"] == "prod"
+    assert conf["spark.sql.catalog.lake.credential"] == "id:secret"
+    assert conf["spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation"] == (
+        "vended-credentials")
+    assert "spark.sql.catalog.lake.jdbc.init-catalog-tables" not in conf
+    assert "spark.sql.catalog.lake.token" not in conf
+    assert s.secrets == ["id:secret", "secret"]
+    token = LakeSettings.from_env(tmp_path, env={
+        "LAKESYNC_CATALOG_URI": "http://127.0.0.1:8181", "LAKESYNC_CATALOG_TOKEN": "t0k",
+    })
+    conf = token.spark_conf()
+    assert conf["spark.sql.catalog.lake.token"] == "t0k"
+    assert "spark.sql.catalog.lake.warehouse" not in conf  # no name: the catalog's default
+    with pytest.raises(ConfigError, match="not a JDBC catalog"):
+        token.sqlalchemy_uri()
+    jdbc = LakeSettings.from_env(tmp_path, env={}).spark_conf()
+    assert jdbc["spark.sql.catalog.lake.type"] == "jdbc"
+    assert "spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation" not in jdbc
+
+
+def test_catalog_secrets_resolve_references_and_errors_name_no_value(tmp_path: Path) -> None:
+    secret_file = tmp_path / "credential"
+    secret_file.write_text("client:from-file\n", encoding="utf-8")
+    path = tmp_path / "lakesync.yaml"
+    path.write_text(
+        "lake:\n  catalog_uri: http://127.0.0.1:8181\n"
+        f"  catalog_credential: ${{file:{secret_file}}}\n"
+        "  catalog_token: ${CATALOG_TOKEN_VAR}\n"
+        "  catalog_password: pre-${PW_VAR}\n",
+        encoding="utf-8",
+    )
+    env = {"LAKESYNC_CONFIG": str(path), "CATALOG_TOKEN_VAR": "tok", "PW_VAR": "pw"}
+    s = LakeSettings.from_env(tmp_path, env=env)
+    assert s.catalog_credential == "client:from-file"
+    assert s.catalog_token == "tok" and s.catalog_password == "pre-pw"
+    assert s.dbt_env()["LAKESYNC_CATALOG_CREDENTIAL"] == "client:from-file"
+    with pytest.raises(ConfigError, match=r"lake\.catalog_token: .*CATALOG_TOKEN_VAR is not set"):
+        LakeSettings.from_env(tmp_path, env={"LAKESYNC_CONFIG": str(path), "PW_VAR": "pw"})
+    with pytest.raises(ConfigError, match=r"lake\.catalog_uri 'thrift://h:9083' is not supported"):
+        LakeSettings.from_env(tmp_path, env={"LAKESYNC_CATALOG_URI": "thrift://h:9083"})
+
+
 def test_json_format_is_one_object_per_row_with_exact_hlcs() -> None:
     rows = [("a", Decimal(2**64 - 1), {"k": [1]}), ("b", None, None)]
     result = QueryResult(["id", "_hlc", "meta"], rows)

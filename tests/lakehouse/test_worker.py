@@ -7,7 +7,6 @@ DuckDB reading the models back.
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
 import threading
@@ -26,7 +25,13 @@ from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LakeSettings
-from lakesync.lakehouse.worker import PipelineWorker, RunReply, WorkerDiedError, _serve
+from lakesync.lakehouse.worker import (
+    PipelineWorker,
+    RunReply,
+    WorkerDiedError,
+    _serve,
+    decode_line,
+)
 from lakesync.schema import parse_schema
 from lakesync.status import Shipment
 
@@ -43,9 +48,12 @@ def _note(row: str, hlc_ms: int, body: str) -> RowDelta:
 def test_a_bad_request_gets_an_error_reply_and_the_worker_reads_on() -> None:
     replies = io.StringIO()
     _serve(None, io.StringIO('not json\n{"full_refresh": "yes"}\n\n'), replies)
-    got = [RunReply(**json.loads(line)) for line in replies.getvalue().splitlines()]
-    assert [r.ok for r in got] == [False, False]
-    assert all(r.error.startswith("bad request") for r in got)
+    got = [decode_line(line) for line in replies.getvalue().splitlines()]
+    assert all(isinstance(r, RunReply) for r in got)
+    assert [(r.ok, r.error_code) for r in got if isinstance(r, RunReply)] == [
+        (False, "VALIDATION_ERROR"), (False, "VALIDATION_ERROR")
+    ]
+    assert all(r.error.startswith("bad request") for r in got if isinstance(r, RunReply))
 
 
 @pytest.mark.spark

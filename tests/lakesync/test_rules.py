@@ -21,6 +21,7 @@ from lakesync.rules import (
     rules_to_wire,
     tables_for,
     visible,
+    visible_among,
 )
 from lakesync.schema import parse_schema
 
@@ -415,3 +416,43 @@ def test_connector_tables_name_what_each_kind_fills() -> None:
     }, "lakesync.yaml")
     assert tables_by_gateway(specs) == {"gw1": {"jira_issues", "jira_projects"},
                                         "gw2": {"events"}}
+
+
+@given(
+    buckets=st.lists(
+        st.fixed_dictionaries(
+            {
+                "tables": st.sampled_from([[], ["todos"], ["notes"], ["todos", "notes"]]),
+                "filters": st.lists(_FILTERS, max_size=3),
+            }
+        ),
+        max_size=3,
+    ),
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["todos", "notes"]),
+            st.none() | st.dictionaries(st.sampled_from(["owner", "team", "n"]), _VALUES),
+        ),
+        max_size=8,
+    ),
+    claims=st.fixed_dictionaries(
+        {"sub": st.sampled_from(["a", "b", "1"])},
+        optional={
+            "teams": st.lists(st.sampled_from(["a", "b", "1"]), max_size=2),
+            "none": st.sampled_from(["null", "true"]),
+        },
+    ),
+    ruleless=st.booleans(),
+)
+def test_visible_among_answers_as_visible_row_by_row(
+    buckets: list[dict[str, Any]],
+    rows: list[tuple[str, dict[str, Any] | None]],
+    claims: dict[str, Any],
+    ruleless: bool,
+) -> None:
+    # A checkpoint chunk is filtered column by column; each row must get visible()'s answer.
+    rules = None if ruleless else parse_rules(
+        {"version": 1, "buckets": [{"name": f"b{i}", **b} for i, b in enumerate(buckets)]}
+    )
+    expected = [visible(rules, claims, table, row) for table, row in rows]
+    assert visible_among(rules, claims, rows) == expected

@@ -11,6 +11,7 @@ from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT, RowDelta, is
 from lakesync.merge import MergedState, RowState, apply_delta
 from lakesync.rules import parse_rules
 from lakesync.views import (
+    BroadcastView,
     Reader,
     RowRecord,
     SnapshotCache,
@@ -21,6 +22,7 @@ from lakesync.views import (
     page_view,
     resync_view,
     row_snapshot,
+    view_key,
     whole_row_snapshot,
 )
 from lakesync.wire import knows_view_evictions
@@ -307,3 +309,87 @@ def test_admin_sees_everything_and_claims_hash_tracks_claims() -> None:
     assert effective_rules(RULES, ALICE) is RULES
     assert claims_hash(ALICE) == claims_hash(dict(reversed(list(ALICE.items()))))
     assert claims_hash(ALICE) != claims_hash(ALICE | {"team": "red"})
+
+
+TEAM_RULES = parse_rules(
+    {
+        "version": 1,
+        "buckets": [
+            {"name": "mine", "filters": [{"column": "owner", "op": "eq", "value": "jwt:sub"}]},
+            {"name": "team", "filters": [{"column": "team", "op": "in", "value": "jwt:teams"}]},
+        ],
+    }
+)
+CLIENTS = ["alice", "bob", "carol"]
+_claims = st.fixed_dictionaries(
+    {"sub": st.sampled_from(CLIENTS), "role": st.sampled_from(["client", "client", "admin"])},
+    optional={"teams": st.sampled_from(["red", ["red"], ["red", "blue"], "blue"])},
+)
+_write = st.tuples(
+    st.sampled_from(["INSERT", "UPDATE", "DELETE"]),
+    st.sampled_from(["r1", "r2", "r3"]),
+    st.sampled_from(CLIENTS),
+    st.sampled_from(CLIENTS),
+    st.sampled_from([None, "red", "blue"]),
+)
+
+
+def _deltas(writes: list[tuple[str, str, str, str, str | None]], start: int) -> list[RowDelta]:
+    out = []
+    for i, (op, row, client, owner, team) in enumerate(writes):
+        cols = {} if op == "DELETE" else {"owner": owner, "team": team, "n": i}
+        out.append(d(op, row, start + i, client=client, **cols))
+    return out
+
+
+@given(
+    st.lists(_write, max_size=6),
+    st.lists(_write, min_size=1, max_size=4),
+    st.lists(st.tuples(_claims, st.booleans()), min_size=1, max_size=6),
+)
+def test_a_broadcast_view_is_the_page_view_and_equal_view_keys_see_alike(
+    before: list[tuple[str, str, str, str, str | None]],
+    batch: list[tuple[str, str, str, str, str | None]],
+    receivers: list[tuple[dict[str, object], bool]],
+) -> None:
+    """What :class:`BroadcastView` gives each receiver of a stored batch is what
+    :func:`page_view` gives it (the hub's per-view fan-out changes no client's deltas), and
+    receivers with equal :func:`view_key` that wrote none of the batch get the same deltas
+    (so the hub computes and encodes them once)."""
+    old = _deltas(before, 1000)
+    new = _deltas(batch, 2000)
+    end = 5000  # the batch's ingest stamp (a batch is atomic)
+    states: dict[tuple[str, str], RowState] = {}
+    for x in old:
+        apply_delta(states.setdefault(("todos", x.row_id), RowState()), x)
+    history = {
+        ("todos", x.row_id): (
+            RowState(dict(s.cells), s.write, s.tombstone)
+            if (s := states.get(("todos", x.row_id)))
+            else RowState(),
+            [(end, y) for y in new if y.row_id == x.row_id],
+        )
+        for x in new
+    }
+    for x in new:
+        apply_delta(states.setdefault(("todos", x.row_id), RowState()), x)
+    rows = {k: RowRecord(s, end) for k, s in states.items()}
+    since = end - 1
+    shared = BroadcastView(new, rows, since, SnapshotCache(), history)
+    seen: dict[object, list[RowDelta]] = {}
+    for claims, whole in receivers:
+        sub = str(claims["sub"])
+        r = Reader(
+            sub,
+            claims,
+            effective_rules(TEAM_RULES, claims),
+            since,
+            since,
+            ViewHistory.fixed(TEAM_RULES, claims),
+            whole_rows=whole,
+        )
+        got = shared.view(r)
+        assert got == page_view(new, rows, r, False, None, history)
+        if sub not in shared.writers:
+            key = (whole, view_key(TEAM_RULES, claims))
+            assert seen.setdefault(key, got) == got

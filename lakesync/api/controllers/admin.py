@@ -1,9 +1,13 @@
 """Admin routes (role ``admin``): flush, schemas, sync rules, connectors, action records,
-per-gateway metrics, status."""
+per-gateway metrics, status, and the lake's runs handed to the gateway's warm worker."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio.to_thread
 import msgspec
@@ -11,6 +15,7 @@ from litestar import Controller, Request, delete, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.dto import DTOConfig, MsgspecDTO
 from litestar.params import FromPath, JSONBody, QueryParameter
+from litestar.response import Stream
 
 from lakesync.api.actions import ActionDispatcher
 from lakesync.api.auth import provide_admin_claims, provide_own_admin_claims
@@ -18,11 +23,16 @@ from lakesync.api.errors import ERROR_RESPONSES
 from lakesync.api.services.connectors import ConnectorService
 from lakesync.api.services.status import StatusService
 from lakesync.api.services.sync import SyncService
+from lakesync.errors import NotFoundError, ValidationError
+from lakesync.lakehouse.worker import RunReply, WorkerEvent, encode_line
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
 from lakesync.status import StatusResponse
 from lakesync.tokens import Claims
 from lakesync.wire import decode_json_object
+
+if TYPE_CHECKING:
+    from lakesync.lakehouse.schedule import WorkerJobs
 
 __all__ = ["AdminController"]
 
@@ -62,6 +72,30 @@ class RulesBody(MsgspecDTO[SyncRules]):
     def decode_bytes(self, value: bytes) -> SyncRules:
         """The checked rules of a body."""
         return parse_rules(decode_json_object(value, "sync rules"))
+
+
+class LakeRun(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
+    """A run handed to the gateway's warm pipeline worker: ``lakesync pipeline run``
+    (``job: pipeline``, with its ``fullRefresh`` and ``tests``), ``lakesync materialise`` or
+    ``lakesync compact``."""
+
+    job: Literal["pipeline", "materialise", "compact"]
+    full_refresh: bool = False
+    tests: bool = True
+
+
+class LakeRunBody(MsgspecDTO[LakeRun]):
+    """A lake run body: not a JSON object, an unknown job or field, or a wrongly typed option
+    is 400 naming it; OpenAPI documents the body."""
+
+    config = DTOConfig(rename_strategy="camel")
+
+    def decode_bytes(self, value: bytes) -> LakeRun:
+        """The checked run of a body."""
+        try:
+            return msgspec.convert(decode_json_object(value, "lake run"), LakeRun)
+        except msgspec.ValidationError as exc:
+            raise ValidationError(f"invalid lake run: {exc}") from None
 
 
 class ConnectorsResponse(msgspec.Struct):
@@ -259,6 +293,58 @@ class AdminController(Controller):
         if all_gateways:
             return await service.status(await service.known_gateways())
         return await service.gateway_status(str(claims["gw"]))
+
+    @post(
+        "/lake/run",
+        status_code=200,
+        responses=ERROR_RESPONSES,
+        dto=LakeRunBody,
+        return_dto=None,
+        media_type="application/x-ndjson",
+        dependencies={"claims": Provide(provide_own_admin_claims, sync_to_thread=False)},
+    )
+    async def lake_run(
+        self,
+        data: JSONBody[LakeRun],
+        claims: NamedDependency[Claims],
+        request: Request[Any, Any, Any],
+    ) -> Stream:
+        """Run ``lakesync pipeline run``, ``materialise`` or ``compact`` on this gateway's warm
+        pipeline worker (what those commands do when ``lakesync up`` runs on their data dir),
+        queued behind the run going on; streams NDJSON lines ``{"event": NAME, "data": ...}``:
+        the run's progress (dbt nodes, tables shipped or compacted; ``queued`` while it waits),
+        then one ``reply``. The run goes on if the client goes away. 404 when this process runs
+        no pipeline worker."""
+        jobs: WorkerJobs | None = getattr(request.app.state, "worker_jobs", None)
+        if jobs is None:
+            raise NotFoundError(
+                "this gateway runs no pipeline worker (it needs the pipeline extra: pip install "
+                "'lakesync[pipeline]'); run the command with --in-process"
+            )
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        def put(line: bytes | None) -> None:
+            # From the worker loop's thread; the server may have stopped meanwhile.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+
+        def event(e: WorkerEvent) -> None:
+            put(encode_line(e))
+
+        def ended(reply: Future[RunReply]) -> None:
+            put(encode_line(reply.result()))
+            put(None)
+
+        jobs.submit(
+            data.job, full_refresh=data.full_refresh, tests=data.tests, on_event=event
+        ).add_done_callback(ended)
+
+        async def stream() -> AsyncIterator[bytes]:
+            while (line := await lines.get()) is not None:
+                yield line
+
+        return Stream(stream(), media_type="application/x-ndjson")
 
     @get("/status/{gw:str}", responses=ERROR_RESPONSES)
     async def status_of_gateway(

@@ -118,7 +118,7 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
             except RecursionError:
                 await close(4400, "input is nested too deeply")
                 return
-            await conn.outbox.put(reply)
+            await conn.reply(reply)
     except WebSocketDisconnect:
         return
     finally:

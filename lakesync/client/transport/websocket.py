@@ -49,7 +49,13 @@ from lakesync.client.transport.http import AsyncHttpTransport
 from lakesync.delta import RowDelta
 from lakesync.errors import code_for_status, error_for_code
 from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
-from lakesync.wsframes import ServerFrame, decode_server_frame, encode_pull, encode_push
+from lakesync.wsframes import (
+    CLOSE_TOO_SLOW,
+    ServerFrame,
+    decode_server_frame,
+    encode_pull,
+    encode_push,
+)
 
 __all__ = ["AsyncWebSocketTransport", "WebSocketTransport"]
 
@@ -407,10 +413,12 @@ def _close_error(ws: ClientConnection) -> LakeSyncError:
     """The error a request gets when the gateway closes the socket under it.
 
     The gateway closes with ``4000 + HTTP status`` for protocol errors (4401 bad token, 4403
-    forbidden, 4422 schema, 4429 rate limited, …), 1008 when frames come too fast, 1013 when
-    it is full or the receiver is too slow, 1001 when it shuts down.
+    forbidden, 4422 schema, 4429 rate limited, …), 4408 when this receiver took its broadcasts
+    too slowly, 1008 when frames come too fast, 1013 when it is full, 1001 when it shuts down.
     """
     code, reason = ws.close_code, ws.close_reason or ""
+    if code == CLOSE_TOO_SLOW:  # dropped as a slow receiver: reconnect, pull what was missed
+        return BackpressureError(reason or "the gateway dropped this slow receiver")
     if code is not None and 4000 <= code < 5000:
         status = code - 4000
         message = reason or f"the gateway closed the WebSocket with code {code}"

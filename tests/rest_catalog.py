@@ -1,0 +1,182 @@
+"""A real Iceberg REST catalog server for tests: Apache Iceberg's own ``RESTCatalogServer``.
+
+``scripts/services.sh`` resolves its jars from Maven Central into
+``.venv/share/lakesync/rest-catalog`` and starts one shared server
+(``LAKESYNC_TEST_REST_CATALOG_URI``). The lake's namespaces and tables have fixed names, so a test
+that writes a lake gets a server of its own from the same jars (:func:`rest_catalog_server`), the
+way the database tests create their own databases. :class:`AuthProxy` puts a bearer-token and
+OAuth2 client-credentials check in front of a server (the fixture server accepts any token).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+__all__ = [
+    "REST_CATALOG_JARS", "REST_CATALOG_URI", "AuthProxy", "require_rest_catalog",
+    "rest_catalog_server",
+]
+
+REST_CATALOG_URI = os.environ.get("LAKESYNC_TEST_REST_CATALOG_URI", "")
+REST_CATALOG_JARS = Path(sys.prefix) / "share" / "lakesync" / "rest-catalog"
+
+
+def require_rest_catalog() -> None:
+    """Return when the REST catalog server's jars and a JVM are installed; otherwise skip (fail
+    under CI, where ``scripts/services.sh`` must have installed them)."""
+    if (REST_CATALOG_JARS / ".pom.xml").is_file() and shutil.which("java"):
+        return
+    reason = f"no Iceberg REST catalog server jars in {REST_CATALOG_JARS} (scripts/services.sh)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers(uri: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{uri}/v1/config", timeout=2):
+            return True
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+@contextlib.contextmanager
+def rest_catalog_server(
+    root: Path, warehouse: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """Run a REST catalog server of its own, backed by a SQLite catalog in ``root`` and
+    ``warehouse`` (default ``root/warehouse``); yield its URI. ``env`` adds ``CATALOG_*``
+    variables (catalog properties: ``CATALOG_IO__IMPL`` is ``io-impl``)."""
+    require_rest_catalog()
+    root.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    server_env = {
+        **os.environ,
+        "CATALOG_URI": f"jdbc:sqlite:{root / 'rest-catalog.db'}",
+        "CATALOG_WAREHOUSE": warehouse or (root / "warehouse").as_uri(),
+        "CATALOG_REST_PORT": str(port),
+        "CATALOG_JDBC_SCHEMA__VERSION": "V1",
+        **(env or {}),
+    }
+    log = (root / "rest-catalog.log").open("wb")
+    proc = subprocess.Popen(
+        ["java", "-Xmx512m", "-cp", f"{REST_CATALOG_JARS}/*",
+         "org.apache.iceberg.rest.RESTCatalogServer"],
+        env=server_env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while not _answers(uri):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                text = (root / "rest-catalog.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"the REST catalog server did not start:\n{text}")
+            time.sleep(0.2)
+        yield uri
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+class AuthProxy:
+    """An HTTP proxy to ``upstream`` that lets through only requests bearing ``token`` and, on
+    ``POST /v1/oauth/tokens``, only the client credentials ``client_id:client_secret`` (it then
+    issues ``token``); others get 401 with an Iceberg REST / OAuth2 error body."""
+
+    def __init__(self, upstream: str, token: str, credential: str) -> None:
+        self.upstream = upstream
+        self.token = token
+        self.client_id, self.client_secret = credential.split(":", 1)
+        self.refused = 0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.uri = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> AuthProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+            def _reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                for key, value in headers.items():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _refuse(self, body: dict[str, object]) -> None:
+                proxy.refused += 1
+                self._reply(401, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                if self.command == "POST" and self.path.rstrip("/").endswith("/v1/oauth/tokens"):
+                    form = urllib.parse.parse_qs(body.decode())
+                    if (form.get("client_id") != [proxy.client_id]
+                            or form.get("client_secret") != [proxy.client_secret]):
+                        self._refuse({"error": "invalid_client",
+                                      "error_description": "unknown client or wrong secret"})
+                        return
+                    token = {"access_token": proxy.token, "token_type": "Bearer",
+                             "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"}
+                    self._reply(200, json.dumps(token).encode(),
+                                {"Content-Type": "application/json"})
+                    return
+                if self.headers.get("Authorization") != f"Bearer {proxy.token}":
+                    self._refuse({"error": {"message": "not authorized: bad or missing token",
+                                            "type": "NotAuthorizedException", "code": 401}})
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                request = urllib.request.Request(
+                    proxy.upstream + self.path, data=body or None, headers=headers,
+                    method=self.command,
+                )
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as response:
+                        self._reply(response.status, response.read(), dict(response.headers))
+                except urllib.error.HTTPError as err:
+                    self._reply(err.code, err.read(), dict(err.headers))
+
+            do_GET = do_POST = do_HEAD = do_DELETE = _forward  # noqa: N815
+
+        return Handler
