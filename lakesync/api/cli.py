@@ -62,8 +62,14 @@ def up(
     settings = GatewaySettings.from_config(cfg)
     configure_logging(secrets=[*settings.jwt_secrets, *LakeSettings.from_config(cfg).secrets])
     with contextlib.ExitStack() as stack:
+        serving = False
+
+        def stopped() -> None:
+            if serving:  # a start that failed says why in its one error line, nothing more
+                _log.info("gateway stopped (lake jobs ended, store closed)")
+
         # Registered first, so it runs last: once the lake jobs, the store and the lock are done.
-        stack.callback(_log.info, "gateway stopped (lake jobs ended, store closed)")
+        stack.callback(stopped)
         if not settings.store_url.startswith(("postgresql://", "postgres://")):
             # The embedded store serves one process: refuse a second one on this data dir.
             stack.enter_context(hold_data_dir(settings.data_dir))
@@ -82,6 +88,7 @@ def up(
             config_file = None if cfg.source is None else str(cfg.source.resolve())
             return advertise(settings.data_dir, GatewayAddress(url, os.getpid(), config_file))
 
+        serving = True
         _serve(app, settings, cfg, host, port, advertised if worker_jobs is not None else None)
 
 
