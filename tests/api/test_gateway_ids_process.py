@@ -87,7 +87,7 @@ def test_bad_gateway_ids_are_refused_and_cannot_stop_other_tenants(tmp_path: Pat
             acked.extend(d["deltaId"] for d in r.json()["deltas"])
             r = httpx.post(f"{gw.url}/v1/admin/flush/gw1", headers=auth(token("ops", role="admin")))
             assert r.status_code == 200 and r.json()["flushed"], r.text
-        assert gw.stop() in (0, -15)
+        assert gw.stop() == 0  # SIGTERM runs the orderly shutdown
     log = gw.log_path.read_text()
     assert f"the rows of gateway {LONG_GW!r} cannot be written" in log
 

@@ -142,6 +142,6 @@ def test_scheduled_runs_count_secondary_failures_on_the_gateways_metrics(tmp_pat
             with psycopg.connect(url) as conn:  # the primary got the row all the same
                 rows = conn.execute("select row_id, body from notes").fetchall()
             assert rows == [("n1", "hello")]
-            assert gw.stop() in (0, -15)
+            assert gw.stop() == 0  # SIGTERM runs the orderly shutdown
     finally:
         drop_pg_database(url)

@@ -140,7 +140,7 @@ def test_the_gateway_and_its_pipeline_worker_export_one_trace_over_otlp(tmp_path
                 time.sleep(1)
             got = {name: (trace_id, parent) for name, trace_id, parent in _Collector.spans}
             assert "lakesync.shipment" in got, sorted(got)
-            assert gw.stop() in (0, -15)
+            assert gw.stop() == 0  # SIGTERM runs the orderly shutdown
     finally:
         server.shutdown()
         drop_pg_database(url)
