@@ -1,0 +1,222 @@
+"""The lake on object storage when the store fails: a real gateway process whose warehouse is on
+the local S3 server, reached through a :class:`~tests.fault_proxy.FaultProxy` that holds or cuts
+the flush's requests at a chosen one (never a chosen moment).
+
+- SIGKILLed mid-flush (a data file's upload held, the commit's metadata file held, or written
+  with its answer held; and through a REST catalog whose commit is applied but never answered),
+  then started again: the landing table holds every acknowledged delta exactly once.
+- The store unreachable or hanging mid-flush: the flush fails in bounded time, the gateway keeps
+  accepting pushes, and once the store is back the scheduled flush lands everything exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.object_store import S3FILEIO
+from lakesync.lakehouse.settings import LakeSettings
+from tests.api.helpers import auth, delta, token
+from tests.conftest import (
+    S3_ACCESS_KEY_ID,
+    S3_ENDPOINT,
+    S3_SECRET_ACCESS_KEY,
+    fresh_s3_bucket,
+    s3_lake_env,
+)
+from tests.fault_proxy import FaultProxy, Request
+from tests.gateway_process import ServerProcess
+from tests.rest_catalog import rest_catalog_server
+from tests.wire_json import as_json
+
+pytestmark = [pytest.mark.slow]
+
+ADMIN = auth(token("ops", role="admin"))
+
+
+@pytest.fixture
+def s3() -> Iterator[FaultProxy]:
+    """A fresh bucket's S3 server behind a proxy of this test's own."""
+    fresh_s3_bucket()  # skips (fails under CI) without the S3 server
+    with FaultProxy(S3_ENDPOINT) as proxy:
+        yield proxy
+
+
+def _lake_env(proxy: FaultProxy) -> dict[str, str]:
+    return {**s3_lake_env(fresh_s3_bucket()), "LAKESYNC_S3_ENDPOINT": proxy.url}
+
+
+def _push(gw: ServerProcess, client: str, n: int, start: int = 0) -> list[str]:
+    """Push ``n`` deltas of ``client`` in batches of 10; the deltaIds acknowledged."""
+    acked: list[str] = []
+    with httpx.Client(base_url=gw.url, timeout=30, headers=auth(token(client))) as http:
+        for first in range(start, start + n, 10):
+            batch = [delta("INSERT", f"{client}-{i}", client, v=i)
+                     for i in range(first, min(first + 10, start + n))]
+            r = http.post("/v1/sync/gw1/push",
+                          json={"clientId": client, "deltas": [as_json(d) for d in batch]})
+            assert r.status_code == 200, r.text
+            acked += [d.delta_id for d in batch]
+    return acked
+
+
+def _flush(gw: ServerProcess, timeout: float = 120) -> httpx.Response:
+    return httpx.post(f"{gw.url}/v1/admin/flush/gw1", headers=ADMIN, timeout=timeout)
+
+
+def _flush_in_background(gw: ServerProcess) -> threading.Thread:
+    """Ask for a flush from a thread (its answer never comes when the gateway is killed)."""
+
+    def ask() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            _flush(gw)
+
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    return thread
+
+
+def _landed(settings: LakeSettings) -> Counter[str]:
+    """How many times each deltaId is in the landing table."""
+    table = open_catalog(settings).load_table(LANDING_IDENTIFIER)
+    return Counter(table.scan(selected_fields=("delta_id",)).to_arrow()["delta_id"].to_pylist())
+
+
+def _landing_write(kind: str) -> Callable[[Request], bool]:
+    """Picks the landing flush's upload of a data file (``data``) or of the commit's table
+    metadata (``metadata``): its first request (pyarrow uploads in parts) or, ``metadata-done``,
+    the last one (the object exists once the server acts on it)."""
+
+    def pick(request: Request) -> bool:
+        method, path = request
+        if "/landing/" not in path:
+            return False
+        if kind == "data":
+            return method == "POST" and path.endswith("?uploads") and ".parquet" in path
+        if kind == "metadata":
+            return method == "POST" and path.endswith(".metadata.json?uploads")
+        return method == "POST" and ".metadata.json?uploadId=" in path
+
+    return pick
+
+
+def _wait(event: threading.Event, what: str, gw: ServerProcess, timeout: float = 120) -> None:
+    if not event.wait(timeout):
+        pytest.fail(f"{what} did not happen within {timeout:.0f} s; gateway log:\n"
+                    f"{gw.log_path.read_text(errors='replace')[-3000:]}")
+
+
+@pytest.mark.parametrize("window", ["data", "metadata", "metadata-done"])
+def test_gateway_killed_mid_flush_to_s3_lands_each_delta_exactly_once(
+    tmp_path: Path, s3: FaultProxy, window: str
+) -> None:
+    env = {**_lake_env(s3), "LAKESYNC_FLUSH_INTERVAL": "0"}  # flushes only when asked
+    data = tmp_path / "data"
+    gw = ServerProcess(data, env=env).start()
+    try:
+        acked = _push(gw, "alice", 30)
+        s3.hold(_landing_write(window), response=window == "metadata-done")
+        _flush_in_background(gw)
+        _wait(s3.held, f"the flush's {window} upload", gw)
+        gw.kill()
+        s3.release()  # a held upload goes on without its writer, as a slow store's would
+        gw.start()
+        acked += _push(gw, "bob", 20)
+        assert _flush(gw).status_code == 200
+    finally:
+        gw.stop()
+    landed = _landed(LakeSettings.from_env(data, env=env))
+    assert landed == Counter(acked), "a delta is lost or landed twice"
+
+
+def test_gateway_killed_while_a_rest_catalog_commit_goes_unanswered(tmp_path: Path) -> None:
+    """The REST catalog applies the landing commit but its answer never reaches the gateway,
+    killed meanwhile: the restarted gateway finds rows and position committed together and
+    lands nothing twice."""
+    bucket = fresh_s3_bucket()
+    server_env = {
+        "CATALOG_IO__IMPL": S3FILEIO, "CATALOG_S3_ENDPOINT": S3_ENDPOINT,
+        "CATALOG_S3_PATH__STYLE__ACCESS": "true", "CATALOG_CLIENT_REGION": "us-east-1",
+        "CATALOG_S3_ACCESS__KEY__ID": S3_ACCESS_KEY_ID,
+        "CATALOG_S3_SECRET__ACCESS__KEY": S3_SECRET_ACCESS_KEY,
+    }
+    with rest_catalog_server(tmp_path / "rest", f"s3://{bucket}/lake", server_env) as uri, \
+            FaultProxy(uri) as rest:
+        env = {**s3_lake_env(bucket), "LAKESYNC_CATALOG_URI": rest.url,
+               "LAKESYNC_FLUSH_INTERVAL": "0"}
+        data = tmp_path / "data"
+        gw = ServerProcess(data, env=env).start()
+        try:
+            acked = _push(gw, "alice", 30)
+            rest.hold(lambda r: r == ("POST", "/v1/namespaces/lakesync/tables/landing"),
+                      response=True)
+            _flush_in_background(gw)
+            _wait(rest.held, "the landing commit", gw)
+            time.sleep(1)  # the catalog applies it meanwhile: its answer is what waits
+            gw.kill()
+            rest.release()
+            gw.start()
+            acked += _push(gw, "bob", 20)
+            assert _flush(gw).status_code == 200
+        finally:
+            gw.stop()
+        landed = _landed(LakeSettings.from_env(data, env=env))
+    assert landed == Counter(acked), "a delta is lost or landed twice"
+
+
+def _eventually(check: Callable[[], Any], what: str, gw: ServerProcess,
+                timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := check():
+            return got
+        time.sleep(0.5)
+    pytest.fail(f"{what} did not happen within {timeout:.0f} s; gateway log:\n"
+                f"{gw.log_path.read_text(errors='replace')[-3000:]}")
+
+
+@pytest.mark.parametrize("outage", ["unreachable", "hanging"])
+def test_a_flush_during_a_store_outage_fails_then_lands_exactly_once(
+    tmp_path: Path, s3: FaultProxy, outage: str
+) -> None:
+    """The store goes away (connections reset and refused) or hangs (requests never answered)
+    as the flush starts writing: that flush fails in bounded time, pushes go on being
+    acknowledged, and once the store is back the scheduled flush lands every delta once."""
+    env = {**_lake_env(s3), "LAKESYNC_FLUSH_INTERVAL": "1"}
+    data = tmp_path / "data"
+    settings = LakeSettings.from_env(data, env=env)
+    with ServerProcess(data, env=env) as gw:
+        acked = _push(gw, "alice", 30)
+        _eventually(lambda: sum(_landed(settings).values()) == 30, "the first flush", gw)
+        s3.hold(_landing_write("data"))
+        acked += _push(gw, "alice", 30, start=30)
+        _wait(s3.held, "the next flush's upload", gw)
+        if outage == "unreachable":
+            s3.release()
+            s3.cut()
+        else:
+            s3.hold(lambda r: True)  # everything from now on hangs
+        started = time.monotonic()
+        r = _flush(gw, timeout=300)  # waits for the scheduled flush going on, then fails too
+        assert r.status_code >= 500, r.text
+        assert set(r.json()) >= {"error", "code"}
+        assert time.monotonic() - started < 240, "a flush hung on the store"
+        acked += _push(gw, "bob", 20)  # the hot log takes pushes all along
+        if outage == "unreachable":
+            s3.restore()
+        else:
+            s3.release()
+        _eventually(lambda: _landed(settings) == Counter(acked),
+                    "every acknowledged delta landed once", gw)
+        time.sleep(2)  # two more scheduled flushes: nothing lands twice
+        assert _landed(settings) == Counter(acked)
+
