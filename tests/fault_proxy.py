@@ -9,6 +9,8 @@ header is the proxy's, as the client signed it), reading only each request's hea
   :meth:`~FaultProxy.release` (``held`` tells when the first one waits);
 - :meth:`~FaultProxy.hold` with ``response=True``: the request reaches the server (it acts on
   it) but its response waits, so the client never hears;
+- :meth:`~FaultProxy.fail` the requests a predicate picks: their connection is reset (the
+  others go through) until :meth:`~FaultProxy.release`;
 - :meth:`~FaultProxy.cut` the proxy: every connection is reset and new ones are refused (the
   store is unreachable) until :meth:`~FaultProxy.restore`, on the same port.
 
@@ -45,6 +47,7 @@ class FaultProxy:
         self._conns: set[socket.socket] = set()
         self._pick: Callable[[Request], bool] | None = None
         self._hold_response = False
+        self._reset = False
         self._released = threading.Event()
         self._released.set()
         self.held = threading.Event()
@@ -73,7 +76,14 @@ class FaultProxy:
             self.held.clear()
             self.held_requests = []
             self._released.clear()
-            self._pick, self._hold_response = pick, response
+            self._pick, self._hold_response, self._reset = pick, response, False
+
+    def fail(self, pick: Callable[[Request], bool]) -> None:
+        """From now on, reset the connection of each request ``pick`` chooses (unforwarded)
+        until :meth:`release`; ``held`` is set at the first."""
+        self.hold(pick)
+        with self._lock:
+            self._reset = True
 
     def release(self) -> None:
         """Let every held request (or response) go on; hold no more."""
@@ -152,7 +162,11 @@ class FaultProxy:
                 with self._lock:
                     self.requests.append(request)
                     pick = self._pick is not None and self._pick(request)
-                    hold_response = self._hold_response
+                    hold_response, reset = self._hold_response, self._reset
+                if pick and reset:
+                    self.held_requests.append(request)
+                    self.held.set()
+                    raise _ClosedError
                 if pick and not hold_response:
                     self._wait(request, client)
                 elif pick:

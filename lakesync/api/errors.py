@@ -21,7 +21,11 @@ __all__ = ["ERROR_RESPONSES", "client_message", "exception_handlers"]
 
 log = logging.getLogger("lakesync.gateway")
 
-_SUMMARIES = {"DESTINATION_ERROR": "a destination the gateway reads could not be read"}
+_SUMMARIES = {
+    "DESTINATION_ERROR": "a destination the gateway reads could not be read",
+    "OBJECT_STORE_ERROR": "the lake's object store could not be reached or refused the lake's "
+    "credentials",
+}
 """What a client is told of a failure behind the gateway, by code (else "internal error")."""
 
 

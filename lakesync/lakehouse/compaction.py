@@ -36,6 +36,7 @@ from lakesync.lakehouse.catalog import (
     remember_late_landings,
     require_lake,
 )
+from lakesync.lakehouse.object_store import object_store_failure
 from lakesync.lakehouse.runner import DbtInvoker, PipelineError
 from lakesync.lakehouse.settings import (
     ANALYTICS_NAMESPACE,
@@ -161,6 +162,9 @@ def _maintain_one(
     except Exception as exc:  # dbt, Spark, pyiceberg or pyarrow: this table's, reported
         _log.exception("maintenance of %s failed; the other tables are maintained", name)
         detail = exc.message if isinstance(exc, LakeSyncError) else f"{type(exc).__name__}: {exc}"
+        store = object_store_failure(detail, settings.warehouse, settings.s3.endpoint)
+        if store is not None:  # what to check, not the JVM's stack trace
+            detail = store.message
         return TableCompaction(name, files_before, files_before, bytes_before, bytes_before,
                                snapshots_before, snapshots_before, detail)
     return TableCompaction(

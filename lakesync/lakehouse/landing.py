@@ -10,7 +10,9 @@ and before every batch the flusher reads that position back from the table, so:
 - a crash after the commit but before the hot log heard about it (``mark_flushed``) leaves rows and
   position together: the next read starts after them, and the hot log is told again.
 
-Either way every deltaId lands exactly once.
+Either way every deltaId lands exactly once. When the lake's object store fails (unreachable, or
+refusing the credentials) the flush fails whole and is tried again
+(:class:`~lakesync.lakehouse.object_store.ObjectStoreError`), nothing committed.
 
 One tenant cannot stop the others: when a batch cannot be written, the flusher writes it again
 gateway by gateway in one commit, and a gateway whose rows still fail is *held back*. The commit
@@ -48,6 +50,7 @@ from lakesync.lakehouse.catalog import (
     landing_schema,
     landing_state,
 )
+from lakesync.lakehouse.object_store import ObjectStoreError, object_store_failure
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -173,11 +176,36 @@ class LandingFlusher:
         self._exclusive = exclusive
         self._clock = clock
         self._lock = threading.Lock()
-        self._table: Table = ensure_landing_table(catalog)
+        self._table: Table | None = None
+        try:
+            self._landing()
+        except ObjectStoreError as exc:
+            # The gateway starts all the same: pushes wait in the hot log, each flush tries again.
+            _log.error("landing: %s; each flush tries again", exc)
+
+    def _landing(self) -> Table:
+        """The landing table, created if missing; raises
+        :class:`~lakesync.lakehouse.object_store.ObjectStoreError` while the store fails."""
+        if self._table is None:
+            try:
+                self._table = ensure_landing_table(self._catalog)
+            except Exception as exc:
+                store = self._store_failure(exc)
+                if store is None:
+                    raise
+                raise store from exc
+        return self._table
+
+    def _store_failure(self, exc: Exception) -> ObjectStoreError | None:
+        """``exc`` as the object store's failure (naming what to check), or None: another."""
+        props = self._catalog.properties
+        return object_store_failure(
+            str(exc), str(props.get("warehouse", "")), props.get("s3.endpoint")
+        )
 
     def _state(self) -> tuple[int | None, dict[str, int]]:
-        self._table = self._table.refresh()
-        return landing_state(self._table)
+        table = self._table = self._landing().refresh()
+        return landing_state(table)
 
     def position(self) -> int | None:
         """The hot-log position the landing table is complete through (from the table itself)."""
@@ -188,7 +216,20 @@ class LandingFlusher:
         entries appended while the flush runs may wait for the next one.
 
         Thread-safe; answers once the batches are committed (what the admin flush route needs).
+        Raises :class:`~lakesync.lakehouse.object_store.ObjectStoreError` when the lake's object
+        store fails (nothing committed: the next flush takes it up).
         """
+        try:
+            return self._flush(max_batches)
+        except ObjectStoreError:
+            raise
+        except Exception as exc:
+            store = self._store_failure(exc)
+            if store is None:
+                raise
+            raise store from exc
+
+    def _flush(self, max_batches: int | None) -> FlushResult:
         with self._lock, self._exclusive():
             if self._before_flush is not None:
                 self._before_flush()
@@ -244,7 +285,12 @@ class LandingFlusher:
                 landing_rows(ready, self._clock()),
                 snapshot_properties=_properties(through, held),
             )
-        except Exception:
+        except Exception as exc:
+            store = self._store_failure(exc)
+            if store is not None:
+                # The store failed, not one gateway's rows: hold nobody back (a store back by
+                # the commit would land them late), the whole batch is tried again.
+                raise store from exc
             tx = self._transaction()
             ready = self._isolate(tx, ready, -1 if pos is None else pos, held)
             tx.append(
@@ -323,7 +369,7 @@ class LandingFlusher:
         # gateway without the lake and `lakesync query`'s start must not pay.
         from lakesync.lakehouse._transaction import StagedTransaction  # noqa: PLC0415
 
-        return StagedTransaction(self._table)
+        return StagedTransaction(self._landing())
 
     def _finish(self, tx: Transaction, through: int) -> None:
         _crash_point("before_commit")
@@ -346,6 +392,8 @@ class LandingFlusher:
             try:
                 if lead():
                     self.flush()
+            except ObjectStoreError as exc:  # what to check says it all: no stack trace
+                _log.error("landing flush failed: %s; retrying in %.0f s", exc, interval_s)
             except Exception:
                 # A failed batch is not lost (the position did not move): log it and retry later.
                 _log.exception("landing flush failed; retrying in %.0f s", interval_s)

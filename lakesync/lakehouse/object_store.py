@@ -9,26 +9,31 @@ catalog properties (``profiles.yml`` renders them from :func:`spark_s3_env`, whi
 ``LakeSettings.dbt_env`` adds), DuckDB an S3 secret (:func:`duckdb_s3_secret`).
 
 The credentials stay out of reprs (:class:`S3Settings`) and out of error messages: an error names
-the key or the variable, never a value.
+the key or the variable, never a value. A failure of the store itself (unreachable, or refusing
+the lake's credentials) becomes an :class:`ObjectStoreError` that names the store and what to
+check (:func:`object_store_failure`), in place of a client's stack trace.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from lakesync.config import LakeConfig
-from lakesync.errors import ConfigError
+from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.secrets import resolve_key
 
 __all__ = [
     "S3FILEIO",
+    "ObjectStoreError",
     "S3Settings",
     "duckdb_s3_secret",
     "is_object_store",
+    "object_store_failure",
     "pyiceberg_s3_properties",
     "spark_s3_env",
     "vended_s3",
@@ -41,6 +46,54 @@ S3FILEIO = "org.apache.iceberg.aws.s3.S3FileIO"
 def is_object_store(warehouse: str) -> bool:
     """Whether ``warehouse`` is an ``s3://`` URI (object storage) rather than local files."""
     return urlsplit(warehouse).scheme == "s3"
+
+
+class ObjectStoreError(LakeSyncError):
+    """The lake's object store could not be reached or refused the lake's credentials; the
+    message names the store and what to check (never a credential)."""
+
+    code = "OBJECT_STORE_ERROR"
+    status = 502
+
+
+# How the S3 clients say the store itself failed: pyarrow's (pyiceberg: the landing flush, the
+# runner's reads) and the AWS SDK for Java's (Spark's S3FileIO: dbt, compaction).
+_REFUSED = re.compile(
+    r"AWS Error (?:ACCESS_DENIED|SIGNATURE_DOES_NOT_MATCH|INVALID_ACCESS_KEY_ID)"
+    r"|S3Exception: [^\n]*Status Code: 403"
+)
+_UNREACHABLE = re.compile(
+    r"AWS Error NETWORK_CONNECTION|SdkClientException: Unable to execute HTTP request"
+)
+
+
+def object_store_failure(
+    error: str, location: str, endpoint: str | None
+) -> ObjectStoreError | None:
+    """The :class:`ObjectStoreError` for ``error`` (an exception's text) when it says the object
+    store at ``endpoint`` holding ``location`` (an ``s3://`` URI) could not be reached or
+    refused the credentials; None for any other failure, or a location on local files."""
+    if not is_object_store(location):
+        return None
+    refused = _REFUSED.search(error)
+    found = refused or _UNREACHABLE.search(error)
+    if found is None:
+        return None
+    # The line that says it, not the stack trace around it.
+    start = error.rfind("\n", 0, found.start()) + 1
+    end = error.find("\n", found.end())
+    cause = error[start : len(error) if end < 0 else end].strip()[:500]
+    store = f"{location} at {endpoint or 'the AWS default endpoint'}"
+    if refused:
+        return ObjectStoreError(
+            f"the lake's object store ({store}) refused the lake's credentials: {cause}; check "
+            "lake.s3_access_key_id and lake.s3_secret_access_key (or the AWS credential chain) "
+            "and the bucket's permissions"
+        )
+    return ObjectStoreError(
+        f"the lake's object store ({store}) could not be reached: {cause}; check that it runs "
+        "and answers at lake.s3_endpoint, and the network in between"
+    )
 
 
 @dataclass(frozen=True)

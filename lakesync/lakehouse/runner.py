@@ -51,6 +51,7 @@ from lakesync.lakehouse.models import (
     write_change_set_models,
     write_models,
 )
+from lakesync.lakehouse.object_store import object_store_failure
 from lakesync.lakehouse.process_env import process_environment
 from lakesync.lakehouse.registry import registered_table_schemas  # re-exported: public here too
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
@@ -306,11 +307,32 @@ def run_pipeline(
     (dbt skips those); both are reported in the result (``failed``, ``failed_change_sets``)
     and logged. Raises :class:`PipelineError` when a model every table needs fails.
     ``dbt`` keeps the parsed project between runs (default: a new :class:`DbtInvoker`).
+    Raises :class:`~lakesync.lakehouse.object_store.ObjectStoreError` when the lake's object
+    store could not be reached or refused the credentials (the models' Iceberg commits are
+    atomic: the next run takes up from the last one).
     :func:`lakesync.lakehouse.pipeline.run_and_ship` runs this, then ships.
     """
+    settings = settings or LakeSettings.from_env(data_dir)
+    try:
+        return _run_pipeline(settings, schemas, config, full_refresh, tests, on_progress, dbt)
+    except (OSError, PipelineError) as exc:
+        store = object_store_failure(str(exc), settings.warehouse, settings.s3.endpoint)
+        if store is None:
+            raise
+        raise store from exc
+
+
+def _run_pipeline(
+    settings: LakeSettings,
+    schemas: Sequence[TableSchema] | None,
+    config: Config | None,
+    full_refresh: bool,
+    tests: bool,
+    on_progress: ProgressCallback | None,
+    dbt: DbtInvoker | None,
+) -> PipelineResult:
     started = time.monotonic()
     dbt = dbt or DbtInvoker()
-    settings = settings or LakeSettings.from_env(data_dir)
     config = config or load_config()
     bootstrap(settings)
     tables, unbuildable = lake_tables(

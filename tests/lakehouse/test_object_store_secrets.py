@@ -140,13 +140,15 @@ def test_no_secret_in_any_log_or_error_through_store_and_catalog_failures(
             r = httpx.post(f"{gw.url}/v1/admin/flush/gw1", headers=ADMIN, timeout=300)
             assert r.status_code >= 500, r.text
             said.append(r.text)
-            gw.stop()
+            assert gw.stop() == 0
         except RuntimeError as exc:  # it may refuse to start: what it says is checked below
             said.append(str(exc))
         for args in (query, ["pipeline", "run", "--in-process", "--no-tests"]):
             out = _cli(args, env, data)
             assert out.returncode != 0, out.stdout
             said += [out.stdout, out.stderr]
+        if env is wrong_s3:  # the run says what to check
+            assert "refused the lake's credentials" in out.stdout + out.stderr, out.stderr
 
     logs = [p for p in data.rglob("*") if p.is_file() and p.suffix in (".log", ".json", "")]
     said += [p.read_text(errors="replace") for p in [*logs, *tmp_path.glob("gateway-*.log")]]

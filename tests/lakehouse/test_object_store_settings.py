@@ -15,6 +15,7 @@ from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.object_store import (
     S3Settings,
     duckdb_s3_secret,
+    object_store_failure,
     pyiceberg_s3_properties,
 )
 from lakesync.lakehouse.query import run_query
@@ -134,3 +135,45 @@ def test_refused_credentials_are_named_nowhere(tmp_path: Path) -> None:
         assert "ACCESS_DENIED" in str(err)
         assert WRONG not in str(err) and WRONG not in repr(err)
     assert WRONG not in repr(bad)
+
+
+JAVA_TRACE = (
+    "Job aborted due to stage failure: java.io.UncheckedIOException: Failed to close writer\n"
+    "\tat org.apache.iceberg.io.RollingFileWriter.close(RollingFileWriter.java:156)\n"
+    "Caused by: java.io.IOException: software.amazon.awssdk.core.exception.SdkClientException: "
+    "Unable to execute HTTP request: Connect to 127.0.0.1:9000 failed: Connection refused\n"
+    "\tat software.amazon.awssdk.core.internal.http.pipeline.stages.RetryableStage.execute\n"
+)
+
+
+@pytest.mark.parametrize(("error", "says", "line"), [
+    ("When getting information for key 'lake/x' in bucket 'bucket': AWS Error "
+     "NETWORK_CONNECTION during HeadObject operation: curlCode: 7, Could not connect to server",
+     "could not be reached", "curlCode: 7"),
+    (JAVA_TRACE, "could not be reached", "Connect to 127.0.0.1:9000 failed"),
+    ("When initiating multiple part upload for key 'k' in bucket 'b': AWS Error "
+     "SIGNATURE_DOES_NOT_MATCH during CreateMultipartUpload operation: The request signature",
+     "refused the lake's credentials", "SIGNATURE_DOES_NOT_MATCH"),
+    ("software.amazon.awssdk.services.s3.model.S3Exception: Access Denied (Service: S3, "
+     "Status Code: 403, Request ID: 1)", "refused the lake's credentials", "Access Denied"),
+])
+def test_a_store_failure_names_the_store_and_what_to_check(
+    error: str, says: str, line: str
+) -> None:
+    failure = object_store_failure(error, "s3://bucket/lake", "http://127.0.0.1:9000")
+    assert failure is not None and failure.code == "OBJECT_STORE_ERROR"
+    assert says in failure.message and line in failure.message
+    assert "s3://bucket/lake at http://127.0.0.1:9000" in failure.message
+    assert ("lake.s3_endpoint" if says == "could not be reached" else "lake.s3_secret_access_key") \
+        in failure.message
+    assert "RollingFileWriter" not in failure.message  # the line that says it, not the trace
+
+
+@pytest.mark.parametrize(("error", "location"), [
+    ("AWS Error NETWORK_CONNECTION during HeadObject", "file:///data/warehouse"),
+    ("NotADirectoryError: [Errno 20] Not a directory: '/w/landing/data/gateway_id=gw3'",
+     "s3://bucket/lake"),
+    ("psycopg.OperationalError: connection refused", "s3://bucket/lake"),
+])
+def test_other_failures_are_not_the_stores(error: str, location: str) -> None:
+    assert object_store_failure(error, location, None) is None
