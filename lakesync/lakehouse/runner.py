@@ -315,7 +315,7 @@ def run_pipeline(
     settings = settings or LakeSettings.from_env(data_dir)
     try:
         return _run_pipeline(settings, schemas, config, full_refresh, tests, on_progress, dbt)
-    except (OSError, PipelineError) as exc:
+    except Exception as exc:  # pyarrow's, Spark's (py4j) or dbt's: only the store's are turned
         store = object_store_failure(str(exc), settings.warehouse, settings.s3.endpoint)
         if store is None:
             raise
