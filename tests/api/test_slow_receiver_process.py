@@ -23,12 +23,17 @@ from tests.wire_json import as_json
 pytestmark = pytest.mark.slow
 
 
-def ws_connections(server: ServerProcess, gw: str) -> int:
+def gateway_metrics(server: ServerProcess, gw: str) -> dict[str, object]:
     r = httpx.get(
         f"{server.url}/v1/admin/metrics/{gw}", headers=auth(token("root", gw, "admin"))
     )
     assert r.status_code == 200, r.text
-    return int(r.json()["wsConnections"])
+    found: dict[str, object] = r.json()
+    return found
+
+
+def ws_connections(server: ServerProcess, gw: str) -> int:
+    return int(str(gateway_metrics(server, gw)["wsConnections"]))
 
 
 class StalledSocket:
@@ -86,6 +91,10 @@ def test_a_receiver_that_stops_reading_is_dropped_with_4408(tmp_path: Path) -> N
                 # The receiver that keeps up gets every broadcast.
                 assert decode_server_frame(fast.recv(timeout=15)).broadcast  # type: ignore[arg-type]
         assert "too slow for its broadcasts" in server.log_path.read_text()
+        # Counted: the admin metrics and Prometheus' /metrics show the drop.
+        assert gateway_metrics(server, "gw1")["wsDropped"] == 1
+        exposition = httpx.get(f"{server.url}/metrics").text
+        assert 'lakesync_ws_dropped_total{gateway="gw1"} 1.0' in exposition
         frames, code = slow.read_to_close(timeout=30)
         assert code == CLOSE_TOO_SLOW
         # What was sent or queued before the drop arrives first, then the close.
