@@ -137,6 +137,8 @@ def _serve(
             log_config=None,
             access_log=False,
             ws_max_size=2 * settings.max_body_bytes,
+            ws_ping_interval=cfg.server.ws_ping_interval or None,
+            ws_ping_timeout=cfg.server.ws_ping_interval or None,
         )
     )
     server.run()
