@@ -1,0 +1,187 @@
+"""The lake off the machine: local files + SQLite catalog vs the local S3 server + a REST catalog.
+
+Usage: ``.venv/bin/python -m bench.remote_lake_bench [--batch B] [--commits C] [--deltas M]
+[--rounds K] [--tests]``
+
+In one run, on each of two lakes (a temporary data dir each):
+
+- **local**: the embedded default, warehouse ``file://<data dir>/warehouse``, SQLite JDBC catalog;
+- **s3+rest**: the warehouse in a fresh bucket of the local S3 server
+  (``LAKESYNC_TEST_S3_ENDPOINT``, S3Proxy from ``scripts/services.sh``) behind a REST catalog server
+  of its own (Apache Iceberg's ``RESTCatalogServer``, as ``tests/rest_catalog.py`` starts it, its
+  jars from ``scripts/services.sh``), which vends its S3 keys with each table,
+
+it measures, wall time:
+
+1. **landing commit**: ``C`` (default 5) landing flushes of ``B`` deltas each (default 1,000),
+   through the gateway's SQLite hot log and :class:`~lakesync.lakehouse.landing.LandingFlusher`
+   (one pyiceberg append per flush, as the gateway commits a batch);
+2. **increment**: ``K`` (default 3) increments of ``M`` deltas (default 10,000: updates, deletes
+   and late writes over 2,000 rows), each landed by one flush, then merged by one warm
+   :class:`~lakesync.lakehouse.worker.PipelineWorker` run (dbt on Spark in the worker's long-lived
+   session, as ``lakesync up`` runs it; ``--tests`` adds the dbt data tests a scheduled run also
+   runs). A first, untimed run inserts the rows and pays the worker's start.
+
+It prints each figure (the median of the rounds), the s3+rest / local ratio, each dbt node's
+median time on both lakes, and the load average before and after. Bounded: every step has a
+fixed size and count; the servers it starts stop with it.
+
+What dominates (``py-spy record`` of the commits, the per-node times of the increments): a local
+landing commit is pyiceberg's own work (writing the Parquet file and the manifests, about half,
+and the SQLite catalog's commit); on S3 + REST each commit adds HTTP round trips: the table's
+load and commit on the REST catalog (whose server then reads and writes the metadata JSON on
+S3 itself) and a PUT per file written (data file, manifest, manifest list), with the previous
+manifest list read back. An increment is the dbt models' Spark work on both lakes; on S3 + REST
+every model reads its inputs and writes its files through Iceberg's S3FileIO and commits through
+the REST catalog, so each node is a little slower, none dominates the difference, and the
+increment's ratio stays well below the commit's.
+
+Measured on the shared 2-core machine (other engineers' tests running; load average 5.3 before,
+7.9 after), ``--commits 5 --batch 1000 --rounds 3 --deltas 10000``: see the README's Benchmarks
+section for the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench.pipeline_bench import BASE_HLC, NodeTimer, make_deltas
+from lakesync.api.store import open_store
+from lakesync.hlc import HLC
+from lakesync.lakehouse.bootstrap import bootstrap
+from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.pipeline import NodeProgress
+from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.worker import PipelineWorker, WorkerEvent
+from lakesync.schema import parse_schema
+from tests.conftest import fresh_s3_bucket, s3_lake_env
+from tests.rest_catalog import rest_catalog_server, s3_catalog_env
+
+GW = "gw1"
+SCHEMA = parse_schema({"table": "items", "columns": [
+    {"name": "title", "type": "string"},
+    {"name": "qty", "type": "number"},
+    {"name": "done", "type": "boolean"},
+]})
+ROWS = 2_000
+LAKES = ("local", "s3+rest")
+
+
+@contextlib.contextmanager
+def lake_env(kind: str, root: Path) -> Iterator[dict[str, str]]:
+    """The ``LAKESYNC_*`` variables of a ``kind`` lake (its servers started for it)."""
+    if kind == "local":
+        yield {}
+        return
+    bucket = fresh_s3_bucket()
+    with rest_catalog_server(root / "rest", f"s3://{bucket}/lake", s3_catalog_env()) as uri:
+        yield {**s3_lake_env(bucket), "LAKESYNC_CATALOG_URI": uri}
+
+
+def measure(kind: str, root: Path, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Time the landing commits and the increments on a ``kind`` lake: seconds by figure (and
+    by dbt node)."""
+    rng = random.Random(42)
+    hlc = BASE_HLC
+    figures: dict[str, list[float]] = {"commit": [], "land increment": [], "increment": []}
+    with lake_env(kind, root) as env:
+        data = root / "data"
+        settings = bootstrap(LakeSettings.from_env(data, env=env))
+        catalog = open_catalog(settings)
+        publish_schemas(catalog, [(GW, SCHEMA)])
+        store = open_store("sqlite", data, HLC())
+        flusher = LandingFlusher(catalog, store, mark_flushed=store.mark_flushed)
+        worker_env = {k: v for k, v in os.environ.items() if k != "LAKESYNC_CONFIG"}
+        worker = PipelineWorker(data, data / "pipeline.log", {**worker_env, **env})
+
+        def land(deltas: int, inserts: bool = False) -> float:
+            nonlocal hlc
+            batch = make_deltas(deltas, ROWS, rng, hlc, inserts)
+            hlc += deltas * 4
+            store.append(GW, batch)
+            started = time.perf_counter()
+            flusher.flush()
+            return time.perf_counter() - started
+
+        try:
+            land(ROWS, inserts=True)
+            land(args.batch)  # the first commit loads pyiceberg's writers: not counted
+            for _ in range(args.commits):
+                figures["commit"].append(land(args.batch))
+            print(f"  {kind}: commits of {args.batch:,} deltas "
+                  f"{', '.join(f'{s * 1000:.0f}' for s in figures['commit'])} ms", flush=True)
+            for k in range(args.rounds + 1):
+                landed = land(args.deltas) if k else 0.0
+                timer = NodeTimer()
+
+                def on_event(event: WorkerEvent, timer: NodeTimer = timer) -> None:
+                    if isinstance(event, NodeProgress) and event.stage == "build":
+                        timer(event.node.rsplit(".", 1)[-1], event.status)
+
+                started = time.perf_counter()
+                reply = worker.run(tests=args.tests, on_event=on_event)
+                elapsed = time.perf_counter() - started
+                assert reply is not None and reply.ok, reply
+                if k == 0:
+                    print(f"  {kind}: first run (the worker's start, the inserts) "
+                          f"{elapsed:.1f} s", flush=True)
+                    continue
+                figures["land increment"].append(landed)
+                figures["increment"].append(elapsed)
+                for node, seconds in timer.seconds.items():
+                    figures.setdefault(f"  node {node}", []).append(seconds)
+                print(f"  {kind}: increment {k}: land {landed:.2f} s, run {elapsed:.1f} s",
+                      flush=True)
+        finally:
+            worker.close()
+            store.close()
+    return figures
+
+
+def main() -> None:
+    """Measure both lakes in turn, then print the medians and the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch", type=int, default=1_000, help="deltas per landing commit")
+    parser.add_argument("--commits", type=int, default=5, help="landing commits timed")
+    parser.add_argument("--deltas", type=int, default=10_000, help="deltas per increment")
+    parser.add_argument("--rounds", type=int, default=3, help="increments timed")
+    parser.add_argument("--tests", action="store_true", help="also run the dbt data tests")
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    results: dict[str, dict[str, list[float]]] = {}
+    # The worker and the REST server may still be writing logs as they stop: best-effort cleanup.
+    with tempfile.TemporaryDirectory(prefix="lakesync-remote-", ignore_cleanup_errors=True) as tmp:
+        for kind in LAKES:
+            results[kind] = measure(kind, Path(tmp) / kind.replace("+", "-"), args)
+    load_after = os.getloadavg()
+    local, remote = results["local"], results["s3+rest"]
+    labels = {
+        "commit": f"landing commit ({args.batch:,} deltas)",
+        "land increment": f"landing flush of an increment ({args.deltas:,} deltas)",
+        "increment": f"pipeline increment ({args.deltas:,} deltas, warm worker)",
+    }
+    print(f"\n{'median of ' + str(args.commits) + ' commits / ' + str(args.rounds) + ' rounds':<58}"
+          f"{'local':>9} {'s3+rest':>9} {'ratio':>7}")
+    for key in [k for k in local if k in remote]:
+        a, b = statistics.median(local[key]), statistics.median(remote[key])
+        unit, scale = ("ms", 1000) if key == "commit" else ("s", 1)
+        print(f"{labels.get(key, key):<58}{a * scale:>7.{0 if unit == 'ms' else 2}f}{unit:>2} "
+              f"{b * scale:>7.{0 if unit == 'ms' else 2}f}{unit:>2} {b / a if a else 0:>6.2f}x")
+    print("load average (1, 5, 15 min): before "
+          f"{', '.join(f'{x:.1f}' for x in load_before)}; after "
+          f"{', '.join(f'{x:.1f}' for x in load_after)} (the machine is shared: other processes "
+          "weigh on every figure, the ratios less)")
+
+
+if __name__ == "__main__":
+    main()
