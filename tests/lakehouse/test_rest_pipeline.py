@@ -159,3 +159,5 @@ def test_checkpoints_and_lifecycle_tiering_through_a_rest_catalog(
     assert in_postgres() == {}
     sql = f"select row_id, body from analytics.notes where gateway_id = '{gw}' order by row_id"
     assert run_query(lake.settings, sql).rows == [("new", "new"), ("old", "old")]
+    if lake.settings.on_object_store:  # the checkpoint and the tiering wrote no lake file here
+        assert not (lake.settings.data_dir / "warehouse").exists()
