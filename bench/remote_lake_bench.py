@@ -51,9 +51,8 @@ average moved during each run; the figures are medians, the ratios are what comp
   and 0.83 s (2.2x), increment 18.0 s and 35.3 s (2.0x);
 - load 1.1 before, 8.6 after, a Spark test running alongside (``--commits 5`` with one
   untimed warm-up commit, so the REST server's JVM was still warming up during the timed S3
-  commits): commit 29 ms and 982 ms (33x; 30
-  commits right after, at load 6, took 200-700 ms each), flush of an increment 0.24 s and
-  0.77 s (3.3x), increment 11.6 s and 27.5 s (2.4x).
+  commits): commit 29 ms and 982 ms (33x; 30 commits right after, at load 6, took 200-700 ms
+  each), flush of an increment 0.24 s and 0.77 s (3.3x), increment 11.6 s and 27.5 s (2.4x).
 
 The S3 server is shared with the other engineers' tests, which is one more reason the commit's
 ratio moves between runs (2.5x in a short run at load 5.4: 33 ms and 83 ms). The first run of
