@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from lakesync.client._columns import decode_json, register_converters
 from lakesync.client.errors import ClientClosedError
-from lakesync.merge import Cell, RowState, encode_row_state
+from lakesync.merge import Cell, RowState, encode_row_state_binary
 from lakesync.wire import decode_delta
 
 _PREFIX = "_ls_"
@@ -125,7 +125,7 @@ class ReplicaFile:
             conn.execute(_ROWS_DDL)
             conn.executemany(
                 "INSERT INTO _ls_rows (tbl, row_id, state, view_base) VALUES (?, ?, ?, ?)",
-                [(t, r, encode_row_state(st), vb) for (t, r), (st, vb) in states.items()],
+                [(t, r, encode_row_state_binary(st), vb) for (t, r), (st, vb) in states.items()],
             )
         except BaseException:
             conn.execute("ROLLBACK")

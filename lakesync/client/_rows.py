@@ -17,7 +17,13 @@ from lakesync.client.errors import RowExistsError, RowNotFoundError, ValidationE
 from lakesync.delta import Op, RowDelta, extract_delta, is_view_eviction, validate_row_id
 from lakesync.errors import ClockDriftError
 from lakesync.hlc import HLC
-from lakesync.merge import RowState, apply_delta, decode_row_state, encode_row_state, join_delta
+from lakesync.merge import (
+    RowState,
+    apply_delta,
+    decode_row_state,
+    encode_row_state_binary,
+    join_delta,
+)
 from lakesync.schema import ColumnSpec, check_delta
 from lakesync.wire import decode_delta, encode_delta
 
@@ -115,7 +121,7 @@ class RowStore(SchemaStore):
                 (
                     table,
                     row_id,
-                    encode_row_state(t.state),
+                    encode_row_state_binary(t.state),
                     None if t.base is None else _hlc_in(t.base),
                 )
                 for (table, row_id), t in touched.items()
