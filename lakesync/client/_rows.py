@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from lakesync.client._columns import python_row, to_sql_value, wire_values
+from lakesync.client._columns import python_row, sql_converter, wire_values
 from lakesync.client._replica import _IN_CHUNK, _hlc_in, _hlc_out, _q
 from lakesync.client._schemas import SchemaStore
 from lakesync.client._types import Change, Origin
@@ -24,7 +24,7 @@ from lakesync.merge import (
     encode_row_state_binary,
     join_delta,
 )
-from lakesync.schema import ColumnSpec, check_delta
+from lakesync.schema import check_delta
 from lakesync.wire import decode_delta, encode_delta
 
 
@@ -132,19 +132,22 @@ class RowStore(SchemaStore):
         """Write the visible rows of ``touched`` to the user tables."""
         upserts: dict[str, list[tuple[Any, ...]]] = {}
         deletes: dict[str, list[tuple[str]]] = {}
-        columns: dict[str, list[tuple[str, ColumnSpec]]] = {}
+        columns: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
         for (table, row_id), t in touched.items():
             after = t.after
             if after is None:
                 if t.before is not None:
                     deletes.setdefault(table, []).append((row_id,))
                 continue
-            types = columns.get(table)
-            if types is None:
-                types = columns[table] = list(self._schemas[table].column_specs().items())
+            convert = columns.get(table)
+            if convert is None:
+                convert = columns[table] = [
+                    (n, sql_converter(spec))
+                    for n, spec in self._schemas[table].column_specs().items()
+                ]
             # The full row is rewritten so a revived row reads its pre-tombstone cells as null.
             upserts.setdefault(table, []).append(
-                (row_id, *[to_sql_value(spec, after.get(n)) for n, spec in types])
+                (row_id, *[f(after.get(n)) for n, f in convert])
             )
         for table, rows in deletes.items():
             c.executemany(f"DELETE FROM {_q(table)} WHERE row_id = ?", rows)
