@@ -10,7 +10,7 @@ from typing import Any, Literal
 import msgspec
 
 from lakesync.client._columns import python_row, sql_converter, wire_values
-from lakesync.client._replica import _IN_CHUNK, _hlc_in, _hlc_out, _q
+from lakesync.client._replica import _IN_CHUNK, _hlc_in, _hlc_out, _insert_rows, _q
 from lakesync.client._schemas import SchemaStore
 from lakesync.client._types import Change, Origin
 from lakesync.client.errors import RowExistsError, RowNotFoundError, ValidationError
@@ -115,8 +115,9 @@ class RowStore(SchemaStore):
         self, c: sqlite3.Connection, touched: Mapping[tuple[str, str], _Touched]
     ) -> None:
         """Write back acknowledged states, one encoded :class:`RowState` per row."""
-        c.executemany(
-            "INSERT OR REPLACE INTO _ls_rows (tbl, row_id, state, view_base) VALUES (?, ?, ?, ?)",
+        _insert_rows(
+            c,
+            "INSERT OR REPLACE INTO _ls_rows (tbl, row_id, state, view_base) VALUES",
             [
                 (
                     table,
@@ -153,10 +154,7 @@ class RowStore(SchemaStore):
             c.executemany(f"DELETE FROM {_q(table)} WHERE row_id = ?", rows)
         for table, rows in upserts.items():
             names = "".join(", " + _q(n) for n, _ in columns[table])
-            marks = ", ".join("?" * len(rows[0]))
-            c.executemany(
-                f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES ({marks})", rows
-            )
+            _insert_rows(c, f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES", rows)
 
     def _refill(self, c: sqlite3.Connection, table: str) -> None:
         ids = {
