@@ -81,6 +81,10 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ws_send_queue_bytes: Count = 4 * MIB
     """Bytes of broadcasts a WebSocket's send queue holds (0 = only its 1,024-frame cap); a
     receiver whose queue would overflow is closed with 4408 and resumes by pull."""
+    ws_ping_interval: NonNegative = 20.0
+    """Seconds between the keepalive pings the gateway sends each WebSocket (0 = none); a peer
+    that has not answered one within as long again is closed. At thousands of idle connections
+    the pings are most of an idle gateway's CPU: raise it there."""
     ws_rate_limit: NonNegative = 100.0
     """Frames per second per WebSocket connection (0 = off), burst twice that and at least 5."""
     flush_interval: NonNegative = 5.0
