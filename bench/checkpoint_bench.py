@@ -37,10 +37,13 @@ Measured 2026-11-26 on the 2-core machine shared with seven other sessions, load
 
 The client's apply, cut further (row states stored in msgpack, a gateway delta's common case
 decoded inline, one SQL converter per column, multi-row INSERTs of 100 rows), measured in one
-run against the code before it at load 12-15:
+run against the code before it:
 
-- 1,000,000 rows, no rules: client 13.2 s CPU against 18.8 s (0.70x), wall 20.3 s at load 12
-  against 45.3 s at load 15.5; client peak RSS 109 MiB (108 before), gateway CPU 1.6 s.
+- 1,000,000 rows, no rules, load 3.5-3.7: **wall 15.1 s** (66,000 rows/s) against 20.6 s, client
+  12.3 s CPU against 17.2 s (0.72x); client peak RSS 109 MiB (the same), gateway CPU 1.5 s. An
+  earlier run at load 12-15: client 13.2 s CPU against 18.8 s, wall 20.3 s against 45.3 s.
+- alice's 200,000 of 1,000,000 rows under ``owner = jwt:sub``, load 5: client 4.6 s CPU against
+  5.3 s (0.88x); wall 17.2 s against 15.2 s, bounded by the gateway (7.5 s and 7.0 s CPU).
 - SQLite alone, the same two inserts per row for 200,000 rows: multi-row INSERTs with msgpack
   states 0.54 s CPU against 0.86 s with executemany (0.63x); a msgpack state is about 120 bytes
   against 185 of JSON, the replica file 40 MB against 63 MB.
