@@ -287,12 +287,6 @@ class LakeSettings:
         return is_object_store(self.warehouse)
 
     @property
-    def iceberg_jars(self) -> list[Path]:
-        """The Iceberg jars (:data:`ICEBERG_JARS`) in :attr:`jars_dir`, where the bootstrap
-        downloads them."""
-        return [self.jars_dir / jar.file_name for jar in ICEBERG_JARS]
-
-    @property
     def spark_jars(self) -> list[Path]:
         """Every jar Spark needs on ``spark.jars`` (:data:`SPARK_JARS`) in :attr:`jars_dir`,
         driver and executors alike."""
