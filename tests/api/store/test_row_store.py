@@ -103,6 +103,19 @@ def test_rows_written_among_looks_up_only_the_given_rows(store: HotLog) -> None:
     assert store.rows_written_among("gw1", "c1", []) == set()
 
 
+def test_rows_written_if_few_reads_them_up_to_a_limit(store: HotLog) -> None:
+    store.append("gw1", [insert(f"r{i}", 10 + i) for i in range(3)])
+    store.append("gw1", [insert("r0", 20), insert("r1", 21)])  # entries, not rows, count
+    store.append("gw1", [RowDelta.create("UPDATE", "todos", "r9", "c2", {"n": 1}, 30)])
+    store.append("gw2", [insert("r5", 40)])
+    mine = {("todos", "r0"), ("todos", "r1"), ("todos", "r2")}
+    assert store.rows_written_if_few("gw1", "c1", 5) == mine
+    assert store.rows_written_if_few("gw1", "c1", 4) is None
+    assert store.rows_written_if_few("gw1", "c2", 1) == {("todos", "r9")}
+    assert store.rows_written_if_few("gw1", "carol", 0) == set()
+    assert store.rows_written_if_few("gw2", "c2", 10) == set()
+
+
 def _log_entries_read(plan: dict[str, Any]) -> int:
     """Log rows a plan node and its children read (returned or filtered out), over all loops."""
     read = 0
@@ -150,6 +163,29 @@ def test_postgres_looks_up_a_chunks_writers_by_row_on_a_log_never_analysed(
                 ((plan,),) = conn.execute(explain, params).fetchall()
                 read += _log_entries_read(plan[0]["Plan"])
         assert statements and read <= len(keys)
+    finally:
+        store.close()
+        drop_pg_schema(schema)
+
+
+@pytest.mark.postgres
+def test_postgres_finds_that_a_client_wrote_nothing_without_reading_the_log() -> None:
+    """A fresh client's checkpoint asks once whether it wrote anything: the answer comes from the
+    client's index, not from a scan of every entry, also on a log never analysed."""
+    require_postgres()
+    schema = fresh_pg_schema()
+    store = PostgresHotLog(PG_DSN, HLC(), schema=schema, pool_size=2)
+    try:
+        store.append("gw1", [insert(f"r{i}", 10 + i) for i in range(2_000)])
+        assert store.rows_written_if_few("gw1", "fresh", 10_000) == set()
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            ((plan,),) = conn.execute(
+                "EXPLAIN (ANALYZE, FORMAT JSON) SELECT tbl, row_id FROM log"
+                " WHERE gw = %s AND client_id = %s LIMIT %s",
+                ("gw1", "fresh", 10_001),
+            ).fetchall()
+        assert _log_entries_read(plan[0]["Plan"]) == 0
     finally:
         store.close()
         drop_pg_schema(schema)

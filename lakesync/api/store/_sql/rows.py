@@ -135,3 +135,21 @@ class SqlRowStore(SqlCore[C], RowStore):
                 keys,
             )
         return found | {(str(t), str(r)) for t, r in trimmed}
+
+    def rows_written_if_few(
+        self, gateway_id: str, client_id: str, limit: int
+    ) -> set[RowKey] | None:
+        """See :meth:`HotLog.rows_written_if_few` (also those whose entries were trimmed)."""
+        found: set[RowKey] = set()
+        with self._connection() as conn:
+            # The log first, as in rows_written_among; each read stops after limit + 1 rows
+            # (both go through an index led by (gw, client_id)).
+            for query in (
+                "SELECT tbl, row_id FROM log WHERE gw = ? AND client_id = ? LIMIT ?",
+                "SELECT tbl, row_id FROM trimmed_writers WHERE gw = ? AND client_id = ? LIMIT ?",
+            ):
+                raw = self._fetch(conn, query, (gateway_id, client_id, limit + 1))
+                if len(raw) > limit:
+                    return None
+                found.update((str(t), str(r)) for t, r in raw)
+        return found
