@@ -28,6 +28,20 @@ class SqlRowStore(SqlCore[C], RowStore):
         the log's row index: the work is bounded by the keys, however much the client wrote."""
 
 
+    def _trimmed_written_among(
+        self, conn: C, gw: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        """Those of ``keys`` (not empty) among the rows the client wrote whose log entries were
+        trimmed (``trimmed_writers``), each probed through its primary key."""
+        raw = self._by_keys(
+            conn,
+            "SELECT tbl, row_id FROM trimmed_writers"
+            " WHERE gw = ? AND client_id = ? AND tbl = ? AND row_id IN",
+            (gw, client_id),
+            keys,
+        )
+        return {(str(t), str(r)) for t, r in raw}
+
     def read_all_rows(self, gateway_id: str) -> Page:
         """See :meth:`HotLog.read_all_rows`."""
         with self._snapshot() as conn:
@@ -127,14 +141,7 @@ class SqlRowStore(SqlCore[C], RowStore):
             # The log first: trimming moves entries from it to trimmed_writers, never back, so
             # two reads in this order miss none even without one snapshot.
             found = self._written_among(conn, gateway_id, client_id, keys)
-            trimmed = self._by_keys(
-                conn,
-                "SELECT tbl, row_id FROM trimmed_writers"
-                " WHERE gw = ? AND client_id = ? AND tbl = ? AND row_id IN",
-                (gateway_id, client_id),
-                keys,
-            )
-        return found | {(str(t), str(r)) for t, r in trimmed}
+            return found | self._trimmed_written_among(conn, gateway_id, client_id, keys)
 
     def rows_written_if_few(
         self, gateway_id: str, client_id: str, limit: int
