@@ -150,9 +150,14 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
 
     # -- statements -----------------------------------------------------------------------------
     def _fetch(
-        self, conn: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()
+        self,
+        conn: psycopg.Connection[Any],
+        query: str,
+        params: Sequence[Any] = (),
+        *,
+        binary: bool = False,
     ) -> list[Any]:
-        return conn.execute(_pg(query), params).fetchall()
+        return conn.execute(_pg(query), params, binary=binary).fetchall()
 
     def _execute(
         self, conn: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()
