@@ -39,7 +39,26 @@ Measured 2026-11-26 on the 2-core machine shared with seven other sessions, load
 - SQLite alone on this disk (the same two inserts per row, executemany, one transaction per 1,600
   rows, WAL): 82,000 rows/s at load 3.6, so 12 s of the no-rules target's 20 s.
 
-Top py-spy entries of the client (self time, 300,000 rows, no rules; waiting threads left out):
+The client's apply, cut further (row states stored in msgpack, a gateway delta's common case
+decoded inline, one SQL converter per column, multi-row INSERTs of 100 rows), measured in one
+run against the code before it:
+
+- 1,000,000 rows, no rules, load 3.5-3.7: **wall 15.1 s** (66,000 rows/s) against 20.6 s, client
+  12.3 s CPU against 17.2 s (0.72x); client peak RSS 109 MiB (the same), gateway CPU 1.5 s. An
+  earlier run at load 12-15: client 13.2 s CPU against 18.8 s, wall 20.3 s against 45.3 s.
+- alice's 200,000 of 1,000,000 rows under ``owner = jwt:sub``, load 5: client 4.6 s CPU against
+  5.3 s (0.88x); wall 17.2 s against 15.2 s, bounded by the gateway (7.5 s and 7.0 s CPU).
+- SQLite alone, the same two inserts per row for 200,000 rows: multi-row INSERTs with msgpack
+  states 0.54 s CPU against 0.86 s with executemany (0.63x); a msgpack state is about 120 bytes
+  against 185 of JSON, the replica file 40 MB against 63 MB.
+- Top py-spy entries of the client after it (GIL-holding samples, 300,000 rows, no rules):
+  ``_replica._insert_rows`` (binding the multi-row INSERTs) 12.1 %, the inline decode
+  ``delta.read_trusted_json_delta`` with ``wsframes.delta_from_proto`` about 25 % (most of it
+  protobuf field access), ``_schemas._shape`` 5.6 %, ``RowStore._show`` 7 %,
+  ``merge.encode_row_state_binary`` 3.3 %, ``RowState.visible`` 5 %; the rest under 2 % each.
+
+Top py-spy entries of the client before that (self time, 300,000 rows, no rules; waiting
+threads left out):
 ``RowStore._save_state`` (the ``_ls_rows`` executemany) 9.7 %, ``RowStore._show`` (the user
 table's executemany) 9.0 %, ``delta._read_cells`` 7.0 %, ``ReplicaFile._tx`` (COMMIT) 4.3 %,
 ``wsframes.delta_from_proto`` 2.8 %, ``RowStore._load`` 2.6 %, ``delta.read_delta`` 1.9 %.

@@ -56,6 +56,15 @@ MIB = 1024 * 1024
 
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 Count = Annotated[int, msgspec.Meta(ge=0)]
+Port = Annotated[int, msgspec.Meta(ge=1, le=65535)]
+HostName = Annotated[
+    str,
+    # A DNS name or an IPv4 address, or an IPv6 address; no scheme, port or spaces.
+    msgspec.Meta(
+        pattern=r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?"
+        r"|[0-9A-Fa-f.]*:[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)$"
+    ),
+]
 
 
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -81,6 +90,10 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ws_send_queue_bytes: Count = 4 * MIB
     """Bytes of broadcasts a WebSocket's send queue holds (0 = only its 1,024-frame cap); a
     receiver whose queue would overflow is closed with 4408 and resumes by pull."""
+    ws_ping_interval: NonNegative = 20.0
+    """Seconds between the keepalive pings the gateway sends each WebSocket (0 = none); a peer
+    that has not answered one within as long again is closed. At thousands of idle connections
+    the pings are most of an idle gateway's CPU: raise it there."""
     ws_rate_limit: NonNegative = 100.0
     """Frames per second per WebSocket connection (0 = off), burst twice that and at least 5."""
     flush_interval: NonNegative = 5.0
@@ -149,9 +162,19 @@ class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """``spark.cores.max``: cores the pipeline takes from a cluster (unset: Spark's default)."""
     spark_executor_memory: str | None = None
     """``spark.executor.memory`` on a cluster, e.g. ``2g`` (unset: Spark's default)."""
+    spark_driver_host: HostName | None = None
+    """``spark.driver.host``: the name or address of this machine that a cluster's executors
+    connect back to (the driver also binds it). Unset: Spark's choice, the machine's address
+    (loopback with a ``local[N]`` master)."""
+    spark_driver_port: Port | None = None
+    """``spark.driver.port``: a fixed port for the driver's RPC, to open in a firewall between
+    the workers and this machine (Spark tries the next ports when it is taken). Unset: random."""
+    spark_block_manager_port: Port | None = None
+    """``spark.blockManager.port``: a fixed port for the block managers (the driver's and the
+    executors'), which the workers also reach. Unset: random."""
     jars_dir: str | None = None
-    """Where setup writes the jars it builds. Unset: ``share/lakesync/jars`` in the active
-    Python environment (``sys.prefix``)."""
+    """Where setup downloads the jars Spark loads (Iceberg's and the JDBC drivers). Unset:
+    ``share/lakesync/jars`` in the active Python environment (``sys.prefix``)."""
     dbt_project_dir: str | None = None
     """The dbt project the pipeline runs. Unset: the one the package carries
     (``lakesync/dbt_project``)."""

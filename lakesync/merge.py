@@ -34,6 +34,7 @@ __all__ = [
     "apply_delta",
     "decode_row_state",
     "encode_row_state",
+    "encode_row_state_binary",
     "join_delta",
     "merge_state",
 ]
@@ -93,9 +94,28 @@ def encode_row_state(state: RowState) -> bytes:
     return _state_encoder.encode(state)
 
 
+_binary_encoder = msgspec.msgpack.Encoder()
+_binary_decoder = msgspec.msgpack.Decoder(RowState)
+
+
+def encode_row_state_binary(state: RowState) -> bytes:
+    """A row state's compact stored form: the fields of :func:`encode_row_state` in msgpack
+    (about two thirds of the JSON's bytes, encoded in C), read back by :func:`decode_row_state`.
+    A client replica stores a row's state this way: a first sync writes a million of them. A
+    value msgpack cannot hold (an integer beyond 64 bits, never a normalised value) keeps the
+    JSON form."""
+    try:
+        return _binary_encoder.encode(state)
+    except OverflowError:
+        return _state_encoder.encode(state)
+
+
 def decode_row_state(raw: bytes | str | memoryview) -> RowState:
     """Read a state written by :func:`encode_row_state` (or by earlier versions, with HLCs as
-    decimal strings)."""
+    decimal strings) or by :func:`encode_row_state_binary`."""
+    # JSON text starts with "{" (or whitespace); a msgpack map with a byte >= 0x80.
+    if not isinstance(raw, str) and len(raw) and raw[0] >= 0x80:
+        return _binary_decoder.decode(raw)
     return _state_decoder.decode(raw)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from google.protobuf.message import DecodeError
 
 from lakesync.canonical import canonical_json
-from lakesync.delta import CellErrorHandler, RowDelta, read_delta
+from lakesync.delta import CellErrorHandler, RowDelta, read_delta, read_trusted_json_delta
 from lakesync.errors import ValidationError
 from lakesync.proto import lakesync_pb2 as pb
 from lakesync.wire import json_cell
@@ -103,14 +103,21 @@ def delta_from_proto(
     report: CellErrorHandler | None = None,
 ) -> RowDelta:
     """Read a protobuf RowDelta, verified or trusted (:func:`lakesync.delta.read_delta`)."""
+    op = _PB_TO_OP.get(msg.op, str(msg.op))
+    table, row_id, client_id, columns = msg.table, msg.row_id, msg.client_id, msg.columns
+    hlc, did = msg.hlc, msg.delta_id
+    if trusted:  # a gateway's reply: its common case is read inline
+        fast = read_trusted_json_delta(op, table, row_id, client_id, columns, hlc, did)
+        if fast is not None:
+            return fast
     return read_delta(
-        _PB_TO_OP.get(msg.op, str(msg.op)),
-        msg.table,
-        msg.row_id,
-        msg.client_id,
-        msg.columns,
-        msg.hlc,
-        msg.delta_id,
+        op,
+        table,
+        row_id,
+        client_id,
+        columns,
+        hlc,
+        did,
         trusted=trusted,
         cell=json_cell,
         report=report,

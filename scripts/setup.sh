@@ -17,8 +17,8 @@ as_root() {
 }
 
 # --- apt packages --------------------------------------------------------------------------
-APT_PACKAGES=(libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java
-              postgresql mariadb-server default-jdk-headless maven nodejs npm chromium)
+# (The jars Spark loads, JDBC drivers included, come from Maven Central: the lake's bootstrap below.)
+APT_PACKAGES=(postgresql mariadb-server default-jdk-headless maven nodejs npm chromium)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -61,7 +61,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -
   touch "$stamp"
 fi
 
-# --- the lake: the Iceberg jars (pinned, from Maven Central) + catalog tables -------------------
+# --- the lake: Spark's jars (Iceberg's, the JDBC drivers; pinned, from Maven Central) + catalog ---
 if [ -f lakesync/lakehouse/bootstrap.py ]; then
   log "bootstrapping the lake (jars, catalog)"
   .venv/bin/python -m lakesync.lakehouse.bootstrap

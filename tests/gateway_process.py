@@ -104,7 +104,9 @@ class ServerProcess:
             time.sleep(0.5)
         raise RuntimeError(f"gateway port {self.port} stayed taken:\n{self._log_tail()}")
 
-    def _launch(self, timeout: float) -> bool:
+    def spawn(self) -> int:
+        """Start the process without waiting for it; returns where its output starts in
+        :attr:`log_path`."""
         env = {**os.environ, "LAKESYNC_JWT_SECRET": SECRET, **self.extra_env}
         env.pop("LAKESYNC_CONFIG", None)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +130,11 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
             )
+        return logged
+
+    def _launch(self, timeout: float) -> bool:
+        logged = self.spawn()
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

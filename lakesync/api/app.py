@@ -79,6 +79,7 @@ def create_app(
             settings.ws_max_connections_per_gateway,
             settings.ws_max_connections_per_client,
             settings.ws_send_queue_bytes,
+            on_drop=lambda gw: metrics_.count(gw, "ws_dropped"),
         )
         if not declared_applied:
             # `lakesync up` applies and checks the declared config before serving (a refused

@@ -2,7 +2,9 @@
 
 SIGTERM (what systemd, Kubernetes and ``kill`` send) stops it like a clean return: the server
 drains, then the lake jobs stop (the warm worker process with them), the store closes, the data
-dir's ``gateway.json`` and lock are released, and the process exits 0.
+dir's ``gateway.json`` and lock are released, and the process exits 0. So does a SIGTERM that
+comes while the gateway is still starting (the start completes, then it stops without serving)
+and one more during that shutdown (it is already under way: logged, not fatal).
 
 Exposed as the plain typer-compatible function :func:`up`, listed in ``lakesync/cli/main.py``'s
 ``LAZY_COMMANDS`` (loaded when ``lakesync up`` runs); ``python -m lakesync.api`` runs it too.
@@ -16,7 +18,8 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import FrameType
@@ -47,6 +50,37 @@ __all__ = ["up"]
 _log = logging.getLogger(__name__)
 
 
+class _StopLatch:
+    """``up``'s SIGTERM handler outside uvicorn's own (which serves in between): before serving
+    it remembers the request (the start goes on, then :func:`_serve` stops at once); after it,
+    the shutdown is already under way and a second request is logged, not fatal."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        self.stopping = False
+
+    def __call__(self, sig: int, frame: FrameType | None) -> None:
+        if self.stopping:
+            _log.info("SIGTERM: the gateway is already stopping")
+            return
+        self.asked = True
+
+
+@contextlib.contextmanager
+def _sigterm_latch() -> Iterator[_StopLatch]:
+    """Handle SIGTERM with a :class:`_StopLatch` for the block (the main thread only, where
+    signals are delivered), then give the previous handler back."""
+    latch = _StopLatch()
+    if threading.current_thread() is not threading.main_thread():
+        yield latch
+        return
+    previous = signal.signal(signal.SIGTERM, latch)
+    try:
+        yield latch
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def up(
     host: Annotated[str | None, typer.Option(help="Interface to listen on.")] = None,
     port: Annotated[int | None, typer.Option(help="TCP port.")] = None,
@@ -61,7 +95,7 @@ def up(
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)
     configure_logging(secrets=[*settings.jwt_secrets, *LakeSettings.from_config(cfg).secrets])
-    with contextlib.ExitStack() as stack:
+    with _sigterm_latch() as latch, contextlib.ExitStack() as stack:
         serving = False
 
         def stopped() -> None:
@@ -89,7 +123,11 @@ def up(
             return advertise(settings.data_dir, GatewayAddress(url, os.getpid(), config_file))
 
         serving = True
-        _serve(app, settings, cfg, host, port, advertised if worker_jobs is not None else None)
+        try:
+            _serve(app, settings, cfg, host, port, advertised if worker_jobs is not None else None,
+                   stop_asked=lambda: latch.asked)
+        finally:
+            latch.stopping = True  # the lake jobs stop and the store closes next
 
 
 def _serve(
@@ -99,6 +137,7 @@ def _serve(
     host: str | None,
     port: int | None,
     advertised: Callable[[str], AbstractContextManager[object]] | None = None,
+    stop_asked: Callable[[], bool] = lambda: False,
 ) -> None:
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -116,6 +155,8 @@ def _serve(
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
+            if stop_asked():  # a SIGTERM came before uvicorn's handlers took over
+                self.should_exit = True
             if self.started and advertised is not None:
                 url = _loopback_url(self.servers[0].sockets[0].getsockname())
                 advertising.enter_context(advertised(url))
@@ -137,8 +178,13 @@ def _serve(
             log_config=None,
             access_log=False,
             ws_max_size=2 * settings.max_body_bytes,
+            ws_ping_interval=cfg.server.ws_ping_interval or None,
+            ws_ping_timeout=cfg.server.ws_ping_interval or None,
         )
     )
+    if stop_asked():
+        _log.info("SIGTERM while starting: stopping without serving")
+        return
     server.run()
 
 

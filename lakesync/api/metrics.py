@@ -10,6 +10,11 @@ _COUNTERS = (
     ("pushes", "lakesync_push", "Accepted push batches"),
     ("deltas", "lakesync_push_deltas", "Newly stored deltas"),
     ("pulls", "lakesync_pull", "Answered pulls"),
+    (
+        "ws_dropped",
+        "lakesync_ws_dropped",
+        "WebSockets closed for being too slow for their broadcasts (close code 4408)",
+    ),
 )
 """The counters kept per gateway: (what :meth:`GatewayMetrics.count` calls it, name, help)."""
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -55,14 +60,15 @@ class GatewayMetrics:
         self.hotlog_head = Gauge("lakesync_hotlog_head", "Greatest ingest HLC", registry=r)
 
     def count(self, gateway: str, what: str, n: int = 1) -> None:
-        """Count ``n`` ``pushes``, ``pulls`` or ``deltas`` of a gateway (and of the process
-        totals when ``/metrics`` shows no gateway labels)."""
+        """Count ``n`` ``pushes``, ``pulls``, ``deltas`` or ``ws_dropped`` of a gateway (and of
+        the process totals when ``/metrics`` shows no gateway labels)."""
         self._counters[what].labels(gateway).inc(n)
         if what in self._totals:
             self._totals[what].inc(n)
 
     def count_of(self, gateway: str, what: str) -> int:
-        """The ``pushes``, ``pulls`` or ``deltas`` of a gateway since the process started."""
+        """The ``pushes``, ``pulls``, ``deltas`` or ``ws_dropped`` of a gateway since the
+        process started."""
         name = next(name for w, name, _ in _COUNTERS if w == what)
         value = self._per_gateway.get_sample_value(f"{name}_total", {"gateway": gateway})
         return 0 if value is None else int(value)

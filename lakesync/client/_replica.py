@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain
+from typing import Any
 
 from lakesync.client._columns import decode_json, register_converters
 from lakesync.client.errors import ClientClosedError
-from lakesync.merge import Cell, RowState, encode_row_state
+from lakesync.merge import Cell, RowState, encode_row_state_binary
 from lakesync.wire import decode_delta
 
 _PREFIX = "_ls_"
@@ -42,6 +44,24 @@ CREATE TABLE IF NOT EXISTS _ls_cursors (gateway_id TEXT PRIMARY KEY, server_hlc 
     + _ROWS_DDL
     + ";"
 )
+
+
+# Rows per multi-row INSERT: binding a statement of many rows costs SQLite and the sqlite3
+# module about a third less per row than executemany's step per row (measured on a first sync).
+_ROWS_PER_INSERT = 100
+
+
+def _insert_rows(c: sqlite3.Connection, head: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Run ``head`` (``INSERT ... (cols) VALUES``) for ``rows`` (tuples of one width) as a few
+    multi-row statements, in order (a later row replaces an earlier one as executemany would)."""
+    if not rows:
+        return
+    width = len(rows[0])
+    per = max(1, min(_ROWS_PER_INSERT, c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
+    group = "(" + ", ".join("?" * width) + ")"
+    for i in range(0, len(rows), per):
+        part = rows[i : i + per]
+        c.execute(f"{head} {', '.join([group] * len(part))}", list(chain.from_iterable(part)))
 
 
 def _hlc_in(ts: int) -> int:
@@ -123,9 +143,10 @@ class ReplicaFile:
             conn.execute("DROP TABLE _ls_rows")
             conn.execute("DROP TABLE _ls_cells")
             conn.execute(_ROWS_DDL)
-            conn.executemany(
-                "INSERT INTO _ls_rows (tbl, row_id, state, view_base) VALUES (?, ?, ?, ?)",
-                [(t, r, encode_row_state(st), vb) for (t, r), (st, vb) in states.items()],
+            _insert_rows(
+                conn,
+                "INSERT INTO _ls_rows (tbl, row_id, state, view_base) VALUES",
+                [(t, r, encode_row_state_binary(st), vb) for (t, r), (st, vb) in states.items()],
             )
         except BaseException:
             conn.execute("ROLLBACK")

@@ -9,16 +9,22 @@ from typing import Any, Literal
 
 import msgspec
 
-from lakesync.client._columns import python_row, to_sql_value, wire_values
-from lakesync.client._replica import _IN_CHUNK, _hlc_in, _hlc_out, _q
+from lakesync.client._columns import python_row, sql_converter, wire_values
+from lakesync.client._replica import _IN_CHUNK, _hlc_in, _hlc_out, _insert_rows, _q
 from lakesync.client._schemas import SchemaStore
 from lakesync.client._types import Change, Origin
 from lakesync.client.errors import RowExistsError, RowNotFoundError, ValidationError
 from lakesync.delta import Op, RowDelta, extract_delta, is_view_eviction, validate_row_id
 from lakesync.errors import ClockDriftError
 from lakesync.hlc import HLC
-from lakesync.merge import RowState, apply_delta, decode_row_state, encode_row_state, join_delta
-from lakesync.schema import ColumnSpec, check_delta
+from lakesync.merge import (
+    RowState,
+    apply_delta,
+    decode_row_state,
+    encode_row_state_binary,
+    join_delta,
+)
+from lakesync.schema import check_delta
 from lakesync.wire import decode_delta, encode_delta
 
 
@@ -109,13 +115,14 @@ class RowStore(SchemaStore):
         self, c: sqlite3.Connection, touched: Mapping[tuple[str, str], _Touched]
     ) -> None:
         """Write back acknowledged states, one encoded :class:`RowState` per row."""
-        c.executemany(
-            "INSERT OR REPLACE INTO _ls_rows (tbl, row_id, state, view_base) VALUES (?, ?, ?, ?)",
+        _insert_rows(
+            c,
+            "INSERT OR REPLACE INTO _ls_rows (tbl, row_id, state, view_base) VALUES",
             [
                 (
                     table,
                     row_id,
-                    encode_row_state(t.state),
+                    encode_row_state_binary(t.state),
                     None if t.base is None else _hlc_in(t.base),
                 )
                 for (table, row_id), t in touched.items()
@@ -126,28 +133,28 @@ class RowStore(SchemaStore):
         """Write the visible rows of ``touched`` to the user tables."""
         upserts: dict[str, list[tuple[Any, ...]]] = {}
         deletes: dict[str, list[tuple[str]]] = {}
-        columns: dict[str, list[tuple[str, ColumnSpec]]] = {}
+        columns: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
         for (table, row_id), t in touched.items():
             after = t.after
             if after is None:
                 if t.before is not None:
                     deletes.setdefault(table, []).append((row_id,))
                 continue
-            types = columns.get(table)
-            if types is None:
-                types = columns[table] = list(self._schemas[table].column_specs().items())
+            convert = columns.get(table)
+            if convert is None:
+                convert = columns[table] = [
+                    (n, sql_converter(spec))
+                    for n, spec in self._schemas[table].column_specs().items()
+                ]
             # The full row is rewritten so a revived row reads its pre-tombstone cells as null.
             upserts.setdefault(table, []).append(
-                (row_id, *[to_sql_value(spec, after.get(n)) for n, spec in types])
+                (row_id, *[f(after.get(n)) for n, f in convert])
             )
         for table, rows in deletes.items():
             c.executemany(f"DELETE FROM {_q(table)} WHERE row_id = ?", rows)
         for table, rows in upserts.items():
             names = "".join(", " + _q(n) for n, _ in columns[table])
-            marks = ", ".join("?" * len(rows[0]))
-            c.executemany(
-                f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES ({marks})", rows
-            )
+            _insert_rows(c, f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES", rows)
 
     def _refill(self, c: sqlite3.Connection, table: str) -> None:
         ids = {

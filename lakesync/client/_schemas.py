@@ -6,6 +6,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Sequence
+from operator import attrgetter
 
 import msgspec
 
@@ -28,6 +29,12 @@ from lakesync.schema import (
 )
 
 _log = logging.getLogger(__name__)
+_column = attrgetter("column")
+
+
+def _shape(delta: RowDelta) -> tuple[str, tuple[str, ...]]:
+    """The table and column names of a delta (a page repeats a few shapes thousands of times)."""
+    return delta.table, tuple(map(_column, delta.columns))
 
 
 class SchemaStore(ReplicaFile):
@@ -154,7 +161,7 @@ class SchemaStore(ReplicaFile):
         out: set[tuple[str, str]] = set()
         seen: set[tuple[str, tuple[str, ...]]] = set()
         for d in deltas:
-            shape = (d.table, tuple([cv.column for cv in d.columns]))
+            shape = _shape(d)
             if shape in seen:
                 continue  # a page repeats few shapes
             seen.add(shape)
@@ -198,7 +205,7 @@ class SchemaStore(ReplicaFile):
         kept: list[RowDelta] = []
         shapes: dict[tuple[str, tuple[str, ...]], bool] = {}
         for d in deltas:
-            shape = (d.table, tuple([cv.column for cv in d.columns]))
+            shape = _shape(d)
             ok = shapes.get(shape)
             if ok is None:
                 ok = shapes[shape] = self._learn(c, d)

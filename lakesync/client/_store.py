@@ -6,10 +6,11 @@ Layout (all bookkeeping tables start with ``_ls_``, which user tables may not):
   holding the *visible* merged row (what ``query()`` reads);
 - ``_ls_rows``: per row its *remote* state (what the gateway sent) as one encoded
   :class:`~lakesync.merge.RowState` (each cell's winning value and ``(hlc, client_id)``, the
-  greatest write clock and the tombstone), and the base of the last view eviction applied to
-  it; one SQLite row per synced row, so a bulk load writes two rows per row (this and the user
-  table's). Replicas of the earlier per-cell layout (``_ls_cells``) are folded into it when
-  opened;
+  greatest write clock and the tombstone; msgpack, :func:`~lakesync.merge.encode_row_state_binary`,
+  rows written before that keep their JSON until they change), and the base of the last view
+  eviction applied to it; one SQLite row per synced row, so a bulk load writes two rows per row
+  (this and the user table's, both as multi-row INSERTs). Replicas of the earlier per-cell
+  layout (``_ls_cells``) are folded into it when opened;
 - ``_ls_outbox``: local deltas the gateway has not acknowledged, or acknowledged (``acked``, the
   push reply's server HLC) but not yet sent back by a pull, in write order, with their row;
 - ``_ls_dead_letters``: deltas the gateway refused for good;

@@ -50,9 +50,9 @@ class JdbcTarget:
 
 _JDBC = {
     # Spark picks its SQL dialect by URL prefix: jdbc:mysql gets MySQL's backtick quoting; the
-    # MariaDB driver accepts that prefix. Batched inserts are rewritten into multi-row ones.
-    "mysql": ("jdbc:mysql", 3306, "org.mariadb.jdbc.Driver",
-              "permitMysqlScheme&rewriteBatchedStatements=true"),
+    # MariaDB driver accepts that prefix. Batched inserts travel as multi-row ones: PostgreSQL's
+    # driver rewrites them; MariaDB's (3.x) sends each batch as one bulk command by default.
+    "mysql": ("jdbc:mysql", 3306, "org.mariadb.jdbc.Driver", "permitMysqlScheme"),
     "postgres": ("jdbc:postgresql", 5432, "org.postgresql.Driver", "reWriteBatchedInserts=true"),
 }
 

@@ -2,21 +2,22 @@
 
 ``python -m lakesync.lakehouse.bootstrap [--data-dir D]``:
 
-1. downloads the official Iceberg jars Spark loads
-   (:data:`~lakesync.lakehouse.settings.ICEBERG_JARS`: the Spark runtime and its AWS bundle,
-   pinned by version and SHA-256) from Maven Central into
-   :attr:`LakeSettings.jars_dir` (skipped when present, so later runs stay offline);
-2. checks the JDBC driver jars are where Spark will look;
-3. creates the JDBC catalog tables in Iceberg's older layout (trap 2: Spark then runs with
+1. downloads the official jars Spark loads (:data:`~lakesync.lakehouse.settings.SPARK_JARS`:
+   the Iceberg Spark runtime, its AWS bundle and the JDBC drivers of SQLite, PostgreSQL and
+   MariaDB, pinned by version and SHA-256) from Maven Central into
+   :attr:`LakeSettings.jars_dir` (skipped when present and whole, so later runs stay offline);
+2. creates the JDBC catalog tables in Iceberg's older layout (trap 2: Spark then runs with
    ``jdbc.init-catalog-tables=false`` and pyiceberg shares the file), SQLite in WAL mode (not
    for a REST catalog: its server keeps its own tables and warehouse);
-4. creates the ``lakesync`` namespace and the landing table.
+3. creates the ``lakesync`` namespace and the landing table.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import logging
 import os
 import shlex
 import sqlite3
@@ -25,9 +26,11 @@ from pathlib import Path
 
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
-from lakesync.lakehouse.settings import ICEBERG_JARS, MAVEN_CENTRAL, LakeSettings, MavenJar
+from lakesync.lakehouse.settings import MAVEN_CENTRAL, SPARK_JARS, LakeSettings, MavenJar
 
 __all__ = ["CATALOG_DDL", "bootstrap", "fetch_jars", "init_catalog_tables", "main"]
+
+_log = logging.getLogger(__name__)
 
 # Iceberg's pre-1.7 JDBC catalog layout: Spark's JDBC catalog keeps ResultSets open on the newer
 # layout's probe queries, which holds a SQLite read lock for the whole session.
@@ -45,22 +48,61 @@ CATALOG_DDL = (
 
 
 def fetch_jars(
-    jars_dir: Path, jars: tuple[MavenJar, ...] = ICEBERG_JARS, repository: str = MAVEN_CENTRAL
+    jars_dir: Path, jars: tuple[MavenJar, ...] = SPARK_JARS, repository: str = MAVEN_CENTRAL
 ) -> list[Path]:
-    """Download each of ``jars`` from ``repository`` (Maven Central) into ``jars_dir`` unless it
-    is there; return their paths. A download is checked against its pinned SHA-256 and renamed
-    into place only then, so a jar in ``jars_dir`` is always whole and later runs need no
-    network."""
+    """Download each of ``jars`` from ``repository`` (Maven Central) into ``jars_dir`` unless a
+    whole copy is there; return their paths.
+
+    A download is checked against its pinned SHA-256 and renamed into place only then; a jar
+    already in ``jars_dir`` is checked too (a copy cut short or damaged is fetched again), so
+    later runs need no network. Offline with a jar missing, a :class:`ConfigError` says where to
+    put it.
+    """
     paths = []
     for jar in jars:
         path = jars_dir / jar.file_name
-        if not path.is_file():
-            _download(jar.url(repository), jar.sha256, path)
+        if not _is_whole(path, jar.sha256):
+            if path.exists():
+                _log.warning("%s does not match its pinned SHA-256: fetching it again", path)
+            _download(jar, jar.url(repository), path)
         paths.append(path)
     return paths
 
 
-def _download(url: str, sha256: str, path: Path) -> None:
+def _is_whole(path: Path, sha256: str) -> bool:
+    """Whether the file at ``path`` has the digest ``sha256``. A stamp beside it remembers a
+    passed check with the file's size and mtime, so a pipeline run does not read 130 MB of jars
+    again; any write to the jar changes those and misses the stamp."""
+    if not path.is_file():
+        return False
+    stamp, checked = _stamp(path, sha256)
+    try:
+        if stamp.read_text(encoding="utf-8") == checked:
+            return True
+    except OSError:
+        pass
+    if _sha256(path) != sha256:
+        return False
+    with contextlib.suppress(OSError):  # a read-only jars dir: check again next time
+        stamp.write_text(checked, encoding="utf-8")
+    return True
+
+
+def _stamp(path: Path, sha256: str) -> tuple[Path, str]:
+    """The stamp file of the jar at ``path`` and what it holds once the jar is checked."""
+    stat = path.stat()
+    return path.with_name(f".{path.name}.sha256"), f"{sha256} {stat.st_size} {stat.st_mtime_ns}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as jar:
+        while chunk := jar.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _download(jar: MavenJar, url: str, path: Path) -> None:
     """Fetch ``url`` to ``path`` (see :func:`fetch_jars`); a clear error when offline."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # A name of its own per process: concurrent bootstraps (test workers) never share a file.
@@ -74,16 +116,21 @@ def _download(url: str, sha256: str, path: Path) -> None:
     except OSError as exc:  # URLError, timeouts and refused connections are OSErrors
         staged.unlink(missing_ok=True)
         raise ConfigError(
-            f"cannot download {url} ({exc}): Spark needs it; with no network, fetch it "
-            f"elsewhere and put it at {path}"
+            f"cannot download {url} ({exc}): Spark needs "
+            f"{jar.group}:{jar.artifact}:{jar.version}. Run `python -m "
+            "lakesync.lakehouse.bootstrap` (or scripts/setup.sh) once where Maven Central is "
+            f"reachable, or, offline, copy that jar (SHA-256 {jar.sha256}) to {path} or point "
+            "lake.jars_dir at a folder that has it"
         ) from None
-    if digest.hexdigest() != sha256:
+    if digest.hexdigest() != jar.sha256:
         staged.unlink(missing_ok=True)
         raise ConfigError(
-            f"{url} does not match its pinned SHA-256 {sha256} (got "
+            f"{url} does not match its pinned SHA-256 {jar.sha256} (got "
             f"{digest.hexdigest()}): not installed"
         )
     staged.replace(path)
+    stamp, checked = _stamp(path, jar.sha256)
+    stamp.write_text(checked, encoding="utf-8")
 
 
 def init_catalog_tables(settings: LakeSettings) -> None:
@@ -114,23 +161,9 @@ def init_catalog_tables(settings: LakeSettings) -> None:
         engine.dispose()
 
 
-def check_jars(settings: LakeSettings) -> None:
-    """Fail early, naming the package to install, when a JDBC driver jar Spark needs is
-    missing (the Iceberg jars are downloaded by :func:`fetch_jars`)."""
-    hints = {
-        "sqlite-jdbc.jar": "apt-get install libxerial-sqlite-jdbc-java",
-        "postgresql.jar": "apt-get install libpostgresql-jdbc-java",
-    }
-    for jar in settings.spark_jars:
-        if not jar.is_file():
-            hint = hints.get(jar.name, "python -m lakesync.lakehouse.bootstrap")
-            raise ConfigError(f"missing jar {jar} ({hint})")
-
-
 def bootstrap(settings: LakeSettings) -> LakeSettings:
     """Run every setup step for ``settings`` (see the module docstring); safe to call repeatedly."""
     fetch_jars(settings.jars_dir)
-    check_jars(settings)
     if not settings.is_rest and (wh := settings.warehouse_path) is not None:
         wh.mkdir(parents=True, exist_ok=True)
     init_catalog_tables(settings)

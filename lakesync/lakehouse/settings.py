@@ -19,8 +19,12 @@ values are derived here:
   :mod:`lakesync.lakehouse.object_store`).
 - ``spark_master`` (default ``local[2]``); ``spark_cores_max`` / ``spark_executor_memory``:
   sizing on a cluster master.
-- ``jars_dir``: where the bootstrap downloads the Iceberg jars (:data:`ICEBERG_JARS`, pinned
-  artifacts of Maven Central; default ``<sys.prefix>/share/lakesync/jars``).
+- ``spark_driver_host`` / ``spark_driver_port`` / ``spark_block_manager_port``: the address the
+  Spark driver advertises to a cluster's executors and the fixed ports it listens on (unset:
+  Spark's choice of the machine's address and random ports; :meth:`LakeSettings.driver_conf`).
+- ``jars_dir``: where the bootstrap downloads the jars Spark loads (:data:`SPARK_JARS`: the
+  Iceberg runtime, its AWS bundle and the JDBC drivers, pinned artifacts of Maven Central;
+  default ``<sys.prefix>/share/lakesync/jars``).
 - ``dbt_project_dir``: the dbt project (default: the repository root).
 - ``snapshot_retention`` (seconds, default 7 days), ``snapshot_retain_last`` (default 1),
   ``orphan_file_age`` (seconds, default 3 days): Iceberg maintenance (``macros/maintenance.sql``,
@@ -51,9 +55,11 @@ __all__ = [
     "CHANGES_NAMESPACE",
     "ICEBERG_JARS",
     "ICEBERG_VERSION",
+    "JDBC_DRIVER_JARS",
     "LANDING_NAMESPACE",
     "LANDING_TABLE",
     "MAVEN_CENTRAL",
+    "SPARK_JARS",
     "LakeSettings",
     "MavenJar",
     "default_jars_dir",
@@ -63,9 +69,6 @@ __all__ = [
 CATALOG_NAME = "lake"
 LANDING_TABLE = "landing"
 
-SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
-POSTGRES_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
-MARIADB_JDBC_JAR = Path("/usr/share/java/mariadb-java-client.jar")
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 ICEBERG_VERSION = "1.10.1"
 """The Apache Iceberg release the lake's Spark side runs (runtime for Spark 3.5 / Scala 2.12 and
@@ -108,6 +111,28 @@ ICEBERG_JARS = (ICEBERG_RUNTIME, ICEBERG_AWS_BUNDLE)
 and the AWS SDK relocated inside), downloaded into :attr:`LakeSettings.jars_dir` by the
 bootstrap so later runs stay offline."""
 
+# The JDBC drivers Spark loads: Iceberg's JDBC catalog (SQLite, PostgreSQL) and the destinations'
+# staging tables (materialise: PostgreSQL, MariaDB/MySQL). SQLite's is the version Apache
+# Iceberg's REST catalog server runs here too (scripts/rest-catalog/pom.xml).
+SQLITE_JDBC = MavenJar(
+    "org.xerial", "sqlite-jdbc", "3.49.1.0",
+    "5c8609d2ca341deb8c6f71778974b5ba4995c7d32d7c7c89d9392a3e72c39291",
+)
+POSTGRES_JDBC = MavenJar(
+    "org.postgresql", "postgresql", "42.7.14",
+    "73914527305a40cce504b0d3d90b23caf565136912d607ae8ae7c5895512332c",
+)
+MARIADB_JDBC = MavenJar(
+    "org.mariadb.jdbc", "mariadb-java-client", "3.5.11",
+    "42604178b9e57ec08ee0035079961516f086e455d0141f0b22c6eff29fb2fff4",
+)
+JDBC_DRIVER_JARS = (SQLITE_JDBC, POSTGRES_JDBC, MARIADB_JDBC)
+"""The JDBC drivers Spark loads (the catalog's and the destinations'), published artifacts of
+Maven Central pinned like :data:`ICEBERG_JARS`."""
+SPARK_JARS = ICEBERG_JARS + JDBC_DRIVER_JARS
+"""Every jar on ``spark.jars`` (driver and executors alike), downloaded by the bootstrap into
+:attr:`LakeSettings.jars_dir`; the driver serves them to a cluster's executors."""
+
 
 def default_jars_dir() -> Path:
     """Directory for the jars setup downloads: inside the active environment (per venv, stable)."""
@@ -136,6 +161,9 @@ class LakeSettings:
     spark_master: str = LakeConfig().spark_master
     spark_cores_max: int | None = None
     spark_executor_memory: str | None = None
+    spark_driver_host: str | None = None
+    spark_driver_port: int | None = None
+    spark_block_manager_port: int | None = None
     jars_dir: Path = field(default_factory=default_jars_dir)
     dbt_project_dir: Path = field(default_factory=default_dbt_project_dir)
     shuffle_partitions: int = 4
@@ -172,6 +200,11 @@ class LakeSettings:
         """
         root = Path(data_dir or config.data_dir).resolve()
         lake = config.lake
+        if lake.spark_driver_port and lake.spark_driver_port == lake.spark_block_manager_port:
+            raise ConfigError(
+                f"lake.spark_driver_port and lake.spark_block_manager_port are both "
+                f"{lake.spark_driver_port}: the driver listens on each, so they must differ"
+            )
         catalog_uri = lake.catalog_uri or f"jdbc:sqlite:{root / 'catalog.db'}"
         _catalog_type(catalog_uri)  # an unsupported URI fails here, naming the key
         warehouse = lake.warehouse or (root / "warehouse").as_uri()
@@ -196,6 +229,9 @@ class LakeSettings:
             spark_master=lake.spark_master,
             spark_cores_max=lake.spark_cores_max,
             spark_executor_memory=lake.spark_executor_memory or None,
+            spark_driver_host=lake.spark_driver_host or None,
+            spark_driver_port=lake.spark_driver_port,
+            spark_block_manager_port=lake.spark_block_manager_port,
             jars_dir=Path(lake.jars_dir) if lake.jars_dir else default_jars_dir(),
             dbt_project_dir=(
                 Path(lake.dbt_project_dir) if lake.dbt_project_dir else default_dbt_project_dir()
@@ -258,9 +294,9 @@ class LakeSettings:
 
     @property
     def spark_jars(self) -> list[Path]:
-        """Every jar Spark needs on ``spark.jars``, driver and executors alike."""
-        # PostgreSQL and MariaDB drivers also load destinations' staging tables (materialise).
-        return [*self.iceberg_jars, SQLITE_JDBC_JAR, POSTGRES_JDBC_JAR, MARIADB_JDBC_JAR]
+        """Every jar Spark needs on ``spark.jars`` (:data:`SPARK_JARS`) in :attr:`jars_dir`,
+        driver and executors alike."""
+        return [self.jars_dir / jar.file_name for jar in SPARK_JARS]
 
     def sqlalchemy_uri(self) -> str:
         """The same catalog as a SQLAlchemy URL for pyiceberg's ``SqlCatalog``."""
@@ -337,9 +373,25 @@ class LakeSettings:
 
         One source: the ``server_side_parameters`` of the shipped ``profiles.yml``, which a
         plain ``dbt build`` reads too, rendered here with :meth:`dbt_env`; a value that renders
-        empty (credentials not set) is left out.
+        empty (credentials not set) is left out. Then the driver's address and ports
+        (:meth:`driver_conf`).
         """
-        return profile_spark_conf(self.dbt_project_dir / "profiles.yml", self.dbt_env())
+        profile = profile_spark_conf(self.dbt_project_dir / "profiles.yml", self.dbt_env())
+        return {**profile, **self.driver_conf()}
+
+    def driver_conf(self) -> dict[str, str]:
+        """The driver's advertised host and fixed ports (``lake.spark_driver_host``,
+        ``spark_driver_port``, ``spark_block_manager_port``), each only when set: a cluster's
+        executors connect back to them. Not in ``profiles.yml``: dbt-spark passes a value that
+        renders empty on to Spark, and an empty ``spark.driver.host`` breaks the session."""
+        conf = {}
+        if self.spark_driver_host:
+            conf["spark.driver.host"] = self.spark_driver_host
+        if self.spark_driver_port:
+            conf["spark.driver.port"] = str(self.spark_driver_port)
+        if self.spark_block_manager_port:
+            conf["spark.blockManager.port"] = str(self.spark_block_manager_port)
+        return conf
 
 
 def _catalog_type(uri: str) -> str:

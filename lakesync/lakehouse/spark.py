@@ -14,7 +14,7 @@ from lakesync.spark_udfs import register_udfs
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["lake_spark_conf", "spark_session"]
+__all__ = ["driver_environment", "lake_spark_conf", "spark_session"]
 
 _log = logging.getLogger(__name__)
 
@@ -42,11 +42,10 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
         builder = builder.config(key, value)
     # Python UDF workers must run this venv's interpreter; PySpark reads it when the session
     # starts (a variable the user set wins).
-    env = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    if settings.spark_master.startswith("local"):
-        # In-process Spark binds loopback only. On a cluster the executors connect back to the
-        # driver: it must listen on the machine's address (Spark's choice, or SPARK_LOCAL_IP).
-        env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    env = {
+        "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+        **driver_environment(settings),
+    }
     with process_environment(env, override=False):
         session = builder.getOrCreate()
     # Load the lake's catalog now, with these settings: dbt-spark's getOrCreate() later sets the
@@ -55,6 +54,15 @@ def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSe
     session.catalog.currentCatalog()
     register_udfs(session)
     return session
+
+
+def driver_environment(settings: LakeSettings) -> dict[str, str]:
+    """Environment of a process that runs a lake's Spark driver (the pipeline's session, the SQL
+    endpoint's Thrift server), to apply where the process has no such variable already:
+    ``SPARK_LOCAL_IP=127.0.0.1`` for a ``local[N]`` master, so in-process Spark binds loopback
+    only; nothing on a cluster, whose executors connect back to the driver on the machine's
+    address (Spark's choice, ``lake.spark_driver_host``, or the user's ``SPARK_LOCAL_IP``)."""
+    return {"SPARK_LOCAL_IP": "127.0.0.1"} if settings.spark_master.startswith("local") else {}
 
 
 def _other_lake(session: SparkSession, conf: dict[str, str]) -> bool:

@@ -30,7 +30,7 @@ from lakesync.errors import LakeSyncError, ValidationError
 from lakesync.lakehouse.catalog import open_catalog, require_lake
 from lakesync.lakehouse.process_env import stop_process
 from lakesync.lakehouse.settings import LakeSettings
-from lakesync.lakehouse.spark import lake_spark_conf
+from lakesync.lakehouse.spark import driver_environment, lake_spark_conf
 
 __all__ = [
     "DEFAULT_HOST",
@@ -39,6 +39,7 @@ __all__ = [
     "SqlServerError",
     "check_bind_address",
     "thrift_server_argv",
+    "thrift_server_env",
 ]
 
 DEFAULT_HOST = "127.0.0.1"
@@ -101,6 +102,17 @@ def thrift_server_argv(
             raise ValidationError(f"--hiveconf {item!r} must look like KEY=VALUE")
         argv += ["--hiveconf", item]
     return [*argv, "spark-internal"]
+
+
+def thrift_server_env(
+    settings: LakeSettings, env: Mapping[str, str], spark_home: Path
+) -> dict[str, str]:
+    """The environment of the Thrift server process: ``env`` with Spark's home and this
+    interpreter for Python workers; ``SPARK_LOCAL_IP`` pinned to loopback only for a local
+    master (:func:`~lakesync.lakehouse.spark.driver_environment`; a variable in ``env`` wins),
+    so on a cluster the executors can reach the driver."""
+    return {**driver_environment(settings), **env, "SPARK_HOME": str(spark_home),
+            "PYSPARK_PYTHON": sys.executable}
 
 
 def _ensure_default_namespace(settings: LakeSettings) -> None:
@@ -186,8 +198,7 @@ class SqlServer:
         home = _spark_home()
         conf = lake_spark_conf(self.settings, self.log_path)
         argv = thrift_server_argv(home, conf, self.host, self.port, self._hiveconf)
-        env = {**self._env, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
-        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark's own ports stay on loopback
+        env = thrift_server_env(self.settings, self._env, home)
         workdir = self.settings.data_dir / "sql-server"
         workdir.mkdir(parents=True, exist_ok=True)  # derby.log and Spark's scratch files
         with (workdir / "spark-submit.out").open("ab") as out:

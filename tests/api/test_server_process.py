@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -12,6 +14,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
+from lakesync.api.cli import _sigterm_latch
 from lakesync.merge import merge_state
 from lakesync.wsframes import decode_server_frame, encode_push
 from tests.api.conftest import drop_pg_schema, fresh_pg_schema
@@ -89,6 +92,47 @@ def test_sigterm_runs_the_whole_shutdown(tmp_path: Path) -> None:
     log = server.log_path.read_text()
     assert "Application shutdown complete" in log
     assert "gateway stopped (lake jobs ended, store closed)" in log
+
+
+def test_sigterm_while_starting_stops_cleanly_without_serving(tmp_path: Path) -> None:
+    """A SIGTERM that comes while ``up`` is still starting (store, lake jobs, app; uvicorn's
+    own handlers not yet installed) used to kill the process outright (-15): now the start
+    completes, nothing is served, and the whole shutdown runs, exit 0."""
+    data = tmp_path / "data"
+    server = ServerProcess(data, env={"LAKESYNC_FLUSH_INTERVAL": "3600"})
+    logged = server.spawn()
+    assert server.proc is not None
+    deadline = time.monotonic() + 120
+
+    def output() -> str:
+        with open(server.log_path, "rb") as log:
+            log.seek(logged)
+            return log.read().decode(errors="replace")
+
+    # The lake jobs say they start (uvicorn starts ~0.3 s later): stop it right then.
+    while "scheduled landing flush" not in output():
+        assert server.proc.poll() is None and time.monotonic() < deadline, output()
+        time.sleep(0.001)
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(120) == 0, output()
+    out = output()
+    assert "gateway stopped (lake jobs ended, store closed)" in out, out
+    assert not (data / "gateway.json").exists()
+
+
+def test_a_second_sigterm_while_stopping_is_not_fatal() -> None:
+    """Once serving has ended, ``up``'s handler takes a SIGTERM as the stop already under way
+    (logged) instead of the default action, which killed the process mid-shutdown; the block
+    gives the previous handler back."""
+    before = signal.getsignal(signal.SIGTERM)
+    with _sigterm_latch() as latch:
+        latch.stopping = True
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered to this, the main thread
+        assert not latch.asked
+        latch.stopping = False
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert latch.asked  # before serving: remembered, the start goes on
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 @pytest.mark.parametrize("graceful", [False, True], ids=["kill-9", "sigterm"])

@@ -18,9 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lakesync.client import Event, LakeSyncClient
-from lakesync.client._columns import to_sql_value
+from lakesync.client._columns import SQL_TYPES, sql_converter, to_sql_value
 from lakesync.client.errors import ValidationError
 from lakesync.delta import CellError, delta_id
 from lakesync.proto import lakesync_pb2 as pb
@@ -78,6 +80,29 @@ def test_to_sql_value_never_raises_for_a_number_of_any_size(n: int) -> None:
     expected = float(n) if abs(n) < 2**1000 else math.inf if n > 0 else -math.inf
     assert isinstance(stored, float) and stored == expected
     assert to_sql_value(ColumnSpec("j", "json"), n) == str(n)
+
+
+_cell_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=8)
+    | st.sampled_from(["12.50", "2024-02-29", "2024-02-29T10:00:00.000000Z", "aGk=", "7"]),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=4,
+)
+
+
+@given(st.sampled_from([*SQL_TYPES, "decimal(10,2)"]), _cell_values)
+def test_a_columns_sql_converter_stores_what_to_sql_value_stores(
+    typ: str, value: Any
+) -> None:
+    spec = ColumnSpec("c", "decimal", precision=10, scale=2) if typ == "decimal(10,2)" else (
+        ColumnSpec("c", typ)  # type: ignore[arg-type]
+    )
+    expected, got = to_sql_value(spec, value), sql_converter(spec)(value)
+    assert type(got) is type(expected) and repr(got) == repr(expected)  # NaN and -0.0 too
 
 
 def test_pull_reply_reads_cells_it_cannot_hold_as_null_and_reports_them() -> None:

@@ -1,5 +1,5 @@
-"""Bootstrap: pinned Iceberg jars downloaded once, old-layout catalog in WAL, idempotent
-re-runs."""
+"""Bootstrap: pinned jars (Iceberg's and the JDBC drivers) downloaded once and checked,
+old-layout catalog in WAL, idempotent re-runs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,14 @@ import pytest
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.bootstrap import bootstrap, fetch_jars
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
-from lakesync.lakehouse.settings import ICEBERG_JARS, ICEBERG_VERSION, LakeSettings, MavenJar
+from lakesync.lakehouse.settings import (
+    ICEBERG_JARS,
+    ICEBERG_VERSION,
+    JDBC_DRIVER_JARS,
+    SPARK_JARS,
+    LakeSettings,
+    MavenJar,
+)
 
 
 @contextmanager
@@ -54,6 +61,29 @@ def test_jars_are_downloaded_once_checked_and_then_offline(tmp_path: Path) -> No
     assert fetch_jars(tmp_path / "jars", (PINNED,), "http://127.0.0.1:9/none") == [path]
 
 
+@pytest.mark.parametrize("damage", [JAR[:5], b"PK not really a jaR"], ids=["cut", "changed"])
+def test_a_jar_cut_short_or_damaged_in_place_is_fetched_again(
+    tmp_path: Path, damage: bytes
+) -> None:
+    jars = tmp_path / "jars"
+    with _repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": JAR}) as repo:
+        [path] = fetch_jars(jars, (PINNED,), repo)
+        path.write_bytes(damage)  # a copy cut short, or a file changed since
+        assert fetch_jars(jars, (PINNED,), repo) == [path]
+    assert path.read_bytes() == JAR
+
+
+def test_a_damaged_jar_offline_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "thing-1.0.jar").write_bytes(JAR[:5])
+    with pytest.raises(ConfigError) as err:
+        fetch_jars(jars, (PINNED,), "http://127.0.0.1:9/maven2")
+    for needle in ("org.example:thing:1.0", "python -m lakesync.lakehouse.bootstrap",
+                   PINNED.sha256, str(jars / "thing-1.0.jar"), "lake.jars_dir"):
+        assert needle in str(err.value)
+
+
 def test_a_jar_that_does_not_match_its_checksum_is_not_installed(tmp_path: Path) -> None:
     with (
         _repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": b"tampered"}) as repo,
@@ -77,6 +107,16 @@ def test_spark_gets_the_official_iceberg_jars() -> None:
         f"{name}-{ICEBERG_VERSION}.jar"
         for name in ("iceberg-spark-runtime-3.5_2.12", "iceberg-aws-bundle")
     ]
+
+
+def test_spark_gets_the_jdbc_drivers_from_maven_central_not_the_system(tmp_path: Path) -> None:
+    assert [(jar.group, jar.artifact) for jar in JDBC_DRIVER_JARS] == [
+        ("org.xerial", "sqlite-jdbc"), ("org.postgresql", "postgresql"),
+        ("org.mariadb.jdbc", "mariadb-java-client"),
+    ]
+    settings = LakeSettings.from_env(tmp_path, env={"LAKESYNC_JARS_DIR": str(tmp_path / "j")})
+    assert settings.spark_jars == [tmp_path / "j" / jar.file_name for jar in SPARK_JARS]
+    assert settings.spark_conf()["spark.jars"] == ",".join(map(str, settings.spark_jars))
 
 
 def test_bootstrap_creates_catalog_and_landing_idempotently(tmp_path: Path) -> None:

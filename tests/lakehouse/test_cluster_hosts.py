@@ -176,26 +176,38 @@ def _run_on_driver(cluster: Cluster, code: str, timeout: float = 600) -> str:
     return done.stdout
 
 
+DRIVER_PORT, BLOCK_MANAGER_PORT = 40100, 40101
+
+
 def test_a_lake_session_on_a_driver_host_runs_its_tasks_on_both_workers(cluster: Cluster) -> None:
     # lakesync's own session: on a cluster it must not bind the driver to loopback, where the
-    # executors on other machines cannot connect back to it.
+    # executors on other machines cannot connect back to it; lake.spark_driver_host and the
+    # fixed ports (a firewall's holes) are the ones the executors use.
     out = _run_on_driver(cluster, f"""
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.lakehouse.spark import spark_session
 env = {{"LAKESYNC_SPARK_MASTER": {cluster.url!r}, "LAKESYNC_SPARK_CORES_MAX": "2",
-       "LAKESYNC_SPARK_EXECUTOR_MEMORY": "512m"}}
+       "LAKESYNC_SPARK_EXECUTOR_MEMORY": "512m",
+       "LAKESYNC_SPARK_DRIVER_HOST": {cluster.driver.ip!r},
+       "LAKESYNC_SPARK_DRIVER_PORT": "{DRIVER_PORT}",
+       "LAKESYNC_SPARK_BLOCK_MANAGER_PORT": "{BLOCK_MANAGER_PORT}"}}
 spark = spark_session(LakeSettings.from_env({str(cluster.driver_dir / "lake")!r}, env=env))
 print("app", spark.sparkContext.applicationId)
-print("driver", spark.conf.get("spark.driver.host"))
+print("driver", spark.conf.get("spark.driver.host"), spark.conf.get("spark.driver.port"))
 print("sum", spark.range(0, 1000000, numPartitions=16).selectExpr("sum(id)").first()[0])
 spark.stop()
 """, timeout=300)
     assert re.search(r"^sum 499999500000$", out, re.M), out
-    assert re.search(rf"^driver {re.escape(cluster.driver.ip)}$", out, re.M), out
+    assert re.search(rf"^driver {re.escape(cluster.driver.ip)} {DRIVER_PORT}$", out, re.M), out
     app = re.search(r"^app (\S+)$", out, re.M)
     assert app is not None, out
     tasks = cluster.tasks_by_worker(app[1])
     assert sum(tasks.values()) >= 16 and all(tasks.values()), tasks
+    # Every executor connected back to the driver on the fixed port.
+    driver = f"CoarseGrainedScheduler@{cluster.driver.ip}:{DRIVER_PORT}"
+    logs = [log.read_text(errors="replace") for w in cluster.workers
+            for log in (cluster.root / w.name / "work" / app[1]).glob("*/stderr")]
+    assert logs and all(driver in log for log in logs), [log[-2000:] for log in logs]
     # The workers' processes do not see the driver's files, which are there.
     assert (cluster.driver_dir / "lake").is_dir()
     assert cluster.worker_sees(cluster.driver_dir) == []

@@ -12,6 +12,7 @@ import pytest
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.query import QueryResult, format_rows
 from lakesync.lakehouse.settings import ICEBERG_VERSION, LakeSettings
+from lakesync.lakehouse.spark import driver_environment, lake_spark_conf
 
 
 def test_embedded_defaults_live_under_the_data_dir(tmp_path: Path) -> None:
@@ -134,6 +135,38 @@ def test_bad_lake_settings_name_the_key_or_the_variable(tmp_path: Path) -> None:
         LakeSettings.from_env(tmp_path, env={"LAKESYNC_CONFIG": str(path)})
     with pytest.raises(ConfigError, match="LAKESYNC_SPARK_CORES_MAX='-2'"):
         LakeSettings.from_env(tmp_path, env={"LAKESYNC_SPARK_CORES_MAX": "-2"})
+
+
+def test_the_driver_host_and_ports_reach_every_lake_session(tmp_path: Path) -> None:
+    """``lake.spark_driver_host`` / ``_port`` / ``spark_block_manager_port`` go on the Spark
+    settings every lake JVM starts from (the pipeline's and the worker's session, the SQL
+    endpoint), and only when set: an empty ``spark.driver.host`` breaks a session."""
+    env = {"LAKESYNC_SPARK_MASTER": "spark://m:7077", "LAKESYNC_SPARK_DRIVER_HOST": "drv.lan",
+           "LAKESYNC_SPARK_DRIVER_PORT": "40000", "LAKESYNC_SPARK_BLOCK_MANAGER_PORT": "40001"}
+    s = LakeSettings.from_env(tmp_path, env=env)
+    assert (s.spark_driver_host, s.spark_driver_port, s.spark_block_manager_port) == (
+        "drv.lan", 40000, 40001)
+    driver = {"spark.driver.host": "drv.lan", "spark.driver.port": "40000",
+              "spark.blockManager.port": "40001"}
+    assert s.driver_conf() == driver
+    assert lake_spark_conf(s).items() >= driver.items()
+    unset = lake_spark_conf(LakeSettings.from_env(tmp_path, env={}))
+    assert not unset.keys() & {*driver, "spark.driver.bindAddress"}
+    only_host = LakeSettings.from_env(tmp_path, env={"LAKESYNC_SPARK_DRIVER_HOST": "::1"})
+    assert only_host.driver_conf() == {"spark.driver.host": "::1"}
+
+
+def test_the_driver_and_block_manager_ports_must_differ(tmp_path: Path) -> None:
+    env = {"LAKESYNC_SPARK_DRIVER_PORT": "40000", "LAKESYNC_SPARK_BLOCK_MANAGER_PORT": "40000"}
+    with pytest.raises(ConfigError, match=r"spark_driver_port and lake\.spark_block_manager_port"):
+        LakeSettings.from_env(tmp_path, env=env)
+
+
+def test_spark_binds_loopback_only_for_a_local_master(tmp_path: Path) -> None:
+    local = LakeSettings.from_env(tmp_path, env={})
+    assert driver_environment(local) == {"SPARK_LOCAL_IP": "127.0.0.1"}
+    cluster = LakeSettings.from_env(tmp_path, env={"LAKESYNC_SPARK_MASTER": "spark://m:7077"})
+    assert driver_environment(cluster) == {}
 
 
 def test_an_http_catalog_uri_selects_the_rest_catalog_for_spark(tmp_path: Path) -> None:

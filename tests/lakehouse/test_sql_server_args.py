@@ -19,6 +19,7 @@ from lakesync.lakehouse.sql_server import (
     SqlServerError,
     check_bind_address,
     thrift_server_argv,
+    thrift_server_env,
 )
 
 
@@ -52,6 +53,25 @@ def test_the_server_gets_the_pipelines_spark_settings(tmp_path: Path) -> None:
     hive = [v for k, v in pairs if k == "--hiveconf"]
     assert hive == ["hive.server2.thrift.port=10001", "hive.server2.thrift.bind.host=127.0.0.1",
                     "hive.server2.authentication=NOSASL"]
+
+
+def test_on_a_cluster_the_server_is_a_driver_the_workers_reach(tmp_path: Path) -> None:
+    """``lakesync sql-server`` with a ``spark://`` master: not pinned to loopback (executors on
+    other machines connect back to it), with the configured driver host and fixed ports."""
+    env = {"LAKESYNC_SPARK_MASTER": "spark://m:7077", "LAKESYNC_SPARK_DRIVER_HOST": "10.1.2.3",
+           "LAKESYNC_SPARK_DRIVER_PORT": "40000", "LAKESYNC_SPARK_BLOCK_MANAGER_PORT": "40001"}
+    settings = LakeSettings.from_env(tmp_path, env=env)
+    argv = thrift_server_argv(Path("/spark"), lake_spark_conf(settings), "0.0.0.0", 10000)
+    confs = [v for k, v in itertools.pairwise(argv) if k == "--conf"]
+    assert {"spark.master=spark://m:7077", "spark.driver.host=10.1.2.3",
+            "spark.driver.port=40000", "spark.blockManager.port=40001"} <= set(confs)
+    process = thrift_server_env(settings, {"PATH": "/bin"}, Path("/spark"))
+    assert "SPARK_LOCAL_IP" not in process and process["SPARK_HOME"] == "/spark"
+    # A local master keeps Spark's ports on loopback, unless the user's environment says else.
+    local = LakeSettings.from_env(tmp_path, env={})
+    assert thrift_server_env(local, {}, Path("/spark"))["SPARK_LOCAL_IP"] == "127.0.0.1"
+    mine = thrift_server_env(local, {"SPARK_LOCAL_IP": "10.9.9.9"}, Path("/spark"))
+    assert mine["SPARK_LOCAL_IP"] == "10.9.9.9"
 
 
 def test_a_hiveconf_without_a_value_is_refused() -> None:

@@ -172,6 +172,9 @@ def test_empty_file_means_defaults(tmp_path: Path) -> None:
         ("lake:\n  catalog_url: jdbc:sqlite:x\n", "catalog_url"),
         ("lake:\n  spark_cores_max: many\n", "$.lake.spark_cores_max"),
         ("lake:\n  spark_master: ''\n", "$.lake.spark_master"),
+        ("lake:\n  spark_driver_host: 'driver:7078'\n", "$.lake.spark_driver_host"),
+        ("lake:\n  spark_driver_port: -1\n", "$.lake.spark_driver_port"),
+        ("lake:\n  spark_block_manager_port: 70000\n", "$.lake.spark_block_manager_port"),
         ("- just\n- a list\n", "object"),
         (
             "gateways:\n  gw1:\n    schemas:\n      - {table: 'bad name', columns: []}\n",
@@ -257,6 +260,9 @@ lake:
   spark_master: spark://file:7077
   spark_cores_max: 4
   spark_executor_memory: 2g
+  spark_driver_host: driver.file
+  spark_driver_port: 7001
+  spark_block_manager_port: 7002
   jars_dir: /file/jars
   dbt_project_dir: /file/dbt
   s3_endpoint: http://file:9000
@@ -288,6 +294,10 @@ OVERRIDES = [
     ("LAKESYNC_SPARK_MASTER", "local[1]", "lake.spark_master", "spark://file:7077", "local[1]"),
     ("LAKESYNC_SPARK_CORES_MAX", "8", "lake.spark_cores_max", 4, 8),
     ("LAKESYNC_SPARK_EXECUTOR_MEMORY", "4g", "lake.spark_executor_memory", "2g", "4g"),
+    ("LAKESYNC_SPARK_DRIVER_HOST", "10.0.0.5", "lake.spark_driver_host", "driver.file",
+     "10.0.0.5"),
+    ("LAKESYNC_SPARK_DRIVER_PORT", "40000", "lake.spark_driver_port", 7001, 40000),
+    ("LAKESYNC_SPARK_BLOCK_MANAGER_PORT", "40001", "lake.spark_block_manager_port", 7002, 40001),
     ("LAKESYNC_JARS_DIR", "/env/jars", "lake.jars_dir", "/file/jars", "/env/jars"),
     ("LAKESYNC_DBT_PROJECT_DIR", "/env/dbt", "lake.dbt_project_dir", "/file/dbt", "/env/dbt"),
     ("LAKESYNC_S3_ENDPOINT", "https://env:443", "lake.s3_endpoint", "http://file:9000",
@@ -333,6 +343,11 @@ def test_every_knob_from_the_file_and_its_variable_wins(
         ("LAKESYNC_FLUSH_INTERVAL", "5s"),
         ("LAKESYNC_PIPELINE_INTERVAL", "-0.5"),
         ("LAKESYNC_SPARK_CORES_MAX", "two"),
+        ("LAKESYNC_SPARK_DRIVER_HOST", "spark://driver:7077"),
+        ("LAKESYNC_SPARK_DRIVER_HOST", "driver host"),
+        ("LAKESYNC_SPARK_DRIVER_PORT", "0"),
+        ("LAKESYNC_SPARK_DRIVER_PORT", "65536"),
+        ("LAKESYNC_SPARK_BLOCK_MANAGER_PORT", "any"),
         ("LAKESYNC_S3_PATH_STYLE", "sometimes"),
         ("LAKESYNC_PORT", "http"),
     ],

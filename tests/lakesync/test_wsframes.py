@@ -6,16 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from delta_strategies import row_deltas
+from delta_strategies import identifiers, json_values, row_deltas
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lakesync import wsframes
 from lakesync.canonical import canonical_json
-from lakesync.delta import RowDelta, delta_id
+from lakesync.delta import CellError, RowDelta, delta_id, read_delta
 from lakesync.errors import SchemaError, ValidationError
 from lakesync.hlc import encode
 from lakesync.proto import lakesync_pb2 as pb
+from lakesync.wire import json_cell
 from tests.wire_json import as_json
 
 UPDATE = RowDelta.create("UPDATE", "users", "row-1", "client-1", {"age": 31}, 1_000_000)
@@ -174,3 +175,59 @@ def test_a_frame_with_a_hostile_table_is_a_schema_error() -> None:
 def test_bad_server_frames_are_validation_errors(frame: bytes) -> None:
     with pytest.raises(ValidationError):
         wsframes.decode_server_frame(frame)
+
+
+_raw_cells = st.one_of(
+    st.just(b""),
+    st.sampled_from([b"1e400", b"1.0", b"-0", b"9007199254740993", b"[[[[1]]]]", b"{", b"\xff"]),
+    json_values.map(canonical_json).map(str.encode),
+)
+_names = st.one_of(identifiers, st.sampled_from(["", "9bad", "x" * 65, "a-b"]))
+
+
+@given(
+    st.integers(0, 3),
+    _names,
+    st.sampled_from(["", "r1"]),
+    st.sampled_from(["", "c1"]),
+    st.lists(st.tuples(_names, _raw_cells), max_size=4),
+    st.integers(0, 2**64 - 1),
+)
+def test_a_trusted_read_of_a_gateway_delta_equals_the_general_read(
+    op: int, table: str, row_id: str, client_id: str, cells: list[tuple[str, bytes]], hlc: int
+) -> None:
+    """:func:`read_trusted_json_delta` (the common case read inline) gives what the general
+    trusted read gives: the same delta, the same reported cells, or the same error."""
+    msg = pb.RowDelta(
+        op=op,
+        table=table,
+        row_id=row_id,
+        client_id=client_id,
+        hlc=hlc,
+        delta_id="d",
+        columns=[pb.ColumnDelta(column=n, value=v) for n, v in cells],
+    )
+
+    def read(fast: bool) -> tuple[object, list[CellError]]:
+        errors: list[CellError] = []
+        try:
+            if fast:
+                got: object = wsframes.delta_from_proto(msg, trusted=True, report=errors.append)
+            else:
+                got = read_delta(
+                    wsframes._PB_TO_OP.get(op, str(op)),
+                    table,
+                    row_id,
+                    client_id,
+                    msg.columns,
+                    hlc,
+                    "d",
+                    trusted=True,
+                    cell=json_cell,
+                    report=errors.append,
+                )
+        except (SchemaError, ValidationError) as exc:
+            got = (type(exc), str(exc))
+        return got, errors
+
+    assert read(True) == read(False)

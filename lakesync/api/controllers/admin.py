@@ -120,6 +120,7 @@ class GatewayMetricsResponse(msgspec.Struct, rename="camel"):
     ws_connections: int
     hot_log_head: str
     unflushed_bytes: int
+    ws_dropped: int
 
 
 def _connectors(request: Request[Any, Any, Any]) -> ConnectorService:
@@ -269,6 +270,7 @@ class AdminController(Controller):
             service.hub.count_for(gw),
             str(head),
             unflushed,
+            counts(gw, "ws_dropped"),
         )
 
     @get(

@@ -209,8 +209,12 @@ class Hub:
         max_per_gateway: int = 0,
         max_per_client: int = 0,
         send_queue_bytes: int = 0,
+        on_drop: Callable[[str], None] | None = None,
     ) -> None:
         self.max_connections = max_connections
+        self.on_drop = on_drop
+        """Called with the gateway id of each connection dropped for being too slow (the
+        gateway counts them in its metrics)."""
         self.max_per_gateway = max_per_gateway
         self.max_per_client = max_per_client
         self.send_queue_bytes = send_queue_bytes
@@ -373,6 +377,8 @@ class Hub:
         with :data:`CLOSE_TOO_SLOW` (the close frame leaves once the socket takes it)."""
         self._forget(conn)
         self.dropped += 1
+        if self.on_drop is not None:
+            self.on_drop(conn.gateway_id)
         log.warning(
             "dropped a WebSocket of client %r on gateway %r: too slow for its broadcasts "
             "(send queue full), closing with %d",

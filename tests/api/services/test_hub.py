@@ -136,7 +136,8 @@ def test_a_send_queue_is_bounded_in_bytes_and_its_receiver_dropped_with_4408() -
     closed with 4408, unregistered, its queue freed and sent nothing more; others go on."""
 
     async def scenario() -> None:
-        hub = Hub(0, send_queue_bytes=1000)
+        dropped_on: list[str] = []
+        hub = Hub(0, send_queue_bytes=1000, on_drop=dropped_on.append)
         stuck = asyncio.Event()
         closed: list[int] = []
         served: list[bytes] = []
@@ -169,7 +170,7 @@ def test_a_send_queue_is_bounded_in_bytes_and_its_receiver_dropped_with_4408() -
         assert 250 < frame < 400
         # The first frame stalls in send; three more fit in 1,000 bytes; the next one drops it.
         assert sizes[:4] == [0, frame, 2 * frame, 3 * frame]
-        assert closed == [4408] and hub.dropped == 1
+        assert closed == [4408] and hub.dropped == 1 and dropped_on == ["gw1"]
         assert hub.count == 1 and slow.outbox.empty() and slow.queued == 0
         assert len(served) == 6
         await hub.remove(slow)  # the socket handler's own removal is a no-op now
