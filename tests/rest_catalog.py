@@ -28,11 +28,13 @@ from pathlib import Path
 
 import pytest
 
+from lakesync.lakehouse.object_store import S3FILEIO
+from tests.conftest import S3_ACCESS_KEY_ID, S3_ENDPOINT, S3_SECRET_ACCESS_KEY
 from tests.netns import Host
 
 __all__ = [
     "REST_CATALOG_JARS", "REST_CATALOG_URI", "AuthProxy", "require_rest_catalog",
-    "rest_catalog_server",
+    "rest_catalog_server", "s3_catalog_env",
 ]
 
 REST_CATALOG_URI = os.environ.get("LAKESYNC_TEST_REST_CATALOG_URI", "")
@@ -48,6 +50,19 @@ def require_rest_catalog() -> None:
     if os.environ.get("CI"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+def s3_catalog_env() -> dict[str, str]:
+    """The ``CATALOG_*`` variables of a server (:func:`rest_catalog_server`) whose warehouse is
+    on the test S3 server: it writes there with Iceberg's S3FileIO and vends its S3 keys in every
+    LoadTable answer."""
+    return {
+        "CATALOG_IO__IMPL": S3FILEIO, "CATALOG_S3_ENDPOINT": S3_ENDPOINT,
+        "CATALOG_S3_PATH__STYLE__ACCESS": "true", "CATALOG_CLIENT_REGION": "us-east-1",
+        "CATALOG_S3_ACCESS__KEY__ID": S3_ACCESS_KEY_ID,
+        "CATALOG_S3_SECRET__ACCESS__KEY": S3_SECRET_ACCESS_KEY,
+        "CATALOG_INCLUDE__CREDENTIALS": "true",
+    }
 
 
 def _free_port() -> int:

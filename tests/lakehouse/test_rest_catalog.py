@@ -21,25 +21,18 @@ from lakesync.hlc import HLC
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ensure_landing_table, open_catalog
 from lakesync.lakehouse.landing import LandingFlusher
-from lakesync.lakehouse.object_store import S3FILEIO
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
 from tests.api.helpers import now_hlc
-from tests.conftest import (
-    S3_ACCESS_KEY_ID,
-    S3_ENDPOINT,
-    S3_SECRET_ACCESS_KEY,
-    fresh_s3_bucket,
-    s3_client,
-    s3_lake_env,
-)
+from tests.conftest import fresh_s3_bucket, s3_client, s3_lake_env
 from tests.rest_catalog import (
     REST_CATALOG_URI,
     AuthProxy,
     require_rest_catalog,
     rest_catalog_server,
+    s3_catalog_env,
 )
 
 GW = "gwrest"
@@ -186,13 +179,7 @@ def test_on_s3_the_lake_reads_and_writes_with_the_credentials_the_catalog_vends(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    server_env = {
-        "CATALOG_IO__IMPL": S3FILEIO, "CATALOG_S3_ENDPOINT": S3_ENDPOINT,
-        "CATALOG_S3_PATH__STYLE__ACCESS": "true", "CATALOG_CLIENT_REGION": "us-east-1",
-        "CATALOG_S3_ACCESS__KEY__ID": S3_ACCESS_KEY_ID,
-        "CATALOG_S3_SECRET__ACCESS__KEY": S3_SECRET_ACCESS_KEY,
-        "CATALOG_INCLUDE__CREDENTIALS": "true",  # vend them in every LoadTable answer
-    }
+    server_env = s3_catalog_env()  # it vends its keys in every LoadTable answer
     lake_env = {k: v for k, v in s3_lake_env(bucket).items() if "_KEY" not in k}
     with rest_catalog_server(tmp_path / "rest", f"s3://{bucket}/lake", server_env) as uri:
         settings = LakeSettings.from_env(

@@ -3,33 +3,37 @@ its warehouse on local files and on the local S3 server: the pipeline end to end
 landing flush and dbt on Spark (Iceberg's REST client) through one catalog, change sets shipped
 to PostgreSQL and MariaDB equal to the reference merge of a shuffled, duplicated, late history
 over several runs (``ship_reference_history``); then time travel, fresh reads (DuckDB) and
-compaction through the same catalog."""
+compaction through the same catalog; checkpoints built from the models (DuckDB) and lifecycle
+tiering by the lake's row clocks (pyiceberg), shipping and ``--lifecycle-only`` alike."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
+from lakesync.config import Config, GatewayConfig
 from lakesync.delta import RowDelta
+from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.factory import open_destination
+from lakesync.hlc import encode
 from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.checkpoint_builder import build_checkpoints
 from lakesync.lakehouse.compaction import compact
-from lakesync.lakehouse.object_store import S3FILEIO
+from lakesync.lakehouse.landing import LandingFlusher
+from lakesync.lakehouse.lifecycle import aged_rows
+from lakesync.lakehouse.materialise import materialise, tier
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
-from tests.conftest import (
-    S3_ACCESS_KEY_ID,
-    S3_ENDPOINT,
-    S3_SECRET_ACCESS_KEY,
-    fresh_s3_bucket,
-    s3_client,
-    s3_lake_env,
-)
-from tests.rest_catalog import rest_catalog_server
+from lakesync.lakehouse.runner import run_pipeline
+from lakesync.schema import parse_schema
+from tests.conftest import fresh_s3_bucket, s3_client, s3_lake_env
+from tests.rest_catalog import rest_catalog_server, s3_catalog_env
 
 from . import test_materialise
-from .conftest import Lake, make_lake
+from .conftest import Lake, append_in_order, make_lake
 from .test_materialise import GW, SCHEMA, ship_reference_history
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
@@ -48,13 +52,7 @@ def lake(
     if request.param == "s3":
         bucket = fresh_s3_bucket()
         warehouse = f"s3://{bucket}/lake"
-        server_env = {
-            "CATALOG_IO__IMPL": S3FILEIO, "CATALOG_S3_ENDPOINT": S3_ENDPOINT,
-            "CATALOG_S3_PATH__STYLE__ACCESS": "true", "CATALOG_CLIENT_REGION": "us-east-1",
-            "CATALOG_S3_ACCESS__KEY__ID": S3_ACCESS_KEY_ID,
-            "CATALOG_S3_SECRET__ACCESS__KEY": S3_SECRET_ACCESS_KEY,
-            "CATALOG_INCLUDE__CREDENTIALS": "true",
-        }
+        server_env = s3_catalog_env()
         lake_env = s3_lake_env(bucket)
     with rest_catalog_server(root / "rest", warehouse, server_env) as uri:
         lk = make_lake(root / "data", env={**lake_env, "LAKESYNC_CATALOG_URI": uri})
@@ -95,4 +93,71 @@ def test_the_pipeline_ships_the_reference_merge_through_a_rest_catalog(
         bucket = lake.settings.warehouse.removeprefix("s3://").split("/")[0]
         listed = s3_client().list_objects_v2(Bucket=bucket)
         assert any(o["Key"].endswith(".metadata.json") for o in listed["Contents"])
+        assert not (lake.settings.data_dir / "warehouse").exists()
+
+
+NOTES = parse_schema({"table": "notes", "columns": [{"name": "body", "type": "string"}]})
+
+
+def test_checkpoints_and_lifecycle_tiering_through_a_rest_catalog(
+    lake: Lake, databases: tuple[str, str]
+) -> None:
+    """After a pipeline run, the gateway's checkpoint (the models read with DuckDB through the
+    REST catalog) holds each row's merged state through the landed position; shipping to a
+    PostgreSQL destination with a 30-day hot window evicts the rows whose last change in the
+    lake (read with pyiceberg through the catalog) is older, and a later ``--lifecycle-only``
+    tiering (no Spark) the rows that aged since."""
+    gw = "gw_rest_tier"
+    now = datetime.now(UTC)
+
+    def clock(days_ago: int, counter: int = 0) -> int:
+        return encode(int((now - timedelta(days=days_ago)).timestamp() * 1000), counter)
+
+    ingested = append_in_order(lake.log, [(gw, d) for d in [
+        RowDelta.create("INSERT", "notes", "new", "c1", {"body": "new"}, clock(0, 5)),
+        RowDelta.create("INSERT", "notes", "old", "c1", {"body": "old"}, clock(40)),
+        RowDelta.create("INSERT", "notes", "gone", "c1", {"body": "gone"}, clock(40, 1)),
+        RowDelta.create("DELETE", "notes", "gone", "c2", {}, clock(39)),
+        # late: an older clock than the insert it follows, so it loses
+        RowDelta.create("UPDATE", "notes", "new", "c2", {"body": "late"}, clock(0, 1)),
+    ]])
+    LandingFlusher(open_catalog(lake.settings), lake.log).flush()
+    hot = DestinationSpec("postgres", databases[0], gw, hot_window="30d", name="hot")
+    config = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
+                    gateways={gw: GatewayConfig(gw, [NOTES])}, destinations={"hot": hot})
+    run_pipeline(settings=lake.settings, schemas=[NOTES], tests=False, config=config)
+
+    run = build_checkpoints(lake.settings, lake.log)
+    assert gw in run.gateways
+    [built] = [b for b in run.built if b.gateway_id == gw]
+    assert built.position >= max(ingested)
+    published = lake.log.checkpoint(gw)
+    assert published is not None and published.position == built.position
+    stored = [row for seq in range(built.chunks)
+              for row in msgspec.msgpack.decode(lake.log.checkpoint_chunk(gw, built.position, seq))]
+    # (table, row_id, last ingest, visible columns, live, real state)
+    assert {(r[0], r[1]): (r[3], r[4]) for r in stored} == {
+        ("notes", "gone"): (None, False),
+        ("notes", "new"): ({"body": "new"}, True),
+        ("notes", "old"): ({"body": "old"}, True),
+    }
+
+    assert aged_rows(open_catalog(lake.settings), gw, "notes", now - timedelta(days=30)) == [
+        "gone", "old"]
+    [shipped] = materialise(lake.settings, config, spark=lake.spark)
+    assert (shipped.table, shipped.error) == ("notes", None)
+    assert shipped.evicted >= 1
+
+    def in_postgres() -> dict[str, str]:
+        with open_destination(hot, env={}) as dest:
+            rows = dest.read_rows(dest.layout("notes", [("body", "string")]))
+        return {r["row_id"]: r["body"] for r in rows}
+
+    assert in_postgres() == {"new": "new"}  # the aged rows left the hot tier
+    [tiered] = tier(lake.settings, config, now=now + timedelta(days=31))
+    assert (tiered.table, tiered.evicted, tiered.error) == ("notes", 1, None)
+    assert in_postgres() == {}
+    sql = f"select row_id, body from analytics.notes where gateway_id = '{gw}' order by row_id"
+    assert run_query(lake.settings, sql).rows == [("new", "new"), ("old", "old")]
+    if lake.settings.on_object_store:  # the checkpoint and the tiering wrote no lake file here
         assert not (lake.settings.data_dir / "warehouse").exists()
