@@ -28,10 +28,16 @@ Measured 2026-11-26 on the 2-core machine shared with seven other sessions, load
 - 1,000,000 rows, no rules: client 20.6 s CPU (26.0 s before issue 26's changes), gateway
   2.0 s CPU, client peak RSS 109 MiB (110 before: already streaming), gateway peak RSS 234 MiB;
   wall 127 s at load 16.
-- alice's 1,000,000 of 5,000,000 rows under ``owner = jwt:sub``: client 28.4 s CPU (it applies
-  a view eviction and the row's state per row), gateway 41.8 s CPU (serving filters 5,000,000
-  rows, builds 1,000,000 evictions and looks up the written rows of 4,000,000 hidden ones),
-  client peak RSS 105 MiB, gateway 233 MiB; wall 208 s at load 20.
+- alice's 1,000,000 of 5,000,000 rows under ``owner = jwt:sub``: **28.2 s** wall at load 4.9
+  (35,000 rows/s), client 18.2 s CPU, gateway 7.5 s CPU, client peak RSS 105 MiB, gateway
+  233 MiB. In one pair of runs side by side (load 10-12) against the code before: wall 47.5 s
+  vs 135.6 s, client 19.6 vs 26.5 s CPU, gateway 10.5 vs 36.8 s CPU. What changed: a checkpoint
+  sends a row the client sees as its state alone (before, a view eviction too: two deltas per
+  row to build, with a deltaId each, and to apply), reads the rows the client wrote once per
+  stream when they are few (before, a PostgreSQL look-up per chunk of its 4,000,000 hidden
+  rows), and reads chunks from PostgreSQL in the binary format (before, hex: twice the bytes).
+  With the client's apply below as well: **22.7 s** wall at load 4.4 (44,000 rows/s), client
+  18.0 s CPU, gateway 9.3 s CPU (tests ran on the machine meanwhile), client RSS 106 MiB.
 - SQLite alone on this disk (the same two inserts per row, executemany, one transaction per 1,600
   rows, WAL): 82,000 rows/s at load 3.6, so 12 s of the no-rules target's 20 s.
 
@@ -63,11 +69,15 @@ evaluation 80 % of serving under rules. The gateway, raw: idle in ``Condition.wa
 waits (serving a chunk is a msgpack decode and a join). The gateway's serving under rules
 (cProfile of ``serve_chunk``, 200,000 rows, 1 in 5 visible): ``RowDelta.of_stored`` for the
 evictions (their deltaIds) 39 %, the msgpack decode 9 %, ``rules.visible_among`` 5 %.
-py-spy of the gateway process under rules (200,000 of 1,000,000 rows, load 32): the chunk's
-``rows_written_among`` look-up of the hidden rows (PostgreSQL round trips, psycopg dumping IN
-lists) 19.6 % of samples against 4 % for the rest of ``serve_chunk``; the client meanwhile
-waits in ``EpollSelector.select`` 28 %: under rules the gateway's per-chunk look-up bounds the
-first sync, not the client.
+py-spy of the gateway process under rules (200,000 of 1,000,000 rows, load 6-10), after those
+changes: threads waiting (``Condition.wait``, the executor's idle workers, psycopg's waits for
+PostgreSQL) make most samples; of the rest the chunk's msgpack decode in ``serve_chunk`` 8.3 %
+of all samples, uvicorn's ``RequestResponseCycle.send`` 4.5 %, ``rules.visible_among`` under
+1 %. Before them the per-chunk ``rows_written_among`` look-up took 39.5 % (inclusive) and the
+client waited in ``EpollSelector.select``; now the client bounds a first sync under rules as it
+does without rules (its top entries: ``ReplicaFile._tx`` 4.5 %, ``RowStore._show`` 2.4 %,
+``RowStore._save_state`` 2.0 %, ``delta._read_cells`` 3.1 %, thread hand-offs
+``ThreadPoolExecutor.submit`` 5.6 % and ``_write_to_self`` 6.2 %).
 """
 
 from __future__ import annotations

@@ -18,8 +18,11 @@ serve time by the pure view logic of :mod:`lakesync.views`:
 - under rules each row is a row snapshot for a fresh reader
   (:func:`~lakesync.views.resync_view`): only rows the client sees, plus evictions of rows it
   wrote itself and cannot see (the store remembers who wrote what after the hot log is
-  trimmed). Every later pull delivers row snapshots too; a client without view evictions gets
-  whole-row snapshots (:func:`~lakesync.views.whole_row_snapshot`), as its pulls do.
+  trimmed). A row the client sees comes without the snapshot's eviction: what a replica holds
+  of it before a checkpoint (nothing, or older real states when it resyncs) is merged into the
+  row's state by its real state alone. Every later pull delivers row snapshots too; a client
+  without view evictions gets whole-row snapshots
+  (:func:`~lakesync.views.whole_row_snapshot`), as its pulls do.
 
 A client applies the frames, then pulls from the position: its replica is then the one a full
 pull gives. The position is also the ``X-Checkpoint-Hlc`` header and each frame's
@@ -110,10 +113,11 @@ def serve_chunk(
 ) -> bytes | None:
     """The frame a client receives for one stored chunk (None when it receives nothing of it):
     ``raw`` (the gateway never had sync rules) sends every row's real state; otherwise each row
-    is what :func:`lakesync.views.resync_view` gives a fresh ``reader``: a row it sees as a
-    snapshot (an eviction at ``max(last ingest, reader.stamp)``, then its real state), a row it
-    wrote and cannot see as its eviction (and its tombstone if deleted), any other row not at
-    all; a ``reader.whole_rows`` client gets whole-row snapshots. The rows it wrote are
+    is what :func:`lakesync.views.resync_view` gives a fresh ``reader`` less the evictions of
+    the rows it sees: a row it sees as its real state, a row it wrote and cannot see as its
+    eviction at ``max(last ingest, reader.stamp)`` (and its tombstone if deleted), any other
+    row not at all; a ``reader.whole_rows`` client gets whole-row snapshots (evictions
+    included: it keeps the HLCs it applied). The rows it wrote are
     ``reader.written`` plus, when given, what ``written_among`` answers for the chunk's rows it
     cannot see (one look-up per chunk, the chunk decoded once)."""
     if raw:
@@ -138,8 +142,14 @@ def serve_chunk(
                     _fields(whole_row_snapshot(table, row_id, values if seen else None, base))
                 )
                 continue
+            if seen:
+                # The replica holds nothing of the row, or real states of it from the same
+                # history (a resync, a broadcast): merging the real state in gives the later
+                # state either way, so an eviction first would only double what is sent.
+                parts.append(real)
+                continue
             parts.append(_eviction(table, row_id, base))
-            if seen or not live:
+            if not live:
                 parts.append(real)
     if not any(parts):
         return None

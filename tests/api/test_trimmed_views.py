@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from lakesync.api.services import initial_sync
 from lakesync.api.store.base import HotLog
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from tests.api.conftest import Served
@@ -33,10 +34,16 @@ def checkpoint_and_trim(store: HotLog) -> int:
     return page.head
 
 
+@pytest.mark.parametrize("at_once", [10_000, 2], ids=["read-once", "per-chunk"])
 @pytest.mark.parametrize("replica_type", REPLICAS)
 def test_a_checkpoint_after_trimming_removes_rows_the_client_wrote(
-    ruled: Served, replica_type: type[Replica | WholeRowReplica]
+    ruled: Served,
+    replica_type: type[Replica | WholeRowReplica],
+    at_once: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The rows a client wrote are read once per stream when few, else looked up per chunk.
+    monkeypatch.setattr(initial_sync, "WRITTEN_AT_ONCE", at_once)
     gateway = ruled.gateway
     alice = replica_type()
     mine = [delta("INSERT", f"t{i}", "alice", owner="alice", title="mine") for i in range(3)]

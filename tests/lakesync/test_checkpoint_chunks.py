@@ -89,16 +89,24 @@ def _served(
     return out
 
 
-def _replica(deltas: list[RowDelta]) -> dict[RowKey, dict[str, Any]]:
-    """A client replica that forgets a row on a view eviction (as the Python client does)."""
-    states: dict[RowKey, RowState] = {}
+def _states(
+    deltas: list[RowDelta], held: dict[RowKey, RowState] | None = None
+) -> dict[RowKey, RowState]:
+    """A client replica's row states after ``deltas`` (over ``held``): it forgets a row on a view
+    eviction and merges every other delta (as the Python client does)."""
+    states = dict(held or {})
     for d in deltas:
         key = (d.table, d.row_id)
         if is_view_eviction(d):
             states.pop(key, None)
             continue
         apply_delta(states.setdefault(key, RowState()), d)
-    return {k: v for k, s in states.items() if (v := s.visible()) is not None}
+    return states
+
+
+def _replica(deltas: list[RowDelta]) -> dict[RowKey, dict[str, Any]]:
+    """The visible rows of a client replica given ``deltas`` (see :func:`_states`)."""
+    return {k: v for k, s in _states(deltas).items() if (v := s.visible()) is not None}
 
 
 def _fresh(rules: Any = None) -> Reader:
@@ -153,7 +161,56 @@ def test_serving_sends_exactly_the_views_snapshots(
 ) -> None:
     rows = _rows(deltas)
     reader = replace(_fresh(RULES), stamp=1010, written=frozenset(("t", r) for r in written))
-    assert _served(rows, reader, False, budget) == resync_view(dict(sorted(rows.items())), reader)
+    # A fresh reader's snapshots, less the evictions of the rows it sees (nothing to evict).
+    seen = {k for k, rec in rows.items() if visible(RULES, ALICE, k[0], rec.state.visible())}
+    expected = [
+        d
+        for d in resync_view(dict(sorted(rows.items())), reader)
+        if not (is_view_eviction(d) and (d.table, d.row_id) in seen)
+    ]
+    assert _served(rows, reader, False, budget) == expected
+    whole = replace(reader, whole_rows=True)
+    assert _served(rows, whole, False, budget) == resync_view(dict(sorted(rows.items())), whole)
+
+
+def test_rows_the_reader_sees_come_without_an_eviction() -> None:
+    deltas = [
+        RowDelta.create("INSERT", "t", "a", "alice", {"owner": "alice", "n": 1}, 1),
+        RowDelta.create("INSERT", "t", "b", "bob", {"owner": "bob"}, 2),
+        RowDelta.create("UPDATE", "t", "b", "alice", {"owner": "alice"}, 3),
+        RowDelta.create("UPDATE", "t", "g", "alice", {"owner": "bob"}, 4),
+    ]
+    reader = replace(_fresh(RULES), written=frozenset({("t", "a"), ("t", "g")}))
+    served = _served(_rows(deltas), reader, False, 1000)
+    # One delta per row seen (each written at one clock); the row given away is evicted.
+    assert [(d.row_id, is_view_eviction(d)) for d in served] == [
+        ("a", False),
+        ("b", False),
+        ("g", True),
+    ]
+
+
+@settings(max_examples=300)
+@given(histories(), st.data())
+def test_a_resync_from_a_checkpoint_over_an_older_view_gives_the_view(
+    deltas: list[RowDelta], data: st.DataObject
+) -> None:
+    """A replica that held an older view (a checkpoint of a prefix of the history, then maybe
+    rows it wrote) and applies a newer checkpoint, forgetting the rows it does not send (as a
+    resync does), holds exactly the reader's view: the missing evictions change nothing."""
+    k = data.draw(st.integers(0, len(deltas)))
+    written = frozenset(("t", r) for r in data.draw(st.sets(st.sampled_from(["r0", "r1"]))))
+    reader = replace(_fresh(RULES), written=written)
+    budget = data.draw(st.integers(1, 400))
+    held = _states(_served(_rows(deltas[:k]), reader, False, budget))
+    newer = _served(_rows(deltas), reader, False, budget)
+    states = _states(newer, held)
+    sent = {(d.table, d.row_id) for d in newer}
+    replica = {
+        key: v for key, s in states.items() if key in sent and (v := s.visible()) is not None
+    }
+    expected = {k: v for k, v in merge_state(deltas).items() if visible(RULES, ALICE, k[0], v)}
+    assert replica == expected
 
 
 def test_chunks_keep_every_row_in_order_within_their_budget() -> None:

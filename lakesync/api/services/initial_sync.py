@@ -28,6 +28,11 @@ from lakesync.views import Reader, RowKey, ViewHistory, claims_hash, effective_r
 __all__ = ["CheckpointStream", "check_cursor", "open_checkpoint"]
 
 
+WRITTEN_AT_ONCE = 10_000
+"""Up to this many log entries (and trimmed rows) of a client, a checkpoint reads the rows it
+wrote once per stream; past it, once per chunk (bounded by the chunk)."""
+
+
 class CheckpointGoneError(Exception):
     """The generation a stream was reading was replaced twice meanwhile: the response breaks
     off (no closing chunk), so the client sees an incomplete stream and starts again."""
@@ -56,6 +61,7 @@ async def open_checkpoint(
     client_id = str(claims["sub"])
     stamp = 0
     history = ViewHistory.fixed(None, claims)
+    written: set[RowKey] | None = set()
     if not raw:
         view = await anyio.to_thread.run_sync(
             store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
@@ -65,8 +71,27 @@ async def open_checkpoint(
             store.view_history, gateway_id, client_id, 0
         )
         history = ViewHistory(versions, seen or [(0, dict(claims))])
+        # A fresh reader may hold the hidden rows it wrote: read them once when they are few
+        # (a fresh client's first sync wrote none), else look up each chunk's hidden rows.
+        written = await anyio.to_thread.run_sync(
+            store.rows_written_if_few, gateway_id, client_id, WRITTEN_AT_ONCE
+        )
     applied = effective_rules(rules.rules, claims)
-    reader = Reader(client_id, claims, applied, stamp, 0, history, whole_rows=whole_rows)
+    reader = Reader(
+        client_id,
+        claims,
+        applied,
+        stamp,
+        0,
+        history,
+        frozenset(written or ()),
+        whole_rows=whole_rows,
+    )
+
+    def written_among(keys: list[RowKey]) -> set[RowKey]:
+        return store.rows_written_among(gateway_id, client_id, keys)
+
+    lookup = written_among if written is None else None
 
     def frame(seq: int) -> bytes | None:
         body = store.checkpoint_chunk(gateway_id, info.position, seq)
@@ -74,11 +99,7 @@ async def open_checkpoint(
             raise CheckpointGoneError(
                 f"checkpoint {info.position} of {gateway_id!r} was replaced while streaming"
             )
-        # A fresh reader may hold the hidden rows it wrote: look up this chunk's only.
-        return serve_chunk(body, reader, raw, info.position, written_among)
-
-    def written_among(keys: list[RowKey]) -> set[RowKey]:
-        return store.rows_written_among(gateway_id, client_id, keys)
+        return serve_chunk(body, reader, raw, info.position, lookup)
 
     async def frames() -> AsyncIterator[bytes]:
         # The next chunk is read and encoded while this one is sent: at most two in memory.

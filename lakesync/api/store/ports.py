@@ -137,6 +137,15 @@ class RowStore(Protocol):
         """Those of ``keys`` the client has pushed a delta of (a checkpoint chunk's look-up:
         bounded by the chunk, not by everything the client wrote)."""
 
+    @abc.abstractmethod
+    def rows_written_if_few(
+        self, gateway_id: str, client_id: str, limit: int
+    ) -> set[RowKey] | None:
+        """Every row a client has pushed a delta of, if it has at most ``limit`` deltas in the
+        log and at most ``limit`` rows whose entries were trimmed; None past that. A checkpoint
+        then looks up its rows once rather than per chunk (a fresh client wrote nothing); the
+        work is bounded by ``limit``, however much the client wrote."""
+
 
 class RulesStore(Protocol):
     """A gateway's sync rules, with the ingest stamp of their last change."""

@@ -58,6 +58,15 @@ join or an EXISTS with the client in it, the planner may scan every entry of the
 (log_client_hlc) instead, per checkpoint chunk, as it does on a log it has no statistics of
 yet (after a load, before autovacuum analyses it)."""
 
+_TRIMMED_WRITTEN_AMONG = (
+    "SELECT k.t, k.r FROM unnest(%s::text[], %s::text[]) AS k(t, r) WHERE coalesce((SELECT true"
+    " FROM trimmed_writers WHERE gw = %s AND client_id = %s AND tbl = k.t AND row_id = k.r),"
+    " false)"
+)
+"""Those of the keys among the rows a client wrote whose entries were trimmed: one statement
+for the chunk, not an IN list per 500 ids; the scalar sub-select (never turned into a join)
+probes the primary key once per key, however many rows the client wrote."""
+
 _DDL = schema_ddl(integer="BIGINT", blob="BYTEA")
 
 
@@ -141,9 +150,14 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
 
     # -- statements -----------------------------------------------------------------------------
     def _fetch(
-        self, conn: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()
+        self,
+        conn: psycopg.Connection[Any],
+        query: str,
+        params: Sequence[Any] = (),
+        *,
+        binary: bool = False,
     ) -> list[Any]:
-        return conn.execute(_pg(query), params).fetchall()
+        return conn.execute(_pg(query), params, binary=binary).fetchall()
 
     def _execute(
         self, conn: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()
@@ -195,6 +209,14 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
     ) -> set[RowKey]:
         cur = conn.execute(
             _WRITTEN_AMONG, ([k[0] for k in keys], [k[1] for k in keys], client_id, gw)
+        )
+        return {(str(t), str(r)) for t, r in cur}
+
+    def _trimmed_written_among(
+        self, conn: psycopg.Connection[Any], gw: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        cur = conn.execute(
+            _TRIMMED_WRITTEN_AMONG, ([k[0] for k in keys], [k[1] for k in keys], gw, client_id)
         )
         return {(str(t), str(r)) for t, r in cur}
 

@@ -136,7 +136,14 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
             conn.execute("COMMIT")
 
     # -- statements -----------------------------------------------------------------------------
-    def _fetch(self, conn: sqlite3.Connection, query: str, params: Sequence[Any] = ()) -> list[Any]:
+    def _fetch(
+        self,
+        conn: sqlite3.Connection,
+        query: str,
+        params: Sequence[Any] = (),
+        *,
+        binary: bool = False,
+    ) -> list[Any]:
         return conn.execute(query, params).fetchall()
 
     def _execute(self, conn: sqlite3.Connection, query: str, params: Sequence[Any] = ()) -> int:

@@ -110,7 +110,8 @@ def test_trimming_keeps_what_the_trimmed_entries_tell_views(store: HotLog) -> No
     def views() -> Any:
         written = {c: sorted(store.rows_written_by("gw1", c)) for c in ("c1", "c2", "c3")}
         among = {c: store.rows_written_among("gw1", c, keys) for c in ("c1", "c2", "c3")}
-        return store.row_history("gw1", keys, cursor, head), written, among
+        few = {c: store.rows_written_if_few("gw1", c, 10) for c in ("c1", "c2", "c3")}
+        return store.row_history("gw1", keys, cursor, head), written, among, few
 
     before = views()
     _publish(store, "gw1", cursor, [b"c"])

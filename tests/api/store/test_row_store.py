@@ -103,13 +103,27 @@ def test_rows_written_among_looks_up_only_the_given_rows(store: HotLog) -> None:
     assert store.rows_written_among("gw1", "c1", []) == set()
 
 
-def _log_entries_read(plan: dict[str, Any]) -> int:
-    """Log rows a plan node and its children read (returned or filtered out), over all loops."""
+def test_rows_written_if_few_reads_them_up_to_a_limit(store: HotLog) -> None:
+    store.append("gw1", [insert(f"r{i}", 10 + i) for i in range(3)])
+    store.append("gw1", [insert("r0", 20), insert("r1", 21)])  # entries, not rows, count
+    store.append("gw1", [RowDelta.create("UPDATE", "todos", "r9", "c2", {"n": 1}, 30)])
+    store.append("gw2", [insert("r5", 40)])
+    mine = {("todos", "r0"), ("todos", "r1"), ("todos", "r2")}
+    assert store.rows_written_if_few("gw1", "c1", 5) == mine
+    assert store.rows_written_if_few("gw1", "c1", 4) is None
+    assert store.rows_written_if_few("gw1", "c2", 1) == {("todos", "r9")}
+    assert store.rows_written_if_few("gw1", "carol", 0) == set()
+    assert store.rows_written_if_few("gw2", "c2", 10) == set()
+
+
+def _log_entries_read(plan: dict[str, Any], relation: str = "log") -> int:
+    """Rows of ``relation`` a plan node and its children read (returned or filtered out), over
+    all loops."""
     read = 0
-    if plan.get("Relation Name") == "log":
+    if plan.get("Relation Name") == relation:
         kept = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
         read = (kept + plan.get("Rows Removed by Index Recheck", 0)) * plan["Actual Loops"]
-    return read + sum(_log_entries_read(p) for p in plan.get("Plans", ()))
+    return read + sum(_log_entries_read(p, relation) for p in plan.get("Plans", ()))
 
 
 @pytest.mark.postgres
@@ -130,6 +144,13 @@ def test_postgres_looks_up_a_chunks_writers_by_row_on_a_log_never_analysed(
         ]
         store.append("gw1", theirs)
         keys = [("todos", d.row_id) for d in theirs]
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            # Rows c1 wrote whose entries were trimmed: probed by key too, not scanned.
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            conn.execute(
+                "INSERT INTO trimmed_writers SELECT 'gw1', 'c1', 'todos', 't' || i"
+                " FROM generate_series(1, 2000) AS i"
+            )
         statements: list[tuple[Any, Any]] = []
         execute, caller = psycopg.Connection.execute, threading.get_ident()
 
@@ -142,14 +163,38 @@ def test_postgres_looks_up_a_chunks_writers_by_row_on_a_log_never_analysed(
         assert store.rows_written_among("gw1", "c1", keys) == set()
         monkeypatch.undo()
         assert store.rows_written_among("gw1", "c2", keys) == set(keys)
-        read = 0
+        read = trimmed = 0
         with psycopg.connect(PG_DSN, autocommit=True) as conn:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
             for query, params in statements:
                 explain = sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + sql.SQL(query)
                 ((plan,),) = conn.execute(explain, params).fetchall()
                 read += _log_entries_read(plan[0]["Plan"])
-        assert statements and read <= len(keys)
+                trimmed += _log_entries_read(plan[0]["Plan"], "trimmed_writers")
+        assert statements and read <= len(keys) and trimmed <= len(keys)
+    finally:
+        store.close()
+        drop_pg_schema(schema)
+
+
+@pytest.mark.postgres
+def test_postgres_finds_that_a_client_wrote_nothing_without_reading_the_log() -> None:
+    """A fresh client's checkpoint asks once whether it wrote anything: the answer comes from the
+    client's index, not from a scan of every entry, also on a log never analysed."""
+    require_postgres()
+    schema = fresh_pg_schema()
+    store = PostgresHotLog(PG_DSN, HLC(), schema=schema, pool_size=2)
+    try:
+        store.append("gw1", [insert(f"r{i}", 10 + i) for i in range(2_000)])
+        assert store.rows_written_if_few("gw1", "fresh", 10_000) == set()
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            ((plan,),) = conn.execute(
+                "EXPLAIN (ANALYZE, FORMAT JSON) SELECT tbl, row_id FROM log"
+                " WHERE gw = %s AND client_id = %s LIMIT %s",
+                ("gw1", "fresh", 10_001),
+            ).fetchall()
+        assert _log_entries_read(plan[0]["Plan"]) == 0
     finally:
         store.close()
         drop_pg_schema(schema)

@@ -97,6 +97,8 @@ class SqlCheckpointStore(SqlCore[C], CheckpointStore):
                 conn,
                 "SELECT body FROM checkpoint_chunks WHERE gw = ? AND upto = ? AND seq = ?",
                 (gateway_id, upto, seq),
+                # A chunk is about 256 KiB: as text, PostgreSQL sends twice that in hex.
+                binary=True,
             )
         return bytes(raw[0][0]) if raw else None
 

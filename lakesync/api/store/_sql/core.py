@@ -155,8 +155,11 @@ class SqlCore(Generic[C], metaclass=abc.ABCMeta):
         of ingest stamps."""
 
     @abc.abstractmethod
-    def _fetch(self, conn: C, query: str, params: Sequence[Any] = ()) -> list[Any]:
-        """The result rows of a ``?``-style query."""
+    def _fetch(
+        self, conn: C, query: str, params: Sequence[Any] = (), *, binary: bool = False
+    ) -> list[Any]:
+        """The result rows of a ``?``-style query; ``binary`` asks a driver with a text and a
+        binary result format for the binary one (large blobs: no hex to encode and parse)."""
 
     @abc.abstractmethod
     def _execute(self, conn: C, query: str, params: Sequence[Any] = ()) -> int:

@@ -28,6 +28,20 @@ class SqlRowStore(SqlCore[C], RowStore):
         the log's row index: the work is bounded by the keys, however much the client wrote."""
 
 
+    def _trimmed_written_among(
+        self, conn: C, gw: str, client_id: str, keys: Sequence[RowKey]
+    ) -> set[RowKey]:
+        """Those of ``keys`` (not empty) among the rows the client wrote whose log entries were
+        trimmed (``trimmed_writers``), each probed through its primary key."""
+        raw = self._by_keys(
+            conn,
+            "SELECT tbl, row_id FROM trimmed_writers"
+            " WHERE gw = ? AND client_id = ? AND tbl = ? AND row_id IN",
+            (gw, client_id),
+            keys,
+        )
+        return {(str(t), str(r)) for t, r in raw}
+
     def read_all_rows(self, gateway_id: str) -> Page:
         """See :meth:`HotLog.read_all_rows`."""
         with self._snapshot() as conn:
@@ -127,11 +141,22 @@ class SqlRowStore(SqlCore[C], RowStore):
             # The log first: trimming moves entries from it to trimmed_writers, never back, so
             # two reads in this order miss none even without one snapshot.
             found = self._written_among(conn, gateway_id, client_id, keys)
-            trimmed = self._by_keys(
-                conn,
-                "SELECT tbl, row_id FROM trimmed_writers"
-                " WHERE gw = ? AND client_id = ? AND tbl = ? AND row_id IN",
-                (gateway_id, client_id),
-                keys,
-            )
-        return found | {(str(t), str(r)) for t, r in trimmed}
+            return found | self._trimmed_written_among(conn, gateway_id, client_id, keys)
+
+    def rows_written_if_few(
+        self, gateway_id: str, client_id: str, limit: int
+    ) -> set[RowKey] | None:
+        """See :meth:`HotLog.rows_written_if_few` (also those whose entries were trimmed)."""
+        found: set[RowKey] = set()
+        with self._connection() as conn:
+            # The log first, as in rows_written_among; each read stops after limit + 1 rows
+            # (both go through an index led by (gw, client_id)).
+            for query in (
+                "SELECT tbl, row_id FROM log WHERE gw = ? AND client_id = ? LIMIT ?",
+                "SELECT tbl, row_id FROM trimmed_writers WHERE gw = ? AND client_id = ? LIMIT ?",
+            ):
+                raw = self._fetch(conn, query, (gateway_id, client_id, limit + 1))
+                if len(raw) > limit:
+                    return None
+                found.update((str(t), str(r)) for t, r in raw)
+        return found
