@@ -265,6 +265,7 @@ class RowStore(SchemaStore):
         cursor: tuple[str, int] | None = None,
         mark: bool = False,
         watched: Callable[[], bool] | None = None,
+        checkpoint_at: int | None = None,
     ) -> list[Change]:
         """Merge remote deltas into the replica in one transaction, with the cursor if given.
 
@@ -275,6 +276,10 @@ class RowStore(SchemaStore):
         ``(gateway_id, server_hlc)``; ``mark`` records the rows as sent by a re-sync in progress
         (:meth:`begin_resync`). ``watched``, when given, is asked in the transaction whether
         anyone watches the replica: if not, no changes are built (none are returned).
+        ``checkpoint_at`` marks the deltas as a checkpoint frame at that position: they come
+        without view evictions (docs/protocol.md §12), so a row whose last view eviction is
+        newer than the position (a broadcast applied while the checkpoint downloads) keeps
+        what it holds, as the frame's older eviction would have made it.
         """
         with self._tx() as c:
             deltas = self._learn_all(c, deltas)
@@ -293,6 +298,10 @@ class RowStore(SchemaStore):
                     continue
                 t = touched.get(key)
                 if t is None:
+                    base = bases.get(key)
+                    if checkpoint_at is not None and base is not None and base > checkpoint_at:
+                        stale.add(key)  # a newer snapshot of the row came by broadcast
+                        continue
                     if key in confirmed:
                         before = confirmed.pop(key, None)
                     elif key in pending or states[key].write is not None:
@@ -300,7 +309,7 @@ class RowStore(SchemaStore):
                     else:
                         before = None  # a row this replica never held (no write, no pending)
                     state = states[key]
-                    t = touched[key] = _Touched(state, before, None, bases.get(key))
+                    t = touched[key] = _Touched(state, before, None, base)
                 if is_view_eviction(delta):
                     if t.base is not None and delta.hlc <= t.base:
                         stale.add(key)  # overtaken by a newer snapshot of the row

@@ -285,6 +285,7 @@ class SyncEngine:
                         self.clock,
                         mark=resync,
                         watched=self._watching,
+                        checkpoint_at=checkpoint.server_hlc,
                     )
                 self._notify(changes)
                 applied += len(deltas)
