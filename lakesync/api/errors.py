@@ -25,6 +25,7 @@ _SUMMARIES = {
     "DESTINATION_ERROR": "a destination the gateway reads could not be read",
     "OBJECT_STORE_ERROR": "the lake's object store could not be reached or refused the lake's "
     "credentials",
+    "CATALOG_ERROR": "the lake's catalog could not be reached or refused the lake's credentials",
 }
 """What a client is told of a failure behind the gateway, by code (else "internal error")."""
 

@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,10 @@ __all__ = [
     "LANDING_IDENTIFIER",
     "LATE_SEQUENCE_PROPERTY",
     "POSITION_PROPERTY",
+    "CatalogUnavailableError",
+    "catalog_opener",
     "changes_data",
+    "deferred_catalog",
     "ensure_landing_table",
     "flushed_position",
     "landing_schema",
@@ -87,6 +91,41 @@ class _QuietV0Layout(logging.Filter):
 logging.getLogger("pyiceberg.catalog.sql").addFilter(_QuietV0Layout())
 
 
+class CatalogUnavailableError(ConfigError):
+    """The lake's REST catalog could not be reached, refused the lake's credential or could not
+    be opened; the message names the URI and the key to check (never a secret). A
+    :class:`~lakesync.errors.ConfigError` (the command line exits 2: a setting to check), but
+    answered 502 by the gateway, whose flushes try again until the catalog is back."""
+
+    code = "CATALOG_ERROR"
+    status = 502
+
+
+def catalog_opener(catalog: Catalog | Callable[[], Catalog]) -> Callable[[], Catalog]:
+    """``catalog`` as a callable returning it: a catalog as is, or an opener (such as
+    :func:`deferred_catalog`'s) called on each use."""
+    if callable(catalog):
+        return catalog
+    return lambda: catalog
+
+
+def deferred_catalog(settings: LakeSettings) -> Callable[[], Catalog]:
+    """An opener of ``settings``' catalog that opens it on its first successful call and keeps
+    it. Until then each call tries again, raising :class:`CatalogUnavailableError` while a REST
+    catalog is unreachable or refuses the credential: a gateway starts without its catalog
+    and each scheduled flush tries it again."""
+    opened: list[Catalog] = []
+    lock = threading.Lock()
+
+    def catalog() -> Catalog:
+        with lock:
+            if not opened:
+                opened.append(open_catalog(settings))
+            return opened[0]
+
+    return catalog
+
+
 def open_catalog(settings: LakeSettings) -> Catalog:
     """The lake's catalog as Spark sees it: a pyiceberg ``SqlCatalog`` over the same JDBC catalog
     tables and warehouse, or a ``RestCatalog`` on the same REST catalog server (on S3 with the
@@ -112,8 +151,8 @@ def _open_rest_catalog(settings: LakeSettings) -> Catalog:
     each loaded table's FileIO then uses.
 
     Opening fetches the catalog's config (and, with a credential, a token), so a refused
-    credential or an unreachable server is a :class:`ConfigError` here, naming the key to check
-    and never a secret.
+    credential or an unreachable server is a :class:`CatalogUnavailableError` here, naming the key
+    to check and never a secret.
     """
     # heavy, optional (extra "pipeline")
     import requests  # noqa: PLC0415
@@ -150,18 +189,18 @@ def _open_rest_catalog(settings: LakeSettings) -> Catalog:
         return RestCatalog(CATALOG_NAME, **props)
     except (OAuthError, UnauthorizedError, AuthorizationExpiredError, ForbiddenError) as exc:
         reason = _redacted(f"{type(exc).__name__}: {exc}", settings.secrets)
-        raise ConfigError(
+        raise CatalogUnavailableError(
             f"the REST catalog at {uri} refused the lake's credentials ({reason}); check "
             f"{signed_in_with}"
         ) from None
     except requests.ConnectionError:
-        raise ConfigError(
+        raise CatalogUnavailableError(
             f"cannot reach the REST catalog at {uri}: is it running? check lake.catalog_uri "
             "(LAKESYNC_CATALOG_URI)"
         ) from None
     except RESTError as exc:
         reason = _redacted(f"{type(exc).__name__}: {exc}", settings.secrets)
-        raise ConfigError(
+        raise CatalogUnavailableError(
             f"cannot open the REST catalog at {uri} ({reason}); check lake.catalog_uri and "
             "lake.catalog_warehouse"
         ) from None

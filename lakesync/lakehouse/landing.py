@@ -12,7 +12,9 @@ and before every batch the flusher reads that position back from the table, so:
 
 Either way every deltaId lands exactly once. When the lake's object store fails (unreachable, or
 refusing the credentials) the flush fails whole and is tried again
-(:class:`~lakesync.lakehouse.object_store.ObjectStoreError`), nothing committed.
+(:class:`~lakesync.lakehouse.object_store.ObjectStoreError`), nothing committed; so does it
+while a REST catalog the flusher could not open yet is unreachable or refuses the credential
+(:class:`~lakesync.lakehouse.catalog.CatalogUnavailableError`).
 
 One tenant cannot stop the others: when a batch cannot be written, the flusher writes it again
 gateway by gateway in one commit, and a gateway whose rows still fail is *held back*. The commit
@@ -41,11 +43,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
+from lakesync.errors import LakeSyncError
 from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.catalog import (
     HELD_PROPERTY,
     LANDED_LATE_PROPERTY,
     POSITION_PROPERTY,
+    CatalogUnavailableError,
+    catalog_opener,
     ensure_landing_table,
     landing_schema,
     landing_state,
@@ -155,11 +160,13 @@ class LandingFlusher:
     publishes its registered schemas there (:mod:`lakesync.lakehouse.registry`). ``exclusive``
     (optional) is entered around every flush too: a mutex shared with the other processes that
     may flush the same landing table (each then starts from the position the last one committed).
+    ``catalog`` may be an opener (:func:`~lakesync.lakehouse.catalog.deferred_catalog`): the
+    flusher then starts while the catalog cannot be opened, and each flush tries again.
     """
 
     def __init__(
         self,
-        catalog: Catalog,
+        catalog: Catalog | Callable[[], Catalog],
         source: HotLogSource,
         *,
         batch_size: int = 50_000,
@@ -168,7 +175,7 @@ class LandingFlusher:
         exclusive: Callable[[], AbstractContextManager[object]] = nullcontext,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self._catalog = catalog
+        self._catalog = catalog_opener(catalog)
         self._source = source
         self._batch_size = batch_size
         self._mark_flushed = mark_flushed
@@ -179,7 +186,7 @@ class LandingFlusher:
         self._table: Table | None = None
         try:
             self._landing()
-        except ObjectStoreError as exc:
+        except (ObjectStoreError, CatalogUnavailableError) as exc:
             # The gateway starts all the same: pushes wait in the hot log, each flush tries again.
             _log.error("landing: %s; each flush tries again", exc)
 
@@ -187,8 +194,9 @@ class LandingFlusher:
         """The landing table, created if missing; raises
         :class:`~lakesync.lakehouse.object_store.ObjectStoreError` while the store fails."""
         if self._table is None:
+            catalog = self._catalog()
             try:
-                self._table = ensure_landing_table(self._catalog)
+                self._table = ensure_landing_table(catalog)
             except Exception as exc:
                 store = self._store_failure(exc)
                 if store is None:
@@ -198,7 +206,7 @@ class LandingFlusher:
 
     def _store_failure(self, exc: Exception) -> ObjectStoreError | None:
         """``exc`` as the object store's failure (naming what to check), or None: another."""
-        props = self._catalog.properties
+        props = self._catalog().properties
         return object_store_failure(
             str(exc), str(props.get("warehouse", "")), props.get("s3.endpoint")
         )
@@ -217,11 +225,12 @@ class LandingFlusher:
 
         Thread-safe; answers once the batches are committed (what the admin flush route needs).
         Raises :class:`~lakesync.lakehouse.object_store.ObjectStoreError` when the lake's object
-        store fails (nothing committed: the next flush takes it up).
+        store fails, :class:`~lakesync.lakehouse.catalog.CatalogUnavailableError` while the
+        catalog cannot be opened (nothing committed: the next flush takes it up).
         """
         try:
             return self._flush(max_batches)
-        except ObjectStoreError:
+        except LakeSyncError:  # says what failed already (the store's, the catalog's, ...)
             raise
         except Exception as exc:
             store = self._store_failure(exc)
@@ -392,7 +401,7 @@ class LandingFlusher:
             try:
                 if lead():
                     self.flush()
-            except ObjectStoreError as exc:  # what to check says it all: no stack trace
+            except (ObjectStoreError, CatalogUnavailableError) as exc:  # says what to check
                 _log.error("landing flush failed: %s; retrying in %.0f s", exc, interval_s)
             except Exception:
                 # A failed batch is not lost (the position did not move): log it and retry later.

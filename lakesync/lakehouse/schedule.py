@@ -47,7 +47,12 @@ from lakesync.config import Config, ServerConfig
 from lakesync.errors import NotFoundError
 from lakesync.hlc import encode
 from lakesync.lakehouse.bootstrap import init_catalog_tables
-from lakesync.lakehouse.catalog import landing_state, open_catalog
+from lakesync.lakehouse.catalog import (
+    CatalogUnavailableError,
+    catalog_opener,
+    deferred_catalog,
+    landing_state,
+)
 from lakesync.lakehouse.checkpoint_builder import CheckpointSink, build_checkpoints
 from lakesync.lakehouse.lake_position import covered_positions
 from lakesync.lakehouse.landing import HotLogSource, LandingFlusher
@@ -228,7 +233,9 @@ def _landing_jobs(
             else LakeSettings.from_config(config, schedule.data_dir)
         )
         init_catalog_tables(lake)
-        catalog = open_catalog(lake)
+        # Opened on first use: a gateway starts while its REST catalog is unreachable (the
+        # flusher logs why; each flush tries again).
+        catalog = deferred_catalog(lake)
 
         def mark_flushed(position: int) -> None:
             store.mark_flushed(position)
@@ -257,13 +264,13 @@ class HotLogMaintenance:
     def __init__(
         self,
         lake: LakeSettings,
-        catalog: Catalog,
+        catalog: Catalog | Callable[[], Catalog],
         store: LakeStore,
         retention_s: float,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._lake = lake
-        self._catalog = catalog
+        self._catalog = catalog_opener(catalog)
         self._store = store
         self._retention_s = retention_s
         self._now = now
@@ -272,11 +279,19 @@ class HotLogMaintenance:
 
     def __call__(self) -> int:
         """One round; returns the log entries trimmed."""
-        covered = covered_positions(self._catalog)
+        catalog = self._catalog()
+        covered = covered_positions(catalog)
         if covered != self._covered:
             self._gateways = build_checkpoints(self._lake, self._store).gateways
             self._covered = covered
-        position, held = landing_state(self._catalog.load_table(f"{LANDING_NAMESPACE}.landing"))
+        # heavy, optional (extra "pipeline"): pyiceberg
+        from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
+
+        try:
+            landing = catalog.load_table(f"{LANDING_NAMESPACE}.landing")
+        except NoSuchTableError:  # the flusher has not created it yet (its catalog was down)
+            return 0
+        position, held = landing_state(landing)
         if position is None:
             return 0
         cutoff = encode(max(0, int((self._now() - self._retention_s) * 1000)), 0)
@@ -296,6 +311,8 @@ class HotLogMaintenance:
                 continue
             try:
                 self()
+            except CatalogUnavailableError:
+                continue  # the landing flusher says why, once a flush
             except Exception:
                 _log.exception("checkpoint/trim round failed; retrying in %.0f s", interval_s)
 
@@ -304,8 +321,8 @@ class SchemaPublisher:
     """Publish every gateway's registered schemas to the lake's ``lakesync.table_schemas``
     (called before each flush; reads the lake again only when the store's schemas changed)."""
 
-    def __init__(self, catalog: Catalog, store: LakeStore) -> None:
-        self._catalog = catalog
+    def __init__(self, catalog: Catalog | Callable[[], Catalog], store: LakeStore) -> None:
+        self._catalog = catalog_opener(catalog)
         self._store = store
         self._last: list[tuple[str, str, dict[str, Any]]] | None = None
 
@@ -315,7 +332,7 @@ class SchemaPublisher:
         if docs == self._last:
             return False
         changed = publish_schemas(
-            self._catalog, [(gw, parse_schema(body, stored=True)) for gw, _, body in docs]
+            self._catalog(), [(gw, parse_schema(body, stored=True)) for gw, _, body in docs]
         )
         self._last = docs
         return changed

@@ -8,7 +8,8 @@ the flush's requests at a chosen one (never a chosen moment).
 - The store unreachable or hanging mid-flush: the flush fails in bounded time, saying which store
   to check, the gateway keeps accepting pushes, and once the store is back the scheduled flush
   lands everything exactly once.
-- A gateway started while its store is down serves all the same and lands once it is back.
+- A gateway started while its store is down serves all the same and lands once it is back; so
+  does one started while its REST catalog is unreachable, then refusing its credential.
 - The store failing only the data uploads (back by the commit): no gateway is held back as if
   its rows were bad, nothing lands late.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,7 +51,7 @@ from tests.conftest import (
 )
 from tests.fault_proxy import FaultProxy, Request
 from tests.gateway_process import ServerProcess
-from tests.rest_catalog import rest_catalog_server
+from tests.rest_catalog import AuthProxy, rest_catalog_server, s3_catalog_env
 from tests.wire_json import as_json
 
 from .conftest import append_in_order
@@ -290,3 +292,45 @@ def test_a_gateway_started_during_a_store_outage_serves_and_lands_once_it_is_bac
         _eventually(lambda: _landed(settings) == Counter(acked),
                     "every acknowledged delta landed once", gw)
     assert "could not be reached" in gw.log_path.read_text()
+
+
+def test_a_gateway_started_while_its_rest_catalog_is_down_serves_and_lands_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """Started while its REST catalog is unreachable, then while the catalog refuses its
+    credential, a gateway still serves: pushes are acknowledged, flushes fail saying which
+    catalog and which key to check (502 ``CATALOG_ERROR``, one log line each, no secret), and
+    once the catalog answers again the scheduled flush lands every delta once."""
+    bucket = fresh_s3_bucket()
+    secret = f"rest-secret-{uuid.uuid4().hex}"
+    with rest_catalog_server(tmp_path / "rest", f"s3://{bucket}/lake", s3_catalog_env()) as uri, \
+            AuthProxy(uri, f"token-{uuid.uuid4().hex}", f"lakesync:{secret}") as auth_proxy, \
+            FaultProxy(auth_proxy.uri) as rest:
+        env = {**s3_lake_env(bucket), "LAKESYNC_CATALOG_URI": rest.url,
+               "LAKESYNC_CATALOG_CREDENTIAL": f"lakesync:{secret}",
+               "LAKESYNC_FLUSH_INTERVAL": "1"}
+        data = tmp_path / "data"
+        settings = LakeSettings.from_env(data, env=env)
+        rest.cut()
+        with ServerProcess(data, env=env) as gw:
+            acked = _push(gw, "alice", 20)
+            r = _flush(gw)
+            assert (r.status_code, r.json()["code"]) == (502, "CATALOG_ERROR"), r.text
+            auth_proxy.client_secret = "rotated"  # the catalog now refuses the credential
+            rest.restore()
+            acked += _push(gw, "bob", 10)
+            _eventually(lambda: "refused the lake's credentials" in gw.log_path.read_text(),
+                        "a flush refused by the catalog", gw)
+            r = _flush(gw)
+            assert (r.status_code, r.json()["code"]) == (502, "CATALOG_ERROR"), r.text
+            auth_proxy.client_secret = secret
+            _eventually(lambda: _landed(settings) == Counter(acked),
+                        "every acknowledged delta landed once", gw)
+            time.sleep(2)  # two more scheduled flushes: nothing lands twice
+            assert _landed(settings) == Counter(acked)
+    log = gw.log_path.read_text()
+    assert f"cannot reach the REST catalog at {rest.url}" in log
+    assert "check lake.catalog_credential" in log
+    assert "Traceback" not in log
+    assert secret not in log
+
