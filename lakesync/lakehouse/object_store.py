@@ -57,13 +57,16 @@ class ObjectStoreError(LakeSyncError):
 
 
 # How the S3 clients say the store itself failed: pyarrow's (pyiceberg: the landing flush, the
-# runner's reads) and the AWS SDK for Java's (Spark's S3FileIO: dbt, compaction).
+# runner's reads), the AWS SDK for Java's (Spark's S3FileIO: dbt, compaction) and DuckDB's
+# (httpfs: lakesync query).
 _REFUSED = re.compile(
     r"AWS Error (?:ACCESS_DENIED|SIGNATURE_DOES_NOT_MATCH|INVALID_ACCESS_KEY_ID)"
     r"|S3Exception: [^\n]*Status Code: 403"
+    r"|HTTP Error: [^\n]*\(HTTP 403 Forbidden\)"
 )
 _UNREACHABLE = re.compile(
     r"AWS Error NETWORK_CONNECTION|SdkClientException: Unable to execute HTTP request"
+    r"|IO Error: Could not connect to server"
 )
 
 

@@ -41,6 +41,7 @@ from lakesync.lakehouse.connection import (
     scan_sql,
     utc,
 )
+from lakesync.lakehouse.object_store import object_store_failure
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 
 if TYPE_CHECKING:
@@ -97,9 +98,28 @@ def run_query(
     yet, from the landing table and from ``hot_log`` when given (:mod:`lakesync.lakehouse.fresh`).
 
     Naming a table the lake does not have raises :class:`NotFoundError` listing the tables it
-    has, or saying that ``as_of`` predates the table; other DuckDB errors (syntax, unknown
-    column) propagate as DuckDB raises them.
+    has, or saying that ``as_of`` predates the table; the lake's object store unreachable or
+    refusing the credentials raises
+    :class:`~lakesync.lakehouse.object_store.ObjectStoreError` (what to check, in one line);
+    other DuckDB errors (syntax, unknown column) propagate as DuckDB raises them.
     """
+    try:
+        return _run_query(settings, sql, as_of, snapshots, fresh, hot_log)
+    except Exception as exc:  # DuckDB's httpfs, pyarrow's S3 (a JDBC catalog's metadata reads)
+        store = object_store_failure(str(exc), settings.warehouse, settings.s3.endpoint)
+        if store is None:
+            raise
+        raise store from exc
+
+
+def _run_query(
+    settings: LakeSettings,
+    sql: str,
+    as_of: datetime | None,
+    snapshots: Mapping[str, int] | None,
+    fresh: bool,
+    hot_log: HotLogSource | None,
+) -> QueryResult:
     import duckdb  # noqa: PLC0415  # heavy, optional (extra "pipeline")
 
     if fresh and (as_of is not None or snapshots):

@@ -10,6 +10,7 @@ the flush's requests at a chosen one (never a chosen moment).
   lands everything exactly once.
 - A gateway started while its store is down serves all the same and lands once it is back; so
   does one started while its REST catalog is unreachable, then refusing its credential.
+- ``lakesync query`` with the store or the REST catalog cut says what to check in one line.
 - The store failing only the data uploads (back by the commit): no gateway is held back as if
   its rows were bad, nothing lands late.
 """
@@ -17,6 +18,9 @@ the flush's requests at a chosen one (never a chosen moment).
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -50,7 +54,7 @@ from tests.conftest import (
     s3_lake_env,
 )
 from tests.fault_proxy import FaultProxy, Request
-from tests.gateway_process import ServerProcess
+from tests.gateway_process import ROOT, ServerProcess
 from tests.rest_catalog import AuthProxy, rest_catalog_server, s3_catalog_env
 from tests.wire_json import as_json
 
@@ -334,3 +338,49 @@ def test_a_gateway_started_while_its_rest_catalog_is_down_serves_and_lands_once_
     assert "Traceback" not in log
     assert secret not in log
 
+
+def _query(env: dict[str, str], data: Path) -> subprocess.CompletedProcess[str]:
+    """``lakesync query`` of the landing table in a process of its own (this worktree's code)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
+    return subprocess.run(
+        [sys.executable, "-m", "lakesync.cli", "query", "--format", "json",
+         "select count(*) as n from landing", "--data-dir", str(data)],
+        env={**full, **env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=300, cwd=ROOT, check=False,
+    )
+
+
+def test_query_with_the_store_or_the_rest_catalog_down_says_what_to_check(
+    tmp_path: Path, s3: FaultProxy
+) -> None:
+    """``lakesync query`` with the object store cut, then with the REST catalog cut, exits 1
+    with one line saying what failed and which key to check: no traceback, no secret."""
+    bucket = fresh_s3_bucket()
+    with rest_catalog_server(tmp_path / "rest", f"s3://{bucket}/lake", s3_catalog_env()) as uri, \
+            FaultProxy(uri) as rest:
+        env = {**s3_lake_env(bucket), "LAKESYNC_S3_ENDPOINT": s3.url,
+               "LAKESYNC_CATALOG_URI": rest.url}
+        data = tmp_path / "data"
+        log = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+        append_in_order(log, [("gw1", RowDelta.create("INSERT", "todos", f"r{i}", "c1",
+                                                      {"n": i}, 1000 + i)) for i in range(5)])
+        LandingFlusher(open_catalog(LakeSettings.from_env(data, env=env)), log).flush()
+        log.close()
+        ok = _query(env, data)
+        assert (ok.returncode, ok.stdout.strip()) == (0, '{"n": 5}'), ok.stderr
+        outs = []
+        s3.cut()
+        outs.append(_query(env, data))
+        s3.restore()
+        rest.cut()
+        outs.append(_query(env, data))
+    store, catalog = outs
+    assert store.returncode == 1, store.stderr
+    assert f"the lake's object store (s3://{bucket}/lake at {s3.url}) could not be reached" \
+        in store.stderr and "lake.s3_endpoint" in store.stderr, store.stderr
+    assert catalog.returncode == 2, catalog.stderr  # a setting to check, as every ConfigError
+    assert f"cannot reach the REST catalog at {rest.url}" in catalog.stderr
+    assert "lake.catalog_uri" in catalog.stderr, catalog.stderr
+    for out in outs:
+        assert out.stderr.count("\n") == 1 and out.stderr.startswith("error: "), out.stderr
+        assert S3_SECRET_ACCESS_KEY not in out.stderr + out.stdout

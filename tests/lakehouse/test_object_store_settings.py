@@ -156,6 +156,11 @@ JAVA_TRACE = (
      "refused the lake's credentials", "SIGNATURE_DOES_NOT_MATCH"),
     ("software.amazon.awssdk.services.s3.model.S3Exception: Access Denied (Service: S3, "
      "Status Code: 403, Request ID: 1)", "refused the lake's credentials", "Access Denied"),
+    ("IO Error: Could not connect to server error for HTTP HEAD to 'http://127.0.0.1:9000/b/k'"
+     "\nLINE 1: CREATE VIEW", "could not be reached", "HTTP HEAD to"),
+    ("HTTP Error: HTTP GET error reading 'http://127.0.0.1:9000/b/k' in region 'us-east-1' "
+     "(HTTP 403 Forbidden)\n\nSignatureDoesNotMatch: The request signature",
+     "refused the lake's credentials", "HTTP 403 Forbidden"),
 ])
 def test_a_store_failure_names_the_store_and_what_to_check(
     error: str, says: str, line: str
