@@ -94,7 +94,8 @@ def up(
     if data_dir is not None:
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)
-    configure_logging(secrets=[*settings.jwt_secrets, *LakeSettings.from_config(cfg).secrets])
+    lake = LakeSettings.from_config(cfg)
+    configure_logging(secrets=[*settings.jwt_secrets, *lake.secrets], identifiers=lake.identifiers)
     with _sigterm_latch() as latch, contextlib.ExitStack() as stack:
         serving = False
 

@@ -14,6 +14,7 @@ from typing import Any
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
+    "MIN_IDENTIFIER",
     "REDACTED",
     "REQUEST_ID",
     "JsonFormatter",
@@ -25,6 +26,8 @@ __all__ = [
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 REDACTED = "[REDACTED]"
+MIN_IDENTIFIER = 16
+"""The length from which a credential identifier (an S3 access key id) is masked in logs."""
 log = logging.getLogger("lakesync.gateway")
 
 _EXTRAS = ("method", "path", "status", "ms")
@@ -63,17 +66,29 @@ def redact(text: str) -> str:
 
 class RedactingFilter(logging.Filter):
     """Mask credentials in a record (message, traceback, extras) before any handler formats it:
-    :func:`redact`, plus the literal ``secrets`` the process knows (its JWT secrets, ...)."""
+    :func:`redact`, plus the literal ``secrets`` the process knows (its JWT secrets, ...), and
+    its credential ``identifiers`` (an S3 access key id) as whole words of at least
+    :data:`MIN_IDENTIFIER` characters."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), identifiers: Iterable[str] = ()) -> None:
         super().__init__()
         # Longest first, so a secret containing another is masked whole; short strings would
         # mask ordinary words.
         self._secrets = sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True)
+        # A key id is no secret, but names an account: masked when it is one of a real
+        # provider's (AWS: 20 characters), never a short made-up one such as a local server's
+        # "lakesync", which would mask module names and paths.
+        words = sorted({i for i in identifiers if len(i) >= MIN_IDENTIFIER}, key=len, reverse=True)
+        self._identifiers = (
+            re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, words)) + r")(?!\w)")
+            if words else None
+        )
 
     def _redact(self, text: str) -> str:
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
+        if self._identifiers is not None:
+            text = self._identifiers.sub(REDACTED, text)
         return redact(text)
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -118,12 +133,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def configure_logging(level: str = "INFO", secrets: Iterable[str] = ()) -> None:
+def configure_logging(
+    level: str = "INFO", secrets: Iterable[str] = (), identifiers: Iterable[str] = ()
+) -> None:
     """Send every log line of the process (gateway and uvicorn) to stderr as JSON, through one
-    :class:`RedactingFilter` (with the process's known ``secrets``) so no credential is logged."""
+    :class:`RedactingFilter` (with the process's known ``secrets`` and credential
+    ``identifiers``) so no credential is logged."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
-    handler.addFilter(RedactingFilter(secrets))
+    handler.addFilter(RedactingFilter(secrets, identifiers))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

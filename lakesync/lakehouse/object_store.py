@@ -145,8 +145,16 @@ class S3Settings:
 
     @property
     def secrets(self) -> list[str]:
-        """The values a log must never show (for a redacting log filter)."""
-        return [s for s in (self.access_key_id, self.secret_access_key, self.session_token) if s]
+        """The values a log must never show (for a redacting log filter): the secret access key
+        and a session token. The access key id is no secret (:attr:`identifiers`)."""
+        return [s for s in (self.secret_access_key, self.session_token) if s]
+
+    @property
+    def identifiers(self) -> list[str]:
+        """The access key id, if set: an identifier, not a secret (AWS prints it in its errors),
+        which a redacting log filter masks only as a whole word long enough not to be an
+        ordinary one (:class:`lakesync.api.logs.RedactingFilter`)."""
+        return [self.access_key_id] if self.access_key_id else []
 
 
 def vended_s3(s3: S3Settings, io_properties: Mapping[str, str]) -> S3Settings | None:

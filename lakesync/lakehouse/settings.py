@@ -257,12 +257,18 @@ class LakeSettings:
     def secrets(self) -> list[str]:
         """The lake's secrets as resolved, for log redaction: the JDBC password, the OAuth2
         client secret (and the whole ``client_id:client_secret``), the bearer token and the S3
-        credentials."""
+        secret access key (and session token)."""
         found = [self.catalog_password, self.catalog_token, self.catalog_credential,
                  *self.s3.secrets]
         if self.catalog_credential and ":" in self.catalog_credential:
             found.append(self.catalog_credential.split(":", 1)[1])
         return [value for value in found if value]
+
+    @property
+    def identifiers(self) -> list[str]:
+        """The lake's credential identifiers (the S3 access key id), for log redaction as whole
+        words only (:attr:`S3Settings.identifiers`)."""
+        return self.s3.identifiers
 
     @property
     def is_sqlite(self) -> bool:

@@ -82,3 +82,23 @@ def test_filter_masks_message_args_traceback_extras_and_known_secrets(
     assert lines[0]["msg"] == f"connector {{'name': 'pg', 'password': '{REDACTED}'}}"
     assert lines[1]["msg"] == f"secret in prose: {REDACTED}, short"  # short strings are kept
     assert "RuntimeError" in lines[2]["exc"] and lines[2]["path"] == f"/v1/sync/{REDACTED}/pull"
+
+
+@pytest.mark.parametrize(
+    ("key_id", "line", "expected"),
+    [
+        # A short made-up id (a local server's) is a word like any other: nothing masked.
+        ("lakesync", "lakesync.lakehouse.landing: lake/lakesync/landing/x.parquet",
+         "lakesync.lakehouse.landing: lake/lakesync/landing/x.parquet"),
+        # A real one (AWS: 20 characters) is masked as a whole word, not inside a longer one.
+        ("AKIAIOSFODNN7EXAMPLE", "InvalidAccessKeyId AKIAIOSFODNN7EXAMPLE, "
+         "key AKIAIOSFODNN7EXAMPLE/2026, xAKIAIOSFODNN7EXAMPLEx",
+         f"InvalidAccessKeyId {REDACTED}, key {REDACTED}/2026, xAKIAIOSFODNN7EXAMPLEx"),
+    ],
+)
+def test_an_access_key_id_is_masked_only_as_a_whole_word_of_16_characters(
+    key_id: str, line: str, expected: str
+) -> None:
+    record = logging.LogRecord("lakesync.lakehouse", logging.ERROR, __file__, 1, line, None, None)
+    RedactingFilter(["s3-secret-key"], identifiers=[key_id]).filter(record)
+    assert record.getMessage() == expected

@@ -4,10 +4,12 @@ server of the test's own (S3Proxy accepting only the test's keys) behind a
 :class:`~tests.fault_proxy.FaultProxy`, their catalog an Iceberg REST catalog server behind an
 OAuth2 client-credentials check (:class:`~tests.rest_catalog.AuthProxy`). They run while the
 store is unreachable, then with a refused S3 secret and a refused catalog secret; the secrets
-(right and wrong) are in none of stdout, stderr, the log files or the error bodies."""
+(right and wrong) are in none of stdout, stderr, the log files or the error bodies. A short S3
+access key id (a word like ``lakesync``) masks nothing else in the gateway's log."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -19,8 +21,16 @@ import boto3
 import httpx
 import pytest
 
+from lakesync.api.logs import REDACTED
 from lakesync.lakehouse.object_store import S3FILEIO
 from tests.api.helpers import auth, delta, token
+from tests.conftest import (
+    S3_ACCESS_KEY_ID,
+    S3_ENDPOINT,
+    S3_SECRET_ACCESS_KEY,
+    fresh_s3_bucket,
+    s3_lake_env,
+)
 from tests.fault_proxy import FaultProxy
 from tests.gateway_process import ROOT, ServerProcess
 from tests.rest_catalog import AuthProxy, rest_catalog_server
@@ -155,3 +165,28 @@ def test_no_secret_in_any_log_or_error_through_store_and_catalog_failures(
     for text in said:
         for secret in lake.secrets.all():
             assert secret not in text, f"a credential leaked:\n{text[-3000:]}"
+
+
+def test_a_short_access_key_id_masks_no_module_name_and_the_secret_stays_masked(
+    tmp_path: Path,
+) -> None:
+    """The test S3 server's key id is ``lakesync``: the gateway's log (started while the store
+    is down, so it logs the store's errors with their paths) keeps every ``lakesync`` of module
+    names and paths, and masks the secret access key wherever it shows (here a request path)."""
+    bucket = fresh_s3_bucket()
+    assert S3_ACCESS_KEY_ID == "lakesync"
+    with FaultProxy(S3_ENDPOINT) as store:
+        store.cut()
+        env = {**s3_lake_env(bucket), "LAKESYNC_S3_ENDPOINT": store.url}
+        with ServerProcess(tmp_path / "data", env=env) as gw:
+            r = httpx.post(f"{gw.url}/v1/admin/flush/gw1", headers=ADMIN, timeout=120)
+            assert r.status_code == 502, r.text
+            httpx.get(f"{gw.url}/v1/sync/gw1/{S3_SECRET_ACCESS_KEY}", timeout=30)
+    lines = [json.loads(line) for line in gw.log_path.read_text().splitlines()
+             if line.startswith("{")]
+    said = "\n".join(f"{line['msg']}\n{line.get('exc', '')}\n{line.get('path', '')}"
+                     for line in lines)
+    assert "lakesync/landing" in said or "lakesync.landing" in said, said[-3000:]
+    assert f"/v1/sync/gw1/{REDACTED}" in said, said[-3000:]
+    assert S3_SECRET_ACCESS_KEY not in gw.log_path.read_text()
+    assert said.count(REDACTED) == said.count(f"/v1/sync/gw1/{REDACTED}"), said[-3000:]

@@ -64,7 +64,8 @@ def test_every_engine_gets_the_same_s3_settings(tmp_path: Path) -> None:
 def test_credentials_stay_out_of_reprs(tmp_path: Path) -> None:
     s = LakeSettings.from_env(tmp_path, env=ENV)
     assert "AKIDEXAMPLE" not in repr(s) and "wJalr" not in repr(s)
-    assert s.s3.secrets == ["AKIDEXAMPLE", "wJalr/secret'quote"]
+    assert s.s3.secrets == ["wJalr/secret'quote"]
+    assert s.s3.identifiers == s.identifiers == ["AKIDEXAMPLE"]
 
 
 def test_unset_keys_are_left_to_the_aws_chain(tmp_path: Path) -> None:
