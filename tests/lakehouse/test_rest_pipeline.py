@@ -8,6 +8,7 @@ tiering by the lake's row clocks (pyiceberg), shipping and ``--lifecycle-only`` 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -28,6 +29,7 @@ from lakesync.lakehouse.materialise import materialise, tier
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
 from tests.conftest import fresh_s3_bucket, s3_client, s3_lake_env
 from tests.rest_catalog import rest_catalog_server, s3_catalog_env
@@ -161,3 +163,37 @@ def test_checkpoints_and_lifecycle_tiering_through_a_rest_catalog(
     assert run_query(lake.settings, sql).rows == [("new", "new"), ("old", "old")]
     if lake.settings.on_object_store:  # the checkpoint and the tiering wrote no lake file here
         assert not (lake.settings.data_dir / "warehouse").exists()
+
+
+def test_spark_writes_and_reads_s3_with_only_the_credentials_the_catalog_vends(
+    lake: Lake,
+) -> None:
+    """A Spark catalog on the same REST server configured as ``profiles.yml`` renders it for a
+    lake told where the store is (``lake.s3_endpoint``, ``s3_region``, ``s3_path_style``) but
+    given no S3 key, with no AWS credentials in the environment: Iceberg's REST client asks
+    for vended credentials (the server vends only its keys), and S3FileIO writes and reads the
+    bucket with them."""
+    if not lake.settings.on_object_store:
+        pytest.skip("a warehouse on local files takes no credentials")
+    assert not any(k in os.environ for k in ("AWS_ACCESS_KEY_ID", "AWS_PROFILE"))
+    s3 = lake.settings.s3
+    assert s3.endpoint and s3.region
+    env = {"LAKESYNC_WAREHOUSE": lake.settings.warehouse,
+           "LAKESYNC_CATALOG_URI": lake.settings.catalog_uri,
+           "LAKESYNC_S3_ENDPOINT": s3.endpoint, "LAKESYNC_S3_REGION": s3.region,
+           "LAKESYNC_S3_PATH_STYLE": str(s3.path_style).lower()}
+    keyless = LakeSettings.from_env(lake.settings.data_dir, env=env)
+    assert keyless.s3.access_key_id is None and keyless.s3.secret_access_key is None
+    props = {k.removeprefix("spark.sql.catalog.lake"): v for k, v in keyless.spark_conf().items()
+             if k.startswith("spark.sql.catalog.lake")}
+    assert props[".header.X-Iceberg-Access-Delegation"] == "vended-credentials"
+    assert not any("access-key" in k or "secret" in k for k in props)
+    for key, value in props.items():  # a catalog Spark opens on first use
+        lake.spark.conf.set(f"spark.sql.catalog.vended{key}", value)
+    lake.spark.sql("create namespace if not exists vended.probe")
+    lake.spark.sql("create table vended.probe.t (id int, v string) using iceberg")
+    lake.spark.sql("insert into vended.probe.t values (1, 'a'), (2, 'b')")
+    rows = lake.spark.sql("select id, v from vended.probe.t order by id").collect()
+    assert [tuple(r) for r in rows] == [(1, "a"), (2, "b")]
+    location = open_catalog(lake.settings).load_table("probe.t").metadata_location
+    assert location.startswith(f"{lake.settings.warehouse}/")
