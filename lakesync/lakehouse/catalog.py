@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ __all__ = [
     "LATE_SEQUENCE_PROPERTY",
     "POSITION_PROPERTY",
     "CatalogUnavailableError",
+    "catalog_failure",
     "catalog_opener",
     "changes_data",
     "deferred_catalog",
@@ -194,16 +196,32 @@ def _open_rest_catalog(settings: LakeSettings) -> Catalog:
             f"{signed_in_with}"
         ) from None
     except requests.ConnectionError:
-        raise CatalogUnavailableError(
-            f"cannot reach the REST catalog at {uri}: is it running? check lake.catalog_uri "
-            "(LAKESYNC_CATALOG_URI)"
-        ) from None
+        raise _unreachable(uri) from None
     except RESTError as exc:
         reason = _redacted(f"{type(exc).__name__}: {exc}", settings.secrets)
         raise CatalogUnavailableError(
             f"cannot open the REST catalog at {uri} ({reason}); check lake.catalog_uri and "
             "lake.catalog_warehouse"
         ) from None
+
+
+def _unreachable(uri: str) -> CatalogUnavailableError:
+    return CatalogUnavailableError(
+        f"cannot reach the REST catalog at {uri}: is it running? check lake.catalog_uri "
+        "(LAKESYNC_CATALOG_URI)"
+    )
+
+
+def catalog_failure(exc: BaseException, catalog: Catalog) -> CatalogUnavailableError | None:
+    """``exc`` as the :class:`CatalogUnavailableError` of ``catalog`` (an open REST catalog)
+    that stopped answering, or None for any other failure."""
+    requests = sys.modules.get("requests")  # loaded by pyiceberg's REST catalog, if at all
+    uri = catalog.properties.get("uri", "")
+    if requests is None or not uri.startswith(("http://", "https://")):
+        return None
+    if not isinstance(exc, requests.ConnectionError):
+        return None
+    return _unreachable(uri)
 
 
 def _redacted(text: str, secrets: list[str]) -> str:

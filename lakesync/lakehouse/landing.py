@@ -50,6 +50,7 @@ from lakesync.lakehouse.catalog import (
     LANDED_LATE_PROPERTY,
     POSITION_PROPERTY,
     CatalogUnavailableError,
+    catalog_failure,
     catalog_opener,
     ensure_landing_table,
     landing_schema,
@@ -184,6 +185,7 @@ class LandingFlusher:
         self._clock = clock
         self._lock = threading.Lock()
         self._table: Table | None = None
+        self._opened: Catalog | None = None  # the catalog, once it could be opened
         try:
             self._landing()
         except (ObjectStoreError, CatalogUnavailableError) as exc:
@@ -194,7 +196,7 @@ class LandingFlusher:
         """The landing table, created if missing; raises
         :class:`~lakesync.lakehouse.object_store.ObjectStoreError` while the store fails."""
         if self._table is None:
-            catalog = self._catalog()
+            catalog = self._opened = self._catalog()
             try:
                 self._table = ensure_landing_table(catalog)
             except Exception as exc:
@@ -206,7 +208,9 @@ class LandingFlusher:
 
     def _store_failure(self, exc: Exception) -> ObjectStoreError | None:
         """``exc`` as the object store's failure (naming what to check), or None: another."""
-        props = self._catalog().properties
+        if self._opened is None:
+            return None
+        props = self._opened.properties
         return object_store_failure(
             str(exc), str(props.get("warehouse", "")), props.get("s3.endpoint")
         )
@@ -226,17 +230,20 @@ class LandingFlusher:
         Thread-safe; answers once the batches are committed (what the admin flush route needs).
         Raises :class:`~lakesync.lakehouse.object_store.ObjectStoreError` when the lake's object
         store fails, :class:`~lakesync.lakehouse.catalog.CatalogUnavailableError` while the
-        catalog cannot be opened (nothing committed: the next flush takes it up).
+        catalog cannot be opened or a REST catalog does not answer (nothing committed: the next
+        flush takes it up).
         """
         try:
             return self._flush(max_batches)
         except LakeSyncError:  # says what failed already (the store's, the catalog's, ...)
             raise
         except Exception as exc:
-            store = self._store_failure(exc)
-            if store is None:
+            failure = self._store_failure(exc) or (
+                None if self._opened is None else catalog_failure(exc, self._opened)
+            )
+            if failure is None:
                 raise
-            raise store from exc
+            raise failure from exc
 
     def _flush(self, max_batches: int | None) -> FlushResult:
         with self._lock, self._exclusive():

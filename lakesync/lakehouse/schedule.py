@@ -49,6 +49,7 @@ from lakesync.hlc import encode
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import (
     CatalogUnavailableError,
+    catalog_failure,
     catalog_opener,
     deferred_catalog,
     landing_state,
@@ -313,7 +314,9 @@ class HotLogMaintenance:
                 self()
             except CatalogUnavailableError:
                 continue  # the landing flusher says why, once a flush
-            except Exception:
+            except Exception as exc:
+                if catalog_failure(exc, self._catalog()) is not None:
+                    continue  # the same: the REST catalog stopped answering
                 _log.exception("checkpoint/trim round failed; retrying in %.0f s", interval_s)
 
 

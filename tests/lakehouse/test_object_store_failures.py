@@ -304,7 +304,8 @@ def test_a_gateway_started_while_its_rest_catalog_is_down_serves_and_lands_once_
     """Started while its REST catalog is unreachable, then while the catalog refuses its
     credential, a gateway still serves: pushes are acknowledged, flushes fail saying which
     catalog and which key to check (502 ``CATALOG_ERROR``, one log line each, no secret), and
-    once the catalog answers again the scheduled flush lands every delta once."""
+    once the catalog answers again the scheduled flush lands every delta once; so again when
+    the catalog goes away after that."""
     bucket = fresh_s3_bucket()
     secret = f"rest-secret-{uuid.uuid4().hex}"
     with rest_catalog_server(tmp_path / "rest", f"s3://{bucket}/lake", s3_catalog_env()) as uri, \
@@ -328,6 +329,14 @@ def test_a_gateway_started_while_its_rest_catalog_is_down_serves_and_lands_once_
             r = _flush(gw)
             assert (r.status_code, r.json()["code"]) == (502, "CATALOG_ERROR"), r.text
             auth_proxy.client_secret = secret
+            _eventually(lambda: _landed(settings) == Counter(acked),
+                        "every acknowledged delta landed once", gw)
+            # The catalog goes away again once open: the same, and the same line.
+            rest.cut()
+            acked += _push(gw, "carol", 10)
+            r = _flush(gw)
+            assert (r.status_code, r.json()["code"]) == (502, "CATALOG_ERROR"), r.text
+            rest.restore()
             _eventually(lambda: _landed(settings) == Counter(acked),
                         "every acknowledged delta landed once", gw)
             time.sleep(2)  # two more scheduled flushes: nothing lands twice
