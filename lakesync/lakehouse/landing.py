@@ -13,8 +13,8 @@ and before every batch the flusher reads that position back from the table, so:
 Either way every deltaId lands exactly once. When the lake's object store fails (unreachable, or
 refusing the credentials) the flush fails whole and is tried again
 (:class:`~lakesync.lakehouse.object_store.ObjectStoreError`), nothing committed; so does it
-while a REST catalog the flusher could not open yet is unreachable or refuses the credential
-(:class:`~lakesync.lakehouse.catalog.CatalogUnavailableError`).
+while a REST catalog is unreachable or refuses the credential, from the gateway's start on or
+later (:class:`~lakesync.lakehouse.catalog.CatalogUnavailableError`).
 
 One tenant cannot stop the others: when a batch cannot be written, the flusher writes it again
 gateway by gateway in one commit, and a gateway whose rows still fail is *held back*. The commit
@@ -194,7 +194,9 @@ class LandingFlusher:
 
     def _landing(self) -> Table:
         """The landing table, created if missing; raises
-        :class:`~lakesync.lakehouse.object_store.ObjectStoreError` while the store fails."""
+        :class:`~lakesync.lakehouse.object_store.ObjectStoreError` while the store fails,
+        :class:`~lakesync.lakehouse.catalog.CatalogUnavailableError` while the catalog cannot be
+        opened."""
         if self._table is None:
             catalog = self._opened = self._catalog()
             try:
