@@ -16,9 +16,10 @@ check (:func:`object_store_failure`), in place of a client's stack trace.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -36,6 +37,7 @@ __all__ = [
     "object_store_failure",
     "pyiceberg_s3_properties",
     "spark_s3_env",
+    "store_failures_raised",
     "vended_s3",
 ]
 
@@ -97,6 +99,22 @@ def object_store_failure(
         f"the lake's object store ({store}) could not be reached: {cause}; check that it runs "
         "and answers at lake.s3_endpoint, and the network in between"
     )
+
+
+@contextlib.contextmanager
+def store_failures_raised(location: str, endpoint: str | None) -> Iterator[None]:
+    """Raise what the block raises, except that a failure of the object store at ``endpoint``
+    holding ``location`` (:func:`object_store_failure`) becomes its :class:`ObjectStoreError`
+    (what to check, in one line, the client's error chained under it)."""
+    try:
+        yield
+    except ObjectStoreError:
+        raise
+    except Exception as exc:  # pyarrow's, DuckDB's, Spark's (py4j) or dbt's
+        store = object_store_failure(str(exc), location, endpoint)
+        if store is None:
+            raise
+        raise store from exc
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from lakesync.lakehouse.connection import (
     scan_sql,
     utc,
 )
-from lakesync.lakehouse.object_store import object_store_failure
+from lakesync.lakehouse.object_store import store_failures_raised
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 
 if TYPE_CHECKING:
@@ -103,13 +103,9 @@ def run_query(
     :class:`~lakesync.lakehouse.object_store.ObjectStoreError` (what to check, in one line);
     other DuckDB errors (syntax, unknown column) propagate as DuckDB raises them.
     """
-    try:
+    # DuckDB's httpfs, pyarrow's S3 (a JDBC catalog's metadata reads)
+    with store_failures_raised(settings.warehouse, settings.s3.endpoint):
         return _run_query(settings, sql, as_of, snapshots, fresh, hot_log)
-    except Exception as exc:  # DuckDB's httpfs, pyarrow's S3 (a JDBC catalog's metadata reads)
-        store = object_store_failure(str(exc), settings.warehouse, settings.s3.endpoint)
-        if store is None:
-            raise
-        raise store from exc
 
 
 def _run_query(

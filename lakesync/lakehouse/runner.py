@@ -51,7 +51,7 @@ from lakesync.lakehouse.models import (
     write_change_set_models,
     write_models,
 )
-from lakesync.lakehouse.object_store import object_store_failure
+from lakesync.lakehouse.object_store import store_failures_raised
 from lakesync.lakehouse.process_env import process_environment
 from lakesync.lakehouse.registry import registered_table_schemas  # re-exported: public here too
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
@@ -313,13 +313,8 @@ def run_pipeline(
     :func:`lakesync.lakehouse.pipeline.run_and_ship` runs this, then ships.
     """
     settings = settings or LakeSettings.from_env(data_dir)
-    try:
+    with store_failures_raised(settings.warehouse, settings.s3.endpoint):
         return _run_pipeline(settings, schemas, config, full_refresh, tests, on_progress, dbt)
-    except Exception as exc:  # pyarrow's, Spark's (py4j) or dbt's: only the store's are turned
-        store = object_store_failure(str(exc), settings.warehouse, settings.s3.endpoint)
-        if store is None:
-            raise
-        raise store from exc
 
 
 def _run_pipeline(
