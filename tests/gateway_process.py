@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
@@ -196,3 +196,27 @@ class ServerProcess:
     ) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.stop()
+
+
+@contextmanager
+def serving(
+    proc: subprocess.Popen[bytes], url: str, answers: Callable[[str], bool], log: Path,
+    what: str, timeout: float,
+) -> Iterator[str]:
+    """Yield ``url`` once ``answers(url)`` (within ``timeout`` seconds, else a RuntimeError with
+    the tail of ``log`` naming ``what``); stop ``proc`` afterwards (SIGTERM, then SIGKILL)."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not answers(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                text = log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{what} did not start:\n{text}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

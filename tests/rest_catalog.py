@@ -14,11 +14,9 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,6 +28,7 @@ import pytest
 
 from lakesync.lakehouse.object_store import S3FILEIO
 from tests.conftest import S3_ACCESS_KEY_ID, S3_ENDPOINT, S3_SECRET_ACCESS_KEY
+from tests.gateway_process import free_port, serving
 from tests.netns import Host
 
 __all__ = [
@@ -65,12 +64,6 @@ def s3_catalog_env() -> dict[str, str]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _answers(uri: str) -> bool:
     try:
         with urllib.request.urlopen(f"{uri}/v1/config", timeout=2):
@@ -92,7 +85,7 @@ def rest_catalog_server(
     ``tests/netns.py`` host) it runs there, on that host's address."""
     require_rest_catalog()
     root.mkdir(parents=True, exist_ok=True)
-    port = _free_port() if host is None else 8181  # a host's ports are all its own
+    port = free_port() if host is None else 8181  # a host's ports are all its own
     server_env = {
         **os.environ,
         "CATALOG_URI": f"jdbc:sqlite:{root / 'rest-catalog.db'}",
@@ -110,20 +103,10 @@ def rest_catalog_server(
         proc = host.popen(args, log=root / "rest-catalog.log", env=server_env)
     uri = f"http://{'127.0.0.1' if host is None else host.ip}:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while not _answers(uri):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                text = (root / "rest-catalog.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the REST catalog server did not start:\n{text}")
-            time.sleep(0.2)
-        yield uri
+        with serving(proc, uri, _answers, root / "rest-catalog.log",
+                     "the REST catalog server", 120):
+            yield uri
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         log.close()
 
 

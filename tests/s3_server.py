@@ -9,14 +9,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.gateway_process import free_port
+from tests.gateway_process import free_port, serving
 
 __all__ = ["S3PROXY_JARS", "s3_server"]
 
@@ -56,18 +55,5 @@ def s3_server(root: Path, access_key_id: str, secret_access_key: str) -> Iterato
             ["java", "-Xmx256m", "-jar", str(jars[-1]), "--properties", str(conf)],
             stdout=log, stderr=subprocess.STDOUT,
         )
-        try:
-            deadline = time.monotonic() + 60
-            while not _answers(endpoint):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    text = (root / "s3proxy.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"S3Proxy did not start:\n{text}")
-                time.sleep(0.2)
+        with serving(proc, endpoint, _answers, root / "s3proxy.log", "S3Proxy", 60):
             yield endpoint
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()

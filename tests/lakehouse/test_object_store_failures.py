@@ -43,11 +43,10 @@ from lakesync.lakehouse.catalog import (
     open_catalog,
 )
 from lakesync.lakehouse.landing import LandingFlusher
-from lakesync.lakehouse.object_store import S3FILEIO, ObjectStoreError
+from lakesync.lakehouse.object_store import ObjectStoreError
 from lakesync.lakehouse.settings import LakeSettings
 from tests.api.helpers import auth, delta, token
 from tests.conftest import (
-    S3_ACCESS_KEY_ID,
     S3_ENDPOINT,
     S3_SECRET_ACCESS_KEY,
     fresh_s3_bucket,
@@ -170,13 +169,7 @@ def test_gateway_killed_while_a_rest_catalog_commit_goes_unanswered(tmp_path: Pa
     killed meanwhile: the restarted gateway finds rows and position committed together and
     lands nothing twice."""
     bucket = fresh_s3_bucket()
-    server_env = {
-        "CATALOG_IO__IMPL": S3FILEIO, "CATALOG_S3_ENDPOINT": S3_ENDPOINT,
-        "CATALOG_S3_PATH__STYLE__ACCESS": "true", "CATALOG_CLIENT_REGION": "us-east-1",
-        "CATALOG_S3_ACCESS__KEY__ID": S3_ACCESS_KEY_ID,
-        "CATALOG_S3_SECRET__ACCESS__KEY": S3_SECRET_ACCESS_KEY,
-    }
-    with rest_catalog_server(tmp_path / "rest", f"s3://{bucket}/lake", server_env) as uri, \
+    with rest_catalog_server(tmp_path / "rest", f"s3://{bucket}/lake", s3_catalog_env()) as uri, \
             FaultProxy(uri) as rest:
         env = {**s3_lake_env(bucket), "LAKESYNC_CATALOG_URI": rest.url,
                "LAKESYNC_FLUSH_INTERVAL": "0"}
