@@ -26,8 +26,8 @@ in dlt's vocabulary (``evolve``, ``freeze``, ``discard_row``, ``discard_value``)
 
 A string value may hold ``${VAR}`` / ``${file:PATH}`` references (:mod:`lakesync.secrets`),
 resolved by :func:`resolve_secrets` when the connector starts, so the stored declaration keeps
-the reference, never the secret. :func:`redact` is what admin routes
-and logs show of a declaration.
+the reference, never the secret. :func:`redact_declaration` is what admin
+routes and logs show of a declaration.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from lakesync.delta import validate_gateway_id, validate_identifier
-from lakesync.destination_specs import redact_url
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.hints import explain, of_gateway
+from lakesync.redaction import MASK, redact
 from lakesync.secrets import REFERENCE, has_reference, resolve_references
 from lakesync.tokens import parse_ttl
 
@@ -77,7 +77,7 @@ __all__ = [
     "parse_connector",
     "parse_connectors",
     "parse_start",
-    "redact",
+    "redact_declaration",
     "resolve_secrets",
     "tables_by_gateway",
 ]
@@ -184,7 +184,7 @@ BIGQUERY_URL = re.compile(r"bigquery://[A-Za-z0-9:._-]+/?(\?.*)?")
 class _Common(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="kind"):
     def __repr__(self) -> str:
         # Resolved specs hold credentials: never show them.
-        shown = redact(msgspec.structs.asdict(self))
+        shown = redact_declaration(msgspec.structs.asdict(self))
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     gateway: str
@@ -547,14 +547,15 @@ def resolve_secrets(
 
 
 def _shown(key: str, value: Any) -> Any:
-    if key not in SECRET_KEYS or not isinstance(value, str) or not value:
+    if not isinstance(value, str) or not value:
         return value
-    if key == "dsn":
-        return redact_url(value)
-    return value if REFERENCE.fullmatch(value) else "***"
+    if key not in SECRET_KEYS or key == "dsn":
+        return redact(value)  # a DSN's password only; any other string's credentials too
+    return value if REFERENCE.fullmatch(value) else MASK
 
 
-def redact(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A declaration as admin routes show it: credentials replaced by ``"***"`` (a DSN's
-    password only) unless they are ``${…}`` references, which name where the secret lives."""
+def redact_declaration(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A declaration as admin routes show it: credentials replaced by ``"***"`` (in a DSN or
+    any other string, the password only: :func:`lakesync.redaction.redact`) unless they are
+    ``${…}`` references, which name where the secret lives."""
     return {k: _shown(k, v) for k, v in body.items()}

@@ -29,9 +29,9 @@ A destination named under another's ``routes`` or ``secondaries`` is shipped thr
 
 ``url`` may hold ``${VAR}`` / ``${file:PATH}`` references (:mod:`lakesync.secrets`); the parsed
 :class:`DestinationSpec` keeps them and :func:`resolve_url` replaces them when a destination is
-opened, so a parsed configuration never holds a credential. :func:`redact_url` is what messages
-and logs show of a URL. Each synced table lands as a table of the same name (docs/protocol.md
-§11 layout).
+opened, so a parsed configuration never holds a credential. :func:`lakesync.redaction.redact` is
+what messages and logs show of a URL. Each synced table lands as a table of the same name
+(docs/protocol.md §11 layout).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import msgspec
 from lakesync.delta import validate_gateway_id, validate_identifier
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.hints import explain, of_gateway
+from lakesync.redaction import redact
 from lakesync.secrets import has_reference, resolve_references
 
 __all__ = [
@@ -55,7 +56,6 @@ __all__ = [
     "parse_destinations",
     "parse_window",
     "receivers",
-    "redact_url",
     "resolve_url",
     "shipped_on_their_own",
 ]
@@ -77,9 +77,6 @@ _EXAMPLES = {
     "bigquery": "bigquery://project/dataset",
     "lake": "lake://namespace",
 }
-
-_PASSWORD = re.compile(r"(://[^:/@?#]*:)([^@/]*)@")
-
 
 class DestinationSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One declared destination. ``url`` is as written (references unresolved)."""
@@ -119,7 +116,7 @@ class DestinationSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         # The URL may hold a password written inline: never show it.
         return (
             f"DestinationSpec(name={self.name!r}, kind={self.kind!r}, "
-            f"url={redact_url(self.url)!r}, gateway={self.gateway!r}, tables={self.tables!r}, "
+            f"url={redact(self.url)!r}, gateway={self.gateway!r}, tables={self.tables!r}, "
             f"delete={self.delete!r}, routes={self.routes!r}, "
             f"secondaries={self.secondaries!r}, hot_window={self.hot_window!r})"
         )
@@ -141,22 +138,12 @@ def parse_window(text: str) -> float:
     return float(int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
 
 
-def redact_url(url: str) -> str:
-    """``url`` with any inline password replaced by ``***`` (references are kept: they name
-    where the secret lives, not the secret)."""
-    def mask(match: re.Match[str]) -> str:
-        password = match.group(2)
-        return match.group(1) + (password if has_reference(password) else "***") + "@"
-
-    return _PASSWORD.sub(mask, url)
-
-
 def _check_scheme(name: str, kind: str, url: str) -> None:
     scheme = url.partition("://")[0].lower() if "://" in url else ""
     if scheme not in SCHEMES[kind]:
         raise ConfigError(
             f"destination {name!r}: a {kind} url looks like {_EXAMPLES[kind]} "
-            f"(got {redact_url(url)!r}); or write ${{VAR}} to take it from the environment"
+            f"(got {redact(url)!r}); or write ${{VAR}} to take it from the environment"
         )
 
 

@@ -10,11 +10,11 @@ secret lives, never its value.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from lakesync.errors import ConfigError
 
-__all__ = ["REFERENCE", "has_reference", "resolve_key", "resolve_references"]
+__all__ = ["REFERENCE", "has_reference", "resolve_key", "resolve_references", "resolved_values"]
 
 REFERENCE = re.compile(r"\$\{(file:)?([^}]+)\}")
 
@@ -58,3 +58,20 @@ def resolve_key(
         return resolve_references(value, env, read_file)
     except ConfigError as exc:
         raise ConfigError(f"{key}: {exc.message}") from None
+
+
+def resolved_values(
+    texts: Iterable[str], env: Mapping[str, str], read_file: Callable[[str], str]
+) -> list[str]:
+    """What every ``${VAR}`` / ``${file:PATH}`` reference in ``texts`` resolves to, for
+    redaction (:class:`lakesync.redaction.Redactor`): the secrets a process that resolves them
+    knows. A reference that does not resolve (unset, unreadable) is skipped: it has no value
+    to hide."""
+    out: list[str] = []
+    for text in texts:
+        for match in REFERENCE.finditer(text):
+            try:
+                out.append(resolve_references(match.group(0), env, read_file))
+            except ConfigError:
+                continue
+    return out

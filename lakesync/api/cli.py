@@ -95,7 +95,8 @@ def up(
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)
     lake = LakeSettings.from_config(cfg)
-    configure_logging(secrets=[*settings.jwt_secrets, *lake.secrets], identifiers=lake.identifiers)
+    known = settings.known_secrets(os.environ, lambda p: Path(p).read_text(encoding="utf-8"))
+    configure_logging(secrets=[*known, *lake.secrets], identifiers=lake.identifiers)
     with _sigterm_latch() as latch, contextlib.ExitStack() as stack:
         serving = False
 

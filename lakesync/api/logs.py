@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterable
@@ -13,83 +12,30 @@ from typing import Any
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from lakesync.redaction import Redactor
+
 __all__ = [
-    "MIN_IDENTIFIER",
-    "REDACTED",
     "REQUEST_ID",
     "JsonFormatter",
     "RedactingFilter",
     "configure_logging",
-    "redact",
     "request_id_middleware",
 ]
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
-REDACTED = "[REDACTED]"
-MIN_IDENTIFIER = 16
-"""The length from which a credential identifier (an S3 access key id) is masked in logs."""
 log = logging.getLogger("lakesync.gateway")
 
 _EXTRAS = ("method", "path", "status", "ms")
-_SECRET_KEY = (
-    r"[\w.-]*(?:token|secret|passw(?:or)?d|pwd|api[_-]?key|access[_-]?key|private[_-]?key"
-    r"|credential|signature|authorization|cookie)[\w.-]*"
-)
-_JWT = re.compile(r"\beyJ[\w-]*\.[\w-]*\.[\w-]*")
-_AUTH_SCHEME = re.compile(r"(?i)\b(bearer|basic|digest)\s+(?!tokens?\b)[\w.~+/=-]+")
-# ``key=value`` anywhere; ``key: value`` only with a quoted key or value (JSON, reprs), since
-# prose such as "invalid token: ..." has the same shape. A value already masked, or an auth
-# scheme (its credential is masked on its own), is kept.
-_KEY_VALUE = re.compile(
-    rf"(?i)(?P<key>{_SECRET_KEY})"
-    r"(?P<sep>['\"]?\s*=\s*|['\"]\s*:\s*|\s*:\s*(?=['\"]))"
-    r"(?!\[REDACTED\]|(?:bearer|basic|digest)\s)"
-    r"(?:(?P<quote>[\"'])(?:\\.|(?!(?P=quote)).)*(?P=quote)|[^\s&,;'\"}\])]+)"
-)
-_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*):[^@\s/]*@")
-
-
-def _mask_value(match: re.Match[str]) -> str:
-    quote = match["quote"] or ""
-    return f"{match['key']}{match['sep']}{quote}{REDACTED}{quote}"
-
-
-def redact(text: str) -> str:
-    """``text`` with anything credential-like masked: JWTs, ``Bearer``/``Basic`` credentials,
-    the values of secret-looking keys (``token=``, ``"password": …``, ``api_key: …``, in query
-    strings, JSON or reprs) and the password of URLs (``postgresql://user:…@host``)."""
-    text = _AUTH_SCHEME.sub(rf"\1 {REDACTED}", text)
-    text = _JWT.sub(REDACTED, text)
-    text = _KEY_VALUE.sub(_mask_value, text)
-    return _URL_PASSWORD.sub(rf"\1:{REDACTED}@", text)
 
 
 class RedactingFilter(logging.Filter):
-    """Mask credentials in a record (message, traceback, extras) before any handler formats it:
-    :func:`redact`, plus the literal ``secrets`` the process knows (its JWT secrets, ...), and
-    its credential ``identifiers`` (an S3 access key id) as whole words of at least
-    :data:`MIN_IDENTIFIER` characters."""
+    """Mask credentials in a record (message, traceback, extras) before any handler formats it,
+    with one :class:`~lakesync.redaction.Redactor` of the process's known ``secrets`` (its JWT
+    secrets, resolved references, ...) and credential ``identifiers`` (an S3 access key id)."""
 
     def __init__(self, secrets: Iterable[str] = (), identifiers: Iterable[str] = ()) -> None:
         super().__init__()
-        # Longest first, so a secret containing another is masked whole; short strings would
-        # mask ordinary words.
-        self._secrets = sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True)
-        # A key id is no secret, but names an account: masked when it is one of a real
-        # provider's (AWS: 20 characters), never a short made-up one such as a local server's
-        # "lakesync", which would mask module names and paths.
-        words = sorted({i for i in identifiers if len(i) >= MIN_IDENTIFIER}, key=len, reverse=True)
-        self._identifiers = (
-            re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, words)) + r")(?!\w)")
-            if words else None
-        )
-
-    def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        if self._identifiers is not None:
-            text = self._identifiers.sub(REDACTED, text)
-        return redact(text)
+        self._redact = Redactor(secrets, identifiers)
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Rewrite ``record`` in place (the message is rendered once); never drops it."""

@@ -8,13 +8,16 @@ limits below (body size, deltas and pull page sizes) are fixed defaults.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from lakesync.config import MIB, Config, GatewayConfig, ServerConfig, apply_environment
 from lakesync.connector_specs import ConnectorSpec
 from lakesync.destination_specs import DestinationSpec
+from lakesync.secrets import resolved_values
 
 __all__ = ["GatewaySettings"]
 
@@ -53,6 +56,22 @@ class GatewaySettings:
     metrics_gateway_labels: bool = _SERVER.metrics_gateway_labels
     console_sample_s: float = 5.0
     """How often the web console's history (the last hour, in memory) samples the status."""
+
+    def known_secrets(
+        self, env: Mapping[str, str], read_file: Callable[[str], str]
+    ) -> list[str]:
+        """The secrets this gateway knows, for redaction: its JWT secrets and what the
+        ``${…}`` references of its declared destinations and connectors resolve to in ``env``
+        and the secrets files ``read_file`` reads."""
+        texts = [spec.url for spec in self.destinations.values()]
+        texts += [
+            value
+            for spec in self.connectors.values()
+            for value in msgspec.structs.asdict(spec).values()
+            if isinstance(value, str)
+        ]
+        found = resolved_values(texts, env, read_file)
+        return [*self.jwt_secrets, *found]
 
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> GatewaySettings:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from lakesync.canonical import canonical_json
-from lakesync.destination_specs import DestinationSpec, redact_url
+from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations import statements as st
 from lakesync.destinations.base import (
     Change,
@@ -33,6 +33,7 @@ from lakesync.destinations.base import (
     normalise_row,
 )
 from lakesync.destinations.statements import Columns, TableLayout, column_spec
+from lakesync.redaction import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -91,7 +92,7 @@ class SqlDestination(Destination):
         self.spec = spec
         self.dialect: Literal["postgres", "mysql"] = dialect
         self._errors = errors
-        self._where = redact_url(url)
+        self._where = redact(url)
         self.jdbc = jdbc_target(dialect, url)
         try:
             self._conn = connect()
@@ -324,4 +325,5 @@ def _staged_params(layout: TableLayout, change: Change, dialect: st.Dialect) -> 
 
 
 def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    # A driver may quote the connection string it was given.
+    return redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])

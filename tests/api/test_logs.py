@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from lakesync.api.logs import REDACTED, JsonFormatter, RedactingFilter, redact
+from lakesync.api.logs import JsonFormatter, RedactingFilter
+from lakesync.redaction import MASK as REDACTED
+from lakesync.redaction import redact
 from tests.api.helpers import SECRET, token
 
 JWT = token("alice")

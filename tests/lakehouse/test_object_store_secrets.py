@@ -21,7 +21,7 @@ import boto3
 import httpx
 import pytest
 
-from lakesync.api.logs import REDACTED
+from lakesync.redaction import MASK as REDACTED
 from lakesync.lakehouse.object_store import S3FILEIO
 from tests.api.helpers import auth, delta, token
 from tests.conftest import (

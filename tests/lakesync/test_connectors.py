@@ -19,7 +19,7 @@ from lakesync.connector_specs import (
     may_run,
     parse_connector,
     parse_start,
-    redact,
+    redact_declaration,
     resolve_secrets,
 )
 from lakesync.errors import ConfigError, ValidationError
@@ -110,7 +110,7 @@ def test_secrets_resolve_from_env_or_file_and_never_show(tmp_path: Path) -> None
 
 
 def test_redact_hides_inline_credentials_but_keeps_references() -> None:
-    shown = redact(PG | {"token": "abc", "password": "${PW}", "client_secret": ""})
+    shown = redact_declaration(PG | {"token": "abc", "password": "${PW}", "client_secret": ""})
     assert shown["dsn"] == "postgresql://u:***@db/x"
     assert (shown["token"], shown["password"], shown["client_secret"]) == ("***", "${PW}", "")
     assert shown["source_table"] == "public.items"
@@ -211,7 +211,8 @@ def test_bad_source_declarations_name_the_problem(body: dict[str, Any], problem:
 
 
 def test_cloud_credentials_are_redacted() -> None:
-    shown = redact(CW | {"secret_access_key": "abc", "access_key_id": "AKIA"})
+    shown = redact_declaration(CW | {"secret_access_key": "abc", "access_key_id": "AKIA"})
     assert shown["secret_access_key"] == "***" and shown["access_key_id"] == "AKIA"
-    assert redact(BQ | {"credentials": "{...}"})["credentials"] == "***"
-    assert redact(BQ | {"credentials": "${file:/k.json}"})["credentials"] == "${file:/k.json}"
+    assert redact_declaration(BQ | {"credentials": "{...}"})["credentials"] == "***"
+    filed = redact_declaration(BQ | {"credentials": "${file:/k.json}"})
+    assert filed["credentials"] == "${file:/k.json}"

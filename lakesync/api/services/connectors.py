@@ -30,7 +30,7 @@ from lakesync.connector_specs import (
     connector_client_id,
     connector_kind,
     parse_connector,
-    redact,
+    redact_declaration,
     resolve_secrets,
 )
 from lakesync.connectors import ActionHandler, Poller, Source, open_actions, open_source
@@ -213,7 +213,7 @@ class ConnectorService:
         poller = self._poller(name, spec)  # a missing secret or driver: 400, nothing stored
         await anyio.to_thread.run_sync(self.service.store.put_doc, gw, DOC_KIND, name, doc)
         await self._run(gw, name, spec, poller)
-        return redact(doc)
+        return redact_declaration(doc)
 
     async def unregister(self, gw: str, name: str) -> None:
         """Stop and forget a registered connector (its cursor too); 404 if unknown."""
@@ -239,7 +239,7 @@ class ConnectorService:
                 f"gateway {gw!r} is not known here: nothing is declared or stored for it (no "
                 "schemas, sync rules, connectors or data); check the gateway id"
             )
-        return [redact(body) for body in out.values()]
+        return [redact_declaration(body) for body in out.values()]
 
     async def status(self, gw: str, name: str) -> dict[str, Any]:
         """A running connector's counters, last error and stored cursor; 404 if it does not

@@ -2,6 +2,9 @@
 the connectors running here, the hub and each declared destination's watermarks; the shape and
 the "failing" rule are :mod:`lakesync.status`'s.
 
+Every string of an answer passes through one :class:`~lakesync.redaction.Redactor` of the
+secrets the gateway knows (errors of destinations, connectors and runs may quote a DSN).
+
 Backlogs are counted by reading the hot log after a position, at most :data:`COUNT_LIMIT`
 entries per read (a status call stays cheap on a large log; more shows as ``capped``).
 """
@@ -12,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,6 +28,7 @@ from lakesync.api.store.ports import DocumentStore
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.factory import open_destination
 from lakesync.errors import LakeSyncError, NotFoundError
+from lakesync.redaction import Redactor, redact_strings
 from lakesync.status import (
     HISTORY_GATEWAY,
     HISTORY_KIND,
@@ -85,6 +90,11 @@ class StatusService:
         self._service = service
         self._connectors = connectors
         self._now = now
+        self._redact = Redactor(
+            service.settings.known_secrets(
+                connectors.env, lambda p: Path(p).read_text(encoding="utf-8")
+            )
+        )
 
     async def known_gateways(self) -> list[str]:
         """Every gateway declared in the configuration, running a connector or served here, with
@@ -122,12 +132,14 @@ class StatusService:
                 for code in ("VALIDATION_ERROR", "FORBIDDEN", "SCHEMA_ERROR")
             )
         )
-        return StatusResponse(
+        status = StatusResponse(
             datetime.fromtimestamp(self._now(), UTC),
             out,
             refusals,
             [line for g in out for line in g.failing],
         )
+        shown = redact_strings(msgspec.to_builtins(status), self._redact)
+        return msgspec.convert(shown, StatusResponse)
 
     async def _gateway(self, gw: str) -> GatewayStatus:
         specs = [d for d in self._service.settings.destinations.values() if d.gateway == gw]
