@@ -24,7 +24,10 @@ __all__ = [
     "verify_token",
 ]
 
-ROLES = frozenset({"client", "admin"})
+ROLES = frozenset({"client", "admin", "analyst"})
+"""``client``: syncs through the gateway; ``admin``: the admin API and console too;
+``analyst``: reads the lake's analytics through the SQL endpoint (``lakesync sql-server``),
+nothing else: the gateway refuses it on every route."""
 _RESERVED = frozenset({"sub", "gw", "exp", "iat", "nbf", "role"})
 _TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -120,7 +123,9 @@ def _check_claims(payload: Mapping[str, Any]) -> Claims:
     if not isinstance(gw, str) or not gw:
         raise AuthError("token claim 'gw' must be a non-empty string")
     if not isinstance(role, str) or role not in ROLES:
-        raise AuthError(f"token claim 'role' must be 'client' or 'admin', got {role!r:.80}")
+        raise AuthError(
+            f"token claim 'role' must be one of {sorted(ROLES)}, got {role!r:.80}"
+        )
     claims: Claims = {"sub": sub, "gw": gw, "role": role}
     for key, value in payload.items():
         if key in _RESERVED:

@@ -212,7 +212,10 @@ def _root() -> None:
 def token(
     sub: Annotated[str, typer.Option(help="Client id (the token's subject).")],
     gw: Annotated[str, typer.Option(help="Gateway id the token is valid for.")],
-    role: Annotated[str, typer.Option(help="client or admin.")] = "client",
+    role: Annotated[str, typer.Option(
+        help="client (syncs), admin (admin API and console too) or analyst (reads the lake "
+        "through lakesync sql-server, nothing else)."
+    )] = "client",
     claim: Annotated[
         list[str] | None,
         typer.Option(help="Extra claim for sync rules, k=v; repeat a key for an array."),
