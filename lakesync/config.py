@@ -25,7 +25,7 @@ variable.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -39,6 +39,7 @@ from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.hints import explain
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
+from lakesync.secrets import resolved_values
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
@@ -48,6 +49,7 @@ __all__ = [
     "LakeConfig",
     "ServerConfig",
     "apply_environment",
+    "declared_secrets",
     "load_config",
 ]
 
@@ -349,3 +351,22 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
         connectors=parse_connectors(file.connectors, str(path)),
     )
     return apply_environment(from_file, env)
+
+
+def declared_secrets(
+    destinations: Iterable[DestinationSpec],
+    connectors: Iterable[ConnectorSpec],
+    env: Mapping[str, str],
+    read_file: Callable[[str], str],
+) -> list[str]:
+    """What the ``${…}`` references of the declared ``destinations`` and ``connectors`` resolve
+    to in ``env`` and the secrets files ``read_file`` reads: secrets a process that opens them
+    knows, which every output it writes masks (:class:`lakesync.redaction.Redactor`)."""
+    texts = [spec.url for spec in destinations]
+    texts += [
+        value
+        for spec in connectors
+        for value in msgspec.structs.asdict(spec).values()
+        if isinstance(value, str)
+    ]
+    return resolved_values(texts, env, read_file)

@@ -12,12 +12,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
-from lakesync.config import MIB, Config, GatewayConfig, ServerConfig, apply_environment
+from lakesync.config import (
+    MIB,
+    Config,
+    GatewayConfig,
+    ServerConfig,
+    apply_environment,
+    declared_secrets,
+)
 from lakesync.connector_specs import ConnectorSpec
 from lakesync.destination_specs import DestinationSpec
-from lakesync.secrets import resolved_values
 
 __all__ = ["GatewaySettings"]
 
@@ -63,14 +67,9 @@ class GatewaySettings:
         """The secrets this gateway knows, for redaction: its JWT secrets and what the
         ``${…}`` references of its declared destinations and connectors resolve to in ``env``
         and the secrets files ``read_file`` reads."""
-        texts = [spec.url for spec in self.destinations.values()]
-        texts += [
-            value
-            for spec in self.connectors.values()
-            for value in msgspec.structs.asdict(spec).values()
-            if isinstance(value, str)
-        ]
-        found = resolved_values(texts, env, read_file)
+        found = declared_secrets(
+            self.destinations.values(), self.connectors.values(), env, read_file
+        )
         return [*self.jwt_secrets, *found]
 
     @classmethod

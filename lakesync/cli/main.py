@@ -15,6 +15,7 @@ from lakesync.cli.init import init_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.lakehouse import telemetry
+from lakesync.redaction import redact
 from lakesync.tokens import mint_client_token
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ class _ErrorBoundary(TyperGroup):
             if failure is None:
                 raise
             message, code = failure
-            one_line = " ".join(message.split())
+            one_line = redact(" ".join(message.split()))  # a driver's error may quote a DSN
             typer.secho(f"error: {one_line}", err=True, fg=typer.colors.RED)
             raise typer.Exit(code) from None
 

@@ -22,8 +22,10 @@ the worker answers on its stdout with lines ``{"event": NAME, "data": ...}``
 request gets one ``reply`` (:class:`RunReply`). The gateway streams the same lines to
 ``lakesync pipeline run``, ``materialise`` and ``compact`` when they hand their work to it
 (``POST /v1/admin/lake/run``). Everything else the worker, dbt, Spark or the
-JVM print goes to its stderr (the gateway points it at ``<data dir>/pipeline.log``): file
-descriptor 1 is moved there at start, so no stray line can corrupt a reply. A failed run is a
+JVM print goes to its stderr, which the parent copies to ``<data dir>/pipeline.log`` through one
+:class:`~lakesync.redaction.Redactor` of the secrets its configuration resolves (a driver or the
+JVM may print a DSN): file descriptor 1 is moved there at start, so no stray line can corrupt a
+reply. A failed run is a
 reply with ``ok: false`` and the worker stays up for the next one; the worker exits when its stdin
 closes (the gateway stopped). Settings are read again for every run, but a live Spark session keeps
 the Spark settings it started with: a changed ``lake.spark_*`` needs a gateway restart.
@@ -50,7 +52,7 @@ from typing import IO, Any, Literal
 
 import msgspec
 
-from lakesync.config import load_config
+from lakesync.config import declared_secrets, load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse import telemetry
@@ -68,6 +70,7 @@ from lakesync.lakehouse.pipeline import (
 from lakesync.lakehouse.process_env import stop_process
 from lakesync.lakehouse.runner import DbtInvoker
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.redaction import Redactor
 from lakesync.status import Shipment
 
 __all__ = [
@@ -408,6 +411,7 @@ class PipelineWorker:
         self._env = dict(os.environ if env is None else env)
         self._proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
+        self._redact = _redactor(self._env, data_dir)
 
     @property
     def pid(self) -> int | None:
@@ -417,16 +421,23 @@ class PipelineWorker:
     def _start(self) -> subprocess.Popen[str]:
         if self.log_path.exists() and self.log_path.stat().st_size > LOG_ROTATE_BYTES:
             self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
-        with self.log_path.open("a") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "lakesync.lakehouse.worker",
-                 "--data-dir", str(self._data_dir)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self._env,
-                text=True, encoding="utf-8", bufsize=1,
-            )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lakesync.lakehouse.worker",
+             "--data-dir", str(self._data_dir)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=self._env, text=True, encoding="utf-8", errors="replace", bufsize=1,
+        )
         lines: queue.Queue[str | None] = queue.Queue()
-        stdout = proc.stdout
-        assert stdout is not None
+        stdout, stderr = proc.stdout, proc.stderr
+        assert stdout is not None and stderr is not None
+
+        def copy_log() -> None:
+            with self.log_path.open("a", encoding="utf-8") as log:
+                for line in stderr:
+                    log.write(self._redact(line))
+                    log.flush()
+
+        threading.Thread(target=copy_log, name="pipeline-worker-log", daemon=True).start()
 
         def pump() -> None:
             for line in stdout:
@@ -516,6 +527,23 @@ class PipelineWorker:
         except (OSError, subprocess.TimeoutExpired):
             pass
         stop_process(proc, timeout)
+
+
+def _redactor(env: Mapping[str, str], data_dir: Path) -> Redactor:
+    """The redaction of the worker's log: the secrets the configuration ``env`` names resolves
+    (JWT secrets, the lake's, the declared destinations' and connectors' references); only the
+    shapes :func:`lakesync.redaction.redact` knows when it does not load (the run then fails
+    saying why)."""
+    def read(path: str) -> str:
+        return Path(path).read_text(encoding="utf-8")
+
+    try:
+        config = load_config(None, env)
+        lake = LakeSettings.from_config(config, data_dir, env)
+    except LakeSyncError:
+        return Redactor()
+    found = declared_secrets(config.destinations.values(), config.connectors.values(), env, read)
+    return Redactor([*config.jwt_secrets, *lake.secrets, *found], lake.identifiers)
 
 
 if __name__ == "__main__":
