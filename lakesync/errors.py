@@ -21,6 +21,7 @@ __all__ = [
     "PayloadTooLargeError",
     "RateLimitedError",
     "SchemaError",
+    "UnsupportedMediaTypeError",
     "ValidationError",
     "ValueTypeError",
     "code_for_status",
@@ -50,6 +51,12 @@ class PayloadTooLargeError(ValidationError):
     """A request body larger than the gateway accepts."""
 
     status = 413
+
+
+class UnsupportedMediaTypeError(ValidationError):
+    """A request body of a media type the route does not take."""
+
+    status = 415
 
 
 class ConfigError(ValidationError):
@@ -128,6 +135,7 @@ class BackpressureError(LakeSyncError):
 _GATEWAY_ERRORS: tuple[type[LakeSyncError], ...] = (
     ValidationError,
     PayloadTooLargeError,
+    UnsupportedMediaTypeError,
     SchemaError,
     ValueTypeError,
     ClockDriftError,

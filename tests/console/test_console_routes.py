@@ -38,7 +38,8 @@ def test_console_serves_its_assets_and_signs_in_with_a_cookie(tmp_path: Path) ->
         assert bad.status_code == 401 and bad.json()["code"] == "AUTH_ERROR"
         user = client.post("/console/session", json={"token": token("alice")})
         assert user.status_code == 403
-        assert client.post("/console/session", content=b"[1]").status_code == 400
+        as_json = {"content-type": "application/json"}
+        assert client.post("/console/session", content=b"[1]", headers=as_json).status_code == 400
 
         signed = client.post("/console/session", json={"token": token("root", role="admin")})
         assert signed.status_code == 204

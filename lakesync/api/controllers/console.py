@@ -1,6 +1,7 @@
 """The web console at ``/console``: its page and assets (every one served from the package's
 ``console/`` folder, with :data:`~lakesync.api.headers.CONSOLE_CSP`), the admin sign-in that sets
-an HttpOnly session cookie, the JSON it reads and its live stream (server-sent events)."""
+an HttpOnly session cookie (taken only from the console's own origin, as JSON), the JSON it reads
+and its live stream (server-sent events)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,13 @@ from lakesync.api.services.console import (
 from lakesync.api.services.status import StatusService
 from lakesync.console import Point
 from lakesync.delta import validate_gateway_id
-from lakesync.errors import AuthError, NotFoundError, ValidationError
+from lakesync.errors import (
+    AuthError,
+    ForbiddenError,
+    NotFoundError,
+    UnsupportedMediaTypeError,
+    ValidationError,
+)
 from lakesync.status import StatusResponse
 from lakesync.wire import decode_json_object
 
@@ -54,6 +61,25 @@ def _assets() -> dict[str, bytes]:
 def _console(request: Request[Any, Any, Any]) -> ConsoleService:
     console: ConsoleService = request.app.state.console
     return console
+
+
+def _from_the_console(request: Request[Any, Any, Any]) -> None:
+    """Refuse a sign-in that another site's page could have sent (login CSRF): a browser says
+    where a request comes from in ``Sec-Fetch-Site`` and ``Origin``, and only the console's own
+    origin may sign in; a non-browser client sends neither. The body must be JSON, which a page
+    elsewhere cannot send without a CORS preflight (the gateway allows none), unlike the
+    ``text/plain`` or form bodies of a cross-site "simple" request."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site != "same-origin":
+        raise ForbiddenError(f"the console signs in from its own page only (a {site:.20} request)")
+    origin = request.headers.get("origin")
+    own = f"{request.url.scheme}://{request.url.netloc}"
+    if origin is not None and origin != own:
+        raise ForbiddenError(f"the console signs in from its own page only ({own}), "
+                             f"not from {origin:.200}")
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise UnsupportedMediaTypeError("the sign-in body must be JSON (application/json)")
 
 
 def _signed_in(request: Request[Any, Any, Any]) -> ConsoleService:
@@ -102,8 +128,9 @@ class ConsoleController(Controller):
 
     @post("/session", status_code=204, responses=ERROR_RESPONSES)
     async def sign_in(self, request: Request[Any, Any, Any]) -> Response[None]:
-        """Sign in with an admin token in a JSON body (``{"token": ...}``, never in the URL):
-        sets the session cookie (HttpOnly, SameSite=Strict)."""
+        """Sign in with an admin token in a JSON body (``{"token": ...}``, never in the URL) sent
+        from the console's own origin: sets the session cookie (HttpOnly, SameSite=Strict)."""
+        _from_the_console(request)
         token = decode_json_object(await request.body(), "sign-in").get("token")
         if not isinstance(token, str) or not token:
             raise ValidationError("the sign-in body needs a 'token' string")
@@ -151,9 +178,10 @@ class ConsoleController(Controller):
         """The live stream: a ``snapshot`` event (status and each gateway's newest sample)
         after every sample the gateway takes."""
         console = _signed_in(request)
+        session = request.cookies.get(SESSION_COOKIE)
 
         async def stream() -> AsyncIterator[ServerSentEventMessage]:
-            async for snapshot in console.snapshots():
+            async for snapshot in console.snapshots(session):
                 yield ServerSentEventMessage(
                     data=msgspec.json.encode(snapshot).decode(), event="snapshot"
                 )

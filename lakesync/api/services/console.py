@@ -1,6 +1,7 @@
 """The web console's server side: admin sign-in sessions (an HttpOnly cookie, so the token never
-sits in a URL or in the page's storage), the sampler that keeps the last hour in memory
-(:class:`lakesync.console.History`) and the latest snapshot the live stream sends."""
+sits in a URL or in the page's storage; a session lasts while its token verifies), the sampler
+that keeps the last hour in memory (:class:`lakesync.console.History`) and the latest snapshot
+the live stream sends."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ from typing import Any
 import anyio.to_thread
 import msgspec
 
+from lakesync.api.auth import own_admin_claims
 from lakesync.api.services.status import COUNT_LIMIT, StatusService
 from lakesync.api.services.sync import SyncService
 from lakesync.console import Counts, History, Point
-from lakesync.errors import AuthError, ForbiddenError
+from lakesync.errors import AuthError, LakeSyncError
 from lakesync.status import StatusResponse
-from lakesync.tokens import unverified_claims, verify_token
 
 __all__ = ["SESSION_COOKIE", "SESSION_TTL_S", "ConsoleService", "Snapshot"]
 
@@ -29,11 +30,18 @@ _log = logging.getLogger(__name__)
 SESSION_COOKIE = "lakesync_console"
 """The console's session cookie: a random id, HttpOnly, SameSite=Strict, path ``/console``."""
 SESSION_TTL_S = 8 * 3600.0
-"""How long a console sign-in lasts."""
+"""How long a console sign-in lasts at most: less if its token expires sooner."""
 _MAX_SESSIONS = 1000
 _COUNTED = ("pushes", "pulls", "deltas")
 _DRAIN_CHECK_S = 1.0
 """How often a live stream waiting for a sample checks whether the gateway is draining."""
+
+
+class _Session(msgspec.Struct, frozen=True):
+    """A console sign-in: the admin token it was made with and when it ends at the latest."""
+
+    token: str
+    ends: float
 
 
 class Snapshot(msgspec.Struct, frozen=True):
@@ -76,7 +84,7 @@ class ConsoleService:
         self._status = status
         self._now = now
         self.history = History(every_s=every_s)
-        self._sessions: dict[str, float] = {}
+        self._sessions: dict[str, _Session] = {}
         self._snapshot: Snapshot | None = None
         self._sampled = asyncio.Condition()
         self._signed_in = asyncio.Event()
@@ -85,18 +93,15 @@ class ConsoleService:
 
     def sign_in(self, token: str) -> str:
         """A new session id for a valid ``admin`` token (of any gateway: admin tokens are the
-        operator's); :class:`AuthError` / :class:`ForbiddenError` otherwise."""
-        claims = verify_token(
-            token, self._service.settings.jwt_secrets, unverified_claims(token)["gw"]
-        )
-        if claims.get("role") != "admin":
-            raise ForbiddenError("the console needs a token with role 'admin'")
-        now = self._now()
-        self._sessions = {s: t for s, t in self._sessions.items() if t > now}
+        operator's), checked as the admin routes check it; :class:`AuthError`,
+        :class:`ForbiddenError` or :class:`ValidationError` (a malformed gateway id)
+        otherwise."""
+        own_admin_claims(token, self._service.settings.jwt_secrets)
+        self._sessions = {s: v for s, v in self._sessions.items() if self._live(s)}
         while len(self._sessions) >= _MAX_SESSIONS:  # the oldest sign-ins go first
-            self._sessions.pop(min(self._sessions, key=self._sessions.__getitem__))
+            self._sessions.pop(min(self._sessions, key=lambda s: self._sessions[s].ends))
         session = secrets.token_urlsafe(32)
-        self._sessions[session] = now + SESSION_TTL_S
+        self._sessions[session] = _Session(token, self._now() + SESSION_TTL_S)
         self._signed_in.set()
         return session
 
@@ -106,10 +111,24 @@ class ConsoleService:
             self._sessions.pop(session, None)
 
     def check(self, session: str | None) -> None:
-        """:class:`AuthError` unless ``session`` is a live session id."""
-        expires = self._sessions.get(session or "")
-        if expires is None or expires <= self._now():
+        """:class:`AuthError` unless ``session`` is a live session id whose token still
+        verifies: a session ends with its token (expired, or signed with a secret the gateway
+        no longer has), not only after :data:`SESSION_TTL_S`."""
+        if not self._live(session):
+            self._sessions.pop(session or "", None)
             raise AuthError("sign in to the console first")
+
+    def _live(self, session: str | None) -> bool:
+        """Whether ``session`` is a session id that has not ended and whose token verifies now
+        (a verified token is remembered: this costs a lookup until the token expires)."""
+        found = self._sessions.get(session or "")
+        if found is None or found.ends <= self._now():
+            return False
+        try:
+            own_admin_claims(found.token, self._service.settings.jwt_secrets)
+        except LakeSyncError:
+            return False
+        return True
 
     # --- sampling -------------------------------------------------------------------------
 
@@ -130,9 +149,10 @@ class ConsoleService:
         return snapshot
 
     def _watched(self) -> bool:
-        """Whether a console session is live: only then is a sample worth its cost."""
-        now = self._now()
-        return any(expires > now for expires in self._sessions.values())
+        """Whether a console session is live (the ended ones are forgotten): only then is a
+        sample worth its cost."""
+        self._sessions = {s: v for s, v in self._sessions.items() if self._live(s)}
+        return bool(self._sessions)
 
     async def run(self) -> None:
         """Sample every :attr:`History.every_s` seconds until cancelled (a failed sample is
@@ -151,11 +171,12 @@ class ConsoleService:
                 _log.exception("console: a status sample failed")
             await asyncio.sleep(self.history.every_s)
 
-    async def snapshots(self) -> AsyncIterator[Snapshot]:
-        """The latest snapshot now (if any), then each new one as it is taken; ends when the
-        gateway starts draining (an open stream would otherwise hold up its shutdown)."""
+    async def snapshots(self, session: str | None) -> AsyncIterator[Snapshot]:
+        """The latest snapshot now (if any), then each new one as it is taken, for the live
+        ``session``; ends when the session does or when the gateway starts draining (an open
+        stream would otherwise hold up its shutdown)."""
         seen: Snapshot | None = None
-        while not self._service.draining:
+        while not self._service.draining and self._live(session):
             async with self._sampled:
                 if self._snapshot is seen:
                     with contextlib.suppress(TimeoutError):
