@@ -49,10 +49,10 @@ _KEY_VALUE = re.compile(
     r"(?:(?P<quote>[\"'])(?P<quoted>(?:\\.|(?!(?P=quote)).)*)(?P=quote)"
     rf"|(?P<bare>(?:{_REFERENCE}|\{{[^}}]*\}}|[^\s&,;'\"}}\])])+))"
 )
-# The password of a URL's userinfo: up to the last ``@`` of the authority, as URL parsers
-# read it (a password may hold an unencoded ``@``; a reference any character but ``}``).
+# The password of a URL's userinfo: up to the last ``@`` before a ``/``, as URL parsers read it
+# (a password may hold an unencoded ``@``, ``?`` or ``#``; a reference any character but ``}``).
 _URL_PASSWORD = re.compile(
-    rf"(?i)\b(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]*):(?P<password>(?:{_REFERENCE}|[^\s/?#])*)@"
+    rf"(?i)\b(?P<head>[a-z][a-z0-9+.-]*://[^/\s:@]*):(?P<password>(?:{_REFERENCE}|[^\s/])*)@"
 )
 _WHOLE_REFERENCE = re.compile(rf"(?:{_REFERENCE})+")
 
