@@ -32,8 +32,8 @@ from tests.gateway_process import free_port, serving
 from tests.netns import Host
 
 __all__ = [
-    "REST_CATALOG_JARS", "REST_CATALOG_URI", "AuthProxy", "require_rest_catalog",
-    "rest_catalog_server", "s3_catalog_env",
+    "CATALOG_FAILURES", "REST_CATALOG_JARS", "REST_CATALOG_URI", "AuthProxy",
+    "require_rest_catalog", "rest_catalog_server", "s3_catalog_env",
 ]
 
 REST_CATALOG_URI = os.environ.get("LAKESYNC_TEST_REST_CATALOG_URI", "")
@@ -110,19 +110,38 @@ def rest_catalog_server(
         log.close()
 
 
+CATALOG_FAILURES = ("500", "400", "501", "malformed")
+"""What :meth:`AuthProxy.fail` makes the catalog answer: an Iceberg REST error body with status
+500, 400 or 501 whose message echoes the bearer token the request carried, or (``malformed``) a
+200 whose body is no JSON."""
+
+
 class AuthProxy:
     """An HTTP proxy to ``upstream`` that lets through only requests bearing ``token`` and, on
     ``POST /v1/oauth/tokens``, only the client credentials ``client_id:client_secret`` (it then
-    issues ``token``); others get 401 with an Iceberg REST / OAuth2 error body."""
+    issues ``token``); others get 401 with an Iceberg REST / OAuth2 error body. After
+    :meth:`fail` it answers the catalog's requests with a failure instead (the token is still
+    issued)."""
 
     def __init__(self, upstream: str, token: str, credential: str) -> None:
         self.upstream = upstream
         self.token = token
         self.client_id, self.client_secret = credential.split(":", 1)
         self.refused = 0
+        self.failure: str | None = None
+        self.failing_config = True
+        self.failed = 0
+        """How many requests got :attr:`failure`'s answer."""
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.uri = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def fail(self, failure: str | None, *, config: bool = True) -> None:
+        """Answer every request but the token's with ``failure`` (one of
+        :data:`CATALOG_FAILURES`; None: forward again); ``config=False`` forwards
+        ``GET /v1/config`` still, so a client opens the catalog and fails on its next request."""
+        assert failure is None or failure in CATALOG_FAILURES, failure
+        self.failure, self.failing_config = failure, config
 
     def __enter__(self) -> AuthProxy:
         self._thread.start()
@@ -152,6 +171,17 @@ class AuthProxy:
                 proxy.refused += 1
                 self._reply(401, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
+            def _fail(self, failure: str) -> None:
+                if failure == "malformed":
+                    self._reply(200, b"{not json", {"Content-Type": "application/json"})
+                    return
+                # A server that quotes the request back: the token bare, as no pattern finds it.
+                sent = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                body = {"error": {"message": f"the request with {sent} failed",
+                                  "type": "RuntimeException", "code": int(failure)}}
+                self._reply(int(failure), json.dumps(body).encode(),
+                            {"Content-Type": "application/json"})
+
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
@@ -166,6 +196,11 @@ class AuthProxy:
                              "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"}
                     self._reply(200, json.dumps(token).encode(),
                                 {"Content-Type": "application/json"})
+                    return
+                failure = proxy.failure
+                if failure is not None and (proxy.failing_config or "/v1/config" not in self.path):
+                    proxy.failed += 1
+                    self._fail(failure)
                     return
                 if self.headers.get("Authorization") != f"Bearer {proxy.token}":
                     self._refuse({"error": {"message": "not authorized: bad or missing token",

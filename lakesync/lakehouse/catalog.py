@@ -9,6 +9,7 @@ Spark's REST client talk to the same server.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import sqlite3
@@ -41,6 +42,7 @@ __all__ = [
     "deferred_catalog",
     "ensure_landing_table",
     "flushed_position",
+    "issued_tokens",
     "landing_schema",
     "landing_state",
     "late_landing_sequence",
@@ -156,17 +158,6 @@ def _open_rest_catalog(settings: LakeSettings) -> Catalog:
     credential or an unreachable server is a :class:`CatalogUnavailableError` here, naming the key
     to check and never a secret.
     """
-    # heavy, optional (extra "pipeline")
-    import requests  # noqa: PLC0415
-    from pyiceberg.catalog.rest import RestCatalog  # noqa: PLC0415
-    from pyiceberg.exceptions import (  # noqa: PLC0415
-        AuthorizationExpiredError,
-        ForbiddenError,
-        OAuthError,
-        RESTError,
-        UnauthorizedError,
-    )
-
     props = {"uri": settings.catalog_uri}
     if settings.on_object_store:
         # The lake's own S3 settings; credentials the catalog vends with a table win over them.
@@ -182,23 +173,15 @@ def _open_rest_catalog(settings: LakeSettings) -> Catalog:
     if settings.catalog_credential:
         # pyiceberg's own default, said explicitly (it warns about the implicit one).
         props["oauth2-server-uri"] = f"{uri.rstrip('/')}/v1/oauth/tokens"
-    signed_in_with = (
-        "lake.catalog_credential (LAKESYNC_CATALOG_CREDENTIAL)" if settings.catalog_credential
-        else "lake.catalog_token (LAKESYNC_CATALOG_TOKEN)" if settings.catalog_token
-        else "no credential: set lake.catalog_credential or lake.catalog_token"
-    )
+    rest_catalog = _recording_rest_catalog()
     try:
-        return RestCatalog(CATALOG_NAME, **props)
-    except (OAuthError, UnauthorizedError, AuthorizationExpiredError, ForbiddenError) as exc:
-        reason = _redacted(f"{type(exc).__name__}: {exc}", settings.secrets)
-        raise CatalogUnavailableError(
-            f"the REST catalog at {uri} refused the lake's credentials ({reason}); check "
-            f"{signed_in_with}"
-        ) from None
-    except requests.ConnectionError:
-        raise _unreachable(uri) from None
-    except RESTError as exc:
-        reason = _redacted(f"{type(exc).__name__}: {exc}", settings.secrets)
+        return rest_catalog(CATALOG_NAME, **props)
+    except Exception as exc:  # whatever the catalog answered: one line, what to check
+        failure = _rest_failure(exc, props)
+        if failure is not None:
+            raise failure from None
+        # A 500, 501, 4xx or an answer that is no catalog's: nothing the credential explains.
+        reason = _redacted(f"{type(exc).__name__}: {exc}", _known_secrets(props))
         raise CatalogUnavailableError(
             f"cannot open the REST catalog at {uri} ({reason}); check lake.catalog_uri and "
             "lake.catalog_warehouse"
@@ -214,14 +197,130 @@ def _unreachable(uri: str) -> CatalogUnavailableError:
 
 def catalog_failure(exc: BaseException, catalog: Catalog) -> CatalogUnavailableError | None:
     """``exc`` as the :class:`CatalogUnavailableError` of ``catalog`` (an open REST catalog)
-    that stopped answering, or None for any other failure."""
+    that stopped answering, refused the credential, answered with an error (a 5xx, a 4xx
+    other than "no such table" or a conflict) or with something no catalog sends; None for any
+    other failure."""
+    props = catalog.properties
+    if not str(props.get("uri", "")).startswith(("http://", "https://")):
+        return None
+    return _rest_failure(exc, props)
+
+
+def _rest_failure(exc: BaseException, props: dict[str, Any]) -> CatalogUnavailableError | None:
+    """``exc``, raised by pyiceberg's REST client talking to the catalog of ``props``, as the
+    :class:`CatalogUnavailableError` saying what failed and what to check, or None when it is
+    none of the catalog's failures (a missing table, a commit conflict: the callers' to handle).
+    The catalog's own words are kept to one line, with every secret masked, the tokens it
+    issued included (an error body may echo the request)."""
     requests = sys.modules.get("requests")  # loaded by pyiceberg's REST catalog, if at all
-    uri = catalog.properties.get("uri", "")
-    if requests is None or not uri.startswith(("http://", "https://")):
+    rest = sys.modules.get("pyiceberg.exceptions")
+    if requests is None or rest is None:
         return None
-    if not isinstance(exc, requests.ConnectionError):
-        return None
-    return _unreachable(uri)
+    uri = props.get("uri", "")
+    reason = _redacted(f"{type(exc).__name__}: {exc}", _known_secrets(props))
+    if isinstance(exc, requests.ConnectionError):
+        return _unreachable(uri)
+    if isinstance(exc, requests.RequestException):  # a timeout, an answer cut short
+        return CatalogUnavailableError(
+            f"the REST catalog at {uri} did not answer ({reason}): is it running? check "
+            "lake.catalog_uri (LAKESYNC_CATALOG_URI)"
+        )
+    auth = (rest.OAuthError, rest.UnauthorizedError, rest.AuthorizationExpiredError,
+            rest.ForbiddenError)
+    if isinstance(exc, auth):
+        return CatalogUnavailableError(
+            f"the REST catalog at {uri} refused the lake's credentials ({reason}); check "
+            f"{_signed_in_with(props)}"
+        )
+    if isinstance(exc, rest.RESTError) or _answered(exc, requests):
+        return CatalogUnavailableError(
+            f"the REST catalog at {uri} answered with an error ({reason}); check the catalog "
+            "server and its log"
+        )
+    if isinstance(exc, ValueError) and _raised_reading_an_answer(exc):
+        return CatalogUnavailableError(
+            f"the REST catalog at {uri} sent an answer that is no Iceberg REST catalog's "
+            f"({reason}); check lake.catalog_uri (LAKESYNC_CATALOG_URI)"
+        )
+    return None
+
+
+def _answered(exc: BaseException, requests: Any) -> bool:
+    """Whether ``exc`` is pyiceberg's rendering of an HTTP error status (a 501 is a builtin
+    ``NotImplementedError``) other than the ones callers handle: a missing table or namespace,
+    a conflict."""
+    if not isinstance(exc.__cause__, requests.HTTPError):
+        return False
+    response = exc.__cause__.response
+    return response is None or response.status_code not in (404, 409)
+
+
+def _raised_reading_an_answer(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of pyiceberg's REST client itself (a body it could not parse
+    as the answer it expected: malformed JSON, a missing field), not out of the caller's data."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith("pyiceberg.catalog.rest"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _signed_in_with(props: dict[str, Any]) -> str:
+    return (
+        "lake.catalog_credential (LAKESYNC_CATALOG_CREDENTIAL)" if props.get("credential")
+        else "lake.catalog_token (LAKESYNC_CATALOG_TOKEN)" if props.get("token")
+        else "no credential: set lake.catalog_credential or lake.catalog_token"
+    )
+
+
+_issued: set[str] = set()
+_issued_lock = threading.Lock()
+
+
+def issued_tokens() -> frozenset[str]:
+    """The bearer tokens this process sent to REST catalogs (those the catalogs issued for the
+    lake's OAuth2 credential included), for redaction: the lake's settings hold only the
+    credential, and a catalog's error body may echo the token."""
+    with _issued_lock:
+        return frozenset(_issued)
+
+
+def _known_secrets(props: dict[str, Any]) -> list[str]:
+    """The secrets a catalog's answer might echo: the lake's (in the catalog's properties) and
+    the tokens catalogs issued."""
+    credential = str(props.get("credential") or "")
+    found = [credential, credential.partition(":")[2]]
+    found += [str(props.get(key) or "") for key in
+              ("token", "s3.secret-access-key", "s3.session-token")]
+    return [*filter(None, found), *issued_tokens()]
+
+
+@functools.cache
+def _recording_rest_catalog() -> Callable[..., Catalog]:
+    """pyiceberg's ``RestCatalog`` whose sessions remember every bearer token they send
+    (:func:`issued_tokens`); built on first use, pyiceberg being optional."""
+    # heavy, optional (extra "pipeline")
+    from pyiceberg.catalog.rest import RestCatalog  # noqa: PLC0415
+    from pyiceberg.catalog.rest.auth import AuthManagerAdapter  # noqa: PLC0415
+
+    class RecordingAuth(AuthManagerAdapter):
+        def __call__(self, request: Any) -> Any:
+            request = super().__call__(request)
+            scheme, _, token = str(request.headers.get("Authorization", "")).partition(" ")
+            if scheme.lower() == "bearer" and token:
+                with _issued_lock:
+                    _issued.add(token)
+            return request
+
+    class RecordingRestCatalog(RestCatalog):
+        def _create_session(self) -> Any:
+            session = super()._create_session()
+            if isinstance(session.auth, AuthManagerAdapter):
+                session.auth = RecordingAuth(session.auth.auth_manager)
+            return session
+
+    return RecordingRestCatalog
 
 
 def _redacted(text: str, secrets: list[str]) -> str:

@@ -186,11 +186,16 @@ class LandingFlusher:
         self._lock = threading.Lock()
         self._table: Table | None = None
         self._opened: Catalog | None = None  # the catalog, once it could be opened
+        self._failing: str | None = None  # what the last failed flush (or the start) logged
+        # The gateway starts whatever the lake answers: pushes wait in the hot log and each
+        # flush tries again.
         try:
             self._landing()
         except (ObjectStoreError, CatalogUnavailableError) as exc:
-            # The gateway starts all the same: pushes wait in the hot log, each flush tries again.
+            self._failing = str(exc)
             _log.error("landing: %s; each flush tries again", exc)
+        except Exception:  # none the flusher knows: its stack, in the one (redacted) log line
+            _log.exception("landing: cannot open the landing table; each flush tries again")
 
     def _landing(self) -> Table:
         """The landing table, created if missing; raises
@@ -202,10 +207,10 @@ class LandingFlusher:
             try:
                 self._table = ensure_landing_table(catalog)
             except Exception as exc:
-                store = self._store_failure(exc)
-                if store is None:
+                failure = self._store_failure(exc) or catalog_failure(exc, catalog)
+                if failure is None:
                     raise
-                raise store from exc
+                raise failure from exc
         return self._table
 
     def _store_failure(self, exc: Exception) -> ObjectStoreError | None:
@@ -404,14 +409,23 @@ class LandingFlusher:
         lead: Callable[[], bool] = lambda: True,
     ) -> None:
         """Flush every ``interval_s`` seconds until ``stop`` is set (batching by age and size),
-        each time ``lead()`` says this process is the one to (several may share a hot log)."""
+        each time ``lead()`` says this process is the one to (several may share a hot log).
+
+        An outage of the store or the catalog is one log line saying what to check, not one a
+        flush: a failure is logged when it differs from the last one, and the first flush that
+        succeeds after it says so."""
         while not stop.is_set():
             started = time.monotonic()
             try:
                 if lead():
                     self.flush()
+                    if self._failing is not None:
+                        _log.info("landing: the lake answers again, flushes go on")
+                        self._failing = None
             except (ObjectStoreError, CatalogUnavailableError) as exc:  # says what to check
-                _log.error("landing flush failed: %s; retrying in %.0f s", exc, interval_s)
+                if str(exc) != self._failing:
+                    _log.error("landing flush failed: %s; retrying every %.0f s", exc, interval_s)
+                self._failing = str(exc)
             except Exception:
                 # A failed batch is not lost (the position did not move): log it and retry later.
                 _log.exception("landing flush failed; retrying in %.0f s", interval_s)

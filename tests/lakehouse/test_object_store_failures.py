@@ -45,7 +45,7 @@ from lakesync.lakehouse.catalog import (
 from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.object_store import ObjectStoreError
 from lakesync.lakehouse.settings import LakeSettings
-from tests.api.helpers import auth, delta, token
+from tests.api.helpers import auth, token
 from tests.conftest import (
     S3_ENDPOINT,
     S3_SECRET_ACCESS_KEY,
@@ -54,8 +54,8 @@ from tests.conftest import (
 )
 from tests.fault_proxy import FaultProxy, Request
 from tests.gateway_process import ROOT, ServerProcess
+from tests.lakehouse.outage import landed, push
 from tests.rest_catalog import AuthProxy, rest_catalog_server, s3_catalog_env
-from tests.wire_json import as_json
 
 from .conftest import append_in_order
 
@@ -76,20 +76,6 @@ def _lake_env(proxy: FaultProxy) -> dict[str, str]:
     return {**s3_lake_env(fresh_s3_bucket()), "LAKESYNC_S3_ENDPOINT": proxy.url}
 
 
-def _push(gw: ServerProcess, client: str, n: int, start: int = 0) -> list[str]:
-    """Push ``n`` deltas of ``client`` in batches of 10; the deltaIds acknowledged."""
-    acked: list[str] = []
-    with httpx.Client(base_url=gw.url, timeout=30, headers=auth(token(client))) as http:
-        for first in range(start, start + n, 10):
-            batch = [delta("INSERT", f"{client}-{i}", client, v=i)
-                     for i in range(first, min(first + 10, start + n))]
-            r = http.post("/v1/sync/gw1/push",
-                          json={"clientId": client, "deltas": [as_json(d) for d in batch]})
-            assert r.status_code == 200, r.text
-            acked += [d.delta_id for d in batch]
-    return acked
-
-
 def _flush(gw: ServerProcess, timeout: float = 120) -> httpx.Response:
     return httpx.post(f"{gw.url}/v1/admin/flush/gw1", headers=ADMIN, timeout=timeout)
 
@@ -104,17 +90,6 @@ def _flush_in_background(gw: ServerProcess) -> threading.Thread:
     thread = threading.Thread(target=ask, daemon=True)
     thread.start()
     return thread
-
-
-def _landed(settings: LakeSettings) -> Counter[str]:
-    """How many times each deltaId is in the landing table (none before it exists)."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        table = open_catalog(settings).load_table(LANDING_IDENTIFIER)
-    except NoSuchTableError:
-        return Counter()
-    return Counter(table.scan(selected_fields=("delta_id",)).to_arrow()["delta_id"].to_pylist())
 
 
 def _landing_write(kind: str) -> Callable[[Request], bool]:
@@ -149,19 +124,19 @@ def test_gateway_killed_mid_flush_to_s3_lands_each_delta_exactly_once(
     data = tmp_path / "data"
     gw = ServerProcess(data, env=env).start()
     try:
-        acked = _push(gw, "alice", 30)
+        acked = push(gw, "alice", 30)
         s3.hold(_landing_write(window), response=window == "metadata-done")
         _flush_in_background(gw)
         _wait(s3.held, f"the flush's {window} upload", gw)
         gw.kill()
         s3.release()  # a held upload goes on without its writer, as a slow store's would
         gw.start()
-        acked += _push(gw, "bob", 20)
+        acked += push(gw, "bob", 20)
         assert _flush(gw).status_code == 200
     finally:
         gw.stop()
-    landed = _landed(LakeSettings.from_env(data, env=env))
-    assert landed == Counter(acked), "a delta is lost or landed twice"
+    found = landed(LakeSettings.from_env(data, env=env))
+    assert found == Counter(acked), "a delta is lost or landed twice"
 
 
 def test_gateway_killed_while_a_rest_catalog_commit_goes_unanswered(tmp_path: Path) -> None:
@@ -176,7 +151,7 @@ def test_gateway_killed_while_a_rest_catalog_commit_goes_unanswered(tmp_path: Pa
         data = tmp_path / "data"
         gw = ServerProcess(data, env=env).start()
         try:
-            acked = _push(gw, "alice", 30)
+            acked = push(gw, "alice", 30)
             rest.hold(lambda r: r == ("POST", "/v1/namespaces/lakesync/tables/landing"),
                       response=True)
             _flush_in_background(gw)
@@ -185,12 +160,12 @@ def test_gateway_killed_while_a_rest_catalog_commit_goes_unanswered(tmp_path: Pa
             gw.kill()
             rest.release()
             gw.start()
-            acked += _push(gw, "bob", 20)
+            acked += push(gw, "bob", 20)
             assert _flush(gw).status_code == 200
         finally:
             gw.stop()
-        landed = _landed(LakeSettings.from_env(data, env=env))
-    assert landed == Counter(acked), "a delta is lost or landed twice"
+        found = landed(LakeSettings.from_env(data, env=env))
+    assert found == Counter(acked), "a delta is lost or landed twice"
 
 
 def _eventually(check: Callable[[], Any], what: str, gw: ServerProcess,
@@ -215,10 +190,10 @@ def test_a_flush_during_a_store_outage_fails_then_lands_exactly_once(
     data = tmp_path / "data"
     settings = LakeSettings.from_env(data, env=env)
     with ServerProcess(data, env=env) as gw:
-        acked = _push(gw, "alice", 30)
-        _eventually(lambda: sum(_landed(settings).values()) == 30, "the first flush", gw)
+        acked = push(gw, "alice", 30)
+        _eventually(lambda: sum(landed(settings).values()) == 30, "the first flush", gw)
         s3.hold(_landing_write("data"))
-        acked += _push(gw, "alice", 30, start=30)
+        acked += push(gw, "alice", 30, start=30)
         _wait(s3.held, "the next flush's upload", gw)
         if outage == "unreachable":
             s3.release()
@@ -229,15 +204,15 @@ def test_a_flush_during_a_store_outage_fails_then_lands_exactly_once(
         r = _flush(gw, timeout=300)  # waits for the scheduled flush going on, then fails too
         assert (r.status_code, r.json()["code"]) == (502, "OBJECT_STORE_ERROR"), r.text
         assert time.monotonic() - started < 240, "a flush hung on the store"
-        acked += _push(gw, "bob", 20)  # the hot log takes pushes all along
+        acked += push(gw, "bob", 20)  # the hot log takes pushes all along
         if outage == "unreachable":
             s3.restore()
         else:
             s3.release()
-        _eventually(lambda: _landed(settings) == Counter(acked),
+        _eventually(lambda: landed(settings) == Counter(acked),
                     "every acknowledged delta landed once", gw)
         time.sleep(2)  # two more scheduled flushes: nothing lands twice
-        assert _landed(settings) == Counter(acked)
+        assert landed(settings) == Counter(acked)
 
 
 
@@ -263,7 +238,7 @@ def test_a_store_failing_the_data_uploads_holds_no_gateway_back(
     s3.release()
     result = flusher.flush()
     assert (result.rows, result.held) == (12, ())
-    assert _landed(settings) == Counter(d.delta_id for _, d in entries)
+    assert landed(settings) == Counter(d.delta_id for _, d in entries)
     table = open_catalog(settings).load_table(LANDING_IDENTIFIER)
     for snapshot in table.snapshots():
         summary = snapshot.summary.additional_properties if snapshot.summary else {}
@@ -282,11 +257,11 @@ def test_a_gateway_started_during_a_store_outage_serves_and_lands_once_it_is_bac
     settings = LakeSettings.from_env(data, env=env)
     s3.cut()
     with ServerProcess(data, env=env) as gw:
-        acked = _push(gw, "alice", 20)
+        acked = push(gw, "alice", 20)
         r = _flush(gw)
         assert (r.status_code, r.json()["code"]) == (502, "OBJECT_STORE_ERROR"), r.text
         s3.restore()
-        _eventually(lambda: _landed(settings) == Counter(acked),
+        _eventually(lambda: landed(settings) == Counter(acked),
                     "every acknowledged delta landed once", gw)
     assert "could not be reached" in gw.log_path.read_text()
 
@@ -311,29 +286,29 @@ def test_a_gateway_started_while_its_rest_catalog_is_down_serves_and_lands_once_
         settings = LakeSettings.from_env(data, env=env)
         rest.cut()
         with ServerProcess(data, env=env) as gw:
-            acked = _push(gw, "alice", 20)
+            acked = push(gw, "alice", 20)
             r = _flush(gw)
             assert (r.status_code, r.json()["code"]) == (502, "CATALOG_ERROR"), r.text
             auth_proxy.client_secret = "rotated"  # the catalog now refuses the credential
             rest.restore()
-            acked += _push(gw, "bob", 10)
+            acked += push(gw, "bob", 10)
             _eventually(lambda: "refused the lake's credentials" in gw.log_path.read_text(),
                         "a flush refused by the catalog", gw)
             r = _flush(gw)
             assert (r.status_code, r.json()["code"]) == (502, "CATALOG_ERROR"), r.text
             auth_proxy.client_secret = secret
-            _eventually(lambda: _landed(settings) == Counter(acked),
+            _eventually(lambda: landed(settings) == Counter(acked),
                         "every acknowledged delta landed once", gw)
             # The catalog goes away again once open: the same, and the same line.
             rest.cut()
-            acked += _push(gw, "carol", 10)
+            acked += push(gw, "carol", 10)
             r = _flush(gw)
             assert (r.status_code, r.json()["code"]) == (502, "CATALOG_ERROR"), r.text
             rest.restore()
-            _eventually(lambda: _landed(settings) == Counter(acked),
+            _eventually(lambda: landed(settings) == Counter(acked),
                         "every acknowledged delta landed once", gw)
             time.sleep(2)  # two more scheduled flushes: nothing lands twice
-            assert _landed(settings) == Counter(acked)
+            assert landed(settings) == Counter(acked)
     log = gw.log_path.read_text()
     assert f"cannot reach the REST catalog at {rest.url}" in log
     assert "check lake.catalog_credential" in log
