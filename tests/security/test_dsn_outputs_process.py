@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.gateway_process import ROOT, SECRET, ServerProcess, free_port
+from tests.api.helpers import SECRET
+from tests.gateway_process import ROOT, ServerProcess, free_port
 from tests.netns import wait_for
 
 pytestmark = pytest.mark.slow
@@ -41,17 +42,21 @@ def _config(tmp_path: Path) -> Path:
     p = [free_port() for _ in range(8)]
     db = {"source_table": "orders", "table": "orders", "key": ["id"],
           "cursor_column": "changed_at", "interval": 3600}
+    destinations = {
+        "d_userinfo": f"postgresql://u:{SECRETS['userinfo']}@127.0.0.1:{p[0]}/db",
+        "d_query": f"postgresql://u@127.0.0.1:{p[1]}/db?password={SECRETS['query']}",
+        "d_ssl": f"postgresql://u@127.0.0.1:{p[2]}/db?sslmode=disable"
+                 f"&sslpassword={SECRETS['sslpassword']}",
+        # A ${VAR} result where no pattern looks: only the known secret masks it.
+        "d_env": f"postgresql://u@127.0.0.1:{p[3]}/db?application_name=${{{ENV_VAR}}}",
+    }
     config = {
         "gateways": {"shop": {"schemas": [
             {"table": "orders", "columns": [{"name": "total", "type": "number"}]}
         ]}},
         "destinations": {
-            "d_userinfo": f"postgresql://u:{SECRETS['userinfo']}@127.0.0.1:{p[0]}/db",
-            "d_query": f"postgresql://u@127.0.0.1:{p[1]}/db?password={SECRETS['query']}",
-            "d_ssl": f"postgresql://u@127.0.0.1:{p[2]}/db?sslmode=disable"
-                     f"&sslpassword={SECRETS['sslpassword']}",
-            # A ${VAR} result where no pattern looks: only the known secret masks it.
-            "d_env": f"postgresql://u@127.0.0.1:{p[3]}/db?application_name=${{{ENV_VAR}}}",
+            name: {"kind": "postgres", "url": url, "gateway": "shop"}
+            for name, url in destinations.items()
         },
         "connectors": {
             "c_query": {"kind": "postgres", "gateway": "shop", **db,
@@ -68,8 +73,6 @@ def _config(tmp_path: Path) -> Path:
         },
         "server": {"flush_interval": 0},
     }
-    for name, url in list(config["destinations"].items()):
-        config["destinations"][name] = {"kind": "postgres", "url": url, "gateway": "shop"}
     path = tmp_path / "lakesync.yaml"
     path.write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
     return path
