@@ -92,7 +92,8 @@ class SqlDestination(Destination):
         self.spec = spec
         self.dialect: Literal["postgres", "mysql"] = dialect
         self._errors = errors
-        self._where = redact(url)
+        # As declared: a ${VAR} is named, never its value.
+        self._where = redact(spec.url)
         self.jdbc = jdbc_target(dialect, url)
         try:
             self._conn = connect()

@@ -47,7 +47,7 @@ def _config(tmp_path: Path) -> Path:
         "d_query": f"postgresql://u@127.0.0.1:{p[1]}/db?password={SECRETS['query']}",
         "d_ssl": f"postgresql://u@127.0.0.1:{p[2]}/db?sslmode=disable"
                  f"&sslpassword={SECRETS['sslpassword']}",
-        # A ${VAR} result where no pattern looks: only the known secret masks it.
+        # A ${VAR} where no pattern looks: its messages name the variable, never its value.
         "d_env": f"postgresql://u@127.0.0.1:{p[3]}/db?application_name=${{{ENV_VAR}}}",
     }
     config = {
@@ -132,7 +132,8 @@ def _status_route(gw: ServerProcess) -> str:
     body = r.json()
     errors = {d["name"]: d["error"] for d in body["gateways"][0]["destinations"]}
     assert "?password=***" in errors["d_query"] and "u:***@" in errors["d_userinfo"], errors
-    assert "sslpassword=***" in errors["d_ssl"] and "application_name=***" in errors["d_env"]
+    assert "sslpassword=***" in errors["d_ssl"]
+    assert f"application_name=${{{ENV_VAR}}}" in errors["d_env"]  # named, not its value
     assert len(body["failing"]) == 9, body["failing"]  # 4 destinations, 5 connectors
     return r.text
 
