@@ -1,6 +1,6 @@
 """Row-level write access under concurrency: the check runs in the append's transaction, under
 the writers' lock, so a write that another gateway process makes between a push's arrival and
-its append is seen by the check (issue 21: it was not, the check read the rows before the lock).
+its append is seen by the check (it once read the rows before taking the lock).
 """
 
 from __future__ import annotations

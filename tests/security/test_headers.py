@@ -1,4 +1,4 @@
-"""Security headers on every HTTP response (issue 15 #10), through the real app."""
+"""Security headers on every HTTP response, through the real app."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hardening of a real ``lakesync up`` process (issue 15): malformed claims and cursors are 4xx,
+"""Hardening of a real ``lakesync up`` process: malformed claims and cursors are 4xx,
 credentials never reach the log, WebSocket slots are shared fairly, docs/headers/metrics knobs."""
 
 from __future__ import annotations

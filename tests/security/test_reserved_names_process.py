@@ -1,4 +1,4 @@
-"""Reserved names are refused where a schema is registered (issue 21 #1, #2): the admin schema
+"""Reserved names are refused where a schema is registered: the admin schema
 route of a real ``lakesync up`` answers 422 SCHEMA_ERROR naming the name and why, and a
 ``lakesync.yaml`` declaring one keeps the gateway from starting, naming the file and gateway."""
 

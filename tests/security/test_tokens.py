@@ -163,7 +163,7 @@ def _signed(payload: dict[str, Any]) -> str:
 def test_malformed_claims_of_a_signed_token_are_auth_errors(
     payload: dict[str, Any], needle: str
 ) -> None:
-    # Validly signed, so only the claim checks stand between these and a 500 (issue 15 #8).
+    # Validly signed, so only the claim checks stand between these and a 500.
     token = _signed({"sub": "c", "gw": "gw1", "exp": _EXP, **payload})
     with pytest.raises(AuthError, match=needle) as info:
         verify_token(token, [SECRET], "gw1")

@@ -1,4 +1,4 @@
-"""Hostile column values against a real ``lakesync up`` (issue 15 #1 and #2).
+"""Hostile column values against a real ``lakesync up``:
 
 1. A number JavaScript reads as Infinity (``10**400``) is refused with a 400 naming the cell, on
    HTTP and WebSocket alike; numbers JavaScript holds inexactly (``2**53 + 1``) are stored,

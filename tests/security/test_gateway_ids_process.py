@@ -1,4 +1,4 @@
-"""Gateway ids against a real ``lakesync up`` (issue 15 #3): bad ids are 4xx everywhere, and a
+"""Gateway ids against a real ``lakesync up``: bad ids are 4xx everywhere, and a
 hot log already holding a gateway whose rows cannot land stops no other tenant."""
 
 from __future__ import annotations
