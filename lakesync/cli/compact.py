@@ -25,6 +25,7 @@ from rich.progress import (
 from lakesync.cli.handover import InProcessOption, find_gateway, hand_over
 from lakesync.cli.lake import DataDirOption
 from lakesync.cli.materialise import ConfigOption
+from lakesync.cli.output import plain, printable
 from lakesync.config import load_config
 from lakesync.lakehouse.compaction import (
     CompactionError,
@@ -74,7 +75,7 @@ class CompactView:
         self._task: TaskID | None = None
         if console.is_terminal:
             self._progress = stack.enter_context(Progress(
-                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(),
                 MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True,
             ))
             self._task = self._progress.add_task("compacting (Spark starting)", total=None)
@@ -87,13 +88,14 @@ class CompactView:
     def compacted(self, table: TableCompaction) -> None:
         """One table done: print its figures."""
         self._done += 1
-        self._out.print(progress_line(table))
+        self._out.print(plain(progress_line(table)))
         self._draw()
 
     def waiting(self, running: str) -> None:
         """The gateway's worker runs ``running`` first."""
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, description=f"waiting for the gateway's {running}")
+            self._progress.update(self._task,
+                                  description=printable(f"waiting for the gateway's {running}"))
             self._progress.refresh()
 
     def event(self, event: WorkerEvent) -> None:
@@ -112,7 +114,7 @@ class CompactView:
         current = self._tables[self._done] if self._done < len(self._tables) else None
         self._progress.update(
             self._task, total=len(self._tables) or None, completed=self._done,
-            description=f"compacting {current} …" if current else "compacting",
+            description=printable(f"compacting {current} …") if current else "compacting",
         )
         self._progress.refresh()
 

@@ -23,7 +23,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lakesync.cli.materialise import ConfigOption
-from lakesync.cli.output import print_table
+from lakesync.cli.output import plain, print_table, printable
 from lakesync.config import load_config
 from lakesync.errors import AuthError, ConfigError, LakeSyncError, NotFoundError, ValidationError
 from lakesync.progress import FirstLoad
@@ -158,28 +158,29 @@ def connectors_command(
         summary = load.summary(time.monotonic() - started)
         if load.error is not None:
             raise LakeSyncError(summary)  # one error line, exit 1
-        console.print(summary, highlight=False, soft_wrap=True)
+        console.print(plain(summary), soft_wrap=True)
         return
     found = gateway_connectors(url, gw, token)
     if not found:
-        Console(stderr=True).print(f"gateway {gw} has no connectors")
+        Console(stderr=True).print(plain(f"gateway {gw} has no connectors"))
         return
-    table = Table(title=f"connectors of {gw}")
+    table = Table(title=plain(f"connectors of {gw}"))
     for heading in ("name", "kind", "state", "polls", "last poll", "cursor", "last error"):
         table.add_column(heading, overflow="fold")
     for c in found:
         s = c["status"]
         if s is None:
-            table.add_row(c["name"], str(c.get("type")), "not running here", "-", "-", "-", "-")
+            table.add_row(plain(c["name"]), plain(c.get("type")), "not running here", "-", "-",
+                          "-", "-")
             continue
         table.add_row(
-            c["name"],
-            str(c.get("type")),
-            s["state"],
+            plain(c["name"]),
+            plain(c.get("type")),
+            plain(s["state"]),
             f"{s['polls']} ({s['failed_polls']} failed)",
             _when(s["last_poll_started"]),
-            cursor_summary(s.get("cursor")),
-            s["last_error"] or "-",
+            plain(cursor_summary(s.get("cursor"))),
+            plain(s["last_error"] or "-"),
         )
     print_table(table)
 
@@ -212,16 +213,17 @@ def follow_first_load(
         return load
     with Progress(
         SpinnerColumn(),
-        TextColumn("connector {task.description}: {task.fields[state]}"),
+        TextColumn("connector {task.description}: {task.fields[state]}", markup=False),
         TextColumn("{task.completed} rows read, {task.fields[pushed]} deltas pushed"),
         TimeElapsedColumn(),
         console=console,
         transient=True,  # the summary line follows
     ) as progress:
-        task = progress.add_task(name, total=None, state=load.state, pushed=0)
+        task = progress.add_task(printable(name), total=None, state=printable(load.state),
+                                 pushed=0)
         for status in statuses:
             ended = load.observe(status)
-            progress.update(task, completed=load.rows_read, state=load.state,
+            progress.update(task, completed=load.rows_read, state=printable(load.state),
                             pushed=load.deltas_pushed)
             progress.refresh()  # each status read, not at the next tick: a load can be quick
             if ended:

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.lake import DataDirOption
-from lakesync.cli.output import print_table
+from lakesync.cli.output import plain, print_table
 from lakesync.client import LakeSyncClient
 from lakesync.config import load_config
 from lakesync.errors import LakeSyncError
@@ -104,9 +104,9 @@ def _show(console: Console, title: str, rows: list[dict[str, Any]]) -> None:
     table = Table(title=title)
     columns = list(rows[0]) if rows else ["(no rows)"]
     for c in columns:
-        table.add_column(c)
+        table.add_column(plain(c))
     for r in rows:
-        table.add_row(*(str(r.get(c)) for c in columns))
+        table.add_row(*(plain(r.get(c)) for c in columns))
     print_table(table, console)
 
 
@@ -165,7 +165,7 @@ def run_demo(data_dir: Path) -> None:
             timeout=120,
         )
         reply.raise_for_status()
-        console.print(f"flushed: {reply.json()}")
+        console.print(plain(f"flushed: {reply.json()}"))
 
     console.rule("4. dbt on Spark: column-level LWW merge")
     # The lake the demo's gateway flushed into: its configuration, this data dir.
@@ -175,15 +175,15 @@ def run_demo(data_dir: Path) -> None:
 
         def on_event(event: PipelineEvent) -> None:
             if isinstance(event, NodeProgress) and event.status == "started":
-                status.update(f"dbt: {event.node}")
+                status.update(plain(f"dbt: {event.node}"))
 
         result = run_and_ship(
             settings, cfg, schemas=[parse_schema(TODOS)], observer=on_event
         ).built
-    console.print(
+    console.print(plain(
         f"merged {result.rows_merged} deltas, updated {', '.join(result.tables_updated) or '-'} "
         f"in {result.elapsed_s:.1f} s"
-    )
+    ))
     console.rule("5. analytics.todos, read with DuckDB")
     result_q = run_query(
         settings,

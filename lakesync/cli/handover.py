@@ -36,6 +36,7 @@ import typer
 from rich.console import Console
 
 from lakesync.api.datadir import GatewayAddress, running_gateway
+from lakesync.cli.output import plain
 from lakesync.config import Config
 from lakesync.errors import AuthError, LakeSyncError, error_for_code
 from lakesync.lakehouse.worker import RunReply, WorkerEvent, decode_line
@@ -66,7 +67,7 @@ class Gateway:
 
 
 def _note(message: str) -> None:
-    Console(stderr=True, highlight=False).print(message, soft_wrap=True)
+    Console(stderr=True).print(plain(message), soft_wrap=True)
 
 
 def find_gateway(data_dir: Path, config: Config, in_process: bool) -> Gateway | None:

@@ -28,7 +28,7 @@ from rich.table import Table
 from lakesync import hlc as hlc_mod
 from lakesync.cli.handover import Gateway, InProcessOption, find_gateway, hand_over
 from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
-from lakesync.cli.output import print_table
+from lakesync.cli.output import plain, print_table, printable
 from lakesync.cli.query import DataDirOption, FormatOption, print_result, query_command
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError
@@ -152,10 +152,10 @@ class RunView:
         if self._console.is_terminal:
             self._progress = stack.enter_context(Progress(
                 SpinnerColumn(),
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[failed]}"),
+                TextColumn("{task.fields[failed]}", style="red", markup=False),
                 TimeElapsedColumn(),
                 console=self._console,
                 transient=True,  # the bar goes when the build ends: the summary follows
@@ -190,34 +190,34 @@ class RunView:
     def waiting(self, running: str) -> None:
         """The gateway's worker runs ``running`` first: say so until this run starts."""
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, description=f"waiting for the gateway's {running}")
+            self._progress.update(self._task,
+                                  description=printable(f"waiting for the gateway's {running}"))
             self._progress.refresh()
 
     def finish(self) -> None:
         """Off a terminal, print the one summary line (``pipeline run: 12/12 nodes, none
         failed, 41.0 s``); in a terminal the bar and the table said it already."""
         if not self._console.is_terminal:
-            self._console.print(
+            self._console.print(plain(
                 f"pipeline run: {self._nodes.summary()}, "
-                f"{time.monotonic() - self._started:.1f} s",
-                highlight=False, soft_wrap=True,
+                f"{time.monotonic() - self._started:.1f} s"), soft_wrap=True,
             )
 
     def _node(self, node: str, status: str) -> None:
         failures = len(self._nodes.failures)
         finished = self._nodes.node(node, status)
         if finished and len(self._nodes.failures) > failures and self._progress is not None:
-            self._progress.console.print(f"  [red]{status:>7}[/red] {node}")
+            self._progress.console.print(plain(f"  {status:>7}", style="red"), plain(node))
         self._draw()
 
     def _draw(self) -> None:
         if self._progress is None or self._task is None:
             return
         count = self._nodes
-        failed = f"[red]{len(count.failures)} failed[/red]" if count.failures else ""
+        failed = f"{len(count.failures)} failed" if count.failures else ""
         self._progress.update(
             self._task, total=count.total or None, completed=count.done, failed=failed,
-            description=f"{count.current} …" if count.current else "dbt",
+            description=printable(f"{count.current} …") if count.current else "dbt",
         )
         self._progress.refresh()  # at each node, not at the next tick: nodes can be quick
 
@@ -225,13 +225,13 @@ class RunView:
 def _print_summary(result: PipelineResult, nodes: NodeCount) -> None:
     summary = Table(title="pipeline run", show_header=False)
     summary.add_row("rows merged", str(result.rows_merged))
-    summary.add_row("tables updated", ", ".join(result.tables_updated) or "none")
+    summary.add_row("tables updated", plain(", ".join(result.tables_updated) or "none"))
     summary.add_row("models", str(len(result.models)))
-    summary.add_row("dbt nodes", nodes.summary())
+    summary.add_row("dbt nodes", plain(nodes.summary()))
     summary.add_row("landing position", "none" if result.position is None else str(result.position))
     summary.add_row("time", f"{result.elapsed_s:.1f} s")
     for failure in result.failures:
-        summary.add_row("[red]not built[/red]", failure)
+        summary.add_row(plain("not built", style="red"), plain(failure))
     print_table(summary)
 
 

@@ -12,6 +12,7 @@ from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
 from lakesync.cli.init import init_command
+from lakesync.cli.output import printable
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.lakehouse import telemetry
@@ -189,7 +190,7 @@ class _ErrorBoundary(TyperGroup):
                 raise
             message, code = failure
             one_line = redact(" ".join(message.split()))  # a driver's error may quote a DSN
-            typer.secho(f"error: {one_line}", err=True, fg=typer.colors.RED)
+            typer.secho(f"error: {printable(one_line)}", err=True, fg=typer.colors.RED)
             raise typer.Exit(code) from None
 
 

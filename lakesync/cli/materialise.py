@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.handover import Gateway, InProcessOption, find_gateway, hand_over
-from lakesync.cli.output import print_table
+from lakesync.cli.output import plain, print_table
 from lakesync.config import Config, load_config
 from lakesync.destinations.factory import open_destination
 from lakesync.destinations.migrate import migrate_table
@@ -76,17 +76,17 @@ class ShippingStatus:
         """One table shipped to one destination."""
         self._done.append(r)
         if self._status.console.is_terminal:  # off a terminal the final table says it
-            outcome = "[red]failed[/red]" if r.error else f"{r.rows} rows"
-            self._status.console.print(f"  shipped {r.destination}/{r.table}: {outcome}",
-                                      highlight=False)
+            shipped = plain(f"  shipped {r.destination}/{r.table}: ")
+            outcome = plain("failed", style="red") if r.error else plain(f"{r.rows} rows")
+            self._status.console.print(shipped + outcome)
         rows = sum(d.rows for d in self._done)
-        self._status.update(f"{len(self._done)} tables, {rows} rows shipped; last "
-                            f"{r.destination}/{r.table}: {r.rows} rows …")
+        self._status.update(plain(f"{len(self._done)} tables, {rows} rows shipped; last "
+                                  f"{r.destination}/{r.table}: {r.rows} rows …"))
 
     def building(self, node: str, state: str) -> None:
         """A dbt node of a change-set rebuild started or finished."""
-        self._status.update(f"building change set {node} …" if state == "started"
-                            else f"{node}: {state} …")
+        self._status.update(plain(f"building change set {node} …" if state == "started"
+                                  else f"{node}: {state} …"))
 
     def event(self, event: WorkerEvent) -> None:
         """An event of the run on the gateway's worker (``lakesync materialise`` handed over)."""
@@ -96,7 +96,7 @@ class ShippingStatus:
             case NodeProgress(node=node, status=status):
                 self.building(node, status)
             case Queued(running=running):
-                self._status.update(f"waiting for the gateway's {running} …")
+                self._status.update(plain(f"waiting for the gateway's {running} …"))
 
 
 def ship(
@@ -147,17 +147,17 @@ def report_shipments(results: Sequence[ShipResult], lifecycle_only: bool = False
         table.add_column(heading)
     for r in results:
         table.add_row(
-            r.destination, r.table, str(r.rows), str(r.evicted),
+            plain(r.destination), plain(r.table), str(r.rows), str(r.evicted),
             "none" if r.position is None else str(r.position), f"{r.elapsed_s:.1f} s",
             "[red]failed[/red]" if r.error else "[green]ok[/green]",
         )
     print_table(table)
     for r in results:
         if r.secondary_failures:
-            Console(stderr=True).print(
+            Console(stderr=True).print(plain(
                 f"warning: {r.destination}/{r.table}: {r.secondary_failures} writes to fan-out "
                 "secondaries failed (logged above; the primary has the rows)"
-            )
+            ))
     failed = [f"{r.destination}/{r.table}: {r.error}" for r in results if r.error]
     if failed:
         raise MaterialiseError(
@@ -227,4 +227,4 @@ def migrate_command(
             open_destination(cfg.destinations[target], catalog=lake) as dst:
         for schema in schemas:
             n = migrate_table(src, dst, schema.table, schema.columns, schema.external_id_column)
-            Console().print(f"{schema.table}: {n} rows from {source} to {target}")
+            Console().print(plain(f"{schema.table}: {n} rows from {source} to {target}"))

@@ -1,4 +1,10 @@
-"""Tables on stdout: laid out by rich in a terminal, printed whole anywhere else.
+"""Tables on stdout: laid out by rich in a terminal, printed whole anywhere else; and values
+printed as the text they are.
+
+Every value the CLI prints that it did not write itself (client ids, table, connector and
+destination names, upstream errors, rows) goes through :func:`plain` (or :func:`printable`
+where a plain string is printed): rich would read ``[red]`` or ``[link=…]`` in it as markup (and
+``[/]`` crashes it), and a terminal would obey an escape sequence in it.
 
 Rich fits a table to the terminal's width, and to 80 columns when stdout is a pipe or a file,
 shortening cells with an ellipsis (``1176793…``): a value copied from a piped ``lakesync
@@ -8,13 +14,32 @@ need, so nothing is ever cut.
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
-__all__ = ["print_table"]
+__all__ = ["plain", "print_table", "printable"]
 
 _UNBOUNDED = 1_000_000
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Characters a terminal obeys rather than shows: C0 and C1 controls but tab and newline (ESC
+starts escape sequences, CR and backspace overwrite what is shown) and the bidirectional
+marks and overrides (they reorder what is shown)."""
+
+
+def printable(value: object) -> str:
+    """``value`` as a string whose control characters are shown escaped (``\\x1b``,
+    ``\\u202e``), so that printed it is only text; tab and newline stay."""
+    return _CONTROLS.sub(lambda m: m[0].encode("unicode_escape").decode(), str(value))
+
+
+def plain(value: object, style: str = "") -> Text:
+    """``value`` as rich text that is only text: its brackets are not markup and its control
+    characters are shown escaped (:func:`printable`); ``style`` colours it whole."""
+    return Text(printable(value), style=style)
 
 
 def print_table(table: Table, console: Console | None = None) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from lakesync.cli.output import print_table
+from lakesync.cli.output import plain, print_table
 from lakesync.config import load_config
 from lakesync.lakehouse.query import QueryResult, format_rows, run_query, table_cells
 from lakesync.lakehouse.settings import LakeSettings
@@ -129,7 +129,9 @@ def print_result(result: QueryResult, fmt: str) -> None:
         for line in format_rows(result, "json" if fmt == "json" else "csv"):
             sys.stdout.write(line + "\n")
         return
-    table = Table(*result.columns)
+    table = Table()
+    for column in result.columns:
+        table.add_column(plain(column))
     for row in table_cells(result):
-        table.add_row(*row)
+        table.add_row(*(plain(cell) for cell in row))
     print_table(table)

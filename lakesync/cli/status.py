@@ -24,7 +24,7 @@ from rich.text import Text
 
 from lakesync.cli.connectors import AdminTokenOption, GatewayUrlOption, admin_access, admin_get
 from lakesync.cli.materialise import ConfigOption
-from lakesync.cli.output import print_table
+from lakesync.cli.output import plain, print_table
 from lakesync.errors import ValidationError
 from lakesync.status import Backlog, StatusResponse
 
@@ -87,7 +87,7 @@ def status_tables(status: StatusResponse) -> list[Table]:
     for g in status.gateways:
         run = g.pipeline.runs[0] if g.pipeline.runs else None
         gateways.add_row(
-            g.gateway,
+            plain(g.gateway),
             f"{g.hot_log.entries}{'+' if g.hot_log.entries_capped else ''} entries, "
             f"{g.hot_log.unflushed_bytes} bytes unflushed",
             _lag(g.landing.lag),
@@ -102,19 +102,20 @@ def status_tables(status: StatusResponse) -> list[Table]:
         for d in g.destinations:
             error = d.error or d.last_error
             destinations.add_row(
-                g.gateway, d.name, d.kind, _lag(d.lag) if d.error is None else "-",
-                _ago(d.last_shipment_at, now),
-                "-" if error is None else Text(error, style="red"),
+                plain(g.gateway), plain(d.name), plain(d.kind),
+                _lag(d.lag) if d.error is None else "-", _ago(d.last_shipment_at, now),
+                "-" if error is None else plain(error, style="red"),
             )
         for c in g.connectors:
             style = "red" if c.failing else ""
             connectors.add_row(
-                g.gateway, c.name, c.state, _ago(c.last_poll_at, now), str(c.rows_read),
-                "-" if c.last_error is None else Text(c.last_error, style=style),
+                plain(g.gateway), plain(c.name), plain(c.state), _ago(c.last_poll_at, now),
+                str(c.rows_read), "-" if c.last_error is None else plain(c.last_error, style=style),
             )
         for cl in g.clients:
             clients.add_row(
-                g.gateway, cl.client_id, str(cl.connections), _ago(cl.last_seen_at, now),
+                plain(g.gateway), plain(cl.client_id), str(cl.connections),
+                _ago(cl.last_seen_at, now),
                 "-" if cl.pending_outbox is None else str(cl.pending_outbox),
                 "-" if cl.dead_letters is None else str(cl.dead_letters),
             )
@@ -124,7 +125,7 @@ def status_tables(status: StatusResponse) -> list[Table]:
 def _verdict(status: StatusResponse) -> Text:
     if not status.failing:
         return Text("all well: nothing is failing", style="green")
-    return Text("\n".join(f"failing: {line}" for line in status.failing), style="red")
+    return plain("\n".join(f"failing: {line}" for line in status.failing), style="red")
 
 
 def status_command(
@@ -161,7 +162,7 @@ def status_command(
     if status is not None and status.failing:
         err = Console(stderr=True)
         for line in status.failing:
-            err.print(f"failing: {line}", style="red", highlight=False, soft_wrap=True)
+            err.print(plain(f"failing: {line}", style="red"), soft_wrap=True)
         raise typer.Exit(1)
 
 
@@ -175,7 +176,7 @@ def _watch(url: str, token: str, gw: str | None, interval: float) -> StatusRespo
         try:
             status = fetch_status(url, token, gw)
         except httpx.TransportError as exc:
-            return Text(f"cannot reach the gateway at {url} ({exc}); retrying", style="red")
+            return plain(f"cannot reach the gateway at {url} ({exc}); retrying", style="red")
         return Group(*status_tables(status), _verdict(status))
 
     try:

@@ -1,5 +1,7 @@
 """Tables printed to a pipe or a file are whole: ``lakesync query … | cat`` keeps every value
-(rich alone cuts them at 80 columns: ``1176793…``)."""
+(rich alone cuts them at 80 columns: ``1176793…``); values are printed as text, markup and
+control characters included (``tests/security/test_terminal_output.py`` runs ``lakesync
+status`` on hostile ones)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.api.store.sqlite import SqliteHotLog
-from lakesync.cli.output import print_table
+from lakesync.cli.output import plain, print_table
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.lakehouse.bootstrap import init_catalog_tables
@@ -54,3 +56,18 @@ def test_query_piped_prints_every_value_whole(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert str(hlc) in done.stdout and LONG in done.stdout, done.stdout
     assert "…" not in done.stdout
+
+
+def test_a_value_is_printed_as_the_text_it_is() -> None:
+    hostile = "[/] [link=https://evil.example]click[/link] \x1b]0;owned\x07 \r\u202eabc\x9b"
+    out = io.StringIO()
+    console = Console(file=out, width=300, force_terminal=True, color_system=None)
+    console.print(plain(hostile))
+    table = Table("value")
+    table.add_row(plain(hostile, style="red"))
+    print_table(table, console)
+    shown = "[/] [link=https://evil.example]click[/link] \\x1b]0;owned\\x07 \\r\\u202eabc\\x9b"
+    lines = out.getvalue().splitlines()
+    assert lines[0] == shown and any(shown in line for line in lines[1:])
+    assert not any(c in out.getvalue() for c in "\x1b\x07\r\u202e\x9b")
+    assert plain("tab\tand\nnewline").plain == "tab\tand\nnewline"
