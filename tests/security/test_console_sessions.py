@@ -75,13 +75,20 @@ def test_a_session_ends_when_its_token_expires(gateway: ServerProcess) -> None:
     signed = _sign_in(gateway, token)
     assert signed.status_code == 204, signed.text
     session = signed.cookies[SESSION_COOKIE]
-    assert _console_status(gateway, session) == 200
-    wait_for("the admin token to expire",
-             lambda: _admin_status(gateway, token).status_code == 401, timeout=30)
-    assert _console_status(gateway, session) == 401
     cookie = {"cookie": f"{SESSION_COOKIE}={session}"}
+    assert _console_status(gateway, session) == 200
+    with httpx.stream("GET", f"{gateway.url}/console/api/events", headers=cookie,
+                      timeout=30) as live:
+        assert live.status_code == 200
+        wait_for("the admin token to expire",
+                 lambda: _admin_status(gateway, token).status_code == 401, timeout=30)
+        assert _console_status(gateway, session) == 401
+        for _ in live.iter_bytes():  # the live stream ends with its session (no read timeout)
+            pass
     state = httpx.get(f"{gateway.url}/console/session", headers=cookie, timeout=30).json()
     assert state == {"signed_in": False}
+    assert httpx.get(f"{gateway.url}/console/api/events", headers=cookie,
+                     timeout=30).status_code == 401
 
 
 def test_a_new_jwt_secret_ends_every_session(tmp_path: Path) -> None:
