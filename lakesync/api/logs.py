@@ -12,6 +12,7 @@ from typing import Any
 
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+from lakesync.lakehouse.catalog import issued_tokens
 from lakesync.redaction import Redactor
 
 __all__ = [
@@ -31,29 +32,42 @@ _EXTRAS = ("method", "path", "status", "ms")
 class RedactingFilter(logging.Filter):
     """Mask credentials in a record (message, traceback, extras) before any handler formats it,
     with one :class:`~lakesync.redaction.Redactor` of the process's known ``secrets`` (its JWT
-    secrets, resolved references, ...) and credential ``identifiers`` (an S3 access key id)."""
+    secrets, resolved references, ...) and credential ``identifiers`` (an S3 access key id),
+    to which it adds the tokens REST catalogs issue the process as they come
+    (:func:`~lakesync.lakehouse.catalog.issued_tokens`: in no setting, and a catalog's error may
+    quote one)."""
 
     def __init__(self, secrets: Iterable[str] = (), identifiers: Iterable[str] = ()) -> None:
         super().__init__()
-        self._redact = Redactor(secrets, identifiers)
+        self._secrets, self._identifiers = list(secrets), list(identifiers)
+        self._issued: frozenset[str] = frozenset()
+        self._redact = Redactor(self._secrets, self._identifiers)
+
+    def _redactor(self) -> Redactor:
+        issued = issued_tokens()
+        if issued != self._issued:
+            self._issued = issued
+            self._redact = Redactor([*self._secrets, *issued], self._identifiers)
+        return self._redact
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Rewrite ``record`` in place (the message is rendered once); never drops it."""
+        redact = self._redactor()
         try:
             message = record.getMessage()
         except Exception:  # a bad format string still gets logged, masked
             message = f"{record.msg!r} % {record.args!r}"
-        record.msg, record.args = self._redact(message), None
+        record.msg, record.args = redact(message), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = self._redact(record.exc_text)
+            record.exc_text = redact(record.exc_text)
         if record.stack_info:
-            record.stack_info = self._redact(record.stack_info)
+            record.stack_info = redact(record.stack_info)
         for key in _EXTRAS:
             value = getattr(record, key, None)
             if isinstance(value, str):
-                setattr(record, key, self._redact(value))
+                setattr(record, key, redact(value))
         return True
 
 

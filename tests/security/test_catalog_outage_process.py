@@ -13,12 +13,14 @@ connections. Whatever it answers, at ``lakesync up``'s start or once the catalog
 - once the catalog answers, the scheduled flush lands every acknowledged delta exactly once.
 
 Opening the catalog (what ``lakesync query`` and the pipeline do) fails the same way: one
-:class:`~lakesync.lakehouse.catalog.CatalogUnavailableError` line, no secret.
+:class:`~lakesync.lakehouse.catalog.CatalogUnavailableError` line, no secret; and the gateway's
+log masks the token a catalog issued wherever else it might appear.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections import Counter
 from functools import partial
@@ -27,6 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lakesync.api.logs import RedactingFilter
 from lakesync.lakehouse.catalog import CatalogUnavailableError, open_catalog
 from lakesync.lakehouse.settings import LakeSettings
 from tests.api.helpers import auth, token
@@ -147,3 +150,22 @@ def test_opening_a_failing_rest_catalog_is_one_line_without_a_secret(
     assert SAYS[failure] in message or f"cannot open the REST catalog at {wire.url}" in message
     assert wire.url in message and "\n" not in message
     assert issued not in message and secret not in message
+
+
+def test_the_log_masks_the_token_a_catalog_issued(tmp_path: Path) -> None:
+    """The gateway's log filter, built at start with the secrets the settings hold, masks the
+    token a REST catalog issued later for the lake's credential (in no setting)."""
+    issued = f"issued-{uuid.uuid4().hex}"
+    log_filter = RedactingFilter(secrets=["some-jwt-secret-of-the-gateway"])
+    with AuthProxy("http://127.0.0.1:9", issued, "lakesync:rest-secret-1234") as catalog:
+        catalog.fail("500")
+        settings = LakeSettings.from_env(tmp_path, env={
+            "LAKESYNC_CATALOG_URI": catalog.uri,
+            "LAKESYNC_CATALOG_CREDENTIAL": "lakesync:rest-secret-1234",
+        })
+        with pytest.raises(CatalogUnavailableError):
+            open_catalog(settings)
+    record = logging.LogRecord("lakesync.x", logging.ERROR, __file__, 1, "the catalog said %s",
+                               (f"nothing for {issued}",), None)
+    log_filter.filter(record)
+    assert record.getMessage() == "the catalog said nothing for ***"
