@@ -3,7 +3,7 @@
 The SQL endpoint's statement check (:mod:`lakesync.sql_guard`) lets an analyst call these and
 nothing else (no user or Hive functions), less the ones it refuses by name. Regenerate when
 PySpark's minor version changes: ``spark.sql("show system functions")`` on a plain session
-(``tests/lakehouse/test_sql_server.py`` checks every name here is still one Spark knows).
+(``tests/security/test_sql_endpoint.py`` checks every name here is still one Spark knows).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 done
 # A machine may already have a JDK or Node.js from elsewhere; only ask apt for what is absent.
-command -v java >/dev/null && missing=("${missing[@]/default-jdk-headless}")
+command -v javac >/dev/null && missing=("${missing[@]/default-jdk-headless}")  # javac: the SQL endpoint compiles its authenticator
 command -v node >/dev/null && missing=("${missing[@]/nodejs}")
 command -v npm >/dev/null && missing=("${missing[@]/npm}")
 command -v mvn >/dev/null && missing=("${missing[@]/maven}")

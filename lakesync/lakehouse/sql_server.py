@@ -1,74 +1,159 @@
-"""The lake's SQL endpoint: Spark's own Thrift server speaking the HiveServer2 protocol.
+"""The lake's SQL endpoint: an authenticating, read-only front door before Spark's own Thrift
+server, speaking the HiveServer2 protocol.
 
 BI tools (Superset, Metabase, DBeaver, Tableau), beeline, PyHive and dbt's ``thrift`` method
-connect to it with a ``jdbc:hive2://host:port/`` or ``hive://host:port/`` URL and query
-``analytics.<table>``, ``lakesync.landing`` and Iceberg's time travel (``VERSION AS OF``).
-The server is ``org.apache.spark.sql.hive.thriftserver.HiveThriftServer2`` from the PySpark
-install, started with ``spark-submit`` and the pipeline's own settings
-(:func:`lakesync.lakehouse.spark.lake_spark_conf`), so it sees the lake the pipeline writes.
+connect with a ``jdbc:hive2://host:port/`` or ``hive://host:port/`` URL, a user name and a
+token of the gateway's JWT secret as the password (``lakesync token --role analyst``), and
+query ``analytics.<table>``, ``lakesync.landing`` and Iceberg's time travel
+(``VERSION AS OF``).
 
-Authentication is the Thrift server's: by default ``NONE`` (SASL PLAIN, any user name, no
-password checked), so the server binds loopback unless told otherwise; ``LDAP``, ``KERBEROS``
-and ``CUSTOM`` are set with ``--hiveconf hive.server2.authentication=...`` (Hive's settings).
+Two processes serve it. Spark's ``HiveThriftServer2`` (from the PySpark install, started with
+``spark-submit`` and the pipeline's own settings, :func:`lakesync.lakehouse.spark.lake_spark_conf`,
+so it sees the lake the pipeline writes) listens on a private loopback port and lets in only a
+client that knows a key written fresh at each start (its ``CUSTOM`` authentication, a class
+compiled here from ``java/FrontDoorAuthenticator.java``); its environment holds no secret of the
+deployment (:func:`thrift_server_env`) and it refuses path-based sources
+(``spark.sql.runSQLOnFiles=false``). In front of it, in this process, the front door
+(:mod:`lakesync.lakehouse.hive_proxy`) checks each client's token and each statement
+(:mod:`lakesync.sql_guard`) before Spark sees them.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import importlib.util
 import ipaddress
+import logging
 import os
+import secrets
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+import zipfile
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from lakesync.errors import LakeSyncError, ValidationError
+from lakesync.delta import validate_gateway_id
+from lakesync.errors import AuthError, ForbiddenError, LakeSyncError, ValidationError
 from lakesync.lakehouse.catalog import open_catalog, require_lake
+from lakesync.lakehouse.hive_proxy import Authenticate, HiveProxy
 from lakesync.lakehouse.process_env import stop_process
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.lakehouse.spark import driver_environment, lake_spark_conf
+from lakesync.tokens import verify_token
 
 __all__ = [
+    "DEFAULT_GATEWAY",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "SqlServer",
     "SqlServerError",
+    "analyst_authenticator",
     "check_bind_address",
     "thrift_server_argv",
     "thrift_server_env",
 ]
 
+log = logging.getLogger("lakesync.sql_server")
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 10000  # HiveServer2's own default, what BI tools propose
+DEFAULT_GATEWAY = "lakesync"
+"""The gateway id analysts' tokens name by default: the endpoint serves the whole lake, every
+gateway's rows, like the deployment-wide admin routes (``lakesync status``)."""
 CLIENT_DEFAULT_DATABASE = "default"
 THRIFT_SERVER_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
+AUTHENTICATOR_CLASS = "lakesync.FrontDoorAuthenticator"
+_AUTHENTICATOR_SOURCE = Path(__file__).with_name("java") / "FrontDoorAuthenticator.java"
 # The Thrift server needs a Hive metastore for its own session catalog; the lake's tables live in
 # the Iceberg catalog, so an in-memory Derby is enough and leaves no metastore_db/ behind.
 _METASTORE = "jdbc:derby:memory:lakesync_sql_server;create=true"
+# Hive settings an operator may add with --hiveconf: tuning only. Who gets in, on which port and
+# transport, is the front door's to decide.
+_HIVECONF_ALLOWED = (
+    "hive.server2.idle.", "hive.server2.session.check.interval",
+    "hive.server2.thrift.min.worker.threads", "hive.server2.thrift.max.worker.threads",
+    "hive.server2.thrift.worker.keepalive.time", "hive.server2.async.exec.",
+    "hive.server2.thrift.resultset.", "hive.server2.close.session.on.disconnect",
+)
+# The Thrift server's environment: what a JVM and Spark need, and the standard AWS credential
+# variables (an S3 warehouse without keys in the lake's settings reads them); nothing else of
+# the caller's (the JWT secret, database DSNs, ${VAR} secrets stay out).
+_ENV_KEPT = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR", "JAVA_HOME"})
+_ENV_KEPT_PREFIXES = ("LC_", "SPARK_", "PYSPARK_", "HADOOP_", "AWS_")
+_NAMESPACES_TTL = 5.0
 
 
 class SqlServerError(LakeSyncError):
     """The SQL endpoint could not start (port taken, Spark failed): the message says why."""
 
 
-def check_bind_address(host: str, allow_remote: bool) -> None:
-    """Refuse a non-loopback ``host`` unless ``allow_remote``: the default authentication
-    accepts any user name, so listening beyond this machine must be asked for explicitly."""
-    if host == "localhost" or allow_remote:
+def check_bind_address(host: str, allow_remote: bool, authenticated: bool = True) -> None:
+    """Refuse a non-loopback ``host`` unless ``allow_remote``; without authentication
+    (``authenticated`` false) a non-loopback ``host`` is refused whatever the flags."""
+    if host == "localhost":
         return
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False  # a host name: it may resolve to anything
-    if not loopback:
+    if loopback:
+        return
+    if not authenticated:
         raise ValidationError(
-            f"refusing to serve the lake on {host!r}, which is not a loopback address: the "
-            "Thrift server's default authentication (NONE) accepts any user; pass "
-            "--allow-remote (and consider --hiveconf hive.server2.authentication=LDAP)"
+            f"refusing to serve the lake without authentication on {host!r}: --no-auth "
+            "serves loopback only; drop --no-auth and give analysts tokens "
+            "(lakesync token --role analyst)"
+        )
+    if not allow_remote:
+        raise ValidationError(
+            f"refusing to serve the lake on {host!r}, which is not a loopback address; pass "
+            "--allow-remote to listen there (clients sign in with a token; consider TLS "
+            "through a tunnel or proxy, the HiveServer2 protocol sends it in the clear)"
+        )
+
+
+def analyst_authenticator(jwt_secrets: Sequence[str], gateway: str) -> Authenticate:
+    """The check of a client's credentials: the password is a token of gateway ``gateway``
+    signed with one of ``jwt_secrets``, of role ``analyst`` or ``admin``; the session's user is
+    the token's ``sub``, whatever user name the client sent."""
+    validate_gateway_id(gateway)
+    if not jwt_secrets:
+        raise AuthError("no JWT secret configured; set LAKESYNC_JWT_SECRET")
+
+    def authenticate(user: str, password: str) -> str:
+        if password.count(".") != 2:  # none, or a password rather than a JWT
+            raise AuthError(
+                f"send a token of gateway {gateway!r} as the password "
+                f"(lakesync token --sub NAME --gw {gateway} --role analyst)"
+            )
+        claims = verify_token(password, jwt_secrets, gateway)
+        if claims["role"] not in ("analyst", "admin"):
+            raise ForbiddenError(
+                f"a {claims['role']} token does not read the lake; mint one with --role analyst"
+            )
+        return str(claims["sub"])
+
+    return authenticate
+
+
+def _anyone(user: str, password: str) -> str:
+    """``--no-auth``: every client is let in under the user name it sent."""
+    return user or "anonymous"
+
+
+def _check_hiveconf(item: str) -> None:
+    key, sep, _ = item.partition("=")
+    if not sep:
+        raise ValidationError(f"--hiveconf {item!r} must look like KEY=VALUE")
+    if not key.startswith(_HIVECONF_ALLOWED):
+        raise ValidationError(
+            f"--hiveconf {key} is not one the SQL endpoint takes: it decides authentication, "
+            f"ports and transport itself; allowed: {', '.join(_HIVECONF_ALLOWED)}"
         )
 
 
@@ -78,28 +163,42 @@ def thrift_server_argv(
     host: str,
     port: int,
     hiveconf: Sequence[str] = (),
+    authenticator: tuple[Path, Path] | None = None,
 ) -> list[str]:
     """The ``spark-submit`` command line of a Thrift server with the Spark settings ``conf``,
-    listening on ``host:port``; ``hiveconf`` are extra Hive settings ``KEY=VALUE``, after ours
-    so they win."""
+    listening on ``host:port``; ``hiveconf`` are extra Hive settings ``KEY=VALUE`` (tuning
+    only: see ``_HIVECONF_ALLOWED``). ``authenticator`` is ``(jar, key file)``: the server then
+    lets in only a client whose password is the file's key."""
+    for item in hiveconf:
+        _check_hiveconf(item)
     confs = {
         **conf,
         "spark.app.name": "lakesync-sql-server",
         "spark.hadoop.javax.jdo.option.ConnectionURL": _METASTORE,
+        # No `select * from text.`/etc/passwd``: the lake's tables only.
+        "spark.sql.runSQLOnFiles": "false",
     }
-    if conf.get("spark.jars"):
+    classpath = conf.get("spark.jars", "").replace(",", os.pathsep)
+    if authenticator is not None:
+        jar, keyfile = authenticator
+        classpath = os.pathsep.join(p for p in (classpath, str(jar)) if p)
+        options = conf.get("spark.driver.extraJavaOptions", "")
+        key_option = f"-Dlakesync.sql.keyfile={keyfile}"
+        confs["spark.driver.extraJavaOptions"] = f"{options} {key_option}".strip()
+    if classpath:
         # Also on the driver's own class path: closing a client's session closes Hive's session
         # class loader, and with it the loader of spark.jars, so the next session's query would
         # fail with NoClassDefFoundError on an Iceberg class.
-        confs["spark.driver.extraClassPath"] = conf["spark.jars"].replace(",", os.pathsep)
+        confs["spark.driver.extraClassPath"] = classpath
     argv = [str(spark_home / "bin" / "spark-submit"), "--class", THRIFT_SERVER_CLASS]
     for key, value in confs.items():
         argv += ["--conf", f"{key}={value}"]
-    hive = [f"hive.server2.thrift.port={port}", f"hive.server2.thrift.bind.host={host}",
-            *hiveconf]
+    hive = [*hiveconf, f"hive.server2.thrift.port={port}", f"hive.server2.thrift.bind.host={host}",
+            "hive.server2.transport.mode=binary", "hive.server2.enable.doAs=false"]
+    if authenticator is not None:
+        hive += ["hive.server2.authentication=CUSTOM",
+                 f"hive.server2.custom.authentication.class={AUTHENTICATOR_CLASS}"]
     for item in hive:
-        if "=" not in item:
-            raise ValidationError(f"--hiveconf {item!r} must look like KEY=VALUE")
         argv += ["--hiveconf", item]
     return [*argv, "spark-internal"]
 
@@ -107,11 +206,13 @@ def thrift_server_argv(
 def thrift_server_env(
     settings: LakeSettings, env: Mapping[str, str], spark_home: Path
 ) -> dict[str, str]:
-    """The environment of the Thrift server process: ``env`` with Spark's home and this
-    interpreter for Python workers; ``SPARK_LOCAL_IP`` pinned to loopback only for a local
-    master (:func:`~lakesync.lakehouse.spark.driver_environment`; a variable in ``env`` wins),
-    so on a cluster the executors can reach the driver."""
-    return {**driver_environment(settings), **env, "SPARK_HOME": str(spark_home),
+    """The environment of the Thrift server process: of ``env``, only what a JVM and Spark
+    need (``_ENV_KEPT``: no JWT secret, no DSN, no variable a ``${VAR}`` reference names), with
+    Spark's home and this interpreter for Python workers; ``SPARK_LOCAL_IP`` pinned to loopback
+    only for a local master (:func:`~lakesync.lakehouse.spark.driver_environment`; a variable
+    in ``env`` wins), so on a cluster the executors can reach the driver."""
+    kept = {k: v for k, v in env.items() if k in _ENV_KEPT or k.startswith(_ENV_KEPT_PREFIXES)}
+    return {**driver_environment(settings), **kept, "SPARK_HOME": str(spark_home),
             "PYSPARK_PYTHON": sys.executable}
 
 
@@ -131,6 +232,49 @@ def _spark_home() -> Path:
     return Path(spec.origin).parent
 
 
+def _authenticator_jar(spark_home: Path, workdir: Path) -> Path:
+    """The Thrift server's authenticator as a jar, compiled with the JDK's ``javac`` against
+    PySpark's Thrift server classes (once per source: the jar's name holds its hash)."""
+    source = _AUTHENTICATOR_SOURCE.read_bytes()
+    jar = workdir / f"front-door-{hashlib.sha256(source).hexdigest()[:12]}.jar"
+    if jar.exists():
+        return jar
+    javac = Path(os.environ.get("JAVA_HOME", "/nonexistent")) / "bin" / "javac"
+    javac_cmd = str(javac) if javac.exists() else "javac"
+    classes = workdir / "front-door-classes"
+    classpath = os.pathsep.join(str(j) for j in (spark_home / "jars").glob("*.jar"))
+    try:
+        done = subprocess.run(
+            [javac_cmd, "-nowarn", "--release", "8", "-cp", classpath, "-d", str(classes),
+             str(_AUTHENTICATOR_SOURCE)],
+            capture_output=True, text=True, check=False, timeout=300,
+        )
+    except FileNotFoundError:
+        raise SqlServerError(
+            "the SQL endpoint needs a JDK's javac to build its authenticator; install one "
+            "(Debian: apt-get install default-jdk-headless) or set JAVA_HOME to a JDK"
+        ) from None
+    if done.returncode != 0:
+        raise SqlServerError(f"javac could not build the SQL endpoint's authenticator: "
+                             f"{done.stderr.strip()[:500]}")
+    partial = jar.with_suffix(".partial")
+    with zipfile.ZipFile(partial, "w") as out:
+        for path in sorted(classes.rglob("*.class")):
+            out.write(path, path.relative_to(classes).as_posix())
+    partial.replace(jar)
+    return jar
+
+
+def _write_key(path: Path) -> str:
+    """A fresh random key in ``path``, readable by this user only."""
+    key = secrets.token_urlsafe(32)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as out:
+        out.write(key)
+    return key
+
+
 def _port_free(host: str, port: int) -> OSError | None:
     """None if ``host:port`` can be bound now, else the error that binding it raised."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -142,6 +286,12 @@ def _port_free(host: str, port: int) -> OSError | None:
     return None
 
 
+def _free_loopback_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _answers(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1.0):
@@ -150,9 +300,34 @@ def _answers(host: str, port: int) -> bool:
         return False
 
 
+class _LakeNamespaces:
+    """The lake's namespaces, read from its catalog at most every few seconds (a pipeline run
+    may add one); the last answer stands while the catalog does not answer."""
+
+    def __init__(self, settings: LakeSettings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._known: frozenset[str] = frozenset({CLIENT_DEFAULT_DATABASE})
+        self._read_at = float("-inf")
+
+    def __call__(self) -> Collection[str]:
+        with self._lock:
+            if time.monotonic() - self._read_at < _NAMESPACES_TTL:
+                return self._known
+            try:
+                listed = open_catalog(self._settings).list_namespaces()
+                self._known = frozenset(".".join(ns) for ns in listed)
+            except Exception as exc:  # an outage: keep the last answer
+                log.warning("the SQL endpoint could not list the lake's namespaces: %s", exc)
+            self._read_at = time.monotonic()
+            return self._known
+
+
 class SqlServer:
-    """One Thrift server process for the lake of ``settings``; ``start()`` returns when it
-    accepts connections, ``stop()`` (or leaving the ``with`` block) ends it."""
+    """The SQL endpoint for the lake of ``settings`` on ``host:port``: ``start()`` returns when
+    it accepts connections, ``stop()`` (or leaving the ``with`` block) ends it. ``authenticate``
+    checks each client (:func:`analyst_authenticator`); None lets anyone in (``--no-auth``,
+    loopback only)."""
 
     def __init__(
         self,
@@ -161,14 +336,20 @@ class SqlServer:
         port: int = DEFAULT_PORT,
         hiveconf: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        authenticate: Authenticate | None = None,
     ) -> None:
+        check_bind_address(host, allow_remote=True, authenticated=authenticate is not None)
+        for item in hiveconf:
+            _check_hiveconf(item)
         self.settings = settings
         self.host = host
         self.port = port
         self.log_path = settings.data_dir / "sql-server.log"
         self._hiveconf = tuple(hiveconf)
         self._env = dict(os.environ if env is None else env)
+        self._authenticate = authenticate or _anyone
         self._proc: subprocess.Popen[bytes] | None = None
+        self._door: HiveProxy | None = None
 
     @property
     def url(self) -> str:
@@ -178,11 +359,11 @@ class SqlServer:
 
     @property
     def pid(self) -> int | None:
-        """The server's process id while it runs."""
+        """The Thrift server's process id while it runs."""
         return None if self._proc is None or self._proc.poll() is not None else self._proc.pid
 
     def start(self, timeout: float = 180.0) -> None:
-        """Start the server and wait until it accepts connections on its port.
+        """Start Spark's Thrift server, wait until it answers, then open the front door.
 
         Raises :class:`SqlServerError` when the port is taken, or when Spark exits or does not
         answer within ``timeout`` seconds (naming its log).
@@ -196,11 +377,16 @@ class SqlServer:
             )
         _ensure_default_namespace(self.settings)
         home = _spark_home()
-        conf = lake_spark_conf(self.settings, self.log_path)
-        argv = thrift_server_argv(home, conf, self.host, self.port, self._hiveconf)
-        env = thrift_server_env(self.settings, self._env, home)
         workdir = self.settings.data_dir / "sql-server"
         workdir.mkdir(parents=True, exist_ok=True)  # derby.log and Spark's scratch files
+        jar = _authenticator_jar(home, workdir)
+        keyfile = workdir / "front-door.key"
+        key = _write_key(keyfile)
+        backend_port = _free_loopback_port()
+        conf = lake_spark_conf(self.settings, self.log_path)
+        argv = thrift_server_argv(home, conf, "127.0.0.1", backend_port, self._hiveconf,
+                                  (jar, keyfile))
+        env = thrift_server_env(self.settings, self._env, home)
         with (workdir / "spark-submit.out").open("ab") as out:
             # Its own process group: a Ctrl-C of the terminal reaches the CLI, which stops it.
             self._proc = subprocess.Popen(
@@ -208,9 +394,7 @@ class SqlServer:
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
         deadline = time.monotonic() + timeout
-        connect_host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        connect_host = "::1" if connect_host == "::" else connect_host
-        while not _answers(connect_host, self.port):
+        while not _answers("127.0.0.1", backend_port):
             code = self._proc.poll()
             if code is not None:
                 self._proc = None
@@ -221,19 +405,33 @@ class SqlServer:
             if time.monotonic() > deadline:
                 self.stop()
                 raise SqlServerError(
-                    f"the Thrift server did not answer on {self.host}:{self.port} within "
-                    f"{timeout:.0f} s; see {self.log_path}"
+                    f"the Thrift server did not answer within {timeout:.0f} s; see "
+                    f"{self.log_path}"
                 )
             time.sleep(0.25)
+        self._door = HiveProxy(self.host, self.port, backend_port, key, self._authenticate,
+                               _LakeNamespaces(self.settings))
+        try:
+            self._door.start()
+        except OSError as exc:
+            self.stop()
+            raise SqlServerError(
+                f"cannot serve SQL on {self.host}:{self.port}: {exc.strerror or exc}; choose "
+                "another port with --port"
+            ) from None
 
     def wait(self) -> int:
-        """Block until the server exits; its exit code."""
+        """Block until the Thrift server exits; its exit code."""
         if self._proc is None:
             return 0
         return self._proc.wait()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop the server: SIGTERM (Spark's shutdown hooks close the sessions), then kill."""
+        """Close the front door, then stop the Thrift server: SIGTERM (Spark's shutdown hooks
+        close the sessions), then kill."""
+        door, self._door = self._door, None
+        if door is not None:
+            door.stop()
         proc, self._proc = self._proc, None
         if proc is not None:
             stop_process(proc, timeout)
