@@ -48,6 +48,8 @@ ENTRY_POINTS = {
     ("lakesync/destinations/statements.py", "placeholder_sql"),
     # pyiceberg's transaction reads the property this subclass overrides.
     ("lakesync/lakehouse/_transaction.py", "table_metadata"),
+    # thrift's protocol skip() calls the override by name.
+    ("lakesync/lakehouse/hive_proxy.py", "readString"),
 }
 
 

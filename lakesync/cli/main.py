@@ -56,8 +56,9 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "pipeline": ("lakesync.cli.lake", "pipeline_app",
                  "Lakehouse pipeline: landing → dbt on Spark → analytics.<table>."),
     "sql-server": ("lakesync.cli.sql_server", "sql_server_command",
-                   "Serve the lake to BI tools, beeline and dbt over HiveServer2 (Spark's "
-                   "Thrift server)."),
+                   "Serve the lake to BI tools, beeline and dbt over HiveServer2, read-only, to "
+                   "clients that sign in with a token (Spark's Thrift server behind a checking "
+                   "front door)."),
     "schema": ("lakesync.cli.schema", "schema_app",
                "Table schemas: migrate a column registered before typed columns existed."),
 }
