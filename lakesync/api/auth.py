@@ -66,7 +66,9 @@ def _admin(claims: Claims) -> Claims:
 
 
 def authenticate(connection: ASGIConnection[Any, Any, Any, Any], gw: str) -> Claims:
-    """Verify the connection's token for the path's gateway ``gw`` (:func:`verified_claims`)."""
+    """Check the path's gateway id ``gw``, then verify the connection's token for it
+    (:func:`verified_claims`)."""
+    validate_gateway_id(gw)  # a bad id is a 400 on every route, before any token check
     service: SyncService = connection.app.state.service
     token = bearer_token(connection.headers, connection.query_params)
     return verified_claims(token, service.settings.jwt_secrets, gw)
