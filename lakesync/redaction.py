@@ -92,8 +92,10 @@ class Redactor:
     call it on each text."""
 
     def __init__(self, secrets: Iterable[str] = (), identifiers: Iterable[str] = ()) -> None:
-        # Longest first, so a secret containing another is masked whole.
-        known = sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True)
+        # Each also as redact() shows it: a message may quote a secret DSN with its password
+        # already masked. Longest first, so a secret containing another is masked whole.
+        forms = {form for s in secrets for form in (s, redact(s))}
+        known = sorted({s for s in forms if len(s) >= MIN_SECRET}, key=len, reverse=True)
         self._secrets = re.compile("|".join(map(re.escape, known))) if known else None
         # A key id is no secret, but names an account: masked when it is one of a real
         # provider's (AWS: 20 characters), never a short made-up one such as a local server's

@@ -12,11 +12,10 @@ from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
 from lakesync.cli.init import init_command
-from lakesync.cli.output import printable
+from lakesync.cli.output import log_redacted, printable, redacted
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
 from lakesync.lakehouse import telemetry
-from lakesync.redaction import redact
 from lakesync.tokens import mint_client_token
 
 if TYPE_CHECKING:
@@ -190,7 +189,7 @@ class _ErrorBoundary(TyperGroup):
             if failure is None:
                 raise
             message, code = failure
-            one_line = redact(" ".join(message.split()))  # a driver's error may quote a DSN
+            one_line = redacted(" ".join(message.split()))  # a driver's error may quote a DSN
             typer.secho(f"error: {printable(one_line)}", err=True, fg=typer.colors.RED)
             raise typer.Exit(code) from None
 
@@ -247,6 +246,7 @@ app.command("init")(init_command)  # light: loaded with the root group
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default: the process's arguments) and return its exit code."""
+    log_redacted()
     try:
         app(args=argv, prog_name="lakesync")
     except SystemExit as exc:

@@ -10,6 +10,7 @@ data dir, its warm pipeline worker ships (:mod:`lakesync.cli.handover`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lakesync.cli.handover import Gateway, InProcessOption, find_gateway, hand_over
-from lakesync.cli.output import plain, print_table
+from lakesync.cli.output import hide_secrets, plain, print_table
 from lakesync.config import Config, load_config
 from lakesync.destinations.factory import open_destination
 from lakesync.destinations.migrate import migrate_table
@@ -28,7 +29,7 @@ from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.lakehouse.catalog import lake_catalog, require_lake
 from lakesync.lakehouse.materialise import ShipResult, materialise, tier
 from lakesync.lakehouse.pipeline import NodeProgress, Shipped
-from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.settings import LakeSettings, config_redactor
 from lakesync.lakehouse.worker import Queued, WorkerEvent
 
 if TYPE_CHECKING:
@@ -44,10 +45,21 @@ __all__ = [
     "ship",
 ]
 
+
+def _hide_config_secrets(path: Path | None) -> Path | None:
+    """Make the secrets of the configuration at ``path`` known to every line the CLI prints
+    (:func:`lakesync.cli.output.hide_secrets`) before the command runs; one that does not
+    load is left to the command, which says why."""
+    with contextlib.suppress(LakeSyncError):
+        hide_secrets(config_redactor(load_config(path)))
+    return path
+
+
 ConfigOption = Annotated[
     Path | None,
     typer.Option(
-        "--config", help="Path of lakesync.yaml (default $LAKESYNC_CONFIG or ./lakesync.yaml)."
+        "--config", help="Path of lakesync.yaml (default $LAKESYNC_CONFIG or ./lakesync.yaml).",
+        callback=_hide_config_secrets,
     ),
 ]
 

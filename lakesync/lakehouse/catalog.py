@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from lakesync.errors import ConfigError, NotFoundError
 from lakesync.lakehouse.object_store import pyiceberg_s3_properties
 from lakesync.lakehouse.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
+from lakesync.redaction import Redactor
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -181,7 +182,7 @@ def _open_rest_catalog(settings: LakeSettings) -> Catalog:
         if failure is not None:
             raise failure from None
         # A 500, 501, 4xx or an answer that is no catalog's: nothing the credential explains.
-        reason = _redacted(f"{type(exc).__name__}: {exc}", _known_secrets(props))
+        reason = _reason(exc, props)
         raise CatalogUnavailableError(
             f"cannot open the REST catalog at {uri} ({reason}); check lake.catalog_uri and "
             "lake.catalog_warehouse"
@@ -217,7 +218,7 @@ def _rest_failure(exc: BaseException, props: dict[str, Any]) -> CatalogUnavailab
     if requests is None or rest is None:
         return None
     uri = props.get("uri", "")
-    reason = _redacted(f"{type(exc).__name__}: {exc}", _known_secrets(props))
+    reason = _reason(exc, props)
     if isinstance(exc, requests.ConnectionError):
         return _unreachable(uri)
     if isinstance(exc, requests.RequestException):  # a timeout, an answer cut short
@@ -323,10 +324,10 @@ def _recording_rest_catalog() -> Callable[..., Catalog]:
     return RecordingRestCatalog
 
 
-def _redacted(text: str, secrets: list[str]) -> str:
-    """``text`` with every secret in it replaced by ``***`` (a server may echo what it got)."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, "***")
+def _reason(exc: BaseException, props: dict[str, Any]) -> str:
+    """The first line of ``exc`` (its type named) with the secrets a catalog's answer might
+    echo masked, and any credential shape (a server may echo what it got)."""
+    text = Redactor(_known_secrets(props))(f"{type(exc).__name__}: {exc}")
     return text.splitlines()[0] if text else text
 
 

@@ -43,9 +43,10 @@ from urllib.parse import quote, urlsplit
 
 import yaml
 
-from lakesync.config import Config, LakeConfig, load_config
+from lakesync.config import Config, LakeConfig, declared_secrets, load_config
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.object_store import S3Settings, is_object_store, spark_s3_env
+from lakesync.redaction import Redactor
 from lakesync.schema import ANALYTICS_NAMESPACE, CHANGES_NAMESPACE, LANDING_NAMESPACE
 from lakesync.secrets import resolve_key
 
@@ -62,6 +63,7 @@ __all__ = [
     "SPARK_JARS",
     "LakeSettings",
     "MavenJar",
+    "config_redactor",
     "default_jars_dir",
     "profile_spark_conf",
 ]
@@ -432,3 +434,24 @@ def profile_spark_conf(profile: Path, env: Mapping[str, str]) -> dict[str, str]:
     jinja = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False)
     conf = {str(k): jinja.from_string(str(v)).render(env_var=env_var) for k, v in params.items()}
     return {k: v for k, v in conf.items() if v}
+
+
+def config_redactor(config: Config, env: Mapping[str, str] | None = None) -> Redactor:
+    """The redaction of every output of a process that runs ``config``: it masks the JWT
+    secrets, the lake's secrets and credential identifiers, and what the ``${…}`` references
+    of the declared destinations and connectors resolve to in ``env`` (default
+    ``os.environ``) and the secrets files. Lake settings that do not resolve leave the lake's
+    out (the process that needs them fails saying why)."""
+    env = os.environ if env is None else env
+
+    def read(path: str) -> str:
+        return Path(path).read_text(encoding="utf-8")
+
+    known = [*config.jwt_secrets,
+             *declared_secrets(config.destinations.values(), config.connectors.values(), env,
+                               read)]
+    try:
+        lake = LakeSettings.from_config(config, env=env)
+    except ConfigError:
+        return Redactor(known)
+    return Redactor([*known, *lake.secrets], lake.identifiers)

@@ -52,7 +52,7 @@ from typing import IO, Any, Literal
 
 import msgspec
 
-from lakesync.config import declared_secrets, load_config
+from lakesync.config import load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse import telemetry
@@ -69,7 +69,7 @@ from lakesync.lakehouse.pipeline import (
 )
 from lakesync.lakehouse.process_env import stop_process
 from lakesync.lakehouse.runner import DbtInvoker
-from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.settings import LakeSettings, config_redactor
 from lakesync.redaction import Redactor
 from lakesync.status import Shipment
 
@@ -411,7 +411,7 @@ class PipelineWorker:
         self._env = dict(os.environ if env is None else env)
         self._proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
-        self._redact = _redactor(self._env, data_dir)
+        self._redact = _redactor(self._env)
 
     @property
     def pid(self) -> int | None:
@@ -529,21 +529,16 @@ class PipelineWorker:
         stop_process(proc, timeout)
 
 
-def _redactor(env: Mapping[str, str], data_dir: Path) -> Redactor:
-    """The redaction of the worker's log: the secrets the configuration ``env`` names resolves
-    (JWT secrets, the lake's, the declared destinations' and connectors' references); only the
-    shapes :func:`lakesync.redaction.redact` knows when it does not load (the run then fails
-    saying why)."""
-    def read(path: str) -> str:
-        return Path(path).read_text(encoding="utf-8")
-
+def _redactor(env: Mapping[str, str]) -> Redactor:
+    """The redaction of the worker's log: :func:`config_redactor` of the configuration ``env``
+    names (a driver or the JVM may print a DSN); only the shapes
+    :func:`lakesync.redaction.redact` knows when it does not load (the run then fails saying
+    why)."""
     try:
         config = load_config(None, env)
-        lake = LakeSettings.from_config(config, data_dir, env)
     except LakeSyncError:
         return Redactor()
-    found = declared_secrets(config.destinations.values(), config.connectors.values(), env, read)
-    return Redactor([*config.jwt_secrets, *lake.secrets, *found], lake.identifiers)
+    return config_redactor(config, env)
 
 
 if __name__ == "__main__":
