@@ -21,7 +21,9 @@ Allowed, and nothing else:
 Refused, with a message saying what is allowed: writes and DDL of any kind (``INSERT``,
 ``INSERT OVERWRITE DIRECTORY``, ``CREATE``, ``DROP``, ``ALTER``, ``CACHE``, ``MERGE``),
 ``ADD JAR`` / ``ADD FILE``, ``CREATE FUNCTION … USING JAR``, ``SET`` of anything else (and
-listing the settings), several statements at once, and anything sqlglot cannot parse.
+listing the settings), ``${…}`` variables and parameters (Spark substitutes them from its
+environment and settings before it parses), several statements at once, and anything sqlglot
+cannot parse.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ LAKE_CATALOG = "lake"
 REFUSED_FUNCTIONS = frozenset({"reflect", "java_method", "try_reflect"})
 """Built-ins left out: they call any static Java method (``System.getenv`` included)."""
 
+SPARK_HINTS = frozenset({
+    "BROADCAST", "BROADCASTJOIN", "MAPJOIN", "MERGE", "SHUFFLE_MERGE", "MERGEJOIN",
+    "SHUFFLE_HASH", "SHUFFLE_REPLICATE_NL", "COALESCE", "REPARTITION", "REPARTITION_BY_RANGE",
+    "REBALANCE",
+})
+"""Spark's query hints (``/*+ REPARTITION(4) */``): they shape the plan, nothing else."""
+
 SESSION_SETTINGS = frozenset({"spark.sql.session.timeZone", "spark.sql.ansi.enabled"})
 """The settings an analyst may ``SET``: they shape results, not what the server reaches."""
 
@@ -64,6 +73,9 @@ ICEBERG_METADATA_TABLES = frozenset({
 
 _FETCH_SIZE = "set:hiveconf:hive.server2.thrift.resultset.default.fetch.size"
 _ALLOWED = "SELECT, SHOW, DESCRIBE, EXPLAIN and USE over the lake's tables"
+_OTHER_CATALOGS = frozenset({"spark_catalog", "global_temp"})
+"""What the Thrift server has besides the lake: Spark's session catalog (an empty in-memory
+metastore) and its global temporary views."""
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DIALECT = Spark()
 
@@ -105,6 +117,16 @@ def _refuse(why: str) -> StatementRefusedError:
 def check_statement(sql: str, namespaces: Collection[str]) -> str:
     """The statement to run for the client's ``sql``, as checked (see the module docstring);
     ``namespaces`` are the lake's. Raises :class:`StatementRefusedError` for anything else."""
+    checked = _checked(sql, namespaces)
+    if "${" in checked:  # sqlglot writes some parameters (@{x}, $1) so
+        raise _refuse("${…} variables and parameters are not run")
+    return checked
+
+
+def _checked(sql: str, namespaces: Collection[str]) -> str:
+    if "${" in sql:
+        raise _refuse("${…} variables are substituted by Spark before it parses (they read "
+                      "the server's environment and settings)")
     tokens = _tokens(sql)
     if not tokens:
         raise _refuse("an empty statement")
@@ -176,7 +198,7 @@ def _query(sql: str, namespaces: Collection[str]) -> str:
         parsed = [e for e in sqlglot.parse(sql, read=_DIALECT) if e is not None]
     except SqlglotError as exc:
         raise _refuse(f"the query does not parse ({str(exc).splitlines()[0]})") from None
-    if len(parsed) != 1 or not isinstance(parsed[0], exp.Query):
+    if len(parsed) != 1 or not isinstance(parsed[0], (exp.Query, exp.Values)):
         raise _refuse("only a query runs here")
     tree = parsed[0]
     views = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
@@ -191,9 +213,11 @@ def _check_node(node: exp.Expr, views: set[str], namespaces: Collection[str]) ->
     if isinstance(node, (exp.Into, exp.Insert, exp.Create, exp.Command)):
         raise _refuse("a query may not write")
     if isinstance(node, exp.Func):
-        if isinstance(node.parent, exp.Dot):
+        if isinstance(node.parent, exp.Dot) and node.arg_key == "expression":
             raise _refuse("only Spark's built-in functions run here, not catalog functions")
         name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+        if isinstance(node.parent, exp.Hint) and name.upper() in SPARK_HINTS:
+            return
         if isinstance(node, exp.Anonymous) and (
             name in REFUSED_FUNCTIONS or name not in SPARK_BUILTIN_FUNCTIONS
         ):
@@ -240,7 +264,7 @@ def _describe(sql: str, tokens: list[Token], namespaces: Collection[str]) -> str
     rest = 1
     if len(tokens) > rest and tokens[rest].text.upper() == "QUERY":
         rest += 1
-    if len(tokens) > rest and tokens[rest].text.upper() in _QUERY_STARTS:
+    if len(tokens) > rest and tokens[rest].text.upper() in _QUERY_STARTS - {"TABLE"}:
         return f"DESCRIBE QUERY {_query(sql[tokens[rest].start :], namespaces)}"
     if len(tokens) <= rest:
         raise _refuse("DESCRIBE needs a name")
@@ -254,6 +278,8 @@ def _rebuild(tokens: Iterable[Token], namespaces: Collection[str]) -> str:
     path: list[str] = []
 
     def close_path() -> None:
+        if path and path[0].lower() in _OTHER_CATALOGS:
+            raise _refuse(f"{path[0]!r} is not the lake's catalog")
         if len(path) > 1 and not (_lake_table(path, namespaces)
                                   or _lake_namespace(path, namespaces)):
             raise _refuse(f"{'.'.join(path)!r} is not a table or namespace of the lake")

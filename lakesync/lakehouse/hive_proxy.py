@@ -110,6 +110,10 @@ def thrift_call(data: bytes) -> ThriftCall | None:
     service = _tcli()
     inspected = {"OpenSession": service.OpenSession_args,
                  "ExecuteStatement": service.ExecuteStatement_args}
+    if data and not data[0] & 0x80:
+        # The strict binary protocol (what every HiveServer2 client sends) starts with a
+        # version word; the old unversioned form would take any bytes as a method name's length.
+        raise ValueError("not a Thrift binary-protocol call (no version header)")
     buffer = TMemoryBuffer(data)
     proto = TBinaryProtocol(buffer)
     try:
@@ -325,6 +329,8 @@ class HiveProxy:
         pending = b""
         while True:
             pending += await _read_frame(reader)
+            if len(pending) > _MAX_FRAME:
+                raise _ConnectionClosedError(f"a call of more than {_MAX_FRAME} bytes")
             while pending:
                 try:
                     call = thrift_call(pending)

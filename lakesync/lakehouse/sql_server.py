@@ -177,6 +177,8 @@ def thrift_server_argv(
         "spark.hadoop.javax.jdo.option.ConnectionURL": _METASTORE,
         # No `select * from text.`/etc/passwd``: the lake's tables only.
         "spark.sql.runSQLOnFiles": "false",
+        # No ${env:…}, ${system:…}, ${spark:…} substituted into statements.
+        "spark.sql.variable.substitute": "false",
     }
     classpath = conf.get("spark.jars", "").replace(",", os.pathsep)
     if authenticator is not None:

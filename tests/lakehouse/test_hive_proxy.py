@@ -139,7 +139,9 @@ def test_the_first_of_two_calls_comes_with_its_own_bytes() -> None:
         success=ttypes.TExecuteStatementResp(status=ttypes.TStatus(statusCode=0)))),
     # A call whose struct holds a field of an unknown type id.
     _write("GetInfo", TMessageType.CALL, 1, TCLIService.CloseSession_args())[:-1] + b"\x63\x00\x01",
-], ids=["version", "0xff", "reply", "bad-type"])
+    # Not Thrift at all: an HTTP request (the old unversioned form would read a name length).
+    b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+], ids=["version", "0xff", "reply", "bad-type", "http"])
 def test_garbage_is_a_value_error(data: bytes) -> None:
     with pytest.raises(ValueError):
         thrift_call(data)

@@ -54,6 +54,7 @@ def test_the_server_gets_the_pipelines_spark_settings(tmp_path: Path) -> None:
     assert confs["spark.driver.extraClassPath"].split(":") == [
         *confs["spark.jars"].split(","), str(jar)]
     assert confs["spark.sql.runSQLOnFiles"] == "false"
+    assert confs["spark.sql.variable.substitute"] == "false"
     hive = [v for k, v in pairs if k == "--hiveconf"]
     # The operator's tuning first, then what the endpoint decides (the last one wins).
     assert hive == ["hive.server2.idle.session.timeout=1h", "hive.server2.thrift.port=10001",

@@ -254,6 +254,8 @@ def test_a_session_ends_what_it_may_run_when_its_token_expires(served: Served) -
         "set -v",
         "cache table analytics.todos",
         "select 1; select reflect('java.lang.System', 'getenv', 'LAKESYNC_JWT_SECRET')",
+        "select '${{env:HOME}}', '${{system:user.name}}'",
+        "show tables like '${{spark:spark.sql.catalog.lake.uri}}'",
     ],
 )
 def test_each_escape_is_refused(served: Served, sql: str, tmp_path: Path) -> None:
