@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "lakesync"
 
 # Third-party packages the core may use: codecs and parsers, no I/O of their own.
-ALLOWED_THIRD_PARTY = {"msgspec", "yaml", "jwt", "google"}
+ALLOWED_THIRD_PARTY = {"msgspec", "yaml", "jwt", "google", "sqlglot"}
 # Standard-library modules that do network, process or database I/O.
 FORBIDDEN_STDLIB = {
     "asyncio", "ftplib", "http", "multiprocessing", "selectors", "smtplib", "socket",
