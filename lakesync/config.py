@@ -124,8 +124,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     cors_origins: str | list[str] = "*"
     """Origins whose web pages may call the sync API (``/v1/sync/…``: CORS) and open its
     WebSocket: ``"*"`` (any origin), one origin, or a list such as ``[https://app.example.com,
-    http://localhost:5173]`` (each ``scheme://host[:port]``, compared exactly; ``[]`` = none).
-    In the environment: ``*``, or the origins separated by commas. Any origin by default: the
+    http://localhost:5173]`` (each ``scheme://host[:port]`` as a browser sends it in ``Origin``;
+    ``[]`` = none). In the environment: ``*``, or the origins separated by commas. Any origin by
+    default: the
     sync API reads a bearer token on every request, never a cookie, so a page elsewhere gets
     nothing it does not already hold the token for. The console and admin routes never answer
     another origin, whatever this says."""
