@@ -126,10 +126,9 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     WebSocket: ``"*"`` (any origin), one origin, or a list such as ``[https://app.example.com,
     http://localhost:5173]`` (each ``scheme://host[:port]`` as a browser sends it in ``Origin``;
     ``[]`` = none). In the environment: ``*``, or the origins separated by commas. Any origin by
-    default: the
-    sync API reads a bearer token on every request, never a cookie, so a page elsewhere gets
-    nothing it does not already hold the token for. The console and admin routes never answer
-    another origin, whatever this says."""
+    default: the sync API reads a bearer token on every request, never a cookie, so a page
+    elsewhere gets nothing it does not already hold the token for. The console and admin routes
+    never answer another origin, whatever this says."""
 
     def __post_init__(self) -> None:
         origins = [self.cors_origins] if isinstance(self.cors_origins, str) else self.cors_origins
