@@ -25,11 +25,13 @@ variable.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import msgspec
+import msgspec.inspect
 import yaml
 
 from lakesync.connector_specs import ConnectorSpec, parse_connectors
@@ -67,6 +69,13 @@ HostName = Annotated[
         r"|[0-9A-Fa-f.]*:[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)$"
     ),
 ]
+
+
+_ORIGIN = re.compile(
+    # What a browser sends as Origin: scheme, host (a name, an IPv4 or a bracketed IPv6), port.
+    r"[a-z][a-z0-9+.-]*://(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?",
+    re.IGNORECASE,
+)
 
 
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -112,6 +121,24 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``/docs/openapi.json``); false = no ``/docs`` routes."""
     metrics_gateway_labels: bool = True
     """Label ``/metrics`` counters by gateway id; false = totals only (no tenant ids exposed)."""
+    cors_origins: str | list[str] = "*"
+    """Origins whose web pages may call the sync API (``/v1/sync/…``: CORS) and open its
+    WebSocket: ``"*"`` (any origin), one origin, or a list such as ``[https://app.example.com,
+    http://localhost:5173]`` (each ``scheme://host[:port]`` as a browser sends it in ``Origin``;
+    ``[]`` = none). In the environment: ``*``, or the origins separated by commas. Any origin by
+    default: the sync API reads a bearer token on every request, never a cookie, so a page
+    elsewhere gets nothing it does not already hold the token for. The console and admin routes
+    never answer another origin, whatever this says."""
+
+    def __post_init__(self) -> None:
+        origins = [self.cors_origins] if isinstance(self.cors_origins, str) else self.cors_origins
+        for origin in origins:
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"cors_origins: {origin!r} is not an origin; write scheme://host[:port] "
+                    "without a path or a trailing slash (https://app.example.com, "
+                    "http://localhost:5173), or '*' for any origin"
+                )
 
 
 class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -286,18 +313,34 @@ def _gateway(gw_id: str, raw: Any, path: Path) -> GatewayConfig:
 
 
 def _section_from_env(section: _Section, env: Mapping[str, str]) -> _Section:
-    """``section`` with each key overridden by ``LAKESYNC_<KEY>``, converted to the key's type."""
-    changes: dict[str, Any] = {}
+    """``section`` with each key overridden by ``LAKESYNC_<KEY>``, converted to the key's type
+    (a key that takes a list takes its items separated by commas)."""
     for field in msgspec.structs.fields(section):
         name = f"LAKESYNC_{field.name.upper()}"
         raw = env.get(name)
         if not raw:
             continue
         try:
-            changes[field.name] = msgspec.convert(raw, field.type, strict=False)
-        except msgspec.ValidationError as exc:
+            value = _env_value(raw, field.type)
+            # replace runs the section's own checks (__post_init__), which raise ValueError.
+            section = msgspec.structs.replace(section, **{field.name: value})
+        except (msgspec.ValidationError, ValueError) as exc:
             raise ConfigError(f"{name}={raw!r} is invalid: {exc}") from None
-    return msgspec.structs.replace(section, **changes)
+    return section
+
+
+def _env_value(raw: str, tp: Any) -> Any:
+    """A variable's text as a value of type ``tp``: for a type that takes a list, the items
+    separated by commas."""
+    if _takes_list(msgspec.inspect.type_info(tp)):
+        return msgspec.convert([item.strip() for item in raw.split(",")], tp, strict=False)
+    return msgspec.convert(raw, tp, strict=False)
+
+
+def _takes_list(info: msgspec.inspect.Type) -> bool:
+    if isinstance(info, msgspec.inspect.UnionType):
+        return any(_takes_list(t) for t in info.types)
+    return isinstance(info, msgspec.inspect.ListType)
 
 
 def apply_environment(config: Config, env: Mapping[str, str]) -> Config:

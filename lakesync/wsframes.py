@@ -3,6 +3,9 @@
 Client → server frames are ``0x01`` + SyncPush or ``0x02`` + SyncPull. The server replies with
 an untagged SyncResponse and broadcasts ``0x03`` + SyncResponse. The two are told apart by the
 first byte: a SyncResponse never starts with ``0x03`` (that would be field 0, an invalid tag).
+A SyncResponse the gateway sends always carries its ``server_hlc`` field, zero included (proto3
+leaves a zero out), so no reply is an empty frame: a client may take any reply of 9 bytes or
+more as its answer, on a gateway that stores nothing yet too.
 Column values travel as the UTF-8 JSON of the value. Deltas are read like JSON ones
 (:func:`lakesync.delta.read_delta`): a gateway verifies the pushes it reads, a client trusts
 its gateway's replies and broadcasts.
@@ -159,13 +162,21 @@ def decode_client_frame(frame: bytes) -> SyncPushMsg | SyncPullMsg:
     raise ValidationError(f"unknown WebSocket frame tag 0x{tag:02x}; expected 0x01 or 0x02")
 
 
+_ZERO_SERVER_HLC = b"\x11" + bytes(8)
+"""``server_hlc`` (field 2, fixed64) written out at 0, which proto3 would leave out."""
+
+
 def encode_response(
     deltas: Sequence[RowDelta], server_hlc: int, has_more: bool, broadcast: bool = False
 ) -> bytes:
-    """A SyncResponse: untagged as a reply, ``0x03``-tagged as a broadcast."""
+    """A SyncResponse: untagged as a reply, ``0x03``-tagged as a broadcast. It always holds
+    its ``server_hlc`` field, so it is never empty: an empty gateway's reply (no deltas,
+    ``server_hlc`` 0) would otherwise be a zero-byte frame, which clients take for no answer."""
     body = pb.SyncResponse(
         deltas=[delta_to_proto(d) for d in deltas], server_hlc=server_hlc, has_more=has_more
     ).SerializeToString()
+    if server_hlc == 0:
+        body += _ZERO_SERVER_HLC
     return bytes([TAG_BROADCAST]) + body if broadcast else body
 
 

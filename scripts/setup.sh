@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh Debian 12 machine of this project's kind (run as root, or with sudo):
 # apt packages, the .venv with every extra, the lake's jars and catalog, the JavaScript test
-# oracle, and the servers the tests use (services.sh: PostgreSQL, MariaDB, S3, ...). Safe to re-run;
-# fast when nothing changed.
+# oracles (tests/js; the original TypeScript LakeSync from ../shared when present), and the
+# servers the tests use (services.sh: PostgreSQL, MariaDB, S3, ...). Safe to re-run; fast when
+# nothing changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -71,6 +72,16 @@ fi
 if [ -f tests/js/package.json ] && [ ! -d tests/js/node_modules ]; then
   log "installing the JavaScript test oracle (npm)"
   (cd tests/js && npm ci --silent --no-audit --no-fund)
+fi
+
+# --- the original TypeScript LakeSync, whose real client the web-app tests run -----------------
+# (tests/lakesync_ts.py: under bun and bundled for Chromium). Only where ../shared has it; its
+# setup is idempotent (bun from npm and the monorepo's dependencies, about a minute once).
+if [ -x ../shared/lakesync-ts/setup.sh ]; then
+  if [ ! -x .servers/lakesync-ts/bun ] || [ ! -d .servers/lakesync-ts/lakesync/node_modules ]; then
+    log "installing the original TypeScript LakeSync (bun) into .servers/lakesync-ts"
+  fi
+  ../shared/lakesync-ts/setup.sh "$ROOT/.servers/lakesync-ts" >/dev/null
 fi
 
 # --- servers ----------------------------------------------------------------------------------

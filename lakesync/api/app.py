@@ -22,6 +22,7 @@ from lakesync.api.controllers.health import health, metrics, ready
 from lakesync.api.controllers.legacy import legacy_redirect
 from lakesync.api.controllers.sync import SyncController
 from lakesync.api.controllers.ws import sync_socket
+from lakesync.api.cors import OriginPolicy, cors_middleware
 from lakesync.api.errors import exception_handlers
 from lakesync.api.headers import security_headers_middleware
 from lakesync.api.lake import Lead
@@ -157,8 +158,12 @@ def create_app(
         logging_config=None,
     )
     # Outside the router, so unrouted requests (404/405) get a request id, a log line and the
-    # security headers too.
-    app.asgi_handler = security_headers_middleware(request_id_middleware(app.asgi_handler))
+    # security headers too, and CORS headers on the sync API's paths.
+    origins = OriginPolicy(settings.cors_origins)
+    app.asgi_handler = security_headers_middleware(
+        request_id_middleware(cors_middleware(app.asgi_handler, origins))
+    )
+    app.state.origins = origins  # the WebSocket handshake checks the same policy
     app.state.metrics = metrics_
     app.state.flusher = flusher
     app.state.worker_jobs = worker_jobs

@@ -7,17 +7,19 @@ import logging
 import sqlite3
 from typing import Any
 
+import msgspec
 import psycopg
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Scope, Send
 
 from lakesync.api.logs import REQUEST_ID
 from lakesync.errors import LakeSyncError, RateLimitedError, code_for_status
 from lakesync.values import MAX_VALUE_DEPTH
 from lakesync.wire import ErrorBody
 
-__all__ = ["ERROR_RESPONSES", "client_message", "exception_handlers"]
+__all__ = ["ERROR_RESPONSES", "client_message", "exception_handlers", "send_error"]
 
 log = logging.getLogger("lakesync.gateway")
 
@@ -41,6 +43,15 @@ def client_message(exc: LakeSyncError) -> str:
     summary = _SUMMARIES.get(exc.code, "internal error")
     return f"{summary}; the gateway log has the details under this request id"
 
+
+def _body(app: Any, message: str, code: str) -> dict[str, str]:
+    """An error body (docs/protocol.md §5), counted on ``/metrics`` by code."""
+    metrics = getattr(app.state, "metrics", None)
+    if metrics is not None:
+        metrics.errors.labels(code).inc()
+    return {"error": message, "code": code, "requestId": REQUEST_ID.get()}
+
+
 def _reply(
     request: Request[Any, Any, Any],
     status: int,
@@ -48,15 +59,32 @@ def _reply(
     code: str,
     headers: dict[str, str] | None = None,
 ) -> Response[dict[str, str]]:
-    metrics = getattr(request.app.state, "metrics", None)
-    if metrics is not None:
-        metrics.errors.labels(code).inc()
     return Response(
-        {"error": message, "code": code, "requestId": REQUEST_ID.get()},
+        _body(request.app, message, code),
         status_code=status,
         media_type=MediaType.JSON,
         headers=headers,
     )
+
+
+async def send_error(
+    scope: Scope, send: Send, exc: LakeSyncError, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Answer ``exc`` from ASGI middleware, before any route runs, with ``headers`` added: the
+    same reply its exception handler gives a route's error."""
+    body = msgspec.json.encode(_body(scope["litestar_app"], client_message(exc), exc.code))
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": exc.status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *headers,
+        ],
+    }
+    end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
+    await send(start)
+    await send(end)
 
 
 def _lakesync_error(request: Request[Any, Any, Any], exc: LakeSyncError) -> Response[Any]:

@@ -58,6 +58,8 @@ class GatewaySettings:
     compaction_interval: float = _SERVER.compaction_interval
     docs: bool = _SERVER.docs
     metrics_gateway_labels: bool = _SERVER.metrics_gateway_labels
+    cors_origins: tuple[str, ...] = ("*",)
+    """Origins whose pages may use the sync API (``server.cors_origins``; ``*`` for any)."""
     console_sample_s: float = 5.0
     """How often the web console's history (the last hour, in memory) samples the status."""
 
@@ -104,4 +106,9 @@ class GatewaySettings:
             compaction_interval=server.compaction_interval,
             docs=server.docs,
             metrics_gateway_labels=server.metrics_gateway_labels,
+            cors_origins=(
+                (server.cors_origins,)
+                if isinstance(server.cors_origins, str)
+                else tuple(server.cors_origins)
+            ),
         )

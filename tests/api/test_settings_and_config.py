@@ -80,6 +80,25 @@ def test_gateway_knobs_from_the_file_and_the_environment_wins(tmp_path: Path) ->
     assert GatewaySettings.from_config(load_config(path, {}), env) == overridden
 
 
+@pytest.mark.parametrize(
+    ("text", "env", "origins"),
+    [
+        ("", "", ("*",)),
+        ("server: {cors_origins: 'https://a.example'}\n", "", ("https://a.example",)),
+        ("server: {cors_origins: []}\n", "", ()),
+        ("", "https://a.example,http://localhost:5173", ("https://a.example",
+                                                        "http://localhost:5173")),
+    ],
+)
+def test_the_gateway_takes_its_cors_origins_from_the_config(
+    tmp_path: Path, text: str, env: str, origins: tuple[str, ...]
+) -> None:
+    path = tmp_path / "lakesync.yaml"
+    path.write_text(text)
+    config = load_config(path, {"LAKESYNC_CORS_ORIGINS": env})
+    assert GatewaySettings.from_config(config).cors_origins == origins
+
+
 def test_bad_gateway_knobs_name_the_key_or_the_variable(tmp_path: Path) -> None:
     path = tmp_path / "lakesync.yaml"
     path.write_text("server:\n  ws_rate_limt: 5\n")

@@ -23,39 +23,20 @@ from lakesync.hlc import HLC
 from lakesync.lakehouse.worker import RunReply
 from lakesync.status import Shipment
 from tests.api.helpers import auth, delta, make_settings, token
+from tests.browser import chromium
 from tests.gateway_process import free_port, serve_in_thread
 from tests.wire_json import as_json
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
-# Without the background-networking flags Chromium's own connections fail on a closed network
-# (/work/shared/STACK.md "A real browser for UI tests").
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 SCHEMA = {"table": "todos", "columns": [{"name": "title", "type": "string"}]}
 
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    assert CHROMIUM.exists(), "Chromium is missing: scripts/setup.sh installs it (apt chromium)"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"),
-            executable_path=str(CHROMIUM),
-            args=CHROMIUM_ARGS,
-            headless=True,
-            viewport={"width": 1280, "height": 900},
-        )
-        try:
-            yield context
-        finally:
-            context.close()
+    with chromium(tmp_path / "chromium-profile") as context:
+        yield context
 
 
 def _push(base: str, n: int, first: int) -> None:

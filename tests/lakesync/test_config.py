@@ -252,6 +252,7 @@ server:
   pipeline_interval: 10
   docs: false
   metrics_gateway_labels: false
+  cors_origins: [https://app.example.com]
 lake:
   catalog_uri: jdbc:postgresql://db:5432/lake
   catalog_user: lake_user
@@ -307,6 +308,7 @@ OVERRIDES = [
     ("LAKESYNC_S3_ACCESS_KEY_ID", "AKENV", "lake.s3_access_key_id", "${FILE_KEY}", "AKENV"),
     ("LAKESYNC_S3_SECRET_ACCESS_KEY", "${ENV_SECRET}", "lake.s3_secret_access_key",
      "${file:/file/secret}", "${ENV_SECRET}"),
+    ("LAKESYNC_CORS_ORIGINS", "*", "server.cors_origins", ["https://app.example.com"], ["*"]),
     ("LAKESYNC_HOST", "0.0.0.0", "server.host", "127.0.0.1", "0.0.0.0"),
     ("LAKESYNC_PORT", "9999", "server.port", 8787, 9999),
 ]
@@ -350,6 +352,9 @@ def test_every_knob_from_the_file_and_its_variable_wins(
         ("LAKESYNC_SPARK_BLOCK_MANAGER_PORT", "any"),
         ("LAKESYNC_S3_PATH_STYLE", "sometimes"),
         ("LAKESYNC_PORT", "http"),
+        ("LAKESYNC_CORS_ORIGINS", "https://app.example.com/"),
+        ("LAKESYNC_CORS_ORIGINS", "https://app.example.com,"),
+        ("LAKESYNC_CORS_ORIGINS", "app.example.com"),
     ],
 )
 def test_bad_environment_values_name_the_variable(tmp_path: Path, var: str, raw: str) -> None:
@@ -366,3 +371,37 @@ def test_apply_environment_keeps_what_the_environment_leaves_unset(tmp_path: Pat
     assert again.server.rate_limit == 1.5 and again.lake == config.lake
     assert again.jwt_secrets == ["s"] and again.gateways == config.gateways
     assert apply_environment(config, {}) == config
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "origins"),
+    [
+        ("", "", "*"),  # the default: any origin
+        ("cors_origins: '*'", "", "*"),
+        ("cors_origins: https://app.example.com", "", "https://app.example.com"),
+        ("cors_origins: [https://app.example.com, 'http://localhost:5173']", "",
+         ["https://app.example.com", "http://localhost:5173"]),
+        ("cors_origins: ['http://[::1]:5173', 'capacitor://localhost']", "",
+         ["http://[::1]:5173", "capacitor://localhost"]),
+        ("cors_origins: []", "", []),  # no page elsewhere
+        ("cors_origins: []", "https://app.example.com , http://localhost:5173",
+         ["https://app.example.com", "http://localhost:5173"]),
+        ("", "http://localhost:5173", ["http://localhost:5173"]),
+    ],
+)
+def test_cors_origins_forms(tmp_path: Path, text: str, env: str, origins: object) -> None:
+    path = write(tmp_path, f"server:\n  {text}\n" if text else "")
+    config = load_config(path, env={"LAKESYNC_CORS_ORIGINS": env})
+    assert config.server.cors_origins == origins
+
+
+@pytest.mark.parametrize(
+    "value", ["https://app.example.com/", "https://app.example.com/app", "app.example.com",
+              "null", "''", "https://*.example.com", "42"],
+)
+def test_a_cors_origin_that_is_no_origin_names_the_key(tmp_path: Path, value: str) -> None:
+    path = write(tmp_path, f"server:\n  cors_origins: [{value}]\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert str(path) in info.value.message
+    assert "cors_origins" in info.value.message

@@ -76,8 +76,18 @@ def test_push_frame_embeds_the_row_delta_bytes() -> None:
 
 def test_default_values_are_omitted() -> None:
     assert wsframes.encode_pull("", 0, 0) == b"\x02"
-    assert wsframes.encode_response([], 0, False) == b""
     assert wsframes.decode_client_frame(b"\x02") == wsframes.SyncPullMsg("", 0, 0)
+
+
+def test_an_empty_gateways_reply_is_not_an_empty_frame() -> None:
+    # Nothing stored yet: no deltas, server_hlc 0. proto3 would encode that as zero bytes,
+    # which the TypeScript client ignores (it waits for a frame of at least two bytes).
+    reply = wsframes.encode_response([], 0, False)
+    assert reply == bytes.fromhex("11 0000000000000000")
+    assert wsframes.decode_server_frame(reply) == wsframes.ServerFrame(False, [], 0, False)
+    assert pb.SyncResponse.FromString(reply) == pb.SyncResponse()  # plain protobuf reads it too
+    broadcast = wsframes.encode_response([], 0, True, broadcast=True)
+    assert wsframes.decode_server_frame(broadcast) == wsframes.ServerFrame(True, [], 0, True)
 
 
 @given(st.text(max_size=12), st.lists(row_deltas(), max_size=4), st.integers(0, 2**64 - 1))
@@ -101,6 +111,8 @@ def test_response_round_trip(
     deltas: list[RowDelta], server_hlc: int, has_more: bool, broadcast: bool
 ) -> None:
     frame = wsframes.encode_response(deltas, server_hlc, has_more, broadcast)
+    assert len(frame) >= 9 + broadcast  # server_hlc is always on the wire (docs/protocol.md §9)
+    assert (frame[0] == wsframes.TAG_BROADCAST) == broadcast
     decoded = wsframes.decode_server_frame(frame)
     assert (decoded.broadcast, decoded.server_hlc, decoded.has_more) == (
         broadcast,

@@ -2,7 +2,8 @@
 
 Binary frames only: 0x01 SyncPush, 0x02 SyncPull in; untagged SyncResponse replies and 0x03
 broadcasts out. Close codes: 4401 bad token, 4403 forbidden (wrong gateway or clientId), 4400
-invalid frame, 4409/4422/4429/4503 for the protocol errors of a push, 1003 text frame, 1008 frame
+invalid frame, 4409/4422/4429/4503 for the protocol errors of a push, 1003 text frame, 1008 a
+page of an origin ``server.cors_origins`` does not allow (checked before the token) or frame
 rate exceeded, 1013 a connection cap reached (all, the gateway's or the client's; see
 :class:`~lakesync.api.services.hub.Hub`) or receiver too slow, 1001 gateway shutting down.
 """
@@ -17,6 +18,7 @@ from litestar.exceptions import WebSocketDisconnect
 from litestar.params import FromPath
 
 from lakesync.api.auth import authenticate
+from lakesync.api.cors import OriginPolicy
 from lakesync.api.errors import client_message
 from lakesync.api.services.hub import Connection
 from lakesync.api.services.initial_sync import check_cursor
@@ -53,6 +55,12 @@ def _refusal(service: SyncService, gw: str, sub: str) -> tuple[int, str] | None:
 async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ignore[type-arg]
     """Authenticate, register with the hub, then serve push/pull frames until closed."""
     service: SyncService = socket.app.state.service
+    origins: OriginPolicy = socket.app.state.origins
+    refused_origin = origins.refusal(socket.headers, socket.scope["scheme"])
+    if refused_origin is not None:
+        await socket.accept()
+        await socket.close(1008, _reason(refused_origin))
+        return
     try:
         claims = authenticate(socket, gw)
     except LakeSyncError as exc:

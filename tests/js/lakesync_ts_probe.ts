@@ -1,0 +1,204 @@
+// The original TypeScript LakeSync client (../shared/lakesync-ts) as a web app uses it, against
+// a LakeSync gateway. tests/lakesync_ts.py copies this file into the client package of the
+// installed monorepo (its imports resolve there), then runs it under bun or bundles it for the
+// browser (`bun build --target browser`), where it is `globalThis.lakesyncProbe`.
+//
+// Under bun, `bun run <this> '<json>'` runs the WebSocket scenario the JSON describes and prints
+// its result as one JSON line.
+
+import { unwrapOrThrow } from "@lakesync/core";
+import {
+	HttpTransport,
+	LocalDB,
+	MemoryQueue,
+	registerSchema,
+	SyncCoordinator,
+	WebSocketTransport,
+} from "./src/index";
+
+const SCHEMA = {
+	table: "todos",
+	columns: [
+		{ name: "title", type: "string" as const },
+		{ name: "team", type: "string" as const },
+	],
+};
+
+export interface ClientConfig {
+	/** The gateway's base URL, e.g. http://127.0.0.1:8787 */
+	url: string;
+	gw: string;
+	token: string;
+	clientId: string;
+	/** Sync over the WebSocket transport (checkpoints still over HTTP) instead of HTTP. */
+	ws?: boolean;
+	/** Where sql.js finds its sql-wasm.wasm (the browser bundle serves it beside itself). */
+	wasmUrl?: string;
+}
+
+export type Row = { id: string; title: string | null; team: string | null };
+
+/** Wait for a condition (polled), failing with `what` after `timeoutMs`. */
+export async function until(
+	what: string,
+	check: () => boolean | Promise<boolean>,
+	timeoutMs = 60_000,
+): Promise<void> {
+	const deadline = Date.now() + timeoutMs;
+	while (!(await check())) {
+		if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+		await new Promise((resolve) => setTimeout(resolve, 20));
+	}
+}
+
+/** `work`, or an error naming `what` if it has not finished within `timeoutMs` (a hang). */
+async function within<T>(what: string, work: Promise<T>, timeoutMs = 60_000): Promise<T> {
+	let timer: ReturnType<typeof setTimeout> | undefined;
+	const timeout = new Promise<never>((_, reject) => {
+		timer = setTimeout(() => reject(new Error(`${what} never finished`)), timeoutMs);
+	});
+	try {
+		return await Promise.race([work, timeout]);
+	} finally {
+		clearTimeout(timer);
+	}
+}
+
+export class ProbeClient {
+	readonly errors: string[] = [];
+	broadcasts = 0;
+
+	private constructor(
+		readonly clientId: string,
+		readonly db: LocalDB,
+		readonly transport: HttpTransport | WebSocketTransport,
+		readonly coordinator: SyncCoordinator,
+	) {
+		coordinator.on("onError", (e) => this.errors.push(e.message));
+	}
+
+	static async open(cfg: ClientConfig): Promise<ProbeClient> {
+		const db = unwrapOrThrow(
+			await LocalDB.open({ name: cfg.clientId, backend: "memory", wasmUrl: cfg.wasmUrl }),
+		);
+		unwrapOrThrow(await registerSchema(db, SCHEMA));
+		const http = { baseUrl: cfg.url, gatewayId: cfg.gw, token: cfg.token };
+		let transport: HttpTransport | WebSocketTransport;
+		if (cfg.ws) {
+			const wsUrl = `${cfg.url.replace(/^http/, "ws")}/v1/sync/${cfg.gw}/ws`;
+			transport = new WebSocketTransport({ url: wsUrl, token: cfg.token, httpConfig: http });
+		} else {
+			transport = new HttpTransport(http);
+		}
+		const coordinator = new SyncCoordinator(db, transport, {
+			queue: new MemoryQueue(),
+			clientId: cfg.clientId,
+			autoSyncIntervalMs: 0,
+		});
+		const client = new ProbeClient(cfg.clientId, db, transport, coordinator);
+		if (transport instanceof WebSocketTransport) {
+			transport.onBroadcast((deltas, serverHlc) => {
+				client.broadcasts += 1;
+				void coordinator.engine.handleBroadcast(deltas, serverHlc);
+			});
+			transport.connect();
+			await until(`${cfg.clientId}: WebSocket open`, () => transport.connected);
+		}
+		return client;
+	}
+
+	async insert(rowId: string, data: Record<string, string>): Promise<void> {
+		unwrapOrThrow(await this.coordinator.tracker.insert("todos", rowId, data));
+	}
+
+	/** One sync cycle (first: checkpoint, then pull; push), failing if it hangs or errs. */
+	async sync(): Promise<void> {
+		await within(`${this.clientId}: sync`, this.coordinator.syncOnce());
+		if (this.errors.length > 0) throw new Error(`${this.clientId}: ${this.errors.join("; ")}`);
+	}
+
+	async rows(): Promise<Row[]> {
+		const sql = 'SELECT _rowId AS id, title, team FROM "todos" ORDER BY _rowId';
+		return unwrapOrThrow(await this.db.query<Row>(sql));
+	}
+
+	async queued(): Promise<number> {
+		return this.coordinator.queueDepth();
+	}
+
+	close(): void {
+		if (this.transport instanceof WebSocketTransport) this.transport.disconnect();
+	}
+}
+
+export interface WebSocketScenario {
+	url: string;
+	gw: string;
+	/** Tokens by client id: a, b and c of one team, dora of another. */
+	tokens: Record<"a" | "b" | "c" | "dora", string>;
+	/** Whether dora's row is visible to the others (no rules) or not (rules by team). */
+	doraVisible: boolean;
+}
+
+/**
+ * On a gateway that has stored nothing: a and b (WebSocket) sync for the first time; a pushes a
+ * row, which reaches b as a broadcast; dora pushes a row of another team; c syncs for the first
+ * time (pull) and b pulls. Returns what each replica holds and what took how long.
+ */
+export async function websocketScenario(s: WebSocketScenario) {
+	const open = (id: "a" | "b" | "c" | "dora") =>
+		ProbeClient.open({ url: s.url, gw: s.gw, token: s.tokens[id], clientId: id, ws: true });
+	const [a, b] = [await open("a"), await open("b")];
+	const started = Date.now();
+	await a.sync();
+	await b.sync();
+	const firstSyncMs = Date.now() - started;
+
+	await a.insert("r1", { title: "from a", team: "red" });
+	await a.sync();
+	const pushed = await a.queued();
+	await until("b: a's row by broadcast", async () => (await b.rows()).length === 1);
+	const bByBroadcast = await b.rows();
+
+	const dora = await open("dora");
+	await dora.sync();
+	await dora.insert("r2", { title: "from dora", team: "blue" });
+	await dora.sync();
+	if (s.doraVisible) {
+		await until("b: dora's row by broadcast", async () => (await b.rows()).length === 2);
+	}
+	const c = await open("c");
+	await c.sync();
+	await b.sync();
+	const result = {
+		firstSyncMs,
+		queuedAfterPush: pushed,
+		bBroadcasts: b.broadcasts,
+		bByBroadcast,
+		a: await a.rows(),
+		b: await b.rows(),
+		c: await c.rows(),
+		dora: await dora.rows(),
+	};
+	for (const client of [a, b, c, dora]) client.close();
+	return result;
+}
+
+declare global {
+	var lakesyncProbe: unknown;
+}
+globalThis.lakesyncProbe = { ProbeClient, HttpTransport, until, websocketScenario };
+
+if (import.meta.main) {
+	const scenario = JSON.parse(process.argv[2] ?? "{}") as WebSocketScenario;
+	websocketScenario(scenario).then(
+		(result) => {
+			console.log(JSON.stringify(result));
+			process.exit(0);
+		},
+		(error: unknown) => {
+			console.error(error instanceof Error ? (error.stack ?? error.message) : String(error));
+			process.exit(1);
+		},
+	);
+}
