@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from lakesync.client._actions import ActionRecord
 from lakesync.client._core import SyncProgressHandler, SyncReport
-from lakesync.client._session import ClientSession, Params
+from lakesync.client._session import ClientOptions, ClientSession, Params
 from lakesync.client._store import DeadLetter
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch
@@ -38,8 +38,8 @@ class AsyncLakeSyncClient:
                 ...
     """
 
-    def __init__(self, path: str, **kwargs: Any) -> None:
-        self._session = ClientSession(path, **kwargs)
+    def __init__(self, path: str, **options: Unpack[ClientOptions]) -> None:
+        self._session = ClientSession(path, **options)
         self._auto: asyncio.Task[None] | None = None
 
     @property

@@ -4,16 +4,14 @@ gateway, its network work on one loop thread it owns."""
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from lakesync.client._actions import ActionRecord
-from lakesync.client._auth import TokenSource
-from lakesync.client._backoff import Backoff
 from lakesync.client._core import SyncProgressHandler, SyncReport
 from lakesync.client._drive import BlockingDriver
 from lakesync.client._loop import LoopThread
-from lakesync.client._session import ClientSession, Params, TransportChoice
+from lakesync.client._session import ClientOptions, ClientSession, Params
 from lakesync.client._store import DeadLetter
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch
@@ -30,53 +28,29 @@ __all__ = ["LakeSyncClient"]
 class LakeSyncClient:
     """An offline-first replica of a gateway's tables in one SQLite file.
 
-    ``path`` is the SQLite file (or ``":memory:"``). With ``url``, ``gateway_id`` and ``token``
-    (a JWT string, or a callable returning a fresh one, called again on 401) the client syncs;
-    without them it works purely locally. The client id is the token's ``sub`` claim (or
-    ``client_id`` for a local-only replica). ``schemas`` declares the tables (docs/protocol.md §10
-    dicts or :class:`TableSchema`); declaring more columns later evolves the tables additively.
-    ``transport`` is ``"http"``, ``"websocket"`` (realtime broadcasts), an
-    :class:`AsyncTransport` or a :class:`Transport`.
+    ``path`` is the SQLite file (or ``":memory:"``); the other arguments are keywords. With ``url``,
+    ``gateway_id`` and ``token`` (a JWT string, or a callable returning a fresh one, called again on
+    401) the client syncs; without them it works purely locally. The client id is the token's
+    ``sub`` claim (or ``client_id`` for a local-only replica). ``schemas`` declares the tables
+    (docs/protocol.md §10 dicts or :class:`TableSchema`); declaring more columns later evolves the
+    tables additively. ``transport`` is ``"http"``, ``"websocket"`` (realtime broadcasts), an
+    :class:`AsyncTransport` or a :class:`Transport`. ``pull_limit`` (1000) caps a pulled page,
+    ``push_batch`` (1000) a pushed batch; ``backoff`` (:class:`Backoff`) paces retries and
+    reconnects; ``timeout`` (30 s) bounds each request.
 
-    Every local write commits together with its outbox entry, so a crash never loses or
-    duplicates an edit. The client is thread-safe. Network work runs on the sync core's asyncio
-    driver and the asyncio transport, on one event loop thread the client owns (``lakesync-client``,
-    started by the first network call); watch and event callbacks for local writes run on the
-    writing thread, for remote changes on that loop thread (a callback must not call the
-    client's blocking network methods: hand them to another thread).
+    Every local write commits together with its outbox entry, so a crash never loses or duplicates
+    an edit. The client is thread-safe. Network work runs on the sync core's asyncio driver and the
+    asyncio transport, on one event loop thread the client owns (``lakesync-client``, started by the
+    first network call); watch and event callbacks for local writes run on the writing thread, for
+    remote changes on that loop thread (a callback must not call the client's blocking network
+    methods: hand them to another thread).
 
-    Raises :class:`ConfigError` for inconsistent settings and :class:`SchemaError` for invalid
-    or incompatible schemas.
+    Raises :class:`ConfigError` for inconsistent settings and :class:`SchemaError` for invalid or
+    incompatible schemas.
     """
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        url: str | None = None,
-        gateway_id: str | None = None,
-        token: TokenSource | None = None,
-        schemas: Sequence[Mapping[str, Any] | TableSchema] = (),
-        transport: TransportChoice = "http",
-        client_id: str | None = None,
-        pull_limit: int = 1000,
-        push_batch: int = 1000,
-        backoff: Backoff | None = None,
-        timeout: float = 30.0,
-    ) -> None:
-        self._session = ClientSession(
-            path,
-            url=url,
-            gateway_id=gateway_id,
-            token=token,
-            schemas=schemas,
-            transport=transport,
-            client_id=client_id,
-            pull_limit=pull_limit,
-            push_batch=push_batch,
-            backoff=backoff,
-            timeout=timeout,
-        )
+    def __init__(self, path: str, **options: Unpack[ClientOptions]) -> None:
+        self._session = ClientSession(path, **options)
         self.client_id = self._session.client_id
         self.gateway_id = self._session.gateway_id
         self._store = self._session.store

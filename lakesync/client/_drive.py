@@ -15,38 +15,14 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from lakesync.client import _core as core
 from lakesync.client._core import (
-    Acknowledge,
-    AdoptSchemas,
-    Ahead,
-    ApplyRows,
-    BeginResync,
-    CheckpointFrame,
-    CloseCheckpoint,
-    Collect,
     Conversation,
     Effect,
-    Emit,
-    Fail,
-    FetchSchemas,
-    FindUnknown,
-    Finished,
-    FinishResync,
-    MoveToDeadLetters,
-    NextFrame,
-    OpenCheckpoint,
-    OpenedCheckpoint,
-    Pull,
-    Push,
-    ReadCursor,
-    ReadOutbox,
-    RecordFailure,
-    ReportProgress,
     Request,
     SyncCore,
     SyncProgressHandler,
     SyncReport,
-    Wait,
 )
 from lakesync.client._loop import LoopThread
 from lakesync.client._store import LocalStore
@@ -88,7 +64,7 @@ class AsyncDriver:
 
     def __init__(
         self,
-        core: SyncCore,
+        sync_core: SyncCore,
         store: LocalStore,
         transport: AsyncTransport,
         clock: HLC,
@@ -100,7 +76,7 @@ class AsyncDriver:
         watching: Callable[[], bool] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.core = core
+        self.core = sync_core
         self.store = store
         self.transport = transport
         self.clock = clock
@@ -147,11 +123,11 @@ class AsyncDriver:
             call = _Call(on_progress)
             try:
                 step = conversation.start()
-                while not isinstance(step, Finished):
+                while not isinstance(step, core.Finished):
                     try:
                         outcome = await self._perform(step, call)
                     except LakeSyncError as exc:
-                        outcome = Fail(exc)
+                        outcome = core.Fail(exc)
                     step = conversation.send(outcome)
                 return step.value
             except BaseException:
@@ -161,48 +137,48 @@ class AsyncDriver:
 
     async def _perform(self, effect: Effect, call: _Call) -> Any:
         match effect:
-            case Ahead(request):
+            case core.Ahead(request):
                 call.ahead = asyncio.get_running_loop().create_task(self._request(request, call))
                 return None
-            case Collect():
+            case core.Collect():
                 ahead, call.ahead = call.ahead, None
                 assert ahead is not None
                 return await ahead
-            case CloseCheckpoint():
+            case core.CloseCheckpoint():
                 checkpoint, call.checkpoint = call.checkpoint, None
                 if checkpoint is not None:
                     await checkpoint.pages.aclose()
                 return None
-            case ReadCursor():
+            case core.ReadCursor():
                 return self.store.cursor(self.gateway_id)
-            case ReadOutbox(limit, max_bytes):
+            case core.ReadOutbox(limit, max_bytes):
                 return self.store.outbox(limit, max_bytes)
-            case FindUnknown(deltas):
+            case core.FindUnknown(deltas):
                 return self.store.unknown(deltas)
-            case AdoptSchemas(schemas):
+            case core.AdoptSchemas(schemas):
                 self.store.adopt(schemas)
-            case ApplyRows():
+            case core.ApplyRows():
                 if effect.deltas:
                     changes = await asyncio.to_thread(self._applied, effect)
                 else:
                     changes = self._applied(effect)
                 self._notify(changes)
-            case BeginResync():
+            case core.BeginResync():
                 self.store.begin_resync()
-            case FinishResync(server_hlc):
+            case core.FinishResync(server_hlc):
                 self._notify(self.store.finish_resync(self.gateway_id, server_hlc, self.clock))
-            case Acknowledge(seqs, server_hlc):
+            case core.Acknowledge(seqs, server_hlc):
                 self.store.ack(seqs, server_hlc)
-            case RecordFailure(seqs, error):
+            case core.RecordFailure(seqs, error):
                 self.store.record_failure(seqs, error)
-            case MoveToDeadLetters(entry, code, error):
+            case core.MoveToDeadLetters(entry, code, error):
                 self._notify(self.store.dead_letter(entry, code, error))
-            case Emit(event):
+            case core.Emit(event):
                 self._emit(event)
-            case ReportProgress(progress):
+            case core.ReportProgress(progress):
                 if call.on_progress is not None:
                     call.on_progress(progress)
-            case Wait(seconds):
+            case core.Wait(seconds):
                 await self._sleep(seconds)
             case _:
                 return await self._request(effect, call)
@@ -211,30 +187,30 @@ class AsyncDriver:
     async def _request(self, request: Request, call: _Call) -> Any:
         """Send one request to the gateway; its outcome for the core."""
         match request:
-            case Pull(since, limit):
+            case core.Pull(since, limit):
                 return await self.transport.pull(self.client_id, since, limit)
-            case Push(deltas, last_seen_hlc):
+            case core.Push(deltas, last_seen_hlc):
                 return await self.transport.push(self.client_id, deltas, last_seen_hlc)
-            case FetchSchemas():
+            case core.FetchSchemas():
                 return await self.transport.schemas()
-            case OpenCheckpoint():
+            case core.OpenCheckpoint():
                 call.checkpoint = await self.transport.checkpoint()
                 if call.checkpoint is None:
                     return None
-                return OpenedCheckpoint(call.checkpoint.server_hlc)
-            case NextFrame():
+                return core.OpenedCheckpoint(call.checkpoint.server_hlc)
+            case core.NextFrame():
                 checkpoint = call.checkpoint
                 assert checkpoint is not None
                 frame = await _next(checkpoint)
                 if frame is None:
                     return None
-                return CheckpointFrame(frame, checkpoint.received.bytes)
+                return core.CheckpointFrame(frame, checkpoint.received.bytes)
         raise AssertionError(f"not a request: {request!r}")  # pragma: no cover
 
-    def _apply(self, effect: ApplyRows) -> None:
+    def _apply(self, effect: core.ApplyRows) -> None:
         self._notify(self._applied(effect))
 
-    def _applied(self, effect: ApplyRows) -> list[Change]:
+    def _applied(self, effect: core.ApplyRows) -> list[Change]:
         cursor = None if effect.cursor is None else (self.gateway_id, effect.cursor)
         return self.store.apply_remote(
             effect.deltas,

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack
 
 from lakesync.client._actions import ActionOutbox, ActionRecord, send_actions
 from lakesync.client._auth import TokenProvider, TokenSource
@@ -48,32 +48,40 @@ if TYPE_CHECKING:
     import pandas  # type: ignore[import-untyped]
     import pyarrow
 
-__all__ = ["ClientSession", "Params", "TransportChoice"]
+__all__ = ["ClientOptions", "ClientSession", "Params", "TransportChoice"]
 
 _log = logging.getLogger(__name__)
 Params = Sequence[Any] | Mapping[str, Any]
 TransportChoice = Literal["http", "websocket"] | Transport | AsyncTransport
 
 
+class ClientOptions(TypedDict, total=False):
+    """The clients' keyword arguments (:class:`LakeSyncClient` says what each does)."""
+
+    url: str | None
+    gateway_id: str | None
+    token: TokenSource | None
+    schemas: Sequence[Mapping[str, Any] | TableSchema]
+    transport: TransportChoice
+    client_id: str | None
+    pull_limit: int
+    push_batch: int
+    backoff: Backoff | None
+    timeout: float
+
+
 class ClientSession:
     """One replica and, with a gateway, its sync driver (the clients' shared state; see the
-    module's docstring). Arguments are :class:`LakeSyncClient`'s."""
+    module's docstring). Arguments are :class:`LakeSyncClient`'s; an unknown keyword is a
+    ``TypeError``."""
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        url: str | None = None,
-        gateway_id: str | None = None,
-        token: TokenSource | None = None,
-        schemas: Sequence[Mapping[str, Any] | TableSchema] = (),
-        transport: TransportChoice = "http",
-        client_id: str | None = None,
-        pull_limit: int = 1000,
-        push_batch: int = 1000,
-        backoff: Backoff | None = None,
-        timeout: float = 30.0,
-    ) -> None:
+    def __init__(self, path: str, **options: Unpack[ClientOptions]) -> None:
+        unknown = options.keys() - ClientOptions.__annotations__.keys()
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+        url, gateway_id = options.get("url"), options.get("gateway_id")
+        token, schemas = options.get("token"), options.get("schemas", ())
+        transport, client_id = options.get("transport", "http"), options.get("client_id")
         parsed = [s if isinstance(s, TableSchema) else parse_schema(s) for s in schemas]
         self._tokens = TokenProvider(token) if token is not None else None
         self.store = LocalStore(str(path), parsed)
@@ -84,7 +92,7 @@ class ClientSession:
             self.watchers = Watchers(self.store.query_tables, self.store.lock)
             self._listeners: list[tuple[str, Callable[[Event], None]]] = []
             self._listeners_lock = threading.Lock()
-            self.backoff = backoff or Backoff()
+            self.backoff = options.get("backoff") or Backoff()
             self.syncing = False
             self.last_synced_at: float | None = None
             self.last_error: str | None = None
@@ -94,7 +102,13 @@ class ClientSession:
             self.actions = ActionOutbox(self.store)
             self._driver: AsyncDriver | None = None
             if url is not None or not isinstance(transport, str):
-                self._driver = self._make_driver(url, transport, pull_limit, push_batch, timeout)
+                self._driver = self._make_driver(
+                    url,
+                    transport,
+                    options.get("pull_limit", 1000),
+                    options.get("push_batch", 1000),
+                    options.get("timeout", 30.0),
+                )
         except BaseException:
             self.store.close()
             raise

@@ -469,7 +469,10 @@ def test_changes_are_built_while_a_watch_is_registered(tmp_path: Path) -> None:
         w = c.watch("t", lambda changes: None)
         assert c._session.watchers.watching()
         changes = c._store.apply_remote(
-            [d("INSERT", "r1", "x", 1, a="v")], "remote", HLC(), watched=c._session.watchers.watching
+            [d("INSERT", "r1", "x", 1, a="v")],
+            "remote",
+            HLC(),
+            watched=c._session.watchers.watching,
         )
         assert [ch.row_id for ch in changes] == ["r1"]
         w.cancel()

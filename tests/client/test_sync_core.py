@@ -133,7 +133,8 @@ def test_a_first_sync_applies_the_checkpoint_frame_by_frame_then_pulls_from_its_
     c = SyncCore(Backoff(), rand=lambda: 0.0)
     sync = c.sync_once()
     assert sync.start() == FetchSchemas()
-    step(sync, [{"table": "t", "columns": [{"name": "a", "type": "string"}]}], AdoptSchemas(T_SCHEMA))
+    schemas = [{"table": "t", "columns": [{"name": "a", "type": "string"}]}]
+    step(sync, schemas, AdoptSchemas(T_SCHEMA))
     step(sync, None, ReadCursor())
     step(sync, 0, OpenCheckpoint())  # never pulled: the checkpoint first
     step(sync, OpenedCheckpoint(500), Ahead(NextFrame()))

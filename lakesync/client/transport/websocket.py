@@ -275,7 +275,7 @@ class AsyncWebSocketTransport(AsyncTransport):
         """Route the connection's frames until it closes; the close as an error."""
         try:
             async for message in ws:
-                self._reconnects = Reconnects(self._backoff)
+                self._reconnects.traffic()
                 self._deliver(message)
         except ConnectionClosed:
             pass
