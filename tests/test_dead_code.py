@@ -35,13 +35,10 @@ ENTRY_POINTS = {
     ("lakesync/cli/lake.py", "as_of_command"),
     ("lakesync/cli/lake.py", "generate_command"),
     ("lakesync/cli/main.py", "_root"),
-    # The clients' public API, which apps call (nothing inside the package needs to).
-    ("lakesync/client/_client.py", "execute_action"),
-    ("lakesync/client/_client.py", "run_actions"),
-    ("lakesync/client/_client.py", "start_auto_sync"),
-    ("lakesync/client/_async.py", "execute_action"),
-    ("lakesync/client/_async.py", "run_actions"),
-    ("lakesync/client/_async.py", "start_auto_sync"),
+    # The clients' public API, which apps call (nothing inside the package needs to; the
+    # other methods share their names with the session's, which the clients call).
+    ("lakesync/client/_client.py", "upsert"),
+    ("lakesync/client/_async.py", "upsert"),
     # httpx calls an async transport's hook by name.
     ("lakesync/client/transport/http.py", "handle_async_request"),
     # sqlglot calls a dialect generator's hooks by name.

@@ -2,8 +2,9 @@
 
 ``LakeSyncClient`` (and its asyncio twin ``AsyncLakeSyncClient``) keeps a local copy of a
 gateway's tables, applies local writes at once and syncs them over HTTP or WebSocket with
-column-level last-writer-wins merging (docs/protocol.md §4). Both run one asyncio transport
-core and sync engine (``AsyncHttpTransport``, ``AsyncWebSocketTransport``). Needs only the
+column-level last-writer-wins merging (docs/protocol.md §4). Both run one sans-I/O sync core
+(``_core``: effects out, outcomes in) through its asyncio driver (``_drive``), over one
+transport per protocol (``AsyncHttpTransport``, ``AsyncWebSocketTransport``). Needs only the
 ``client`` extra.
 """
 
@@ -11,8 +12,8 @@ from lakesync.client._actions import ActionRecord
 from lakesync.client._async import AsyncLakeSyncClient
 from lakesync.client._backoff import Backoff
 from lakesync.client._client import LakeSyncClient
+from lakesync.client._core import SyncProgress, SyncProgressHandler, SyncReport
 from lakesync.client._store import DeadLetter
-from lakesync.client._sync import SyncProgress, SyncProgressHandler, SyncReport
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch
 from lakesync.client.transport import (

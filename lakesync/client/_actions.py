@@ -60,7 +60,7 @@ class ActionOutbox:
 
     def __init__(self, store: LocalStore) -> None:
         self.store = store
-        with store._lock:
+        with store.lock:
             store.conn.executescript(_DDL)
 
     def enqueue(
@@ -72,7 +72,7 @@ class ActionOutbox:
     ) -> str:
         """Store an action durably; returns its id."""
         action_id = uuid.uuid4().hex
-        with self.store._tx() as c:
+        with self.store.tx() as c:
             c.execute(
                 "INSERT INTO _ls_actions (action_id, connector, action_type, params,"
                 " idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -89,7 +89,7 @@ class ActionOutbox:
 
     def pending(self, limit: int = 100) -> list[ActionRecord]:
         """The oldest actions without a final answer."""
-        with self.store._lock:
+        with self.store.lock:
             rows = self.store.conn.execute(
                 f"SELECT {_COLUMNS} FROM _ls_actions WHERE state = 'pending' ORDER BY seq LIMIT ?",
                 (limit,),
@@ -98,7 +98,7 @@ class ActionOutbox:
 
     def get(self, action_id: str) -> ActionRecord | None:
         """One action, or None if unknown."""
-        with self.store._lock:
+        with self.store.lock:
             row = self.store.conn.execute(
                 f"SELECT {_COLUMNS} FROM _ls_actions WHERE action_id = ?", (action_id,)
             ).fetchone()
@@ -107,7 +107,7 @@ class ActionOutbox:
     def settle(self, action_id: str, result: Mapping[str, Any]) -> None:
         """Record a final answer."""
         state = "succeeded" if result.get("code") is None else "failed"
-        with self.store._tx() as c:
+        with self.store.tx() as c:
             c.execute(
                 "UPDATE _ls_actions SET state = ?, result = ?, attempts = attempts + 1"
                 " WHERE action_id = ?",
@@ -116,7 +116,7 @@ class ActionOutbox:
 
     def retry_later(self, action_id: str, error: str) -> None:
         """Count a failed attempt; the action stays pending."""
-        with self.store._tx() as c:
+        with self.store.tx() as c:
             c.execute(
                 "UPDATE _ls_actions SET attempts = attempts + 1, last_error = ?"
                 " WHERE action_id = ?",

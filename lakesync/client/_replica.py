@@ -169,7 +169,8 @@ class ReplicaFile:
         return self._lock
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One transaction (``BEGIN IMMEDIATE``) under the lock; rolled back on an error."""
         with self._lock:
             conn = self.conn
             conn.execute("BEGIN IMMEDIATE")
@@ -202,11 +203,12 @@ class ReplicaFile:
 
     def set_meta(self, key: str, value: str) -> None:
         """Store a setting."""
-        with self._tx() as c:
-            self._put_meta(c, key, value)
+        with self.tx() as c:
+            self.put_meta(c, key, value)
 
     @staticmethod
-    def _put_meta(c: sqlite3.Connection, key: str, value: str) -> None:
+    def put_meta(c: sqlite3.Connection, key: str, value: str) -> None:
+        """Store a setting in the transaction ``c``."""
         c.execute(
             "INSERT INTO _ls_meta (key, value) VALUES (?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",

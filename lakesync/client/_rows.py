@@ -10,8 +10,15 @@ from typing import Any, Literal
 import msgspec
 
 from lakesync.client._columns import python_row, sql_converter, wire_values
-from lakesync.client._replica import _IN_CHUNK, _hlc_in, _hlc_out, _insert_rows, _q
-from lakesync.client._schemas import SchemaStore
+from lakesync.client._replica import (
+    _IN_CHUNK,
+    ReplicaFile,
+    _hlc_in,
+    _hlc_out,
+    _insert_rows,
+    _q,
+)
+from lakesync.client._schemas import ReplicaSchemas
 from lakesync.client._types import Change, Origin
 from lakesync.client.errors import RowExistsError, RowNotFoundError, ValidationError
 from lakesync.delta import Op, RowDelta, extract_delta, is_view_eviction, validate_row_id
@@ -49,8 +56,12 @@ def _with_pending(state: RowState, pending: Sequence[RowDelta]) -> RowState:
     return merged
 
 
-class RowStore(SchemaStore):
-    """Merged row states, local writes and remote deltas."""
+class ReplicaRows:
+    """The replica's rows: merged row states, local writes and remote deltas."""
+
+    def __init__(self, file: ReplicaFile, tables: ReplicaSchemas) -> None:
+        self._file = file
+        self._tables = tables
 
     # -- row states -----------------------------------------------------------------------
 
@@ -144,7 +155,7 @@ class RowStore(SchemaStore):
             if convert is None:
                 convert = columns[table] = [
                     (n, sql_converter(spec))
-                    for n, spec in self._schemas[table].column_specs().items()
+                    for n, spec in self._tables.schema(table).column_specs().items()
                 ]
             # The full row is rewritten so a revived row reads its pre-tombstone cells as null.
             upserts.setdefault(table, []).append(
@@ -156,7 +167,8 @@ class RowStore(SchemaStore):
             names = "".join(", " + _q(n) for n, _ in columns[table])
             _insert_rows(c, f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES", rows)
 
-    def _refill(self, c: sqlite3.Connection, table: str) -> None:
+    def refill(self, c: sqlite3.Connection, table: str) -> None:
+        """Write every visible row of ``table`` to its SQL table again."""
         ids = {
             str(r)
             for (r,) in c.execute(
@@ -174,19 +186,19 @@ class RowStore(SchemaStore):
             for key in keys
         })
 
-    def _merged(self, c: sqlite3.Connection, table: str, row_id: str) -> RowState:
+    def merged(self, c: sqlite3.Connection, table: str, row_id: str) -> RowState:
         key = (table, row_id)
         return _with_pending(self._load(c, [key])[key], self._pending(c, [key]).get(key, ()))
 
     def row_state(self, table: str, row_id: str) -> RowState:
         """The merge state of one row as the replica shows it: acknowledged plus pending."""
-        with self._lock:
-            return self._merged(self.conn, table, row_id)
+        with self._file.lock:
+            return self.merged(self._file.conn, table, row_id)
 
     def get(self, table: str, row_id: str) -> dict[str, Any] | None:
         """The visible columns of one row as Python values, or None when it is absent."""
         visible = self.row_state(table, row_id).visible()
-        return python_row(self._schemas[table].column_specs(), visible)
+        return python_row(self._tables.schema(table).column_specs(), visible)
 
     def _change(
         self,
@@ -197,7 +209,7 @@ class RowStore(SchemaStore):
         origin: Origin,
     ) -> Change:
         """A row change for watchers, in Python values (the replica merges wire values)."""
-        specs = self._schemas[table].column_specs()
+        specs = self._tables.schema(table).column_specs()
         return Change(table, row_id, python_row(specs, before), python_row(specs, after), origin)
 
     # -- local writes ---------------------------------------------------------------------
@@ -217,14 +229,14 @@ class RowStore(SchemaStore):
         Raises :class:`SchemaError` (unknown table/column, wrong type), :class:`RowExistsError`
         (insert of a live row), :class:`RowNotFoundError` (update/delete of an absent row).
         """
-        schema = self.schema(table)
+        schema = self._tables.schema(table)
         validate_row_id(row_id, "row_id")
         if not isinstance(values, Mapping):
             raise ValidationError("values must be a mapping of column name to value")
         # The deltaId covers the canonical wire values, so they are encoded before it is made.
         values = wire_values(schema.column_specs(), values)
-        with self._tx() as c:
-            state = self._merged(c, table, row_id)
+        with self._file.tx() as c:
+            state = self.merged(c, table, row_id)
             before = state.visible()
             if op == "UPSERT":
                 op = "INSERT" if before is None else "UPDATE"
@@ -252,7 +264,7 @@ class RowStore(SchemaStore):
                 "INSERT INTO _ls_outbox (delta_id, body, tbl, row_id) VALUES (?, ?, ?, ?)",
                 (delta.delta_id, encode_delta(delta), table, row_id),
             )
-            self._put_meta(c, "hlc", str(clock.last))
+            self._file.put_meta(c, "hlc", str(clock.last))
         return delta, self._change(table, row_id, change.before, change.after, "local")
 
     # -- remote deltas --------------------------------------------------------------------
@@ -281,12 +293,12 @@ class RowStore(SchemaStore):
         newer than the position (a broadcast applied while the checkpoint downloads) keeps
         what it holds, as the frame's older eviction would have made it.
         """
-        with self._tx() as c:
-            deltas = self._learn_all(c, deltas)
+        with self._file.tx() as c:
+            deltas = self._tables.learn_all(c, deltas)
             keys = {(d.table, d.row_id) for d in deltas}
             if mark:
                 c.executemany("INSERT OR IGNORE INTO temp._ls_resync VALUES (?, ?)", keys)
-            confirmed = self._confirmed(c, cursor[1]) if cursor is not None else {}
+            confirmed = self.confirmed(c, cursor[1]) if cursor is not None else {}
             bases: dict[tuple[str, str], int] = {}
             states = self._load(c, keys, bases)
             pending = self._pending(c, keys)
@@ -332,7 +344,7 @@ class RowStore(SchemaStore):
                 if watched is None or watched()
                 else []
             )
-            changes += self._reshow(c, confirmed, origin)
+            changes += self.reshow(c, confirmed, origin)
             if cursor is not None:
                 c.execute(
                     "INSERT INTO _ls_cursors (gateway_id, server_hlc) VALUES (?, ?) "
@@ -341,14 +353,14 @@ class RowStore(SchemaStore):
                 )
             if deltas:
                 self._observe(clock, max(d.hlc for d in deltas))
-                self._put_meta(c, "hlc", str(clock.last))
+                self._file.put_meta(c, "hlc", str(clock.last))
         return changes
 
     def begin_resync(self) -> None:
         """Start a re-sync from a checkpoint: the rows it sends are marked (``mark=True``) so
         :meth:`finish_resync` can forget every other row. The marks live in a temporary table:
         a crash forgets them, and the cursor still says to start over."""
-        with self._tx() as c:
+        with self._file.tx() as c:
             c.execute(
                 "CREATE TEMP TABLE IF NOT EXISTS _ls_resync"
                 " (tbl TEXT NOT NULL, row_id TEXT NOT NULL, PRIMARY KEY (tbl, row_id))"
@@ -359,7 +371,7 @@ class RowStore(SchemaStore):
         """End a re-sync: forget the remote state of every row the checkpoint did not send
         (it left this client's view, or the gateway no longer has it); each such row then shows
         only its pending writes. The cursor moves to ``server_hlc`` in the same transaction."""
-        with self._tx() as c:
+        with self._file.tx() as c:
             stale = [
                 (str(t), str(r))
                 for t, r in c.execute(
@@ -367,13 +379,13 @@ class RowStore(SchemaStore):
                     " temp._ls_resync m WHERE m.tbl = _ls_rows.tbl AND m.row_id = _ls_rows.row_id)"
                 )
             ]
-            befores = {k: self._merged(c, *k).visible() for k in stale}
+            befores = {k: self.merged(c, *k).visible() for k in stale}
             c.executemany("DELETE FROM _ls_rows WHERE tbl = ? AND row_id = ?", stale)
             c.execute("DELETE FROM temp._ls_resync")
-            changes = self._reshow(c, befores, "remote")
+            changes = self.reshow(c, befores, "remote")
         return changes + self.apply_remote([], "remote", clock, (gateway_id, server_hlc))
 
-    def _confirmed(
+    def confirmed(
         self, c: sqlite3.Connection, cursor: int
     ) -> dict[tuple[str, str], dict[str, Any] | None]:
         """Drop acknowledged outbox entries a pull up to ``cursor`` has sent back; returns the
@@ -384,7 +396,7 @@ class RowStore(SchemaStore):
         ).fetchall()
         if not rows:
             return {}
-        befores = {(t, r): self._merged(c, t, r).visible() for _, t, r in rows}
+        befores = {(t, r): self.merged(c, t, r).visible() for _, t, r in rows}
         c.executemany("DELETE FROM _ls_outbox WHERE seq = ?", [(seq,) for seq, _, _ in rows])
         return befores
 
@@ -397,7 +409,7 @@ class RowStore(SchemaStore):
         except ClockDriftError:
             clock.now()
 
-    def _reshow(
+    def reshow(
         self,
         c: sqlite3.Connection,
         befores: Mapping[tuple[str, str], dict[str, Any] | None],
@@ -407,7 +419,7 @@ class RowStore(SchemaStore):
         if not befores:
             return []
         touched = {
-            key: _Touched(RowState(), before, self._merged(c, *key).visible())
+            key: _Touched(RowState(), before, self.merged(c, *key).visible())
             for key, before in befores.items()
         }
         self._show(c, touched)
@@ -419,14 +431,14 @@ class RowStore(SchemaStore):
 
     def cursor(self, gateway_id: str) -> int:
         """The server ingest HLC this replica has pulled up to (0 = never pulled)."""
-        with self._lock:
-            row = self.conn.execute(
+        with self._file.lock:
+            row = self._file.conn.execute(
                 "SELECT server_hlc FROM _ls_cursors WHERE gateway_id = ?", (gateway_id,)
             ).fetchone()
         return 0 if row is None else _hlc_out(int(row[0]))
 
     @staticmethod
-    def _cursor(c: sqlite3.Connection) -> int:
-        # A replica syncs with one gateway; its greatest cursor is the one that counts.
+    def pulled_to(c: sqlite3.Connection) -> int:
+        """The greatest cursor (a replica syncs with one gateway: that one counts)."""
         row = c.execute("SELECT max(server_hlc) FROM _ls_cursors").fetchone()
         return 0 if row is None or row[0] is None else _hlc_out(int(row[0]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 
 import msgspec
@@ -37,16 +37,26 @@ def _shape(delta: RowDelta) -> tuple[str, tuple[str, ...]]:
     return delta.table, tuple(map(_column, delta.columns))
 
 
-class SchemaStore(ReplicaFile):
-    """The replica's tables: their schemas, versions and SQL tables."""
+class ReplicaSchemas:
+    """The replica's tables: their schemas, versions and SQL tables. ``refill`` writes every
+    visible row of a table to its SQL table again (after a column was widened: the rows' part
+    does it)."""
 
-    def __init__(self, path: str, schemas: Sequence[TableSchema] = ()) -> None:
-        super().__init__(path)
+    def __init__(
+        self, file: ReplicaFile, refill: Callable[[sqlite3.Connection, str], None]
+    ) -> None:
+        self._file = file
+        self._refill = refill
         self._schemas: dict[str, TableSchema] = {}
         self._skipped: set[str] = set()
-        with self._tx() as c:
-            for tbl, spec in c.execute("SELECT tbl, spec FROM _ls_schemas").fetchall():
+        with file.lock:
+            for tbl, spec in file.conn.execute("SELECT tbl, spec FROM _ls_schemas").fetchall():
                 self._schemas[tbl] = parse_schema(decode_json(spec), stored=True)
+
+    def declare(self, schemas: Sequence[TableSchema]) -> None:
+        """Declare the app's tables: new ones are created, known ones evolve additively
+        (:func:`lakesync.schema.evolve`); raises :class:`SchemaError` for an incompatible one."""
+        with self._file.tx() as c:
             for schema in schemas:
                 self._declare(c, schema)
 
@@ -125,9 +135,6 @@ class SchemaStore(ReplicaFile):
             if widened:
                 self._refill(c, schema.table)
 
-    def _refill(self, c: sqlite3.Connection, table: str) -> None:
-        """Write every visible row of ``table`` to its SQL table again (the row store does)."""
-
     def adopt(self, schemas: Sequence[TableSchema]) -> None:
         """Take the gateway's schemas (docs/protocol.md §10), so pulled rows of its typed
         columns are held as their types: a table this replica lacks is declared as the gateway
@@ -135,7 +142,7 @@ class SchemaStore(ReplicaFile):
         them) and widens the columns the gateway widened. A local column the gateway types
         otherwise keeps its local type (a logged warning): the app's declaration wins here, and
         the gateway refuses what does not fit its own."""
-        with self._tx() as c:
+        with self._file.tx() as c:
             for schema in schemas:
                 local = self._schemas.get(schema.table)
                 try:
@@ -198,7 +205,7 @@ class SchemaStore(ReplicaFile):
         )
         self._schemas[schema.table] = schema
 
-    def _learn_all(self, c: sqlite3.Connection, deltas: Sequence[RowDelta]) -> list[RowDelta]:
+    def learn_all(self, c: sqlite3.Connection, deltas: Sequence[RowDelta]) -> list[RowDelta]:
         """The deltas this replica can hold, after making room for them (:meth:`_learn`). Deltas
         naming the same table and columns get the same answer, so each such shape is learnt
         once per batch (a checkpoint frame repeats a few shapes thousands of times)."""

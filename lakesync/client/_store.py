@@ -41,18 +41,22 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import sqlite3
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lakesync.client._columns import (
     encode_json,
 )
-from lakesync.client._outbox import DeadLetter, OutboxEntry, OutboxStore
+from lakesync.client._outbox import DeadLetter, Outbox, OutboxEntry
+from lakesync.client._replica import ReplicaFile
+from lakesync.client._rows import ReplicaRows
+from lakesync.client._schemas import ReplicaSchemas
 from lakesync.client.errors import ValidationError
 from lakesync.column_types import encode_value
-from lakesync.schema import ColumnSpec
+from lakesync.schema import ColumnSpec, TableSchema
 
-__all__ = ["DeadLetter", "LocalStore", "OutboxEntry"]
+__all__ = ["DeadLetter", "LocalStore", "OutboxEntry", "ReadQueries"]
 
 _TIMESTAMP = ColumnSpec("param", "timestamp")
 
@@ -62,13 +66,11 @@ _READ_ACTIONS = frozenset(
 )
 
 
-class LocalStore(OutboxStore):
-    """The SQLite replica behind a client; thread-safe (one connection behind a lock). Its
-    concerns live in layers: the file (:mod:`lakesync.client._replica`), schemas
-    (:mod:`lakesync.client._schemas`), rows (:mod:`lakesync.client._rows`), the outbox
-    (:mod:`lakesync.client._outbox`); read-only queries are here."""
+class ReadQueries:
+    """Read-only SQL over the replica's tables."""
 
-    # -- reads ----------------------------------------------------------------------------
+    def __init__(self, file: ReplicaFile) -> None:
+        self._file = file
 
     def query(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
@@ -90,8 +92,8 @@ class LocalStore(OutboxStore):
                 tables.add(arg1.lower())
             return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
 
-        with self._lock:
-            conn = self.conn
+        with self._file.lock:
+            conn = self._file.conn
             # Setting an authorizer expires cached statements, so every query is re-checked.
             conn.set_authorizer(authorize)
             try:
@@ -108,6 +110,74 @@ class LocalStore(OutboxStore):
             finally:
                 conn.set_authorizer(None)
         return [dict(zip(names, row, strict=True)) for row in rows], frozenset(tables)
+
+
+class LocalStore:
+    """The SQLite replica behind a client; thread-safe (one connection behind a lock). It is
+    made of parts with one job each, which it holds: the file (``file``,
+    :class:`~lakesync.client._replica.ReplicaFile`), the schemas (``tables``,
+    :class:`~lakesync.client._schemas.ReplicaSchemas`), the rows (``rows``,
+    :class:`~lakesync.client._rows.ReplicaRows`), the outbox (``queue``,
+    :class:`~lakesync.client._outbox.Outbox`) and read-only queries (``queries``); its
+    methods are theirs."""
+
+    def __init__(self, path: str, schemas: Sequence[TableSchema] = ()) -> None:
+        self.file = ReplicaFile(path)
+
+        def refill(c: sqlite3.Connection, table: str) -> None:
+            # A widened column's rows are written again by the rows' part.
+            self.rows.refill(c, table)
+
+        try:
+            self.tables = ReplicaSchemas(self.file, refill)
+            self.rows = ReplicaRows(self.file, self.tables)
+            self.tables.declare(schemas)
+        except BaseException:
+            self.file.close()
+            raise
+        self.queue = Outbox(self.file, self.rows)
+        self.queries = ReadQueries(self.file)
+        # The store's calls are its parts' (see each for what it does).
+        self.tx = self.file.tx
+        self.get_meta = self.file.get_meta
+        self.set_meta = self.file.set_meta
+        self.close = self.file.close
+        self.schema = self.tables.schema
+        self.schemas = self.tables.schemas
+        self.adopt = self.tables.adopt
+        self.unknown = self.tables.unknown
+        self.write = self.rows.write
+        self.apply_remote = self.rows.apply_remote
+        self.get = self.rows.get
+        self.row_state = self.rows.row_state
+        self.cursor = self.rows.cursor
+        self.begin_resync = self.rows.begin_resync
+        self.finish_resync = self.rows.finish_resync
+        self.outbox = self.queue.oldest
+        self.ack = self.queue.ack
+        self.record_failure = self.queue.record_failure
+        self.dead_letter = self.queue.dead_letter
+        self.dead_letters = self.queue.dead_letters
+        self.dead_letter_count = self.queue.dead_letter_count
+        self.requeue_dead_letters = self.queue.requeue_dead_letters
+        self.queue_depth = self.queue.queue_depth
+        self.query = self.queries.query
+        self.query_tables = self.queries.query_tables
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        """See :attr:`ReplicaFile.conn`."""
+        return self.file.conn
+
+    @property
+    def lock(self) -> threading.RLock:
+        """See :attr:`ReplicaFile.lock`."""
+        return self.file.lock
+
+    @property
+    def closed(self) -> bool:
+        """See :attr:`ReplicaFile.closed`."""
+        return self.file.closed
 
 
 def _bind(params: Sequence[Any] | Mapping[str, Any]) -> Sequence[Any] | Mapping[str, Any]:

@@ -97,14 +97,14 @@ def test_page_and_cursor_commit_together() -> None:
         pass
 
     bad = d("INSERT", "r2", "x", 2, a="2")
-    original = s._save_state
+    original = s.rows._save_state
 
     def failing_save(c: Any, touched: dict[tuple[str, str], Any]) -> None:
         original(c, touched)
         if ("t", "r3") in touched:
             raise CrashError
 
-    s._save_state = failing_save  # type: ignore[method-assign,assignment]
+    s.rows._save_state = failing_save  # type: ignore[method-assign,assignment]
     with pytest.raises(CrashError):
         s.apply_remote([bad, d("INSERT", "r3", "x", 3, a="3")], "remote", clock, ("gw", 200))
     assert s.cursor("gw") == 100
@@ -255,7 +255,7 @@ page = lambda lo, hi: [
 ]
 s.apply_remote(page(0, 10), "remote", HLC(), ("gw", 10))
 saved = 0
-real_save = s._show
+real_save = s.rows._show
 
 def save_then_die(*args):
     # The second page is fully written inside its transaction, not yet committed.
@@ -265,7 +265,7 @@ def save_then_die(*args):
     if saved == 1:
         os.kill(os.getpid(), signal.SIGKILL)
 
-s._show = save_then_die
+s.rows._show = save_then_die
 s.apply_remote(page(10, 20), "remote", HLC(), ("gw", 20))
 """
 
@@ -320,7 +320,7 @@ def test_query_watch_reruns_only_for_tables_it_reads() -> None:
             runs.append(sql)
             return real(sql, params)
 
-        c._watchers._run_query = counting
+        c._session.watchers._run_query = counting
         results: list[Any] = []
         c.watch_query("select count(*) as n from T", (), results.append)
         c.insert("u", "x", {"a": "other table"})
@@ -465,12 +465,15 @@ def test_a_batch_nobody_watches_builds_no_changes_and_applies_the_same() -> None
 
 def test_changes_are_built_while_a_watch_is_registered(tmp_path: Path) -> None:
     with LakeSyncClient(str(tmp_path / "r.db"), schemas=[SCHEMA]) as c:
-        assert not c._watchers.watching()
+        assert not c._session.watchers.watching()
         w = c.watch("t", lambda changes: None)
-        assert c._watchers.watching()
+        assert c._session.watchers.watching()
         changes = c._store.apply_remote(
-            [d("INSERT", "r1", "x", 1, a="v")], "remote", HLC(), watched=c._watchers.watching
+            [d("INSERT", "r1", "x", 1, a="v")],
+            "remote",
+            HLC(),
+            watched=c._session.watchers.watching,
         )
         assert [ch.row_id for ch in changes] == ["r1"]
         w.cancel()
-        assert not c._watchers.watching()
+        assert not c._session.watchers.watching()

@@ -299,17 +299,17 @@ PULL_CRASH_CHILD = textwrap.dedent(
     """
     import os, signal, sys
     from lakesync.client import LakeSyncClient
-    from lakesync.client._store import LocalStore
+    from lakesync.client._rows import ReplicaRows
     path, url, gw, token = sys.argv[1:5]
     saved = 0
-    real = LocalStore._show
+    real = ReplicaRows._show
     def save_then_die(self, *args):
         global saved
         real(self, *args)
         saved += 1
         if saved == 3:  # the third page is written, its transaction not yet committed
             os.kill(os.getpid(), signal.SIGKILL)
-    LocalStore._show = save_then_die
+    ReplicaRows._show = save_then_die
     c = LakeSyncClient(path, url=url, gateway_id=gw, token=token, pull_limit=10)
     c.sync()
     """

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lakesync.client import LakeSyncClient
+from lakesync.client import AsyncLakeSyncClient, LakeSyncClient
 from lakesync.client.errors import (
     ClientClosedError,
     ConfigError,
@@ -245,3 +245,9 @@ def test_client_id_must_match_the_token() -> None:
         LakeSyncClient(":memory:", url="http://x", gateway_id="gw1", token=token, client_id="bob")
     with pytest.raises(ConfigError, match="gateway_id"):
         LakeSyncClient(":memory:", url="http://x", token=token)
+
+
+@pytest.mark.parametrize("make", [LakeSyncClient, AsyncLakeSyncClient])
+def test_an_unknown_keyword_is_refused(make: Any) -> None:
+    with pytest.raises(TypeError, match="gatway_id"):
+        make(":memory:", client_id="c1", gatway_id="gw1")

@@ -131,7 +131,7 @@ def test_transient_errors_are_retried_with_growing_backoff(gw: InProcessGateway)
     async def record(seconds: float) -> None:
         sleeps.append(seconds)
 
-    a.engine.core._sleep = record
+    a.engine.driver._sleep = record
     a.insert("t", "r", {"a": "x"})
     gw.faults = [
         httpx.ConnectError("down"),
@@ -146,7 +146,7 @@ def test_transient_errors_are_retried_with_growing_backoff(gw: InProcessGateway)
 
 def test_retries_run_out_and_the_outbox_is_kept(gw: InProcessGateway) -> None:
     a = client(gw, "a")
-    a.engine.core._sleep = _no_sleep
+    a.engine.driver._sleep = _no_sleep
     a.insert("t", "r", {"a": "x"})
     gw.faults = [httpx.ConnectError("down") for _ in range(10)]
     errors: list[Event] = []

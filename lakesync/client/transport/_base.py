@@ -197,6 +197,9 @@ class Transport(_Reporting, ABC):
         None when this transport or the gateway cannot tell them."""
         return None
 
+    def connect(self) -> None:
+        """Open a realtime connection now (a no-op for transports without one)."""
+
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:
         """Receive realtime broadcasts (a no-op for transports without them)."""
 

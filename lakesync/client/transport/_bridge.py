@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from lakesync.client._loop import LoopThread
 from lakesync.client.transport._base import (
@@ -30,15 +30,19 @@ from lakesync.delta import RowDelta
 __all__ = ["BlockingTransport", "as_async"]
 
 T = TypeVar("T")
+A = TypeVar("A", bound=AsyncTransport)
 
 
-class BlockingTransport(Transport):
-    """A blocking :class:`Transport` that runs the asyncio transport ``core`` on a loop thread
-    of its own (started by the first call). Handlers run on that thread."""
+class BlockingTransport(Transport, Generic[A]):
+    """A blocking :class:`Transport` that runs an asyncio transport (its ``core``, an
+    ``implementation`` made with the constructor's arguments) on a loop thread of its own
+    (started by the first call). Handlers run on that thread."""
 
-    def __init__(self, core: AsyncTransport) -> None:
-        self.core = core
-        self.realtime = core.realtime
+    implementation: type[A]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.core: A = self.implementation(*args, **kwargs)
+        self.realtime = self.core.realtime
         self._loop = LoopThread(f"lakesync-{type(self).__name__}")
 
     def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushResult:
@@ -70,6 +74,10 @@ class BlockingTransport(Transport):
     def schemas(self) -> list[dict[str, Any]] | None:
         """See :meth:`AsyncTransport.schemas`."""
         return self._loop.run(self.core.schemas())
+
+    def connect(self) -> None:
+        """See :meth:`AsyncTransport.connect`."""
+        self._loop.run(self.core.connect())
 
     def set_broadcast_handler(self, handler: BroadcastHandler | None) -> None:
         """See :meth:`AsyncTransport.set_broadcast_handler` (called on the loop thread)."""
@@ -193,5 +201,5 @@ def as_async(transport: Transport | AsyncTransport) -> AsyncTransport:
     if isinstance(transport, AsyncTransport):
         return transport
     if isinstance(transport, BlockingTransport):
-        return transport.core
+        return transport.core  # type: ignore[no-any-return]
     return _ThreadedTransport(transport)

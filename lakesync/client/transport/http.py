@@ -173,21 +173,11 @@ class AsyncHttpTransport(AsyncTransport):
         self._closed = True
 
 
-class HttpTransport(BlockingTransport):
+class HttpTransport(BlockingTransport[AsyncHttpTransport]):
     """:class:`AsyncHttpTransport` with blocking calls (same arguments); a client given one
     drives its core on the client's own loop."""
 
-    core: AsyncHttpTransport
-
-    def __init__(
-        self,
-        url: str,
-        gateway_id: str,
-        tokens: TokenProvider,
-        timeout: float = 30.0,
-        http: HttpClient | None = None,
-    ) -> None:
-        super().__init__(AsyncHttpTransport(url, gateway_id, tokens, timeout, http))
+    implementation = AsyncHttpTransport
 
 
 async def _frames(

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-from collections.abc import Coroutine, Generator, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -27,12 +26,9 @@ from lakesync.client._auth import TokenProvider
 from lakesync.client._backoff import Backoff
 from lakesync.client.errors import (
     AuthError,
-    BackpressureError,
     ConnectionFailedError,
     ForbiddenError,
     LakeSyncError,
-    RateLimitedError,
-    ValidationError,
 )
 from lakesync.client.transport._base import (
     AsyncCheckpoint,
@@ -45,14 +41,12 @@ from lakesync.client.transport._base import (
     gateway_error,
 )
 from lakesync.client.transport._bridge import BlockingTransport
+from lakesync.client.transport._realtime import Broadcast, Reconnects, close_error, received
 from lakesync.client.transport.http import AsyncHttpTransport
 from lakesync.delta import RowDelta
-from lakesync.errors import code_for_status, error_for_code
 from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
 from lakesync.wsframes import (
-    CLOSE_TOO_SLOW,
     ServerFrame,
-    decode_server_frame,
     encode_pull,
     encode_push,
 )
@@ -88,7 +82,7 @@ class AsyncWebSocketTransport(AsyncTransport):
         self._replies: asyncio.Queue[_Reply] = asyncio.Queue()
         self._request_lock = asyncio.Lock()
         self._closed = False
-        self._drops = 0
+        self._reconnects = Reconnects(self._backoff)
         self._on_broadcast: BroadcastHandler | None = None
         self._on_reconnect: ReconnectHandler | None = None
         self._session: asyncio.Task[None] | None = None
@@ -235,7 +229,7 @@ class AsyncWebSocketTransport(AsyncTransport):
                 max_size=None,
                 compression=None,
                 process_exception=retry_or_raise,
-                reconnect_delays=self._delays,
+                reconnect_delays=self._reconnects.delays,
             ):
                 refreshed = False
                 used = self._tokens.token
@@ -249,27 +243,25 @@ class AsyncWebSocketTransport(AsyncTransport):
                 # Drops in a row without traffic (a gateway at its cap) wait longer each
                 # time; a request wakes the wait to reconnect at once.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._backoff.delay(self._drops))
+                    await asyncio.wait_for(self._wake.wait(), self._reconnects.wait())
                 self._wake.clear()
-                self._drops += 1
         except LakeSyncError as exc:
             _log.info("WebSocket connection given up: %s", exc)
         finally:
             self._settle(ConnectionFailedError("the WebSocket connection was given up"))
 
-    def _delays(self) -> Generator[float]:
-        """Waits between failed connection attempts: the client's backoff."""
-        for attempt in itertools.count(self._drops):
-            yield self._backoff.delay(attempt)
-
     def _keeps_open(self, err: LakeSyncError, used: str) -> bool:
-        """Whether to reconnect after the connection closed with ``err``."""
-        if self._closed or self._on_broadcast is None:
-            return False
-        if isinstance(err, ForbiddenError):
-            return False
-        # A bad token cannot be fixed by reconnecting unless a fresh one can be had.
-        return not isinstance(err, AuthError) or self._refresh_if_stale(used)
+        """Whether to reconnect after the connection closed with ``err`` (see
+        :meth:`Reconnects.after_close`)."""
+        decision = self._reconnects.after_close(
+            err,
+            wanted=not self._closed and self._on_broadcast is not None,
+            refreshable=self._tokens.refreshable,
+            token_replaced=self._tokens.token != used,
+        )
+        if decision == "refresh":
+            self._tokens.refresh()
+        return decision != "stop"
 
     @staticmethod
     async def _catch_up(handler: ReconnectHandler) -> None:
@@ -283,30 +275,23 @@ class AsyncWebSocketTransport(AsyncTransport):
         """Route the connection's frames until it closes; the close as an error."""
         try:
             async for message in ws:
-                self._drops = 0
+                self._reconnects.traffic()
                 self._deliver(message)
         except ConnectionClosed:
             pass
-        err = _close_error(ws)
+        err = close_error(ws.close_code, ws.close_reason)
         self._replies.put_nowait(err)
         if self._ws is ws:
             self._ws = None
         return err
 
     def _deliver(self, message: str | bytes) -> None:
-        if isinstance(message, str):
-            self._replies.put_nowait(ConnectionFailedError("unexpected text frame"))
-            return
-        try:
-            frame = decode_server_frame(message, self._cell_errors)
-        except ValidationError as exc:
-            self._replies.put_nowait(exc)
-            return
-        if not frame.broadcast:
-            self._replies.put_nowait(frame)
+        what = received(message, self._cell_errors)
+        if not isinstance(what, Broadcast):
+            self._replies.put_nowait(what)
         elif self._on_broadcast is not None:
             try:
-                self._on_broadcast(frame.deltas)
+                self._on_broadcast(what.deltas)
             except Exception:
                 # The cursor did not move, so the next pull brings these deltas again.
                 _log.exception("applying a WebSocket broadcast failed")
@@ -338,7 +323,7 @@ class AsyncWebSocketTransport(AsyncTransport):
             try:
                 await asyncio.wait_for(ws.send(frame), self._timeout)
             except ConnectionClosed as exc:
-                raise _close_error(ws) from exc
+                raise close_error(ws.close_code, ws.close_reason) from exc
             except TimeoutError:
                 self._spawn(ws.close())
                 raise ConnectionFailedError(
@@ -356,25 +341,11 @@ class AsyncWebSocketTransport(AsyncTransport):
             return reply
 
 
-class WebSocketTransport(BlockingTransport):
+class WebSocketTransport(BlockingTransport[AsyncWebSocketTransport]):
     """:class:`AsyncWebSocketTransport` with blocking calls (same arguments; broadcasts are
     applied on its loop thread); a client given one drives its core on the client's own loop."""
 
-    core: AsyncWebSocketTransport
-
-    def __init__(
-        self,
-        url: str,
-        gateway_id: str,
-        tokens: TokenProvider,
-        timeout: float = 30.0,
-        backoff: Backoff | None = None,
-    ) -> None:
-        super().__init__(AsyncWebSocketTransport(url, gateway_id, tokens, timeout, backoff))
-
-    def connect(self) -> None:
-        """Open the socket now (it is otherwise opened by the first request)."""
-        self._loop.run(self.core.connect())
+    implementation = AsyncWebSocketTransport
 
 
 class _HandshakeHeaders(Mapping[str, str]):
@@ -407,24 +378,3 @@ def _open_error(exc: Exception, url: str) -> LakeSyncError | None:
     if isinstance(exc, OSError | TimeoutError | InvalidHandshake | ConnectionClosed | EOFError):
         return ConnectionFailedError(f"cannot open WebSocket {url}: {exc}")
     return None
-
-
-def _close_error(ws: ClientConnection) -> LakeSyncError:
-    """The error a request gets when the gateway closes the socket under it.
-
-    The gateway closes with ``4000 + HTTP status`` for protocol errors (4401 bad token, 4403
-    forbidden, 4422 schema, 4429 rate limited, …), 4408 when this receiver took its broadcasts
-    too slowly, 1008 when frames come too fast, 1013 when it is full, 1001 when it shuts down.
-    """
-    code, reason = ws.close_code, ws.close_reason or ""
-    if code == CLOSE_TOO_SLOW:  # dropped as a slow receiver: reconnect, pull what was missed
-        return BackpressureError(reason or "the gateway dropped this slow receiver")
-    if code is not None and 4000 <= code < 5000:
-        status = code - 4000
-        message = reason or f"the gateway closed the WebSocket with code {code}"
-        return error_for_code(code_for_status(status), message, status)
-    if code == 1008:
-        return RateLimitedError(reason or "WebSocket frame rate limit exceeded")
-    if code == 1013:
-        return BackpressureError(reason or "the gateway is busy")
-    return ConnectionFailedError(f"WebSocket closed (code {code}): {reason}")
