@@ -36,6 +36,7 @@ from sqlglot import exp
 
 from lakesync.column_types import decimal_params, spark_type
 from lakesync.destination_specs import DestinationSpec, receivers, shipped_on_their_own
+from lakesync.destinations.factory import destination_kind
 from lakesync.destinations.statements import (
     POSITION,
     Columns,
@@ -268,9 +269,6 @@ class ChangeSetModel:
         return f"changes__{self.destination}__{self.table}"
 
 
-_DIALECTS: dict[str, Dialect] = {"postgres": "postgres", "mysql": "mysql", "bigquery": "bigquery"}
-"""The SQL dialect of each destination kind (the lake has none)."""
-
 def plan_change_sets(
     destinations: Mapping[str, DestinationSpec],
     tables_by_gateway: Mapping[str, Iterable[str]],
@@ -283,7 +281,7 @@ def plan_change_sets(
             if not spec.ships(table):
                 continue
             for name in receivers(spec, table):
-                dialect = _DIALECTS.get(destinations[name].kind)
+                dialect = destination_kind(destinations[name].kind).dialect
                 specs = tuple(map(column_spec, columns[table]))
                 model = ChangeSetModel(name, spec.gateway, table, specs, dialect)
                 out.setdefault(f"{name}\0{table}", model)
