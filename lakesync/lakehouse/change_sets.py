@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from sqlglot import exp
+
 from lakesync.config import Config
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import DestinationError
@@ -297,8 +299,10 @@ def drop_undeclared(
     wanted = {m.name for m in models}
     gone = sorted(i[-1] for i in catalog.list_tables(CHANGES_NAMESPACE) if i[-1] not in wanted)
     for name in gone:
-        quoted = name.replace("`", "``")
-        spark.sql(f"drop table if exists {CHANGES_NAMESPACE}.`{quoted}` purge")
+        table = exp.Table(this=exp.to_identifier(name, quoted=True),
+                          db=exp.to_identifier(CHANGES_NAMESPACE))
+        drop = exp.Drop(tables=[table], kind="TABLE", exists=True, purge=True)
+        spark.sql(drop.sql(dialect="spark"))
         _log.info("dropped change set %s.%s: no declared destination needs it", CHANGES_NAMESPACE,
                   name)
     return gone

@@ -7,7 +7,7 @@ tests. Adding a table or a column is a schema change, never hand-written SQL.
 One change-set model per declared destination and table it receives
 (``changes__<destination>__<table>.sql``, Iceberg table ``lakesync_changes.<same name>``): the
 rows of that table changed or deleted since the destination's watermark, typed
-(:func:`lakesync.destinations.statements.change_set_query` with ``ref()`` calls, the gateway and
+(:func:`lakesync.lakehouse.change_set_sql.change_set_query` with ``ref()`` calls, the gateway and
 table as
 literals and the watermark from the var ``lakesync_watermarks``, ``{destination: {table:
 position}}``, -1 without it). A pre-hook clears and a post-hook records the watermark it was
@@ -37,14 +37,9 @@ from sqlglot import exp
 from lakesync.column_types import decimal_params, spark_type
 from lakesync.destination_specs import DestinationSpec, receivers, shipped_on_their_own
 from lakesync.destinations.factory import destination_kind
-from lakesync.destinations.statements import (
-    POSITION,
-    Columns,
-    Dialect,
-    change_set_query,
-    column_spec,
-)
+from lakesync.destinations.statements import POSITION, Columns, Dialect, column_spec
 from lakesync.errors import ConfigError
+from lakesync.lakehouse.change_set_sql import change_set_query
 from lakesync.schema import DELETED_COLUMN, ColumnSpec, TableSchema, reserved_name_problems
 
 __all__ = [
