@@ -116,7 +116,7 @@ class PipelineResult:
     failed: dict[str, str] = field(default_factory=dict)
     """Tables this run did not build, and why: a reserved name, a column typed differently by
     two gateways, or their current-state model (or one of its data tests) failed. Their change
-    sets must not ship (:func:`lakehouse.materialise.materialise`'s ``not_built``); every other
+    sets must not ship (:func:`lakesync.lakehouse.shipping.ship`'s ``not_built``); every other
     table was built."""
     failed_change_sets: dict[str, str] = field(default_factory=dict)
     """Change-set models that failed, and why (shipping rebuilds them or reports them)."""

@@ -78,12 +78,12 @@ if TYPE_CHECKING:
 
     from lakesync.lakehouse.runner import DbtInvoker
 
-__all__ = ["ShipResult", "materialise", "tier"]
+__all__ = ["ShipResult", "ship", "tier"]
 
 _log = logging.getLogger(__name__)
 
 
-def materialise(
+def ship(
     settings: LakeSettings,
     config: Config,
     *,
@@ -158,7 +158,7 @@ def tier(
     """Lifecycle tiering alone (no Spark): in every destination with a ``hot_window``, remove
     the rows whose last change in the lake is before ``now`` minus the window; the lake's
     ``analytics.<table>`` (the cold tier) keeps them. One result per (destination, table),
-    with ``evicted`` set. :func:`materialise` does the same after shipping each table."""
+    with ``evicted`` set. :func:`ship` does the same after shipping each table."""
     results, report = _collector(on_result)
     cold = LakeColdTier(settings, now or datetime.now(UTC))
     tiered = {n for n, s in config.destinations.items() if s.hot_window is not None}
