@@ -7,10 +7,12 @@ dataset or namespace says what it should look like.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -33,11 +35,16 @@ def _read_file(path: str) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
-def _missing(kind: str, module: str) -> DestinationError:
-    return DestinationError(
-        f"the {kind} destination needs the {module} package: "
-        "pip install 'lakesync[destinations]'"
-    )
+def _driver(kind: str, module: str, package: str) -> ModuleType:
+    """The optional driver ``module`` (extras "connectors", "destinations": only the one in use
+    loads); missing, an error naming the ``pip install`` extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise DestinationError(
+            f"the {kind} destination needs the {package} package: "
+            "pip install 'lakesync[destinations]'"
+        ) from None
 
 
 def mysql_params(url: str) -> dict[str, object]:
@@ -77,12 +84,7 @@ class DestinationKindEntry:
 def _open_postgres(
     spec: DestinationSpec, url: str, env: Mapping[str, str], catalog: Callable[[], Catalog] | None
 ) -> Destination:
-    try:
-        # optional driver (extras "connectors", "destinations"): only the one in use loads
-        import psycopg  # noqa: PLC0415
-    except ImportError:
-        raise _missing("postgres", "psycopg") from None
-
+    psycopg = _driver("postgres", "psycopg", "psycopg")
     return SqlDestination(
         spec, "postgres", lambda: psycopg.connect(url, connect_timeout=10),
         (psycopg.Error,), url,
@@ -92,12 +94,7 @@ def _open_postgres(
 def _open_mysql(
     spec: DestinationSpec, url: str, env: Mapping[str, str], catalog: Callable[[], Catalog] | None
 ) -> Destination:
-    try:
-        # optional driver (extras "connectors", "destinations"): only the one in use loads
-        import pymysql  # noqa: PLC0415
-    except ImportError:
-        raise _missing("mysql", "PyMySQL") from None
-
+    pymysql = _driver("mysql", "pymysql", "PyMySQL")
     params = mysql_params(url)
 
     def connect() -> object:

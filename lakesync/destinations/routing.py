@@ -125,8 +125,53 @@ class CompositeDestination(Destination):
             dest.close()
 
 
-class FanOutDestination(Destination):
-    """A primary written synchronously plus best-effort secondaries (by name)."""
+class _Wrapping(Destination):
+    """A destination over one other (``inner``) that passes every call on to it; a subclass
+    overrides what it adds."""
+
+    def __init__(self, inner: Destination) -> None:
+        self.inner = inner
+        self.spec = inner.spec
+
+    def layout(
+        self, table: str, columns: Columns, external_id: str | None = None
+    ) -> TableLayout:
+        return self.inner.layout(table, columns, external_id)
+
+    def ensure_table(self, layout: TableLayout) -> None:
+        self.inner.ensure_table(layout)
+
+    def apply_changes(
+        self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
+    ) -> None:
+        self.inner.apply_changes(layout, changes, position)
+
+    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
+        return self.inner.read_rows(layout)
+
+    def read_changes(
+        self, layout: TableLayout, since: datetime, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        return self.inner.read_changes(layout, since, limit)
+
+    def evict(
+        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
+    ) -> int:
+        return self.inner.evict(layout, row_ids, mark)
+
+    def tiering_mark(self, table: str) -> TieringMark | None:
+        return self.inner.tiering_mark(table)
+
+    def watermark(self, table: str) -> int | None:
+        return self.inner.watermark(table)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class FanOutDestination(_Wrapping):
+    """A primary (``inner``) written synchronously plus best-effort secondaries (by name); reads
+    and tiering are the primary's (secondaries are copies, kept whole)."""
 
     def __init__(
         self,
@@ -134,9 +179,8 @@ class FanOutDestination(Destination):
         secondaries: Mapping[str, Destination],
         metrics: DestinationMetrics | None = None,
     ) -> None:
-        self.primary = primary
+        super().__init__(primary)
         self.secondaries = dict(secondaries)
-        self.spec = primary.spec
         self.failures: Counter[str] = Counter()
         """Failed writes per secondary name since this object was made."""
         self._metrics = metrics
@@ -158,7 +202,7 @@ class FanOutDestination(Destination):
     def ship(self, change_set: ChangeSet) -> ShipResult:
         """Ship to the primary, then to each secondary from its own watermark, best effort;
         the result is the primary's with how many secondaries failed."""
-        result = self.primary.ship(change_set)
+        result = self.inner.ship(change_set)
         failed = 0
         for name, secondary in self.secondaries.items():
             shipped = secondary.ship(change_set)
@@ -172,47 +216,22 @@ class FanOutDestination(Destination):
 
     def tier(self, table: str, columns: Columns, external_id: str | None) -> ShipResult | None:
         """Tiering applies to the primary (secondaries are copies, kept whole)."""
-        return self.primary.tier(table, columns, external_id)
-
-    def layout(
-        self, table: str, columns: Columns, external_id: str | None = None
-    ) -> TableLayout:
-        return self.primary.layout(table, columns, external_id)
+        return self.inner.tier(table, columns, external_id)
 
     def ensure_table(self, layout: TableLayout) -> None:
-        self.primary.ensure_table(layout)
+        self.inner.ensure_table(layout)
         self._each_secondary("ensure_table", layout, lambda d, lay: d.ensure_table(lay))
 
     def apply_changes(
         self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
     ) -> None:
-        self.primary.apply_changes(layout, changes, position)
+        self.inner.apply_changes(layout, changes, position)
         self._each_secondary(
             "apply_changes", layout, lambda d, lay: d.apply_changes(lay, changes, position)
         )
 
-    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
-        return self.primary.read_rows(layout)
-
-    def read_changes(
-        self, layout: TableLayout, since: datetime, limit: int | None = None
-    ) -> list[dict[str, Any]]:
-        return self.primary.read_changes(layout, since, limit)
-
-    def evict(
-        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
-    ) -> int:
-        """Tiering applies to the primary (secondaries are copies, kept whole)."""
-        return self.primary.evict(layout, row_ids, mark)
-
-    def tiering_mark(self, table: str) -> TieringMark | None:
-        return self.primary.tiering_mark(table)
-
-    def watermark(self, table: str) -> int | None:
-        return self.primary.watermark(table)
-
     def close(self) -> None:
-        self.primary.close()
+        super().close()
         for dest in self.secondaries.values():
             dest.close()
 
@@ -232,7 +251,7 @@ class ColdTier(Protocol):
         :class:`DestinationError` when the cold tier cannot tell."""
 
 
-class TieredDestination(Destination):
+class TieredDestination(_Wrapping):
     """A destination with a ``hot_window`` over its cold tier: every table it ships then loses
     the rows whose last change is older than the window, however recently they were shipped;
     a row that changes again is shipped again (its whole state) and is hot once more."""
@@ -241,13 +260,12 @@ class TieredDestination(Destination):
         window = hot.spec.hot_window_seconds
         if window is None:
             raise ValueError(f"destination {hot.spec.name!r} has no hot_window")
-        self.hot = hot
-        self.spec = hot.spec
+        super().__init__(hot)
         self._window = window
         self._cold = cold
 
     def ship(self, change_set: ChangeSet) -> ShipResult:
-        result = self.hot.ship(change_set)
+        result = self.inner.ship(change_set)
         if result.error is not None:
             return result
         return self._evict(result, change_set.table, change_set.columns,
@@ -256,7 +274,7 @@ class TieredDestination(Destination):
     def tier(self, table: str, columns: Columns, external_id: str | None) -> ShipResult | None:
         result = ShipResult(self.spec.name, table)
         try:
-            self.hot.ensure_table(self.hot.layout(table, columns, external_id))
+            self.inner.ensure_table(self.inner.layout(table, columns, external_id))
         except LakeSyncError as exc:
             return replace(result, error=exc.message)
         return self._evict(result, table, columns, external_id)
@@ -268,54 +286,19 @@ class TieredDestination(Destination):
         window evicted (none before anything was shipped)."""
         before = self._cold.now - timedelta(seconds=self._window)
         try:
-            layout = self.hot.layout(table, columns, external_id)
-            shipped = result.position if result.position is not None else self.hot.watermark(
+            layout = self.inner.layout(table, columns, external_id)
+            shipped = result.position if result.position is not None else self.inner.watermark(
                 table)
             if shipped is None:  # nothing shipped: nothing to evict
                 return result
-            mark = self.hot.tiering_mark(table)
+            mark = self.inner.tiering_mark(table)
             if mark is not None and mark.position > shipped:
                 mark = None  # the destination went back (reset or restored): check every row
             aged = self._cold.aged_rows(self.spec.gateway, table, before, mark)
-            evicted = self.hot.evict(layout, aged, TieringMark(cutoff_hlc(before), shipped))
+            evicted = self.inner.evict(layout, aged, TieringMark(cutoff_hlc(before), shipped))
         except LakeSyncError as exc:
             return replace(result, error=f"lifecycle tiering: {exc.message}")
         return replace(result, evicted=evicted)
-
-    def layout(
-        self, table: str, columns: Columns, external_id: str | None = None
-    ) -> TableLayout:
-        return self.hot.layout(table, columns, external_id)
-
-    def ensure_table(self, layout: TableLayout) -> None:
-        self.hot.ensure_table(layout)
-
-    def apply_changes(
-        self, layout: TableLayout, changes: Sequence[Change], position: int | None = None
-    ) -> None:
-        self.hot.apply_changes(layout, changes, position)
-
-    def read_rows(self, layout: TableLayout) -> list[dict[str, Any]]:
-        return self.hot.read_rows(layout)
-
-    def read_changes(
-        self, layout: TableLayout, since: datetime, limit: int | None = None
-    ) -> list[dict[str, Any]]:
-        return self.hot.read_changes(layout, since, limit)
-
-    def evict(
-        self, layout: TableLayout, row_ids: Sequence[str], mark: TieringMark | None = None
-    ) -> int:
-        return self.hot.evict(layout, row_ids, mark)
-
-    def tiering_mark(self, table: str) -> TieringMark | None:
-        return self.hot.tiering_mark(table)
-
-    def watermark(self, table: str) -> int | None:
-        return self.hot.watermark(table)
-
-    def close(self) -> None:
-        self.hot.close()
 
 
 class UnreachableDestination(Destination):
