@@ -67,9 +67,9 @@ from lakesync.destinations.factory import mysql_params
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher
-from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.shipping import ship
 from lakesync.lakehouse.spark import spark_session
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def _ship_round(
             config = _config(data_dir, urls, kind)
             for attempt in ("first", "again"):
                 t = time.perf_counter()
-                [result] = materialise(settings, config, spark=spark)
+                [result] = ship(settings, config, spark=spark)
                 wall = time.perf_counter() - t
                 if result.error:
                     raise SystemExit(f"{kind}: {result.error}")

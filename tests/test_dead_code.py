@@ -42,7 +42,7 @@ ENTRY_POINTS = {
     # httpx calls an async transport's hook by name.
     ("lakesync/client/transport/http.py", "handle_async_request"),
     # sqlglot calls a dialect generator's hooks by name.
-    ("lakesync/destinations/statements.py", "placeholder_sql"),
+    ("lakesync/destinations/statements/_build.py", "placeholder_sql"),
     # pyiceberg's transaction reads the property this subclass overrides.
     ("lakesync/lakehouse/_transaction.py", "table_metadata"),
     # thrift's protocol skip() calls the override by name.

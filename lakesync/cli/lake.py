@@ -33,7 +33,6 @@ from lakesync.cli.query import DataDirOption, FormatOption, print_result, query_
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.lakehouse.catalog import require_lake
-from lakesync.lakehouse.materialise import ShipResult
 from lakesync.lakehouse.models import GENERATED
 from lakesync.lakehouse.pipeline import (
     Built,
@@ -52,6 +51,7 @@ from lakesync.lakehouse.runner import (
     state_as_of_hlc,
 )
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.shipping import ShipResult
 from lakesync.lakehouse.worker import Queued, WorkerEvent
 from lakesync.progress import NodeCount
 

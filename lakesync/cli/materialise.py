@@ -26,10 +26,11 @@ from lakesync.config import Config, load_config
 from lakesync.destinations.factory import open_destination
 from lakesync.destinations.migrate import migrate_table
 from lakesync.errors import ConfigError, LakeSyncError
+from lakesync.lakehouse import shipping
 from lakesync.lakehouse.catalog import lake_catalog, require_lake
-from lakesync.lakehouse.materialise import ShipResult, materialise, tier
 from lakesync.lakehouse.pipeline import NodeProgress, Shipped
 from lakesync.lakehouse.settings import LakeSettings, config_redactor
+from lakesync.lakehouse.shipping import ShipResult
 from lakesync.lakehouse.worker import Queued, WorkerEvent
 
 if TYPE_CHECKING:
@@ -131,15 +132,15 @@ def ship(
     with console.status("starting Spark …") as status:
         show = ShippingStatus(status)
         if lifecycle_only:
-            results = tier(settings, config, on_result=show.shipped)
+            results = shipping.tier(settings, config, on_result=show.shipped)
         else:
             reply = None if gateway is None else hand_over(gateway, "materialise", show.event)
             if reply is not None:
                 results = show.results
             else:
                 require_lake(settings)
-                results = materialise(settings, config, on_result=show.shipped,
-                                      on_progress=show.building)
+                results = shipping.ship(settings, config, on_result=show.shipped,
+                                        on_progress=show.building)
     if not console.is_terminal:  # the spinner said nothing: one line for the log
         failed = sum(1 for r in results if r.error)
         console.print(

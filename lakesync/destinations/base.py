@@ -11,11 +11,12 @@ from __future__ import annotations
 import abc
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Context, Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from lakesync.canonical import canonical_json
 from lakesync.cells import decoder
@@ -23,14 +24,15 @@ from lakesync.column_types import MAX_DECIMAL_PRECISION, decimal_params, encode_
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.statements import DELETED, POSITION, Columns, TableLayout
 from lakesync.errors import LakeSyncError
+from lakesync.hlc import encode
 from lakesync.schema import ColumnSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["EVICT_CHUNK", "Change", "Destination", "DestinationError", "TieringMark",
-           "collect_change_set", "collect_rows", "eviction_batches", "latest_per_row",
-           "normalise_row", "typed_change", "widened_value"]
+__all__ = ["EVICT_CHUNK", "Change", "ChangeSet", "Destination", "DestinationError", "ShipResult",
+           "TieringMark", "collect_change_set", "collect_rows", "cutoff_hlc", "eviction_batches",
+           "latest_per_row", "normalise_row", "typed_change", "widened_value"]
 
 _log = logging.getLogger(__name__)
 
@@ -207,11 +209,125 @@ class TieringMark:
     position: int
 
 
+def cutoff_hlc(before: datetime) -> int:
+    """The smallest HLC whose wall time is not before ``before``: a clock below it is older."""
+    return encode(int(before.timestamp() * 1000), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ShipResult:
+    """What shipping one table to one destination did."""
+
+    destination: str
+    table: str
+    rows: int = 0
+    """Changed rows applied (upserted or deleted)."""
+    position: int | None = None
+    """The watermark after the run (None: nothing shipped yet)."""
+    error: str | None = None
+    elapsed_s: float = 0.0
+    steps: dict[str, float] = field(default_factory=dict)
+    """Seconds per step: ``prepare`` (table, watermark, change set), ``ship`` (the destination's
+    :meth:`~Destination.apply_change_set`: the change set read on Spark, loaded, applied with
+    the watermark)."""
+    secondary_failures: int = 0
+    """Fan-out secondaries this table failed to ship to (best effort: the next run retries them
+    from their own watermark)."""
+    evicted: int = 0
+    """Rows lifecycle tiering took out of the destination (its ``hot_window``)."""
+
+
+class ChangeSet(Protocol):
+    """One table's changes as the lake holds them, which any destination ships from its own
+    watermark (the lakehouse implements it: :class:`lakesync.lakehouse.change_sets.LakeChangeSet`).
+    """
+
+    @property
+    def table(self) -> str:
+        """The table's name."""
+
+    @property
+    def columns(self) -> Sequence[ColumnSpec]:
+        """The table's columns as the lake types them."""
+
+    @property
+    def external_id(self) -> str | None:
+        """The schema's external id column, if any."""
+
+    def rows(self, destination: DestinationSpec, since: int | None) -> DataFrame | None:
+        """The rows ``destination`` lacks past its watermark ``since``: a Spark DataFrame of
+        ``row_id``, the columns, ``_deleted`` and ``_position`` (None: nothing is past it).
+        Raises :class:`DestinationError` when the lake cannot serve that watermark yet."""
+
+    def shipped(self, destination: DestinationSpec, position: int | None) -> None:
+        """Record that ``destination`` now holds the rows through watermark ``position``."""
+
+
 class Destination(abc.ABC):
-    """A place synced tables are materialised in (docs/protocol.md §11 layout), for one declared
+    """A place synced tables are shipped to (docs/protocol.md §11 layout), for one declared
     spec."""
 
     spec: DestinationSpec
+
+    lives_in_lake: ClassVar[bool] = False
+    """This kind lives in the lake's own catalog: it opens only with the lake's catalog, the
+    pipeline alone reads its watermarks, and it is the cold tier itself."""
+
+    def ship(self, change_set: ChangeSet) -> ShipResult:
+        """Ship ``change_set`` end to end: create or widen the table, read the watermark, take
+        the rows past it from the lake, apply them with the new watermark
+        (:meth:`apply_change_set`) and tell the lake. A failure is the result's ``error``,
+        never raised, so one table never stops the others. Composite destinations (routing,
+        fan-out, tiering: :mod:`lakesync.destinations.routing`) override it."""
+        started = time.monotonic()
+        steps: dict[str, float] = {}
+        mark = started
+
+        def step(name: str) -> None:
+            nonlocal mark
+            now = time.monotonic()
+            steps[name] = now - mark
+            mark = now
+
+        table = change_set.table
+
+        def failed(error: str) -> ShipResult:
+            return ShipResult(self.spec.name, table, error=error,
+                              elapsed_s=time.monotonic() - started)
+
+        try:
+            layout = self.layout(table, change_set.columns, change_set.external_id)
+            self.ensure_table(layout)
+            since = self.watermark(table)
+            frame = change_set.rows(self.spec, since)
+            step("prepare")
+            if frame is None:  # shipped up to this watermark, and the lake has not changed since
+                count, position = 0, since
+            else:
+                count, position = self.apply_change_set(layout, frame)
+            step("ship")
+            if count == 0:
+                position = since
+            if frame is not None:
+                change_set.shipped(self.spec, position)
+        except LakeSyncError as exc:
+            return failed(exc.message)
+        except Exception as exc:  # Spark's errors (Py4J, analysis) name no LakeSync type
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            if type(exc).__module__.startswith(("pyspark", "py4j")):
+                return failed(f"Spark: {detail}")
+            # Anything else is this table's failure too: logged with its trace, reported, and
+            # the other tables still ship.
+            _log.exception("shipping %s to %s failed", table, self.spec.name)
+            return failed(f"{type(exc).__name__}: {detail}")
+        return ShipResult(self.spec.name, table, count, position,
+                          elapsed_s=time.monotonic() - started, steps=steps)
+
+    def tier(self, table: str, columns: Columns, external_id: str | None) -> ShipResult | None:
+        """Lifecycle tiering of ``table`` alone (no shipping): the rows past the hot window
+        evicted, in the result's ``evicted``; None for a destination without a hot window
+        (a composite's tiering, :class:`lakesync.destinations.routing.TieredDestination`)."""
+        return None
 
     @abc.abstractmethod
     def layout(self, table: str, columns: Columns,
@@ -230,13 +346,13 @@ class Destination(abc.ABC):
         (in the same transaction where the destination has them)."""
 
     def apply_change_set(self, layout: TableLayout, rows: DataFrame) -> tuple[int, int | None]:
-        """Ship a change set the lake computed: ``rows`` is a Spark DataFrame of ``row_id``, the
+        """Apply a change set the lake computed: ``rows`` is a Spark DataFrame of ``row_id``, the
         layout's columns (json as canonical text), ``_deleted`` and ``_position``, one row per
         changed row. Apply it and advance the table's watermark to its greatest position, as
         :meth:`apply_changes` does; returns (rows applied, that position; ``(0, None)`` when
         empty). This default brings the rows to the Spark driver; a destination with a bulk
         path (a staging table loaded over JDBC, a load job) overrides it so the executors load
-        the rows in parallel. Shipping calls only this (and the rest of this interface)."""
+        the rows in parallel. :meth:`ship` calls only this (and the rest of this interface)."""
         changes, top = collect_change_set(layout, rows)
         if not changes:
             return 0, None
@@ -272,10 +388,6 @@ class Destination(abc.ABC):
     @abc.abstractmethod
     def watermark(self, table: str) -> int | None:
         """The lake position shipped into ``table`` for this destination's gateway, if any."""
-
-    def for_table(self, table: str) -> Destination:
-        """The destination that holds ``table`` (a composite's route; else this one)."""
-        return self
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

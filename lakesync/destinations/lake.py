@@ -87,6 +87,8 @@ def _fields(layout: TableLayout) -> list[tuple[str, Any]]:
 class LakeDestination(Destination):
     """Tables in one namespace of the lake's Iceberg catalog (pyiceberg)."""
 
+    lives_in_lake = True
+
     def __init__(self, spec: DestinationSpec, catalog: Catalog, namespace: str) -> None:
         self.spec = spec
         self._catalog = catalog

@@ -28,9 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from sqlglot import exp
+
 from lakesync.config import Config
 from lakesync.destination_specs import DestinationSpec
+from lakesync.destinations.base import DestinationError
 from lakesync.destinations.factory import open_destination
+from lakesync.destinations.statements import DELETED
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.catalog import changes_data, lake_catalog, open_catalog
 from lakesync.lakehouse.models import (
@@ -47,14 +51,15 @@ from lakesync.lakehouse.settings import (
     LANDING_NAMESPACE,
     LakeSettings,
 )
-from lakesync.schema import TableSchema
+from lakesync.schema import DELETED_COLUMN, ColumnSpec, TableSchema
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "BuiltChangeSet",
+    "LakeChangeSet",
     "Watermarks",
     "build_vars",
     "built_change_sets",
@@ -227,6 +232,50 @@ def mark_drained(settings: LakeSettings, model: ChangeSetModel, position: int) -
                      "materialise rebuilds it", model.name, position, exc)
 
 
+@dataclass(frozen=True, slots=True)
+class LakeChangeSet:
+    """One table's change sets as built in the lake, for every destination that receives it
+    (:class:`lakesync.destinations.base.ChangeSet`): each destination's is the change-set
+    model built from its watermark. ``unbuilt``: dbt's error if the rebuild of stale change
+    sets just before failed (a change set it left stale reports it)."""
+
+    spark: SparkSession
+    settings: LakeSettings
+    table: str
+    columns: Sequence[ColumnSpec]
+    external_id: str | None
+    unbuilt: str | None = None
+
+    def _model(self, destination: DestinationSpec) -> ChangeSetModel:
+        return ChangeSetModel(destination.name, destination.gateway, self.table, ())
+
+    def rows(self, destination: DestinationSpec, since: int | None) -> DataFrame | None:
+        """The change-set table of ``destination``, which must serve its watermark ``since``,
+        with the staging column names; None when there is nothing past ``since``."""
+        model = self._model(destination)
+        mark = NONE if since is None else since
+        built = built_change_sets(self.settings, [model])[model.name]
+        serves = built.serves(mark)
+        if serves == "empty":
+            return None
+        if serves == "rebuild":
+            why = f" (dbt: {self.unbuilt})" if self.unbuilt else ""
+            was = "nothing" if built.since is None else built.since
+            raise DestinationError(
+                f"change set {CHANGES_NAMESPACE}.{model.name} is not built from watermark "
+                f"{mark} (built from {was}){why}; the next `lakesync pipeline run` or "
+                "`lakesync materialise` rebuilds it"
+            )
+        return self.spark.table(f"{CHANGES_NAMESPACE}.{model.name}").withColumnRenamed(
+            DELETED_COLUMN, DELETED
+        )
+
+    def shipped(self, destination: DestinationSpec, position: int | None) -> None:
+        """Mark the change set drained at ``position`` (:func:`mark_drained`)."""
+        mark_drained(self.settings, self._model(destination),
+                     NONE if position is None else position)
+
+
 def stale_change_sets(
     settings: LakeSettings, marks: Watermarks, models: Sequence[ChangeSetModel]
 ) -> list[ChangeSetModel]:
@@ -250,8 +299,10 @@ def drop_undeclared(
     wanted = {m.name for m in models}
     gone = sorted(i[-1] for i in catalog.list_tables(CHANGES_NAMESPACE) if i[-1] not in wanted)
     for name in gone:
-        quoted = name.replace("`", "``")
-        spark.sql(f"drop table if exists {CHANGES_NAMESPACE}.`{quoted}` purge")
+        table = exp.Table(this=exp.to_identifier(name, quoted=True),
+                          db=exp.to_identifier(CHANGES_NAMESPACE))
+        drop = exp.Drop(tables=[table], kind="TABLE", exists=True, purge=True)
+        spark.sql(drop.sql(dialect="spark"))
         _log.info("dropped change set %s.%s: no declared destination needs it", CHANGES_NAMESPACE,
                   name)
     return gone

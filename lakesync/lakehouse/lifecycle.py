@@ -17,24 +17,47 @@ delete for every row it ever retired on every run.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from lakesync.destinations.base import TieringMark
-from lakesync.hlc import encode
-from lakesync.lakehouse.catalog import ROWS_MERGED_IDENTIFIER
+from lakesync.destinations.base import DestinationError, TieringMark, cutoff_hlc
+from lakesync.lakehouse.catalog import ROWS_MERGED_IDENTIFIER, open_catalog
+from lakesync.lakehouse.settings import LakeSettings
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-__all__ = ["aged_rows", "cutoff_hlc"]
+__all__ = ["LakeColdTier", "aged_rows"]
+
+_log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class LakeColdTier:
+    """The lake as the cold tier of the destinations with a ``hot_window``
+    (:class:`lakesync.destinations.routing.ColdTier`): it keeps every row in ``analytics.<table>``
+    and tells which rows aged out by their last change (:func:`aged_rows`)."""
 
-def cutoff_hlc(before: datetime) -> int:
-    """The smallest HLC whose wall time is not before ``before``: a clock below it is older."""
-    return encode(int(before.timestamp() * 1000), 0)
+    settings: LakeSettings
+    now: datetime
+    """The instant hot windows end at, one for a whole run."""
+
+    def aged_rows(
+        self, gateway_id: str, table: str, before: datetime, mark: TieringMark | None
+    ) -> list[str]:
+        """:func:`aged_rows` in the lake's catalog; a failure to read it says how to rebuild."""
+        try:
+            return aged_rows(open_catalog(self.settings), gateway_id, table, before, mark)
+        except Exception as exc:  # pyiceberg and pyarrow errors (a missing or unreadable file)
+            _log.exception("lifecycle tiering of %s: reading the lake's row clocks failed",
+                           table)
+            raise DestinationError(
+                f"cannot read the lake's row clocks ({type(exc).__name__}: {exc}); run "
+                "`lakesync pipeline run` (or `--full-refresh`) to rebuild them"
+            ) from exc
 
 
 def aged_rows(

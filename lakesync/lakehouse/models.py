@@ -7,7 +7,7 @@ tests. Adding a table or a column is a schema change, never hand-written SQL.
 One change-set model per declared destination and table it receives
 (``changes__<destination>__<table>.sql``, Iceberg table ``lakesync_changes.<same name>``): the
 rows of that table changed or deleted since the destination's watermark, typed
-(:func:`lakesync.destinations.statements.change_set_query` with ``ref()`` calls, the gateway and
+(:func:`lakesync.lakehouse.change_set_sql.change_set_query` with ``ref()`` calls, the gateway and
 table as
 literals and the watermark from the var ``lakesync_watermarks``, ``{destination: {table:
 position}}``, -1 without it). A pre-hook clears and a post-hook records the watermark it was
@@ -36,14 +36,10 @@ from sqlglot import exp
 
 from lakesync.column_types import decimal_params, spark_type
 from lakesync.destination_specs import DestinationSpec, receivers, shipped_on_their_own
-from lakesync.destinations.statements import (
-    POSITION,
-    Columns,
-    Dialect,
-    change_set_query,
-    column_spec,
-)
+from lakesync.destinations.factory import destination_kind
+from lakesync.destinations.statements import POSITION, Columns, Dialect, column_spec
 from lakesync.errors import ConfigError
+from lakesync.lakehouse.change_set_sql import change_set_query
 from lakesync.schema import DELETED_COLUMN, ColumnSpec, TableSchema, reserved_name_problems
 
 __all__ = [
@@ -268,9 +264,6 @@ class ChangeSetModel:
         return f"changes__{self.destination}__{self.table}"
 
 
-_DIALECTS: dict[str, Dialect] = {"postgres": "postgres", "mysql": "mysql", "bigquery": "bigquery"}
-"""The SQL dialect of each destination kind (the lake has none)."""
-
 def plan_change_sets(
     destinations: Mapping[str, DestinationSpec],
     tables_by_gateway: Mapping[str, Iterable[str]],
@@ -283,7 +276,7 @@ def plan_change_sets(
             if not spec.ships(table):
                 continue
             for name in receivers(spec, table):
-                dialect = _DIALECTS.get(destinations[name].kind)
+                dialect = destination_kind(destinations[name].kind).dialect
                 specs = tuple(map(column_spec, columns[table]))
                 model = ChangeSetModel(name, spec.gateway, table, specs, dialect)
                 out.setdefault(f"{name}\0{table}", model)

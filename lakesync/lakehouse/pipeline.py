@@ -4,7 +4,7 @@
 warm worker behind ``lakesync up``'s scheduled runs (:mod:`lakesync.lakehouse.worker`) and
 ``lakesync demo``. It runs :func:`lakesync.lakehouse.runner.run_pipeline` (landing → merged
 models → ``analytics.<table>`` and the change sets), then, when the configuration declares
-``destinations:``, :func:`lakesync.lakehouse.materialise.materialise` (tables the build did not
+``destinations:``, :func:`lakesync.lakehouse.shipping.ship` (tables the build did not
 build are reported failed, not shipped). Both stages share one :class:`DbtInvoker`, so dbt
 parses the project at most once.
 
@@ -23,7 +23,6 @@ from typing import Literal
 from lakesync.config import Config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.lakehouse import telemetry
-from lakesync.lakehouse.materialise import ShipResult, materialise
 from lakesync.lakehouse.runner import (
     PLANNED,
     DbtInvoker,
@@ -32,6 +31,7 @@ from lakesync.lakehouse.runner import (
     run_pipeline,
 )
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.shipping import ShipResult, ship
 from lakesync.schema import TableSchema
 
 __all__ = [
@@ -177,7 +177,7 @@ def _run_and_ship(
     notify(Built(built))
     if not config.destinations:
         return PipelineOutcome(built)
-    shipped = materialise(
+    shipped = ship(
         settings,
         config,
         metrics=metrics,

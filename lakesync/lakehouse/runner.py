@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlglot import exp
+
 from lakesync.config import Config, load_config
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.bootstrap import bootstrap
@@ -54,7 +56,12 @@ from lakesync.lakehouse.models import (
 from lakesync.lakehouse.object_store import store_failures_raised
 from lakesync.lakehouse.process_env import process_environment
 from lakesync.lakehouse.registry import registered_table_schemas  # re-exported: public here too
-from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
+from lakesync.lakehouse.settings import (
+    ANALYTICS_NAMESPACE,
+    LANDING_NAMESPACE,
+    LANDING_TABLE,
+    LakeSettings,
+)
 from lakesync.lakehouse.spark import spark_session
 from lakesync.schema import TableSchema
 
@@ -116,7 +123,7 @@ class PipelineResult:
     failed: dict[str, str] = field(default_factory=dict)
     """Tables this run did not build, and why: a reserved name, a column typed differently by
     two gateways, or their current-state model (or one of its data tests) failed. Their change
-    sets must not ship (:func:`lakehouse.materialise.materialise`'s ``not_built``); every other
+    sets must not ship (:func:`lakesync.lakehouse.shipping.ship`'s ``not_built``); every other
     table was built."""
     failed_change_sets: dict[str, str] = field(default_factory=dict)
     """Change-set models that failed, and why (shipping rebuilds them or reports them)."""
@@ -276,9 +283,10 @@ def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[
 def _position(spark: SparkSession) -> int | None:
     if not spark.catalog.tableExists(f"{LANDING_NAMESPACE}.int_rows_merged"):
         return None
-    row = spark.sql(
-        f"select max(last_ingest_hlc) as p from {LANDING_NAMESPACE}.int_rows_merged"
-    ).first()
+    query = exp.select(exp.alias_(exp.Max(this=exp.column("last_ingest_hlc")), "p")).from_(
+        exp.table_("int_rows_merged", db=LANDING_NAMESPACE)
+    )
+    row = spark.sql(query.sql(dialect="spark")).first()
     return None if row is None or row["p"] is None else int(row["p"])
 
 
@@ -350,11 +358,16 @@ def _run_pipeline(
     if late and not full_refresh:
         _log.warning("rows landed late (a held-back gateway caught up): rebuilding the models")
         full_refresh = True
-    landing = f"{LANDING_NAMESPACE}.landing"
-    pending_sql = f"select count(*) as n from {landing}"
+    pending_sql = exp.select(exp.alias_(exp.Count(this=exp.Star()), "n")).from_(
+        exp.table_(LANDING_TABLE, db=LANDING_NAMESPACE)
+    )
+    bound: dict[str, Any] = {}
     if before_pos is not None and not full_refresh:
-        pending_sql += f" where ingest_hlc > {before_pos}"
-    pending_row = spark.sql(pending_sql).first()
+        pending_sql = pending_sql.where(
+            exp.GT(this=exp.column("ingest_hlc"), expression=exp.Placeholder(this="since"))
+        )
+        bound["since"] = before_pos
+    pending_row = spark.sql(pending_sql.sql(dialect="spark"), args=bound or None).first()
     pending = int(pending_row["n"]) if pending_row is not None else 0
     before = _snapshots(settings, list(tables))
 

@@ -57,7 +57,6 @@ from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.compaction import TableCompaction, compact
-from lakesync.lakehouse.materialise import ShipResult, materialise
 from lakesync.lakehouse.pipeline import (
     Built,
     NodeProgress,
@@ -70,6 +69,7 @@ from lakesync.lakehouse.pipeline import (
 from lakesync.lakehouse.process_env import stop_process
 from lakesync.lakehouse.runner import DbtInvoker
 from lakesync.lakehouse.settings import LakeSettings, config_redactor
+from lakesync.lakehouse.shipping import ShipResult, ship
 from lakesync.redaction import Redactor
 from lakesync.status import Shipment
 
@@ -330,7 +330,7 @@ def _materialise(
     observe = _observer(emit)
     try:
         config = load_config(None)
-        shipped = materialise(
+        shipped = ship(
             LakeSettings.from_config(config, data_dir), config, metrics=metrics,
             on_result=lambda r: observe(Shipped(r)), on_progress=node_events("ship", observe),
             dbt=dbt,

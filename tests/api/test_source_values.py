@@ -24,7 +24,6 @@ from lakesync.config import GatewayConfig
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import Destination, typed_change
 from lakesync.destinations.factory import mysql_params, open_destination
-from lakesync.destinations.sql import SqlDestination
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.lakehouse.settings import LakeSettings
@@ -83,7 +82,7 @@ def read_back(dest: Destination, cells: dict[str, Any]) -> dict[str, Any]:
     """The cells a source pull must return for a row shipped with ``cells``: the same values
     (numbers as doubles), except U+0000 on PostgreSQL (README, "Destinations")."""
     out = dict(cells)
-    if isinstance(dest, SqlDestination) and dest.dialect == "postgres":
+    if dest.spec.kind == "postgres":
         out = {name: _no_nul(value) for name, value in out.items()}
     return out
 

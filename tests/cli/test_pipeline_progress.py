@@ -12,9 +12,9 @@ import pytest
 from rich.console import Console
 
 from lakesync.cli.lake import RunView
-from lakesync.lakehouse.materialise import ShipResult
 from lakesync.lakehouse.pipeline import Built, NodeProgress, NodesPlanned, PipelineEvent, Shipped
 from lakesync.lakehouse.runner import PipelineResult
+from lakesync.lakehouse.shipping import ShipResult
 
 RUN: list[PipelineEvent] = [
     NodesPlanned("build", 3),

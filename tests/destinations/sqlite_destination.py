@@ -2,10 +2,11 @@
 :class:`~lakesync.destinations.base.Destination` interface alone.
 
 It shows what a new destination needs: nothing in ``lakesync/lakehouse`` changes; shipping
-reaches it through :meth:`Destination.apply_change_set` (here the interface's default, which
-brings the change set to the Spark driver and calls :meth:`apply_changes`). It runs the same
-behaviour suite as the real destinations (``tests/destinations/conftest.py`` adds it to
-``KINDS``).
+reaches it through :meth:`Destination.ship` (the interface's default, which reads the watermark
+and applies the lake's change set with :meth:`Destination.apply_change_set`: here the
+interface's default too, which brings it to the Spark driver and calls :meth:`apply_changes`).
+It runs the same behaviour suite as the real destinations (``tests/destinations/conftest.py``
+adds it to ``KINDS``).
 """
 
 from __future__ import annotations

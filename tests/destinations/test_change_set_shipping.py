@@ -1,6 +1,7 @@
 """Shipping goes through the interface: every destination kind (the SQLite one of the tests
-included) applies a change set computed on Spark with ``Destination.apply_change_set``, the one
-call the lakehouse makes, and advances its watermark to the set's greatest position."""
+included) ships a change set computed on Spark with ``Destination.ship``, the one call the
+lakehouse makes, which applies it (``Destination.apply_change_set``) and advances the watermark
+to the set's greatest position."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pyspark.sql import SparkSession
 from lakesync.destinations.base import Destination, typed_change
 from lakesync.schema import ColumnSpec
 from tests.destinations.test_adapters import COLUMNS, live
+from tests.destinations.test_shipping import StandIn
 from tests.lakehouse.conftest import make_lake
 
 STAGED = ("row_id string, title string, done boolean, score double, meta string, "
@@ -50,6 +52,22 @@ def test_a_change_set_from_spark_ships_through_the_interface(
     empty = spark.createDataFrame([], STAGED)
     assert destination.apply_change_set(layout, empty) == (0, None)
     assert destination.watermark("todos") == 9
+
+
+@pytest.mark.parametrize("delete_mode", ["soft"])
+def test_ship_takes_the_rows_past_the_watermark_and_tells_the_lake(
+    destination: Destination, spark: SparkSession
+) -> None:
+    frame = spark.createDataFrame([("a", "Buy milk", False, 1.5, None, False, 4),
+                                   ("b", None, None, None, None, True, 6)], STAGED)
+    change_set = StandIn(columns=[ColumnSpec(n, t) for n, t in COLUMNS],  # type: ignore[arg-type]
+                         frame=frame)
+    result = destination.ship(change_set)
+    assert (result.rows, result.position, result.error) == (2, 6, None)
+    assert change_set.told == [(destination.spec.name, 6)]
+    assert live(destination) == {
+        "a": {"title": "Buy milk", "done": False, "score": 1.5, "meta": None}}
+    assert destination.watermark("todos") == 6
 
 
 TYPED_STAGED = ("row_id string, id bigint, amount decimal(38,9), at timestamp, day date, "

@@ -15,7 +15,7 @@ from hypothesis import strategies as hs
 from lakesync.destinations import statements as st
 from lakesync.destinations.statements import TableLayout
 from lakesync.errors import SchemaError
-from lakesync.schema import ColumnSpec
+from lakesync.schema import STAGING_PREFIX, ColumnSpec
 
 SOFT = TableLayout("todos", [("title", "string"), ("meta", "json")], "soft")
 HARD = TableLayout("todos", [("title", "string"), ("meta", "json")], "hard")
@@ -32,11 +32,6 @@ BUILD = {
     "changes_page": lambda d: st.select_changes(SOFT, d, limited=True),
     "create_staging": lambda d: st.create_staging(SOFT, d),
     "truncate_staging": lambda d: st.truncate_staging(SOFT, d),
-    "change_set": lambda d: st.select_change_set("todos", SOFT.columns),
-    "change_set_postgres": lambda _: st.select_change_set(
-        "todos", [*SOFT.columns, ("n", "number")], destination="postgres"),
-    "change_set_mysql": lambda _: st.select_change_set(
-        "todos", [*SOFT.columns, ("n", "number")], destination="mysql"),
 }
 
 # fmt: off
@@ -101,16 +96,6 @@ TABLE = [
      'CREATE TABLE IF NOT EXISTS `lakesync_stage_todos` (`row_id` STRING NOT NULL, `title` STRING, `meta` STRING, `_deleted` BOOL, `_position` BIGNUMERIC)'),
     ('truncate_staging', 'postgres', 'TRUNCATE TABLE "lakesync_stage_todos"'),
     ('truncate_staging', 'mysql', 'TRUNCATE TABLE `lakesync_stage_todos`'),
-    # The change set on Spark: live rows from the current-state table, rows gone from the row
-    # clocks, each branch filtered on its landing position, no join.
-    ('change_set', 'spark',
-     'SELECT `a`.`row_id`, `a`.`title`, `a`.`meta`, FALSE AS `_deleted`, `a`.`_ingest_hlc` AS `_position` FROM `analytics`.`todos` AS `a` WHERE `a`.`gateway_id` = :gateway_id AND `a`.`_ingest_hlc` > :since UNION ALL SELECT `r`.`row_id`, CAST(NULL AS STRING), CAST(NULL AS STRING), TRUE, `r`.`last_ingest_hlc` FROM `lakesync`.`int_rows_merged` AS `r` WHERE `r`.`gateway_id` = :gateway_id AND `r`.`table_name` = :table_name AND `r`.`last_ingest_hlc` > :since AND NOT `r`.`is_live`'),
-    # For a PostgreSQL destination the executors map U+0000 to U+FFFD (the character written
-    # raw below) in string and json columns; for the others the values are left as they are.
-    ('change_set_postgres', 'spark',
-     r"SELECT `a`.`row_id`, REPLACE(`a`.`title`, CHR(0), '�') AS `title`, REGEXP_REPLACE(`a`.`meta`, '(?<!\\\\)((?:\\\\\\\\)*)\\\\u0000', '$1�') AS `meta`, `a`.`n`, FALSE AS `_deleted`, `a`.`_ingest_hlc` AS `_position` FROM `analytics`.`todos` AS `a` WHERE `a`.`gateway_id` = :gateway_id AND `a`.`_ingest_hlc` > :since UNION ALL SELECT `r`.`row_id`, CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS DOUBLE), TRUE, `r`.`last_ingest_hlc` FROM `lakesync`.`int_rows_merged` AS `r` WHERE `r`.`gateway_id` = :gateway_id AND `r`.`table_name` = :table_name AND `r`.`last_ingest_hlc` > :since AND NOT `r`.`is_live`"),
-    ('change_set_mysql', 'spark',
-     'SELECT `a`.`row_id`, `a`.`title`, `a`.`meta`, `a`.`n`, FALSE AS `_deleted`, `a`.`_ingest_hlc` AS `_position` FROM `analytics`.`todos` AS `a` WHERE `a`.`gateway_id` = :gateway_id AND `a`.`_ingest_hlc` > :since UNION ALL SELECT `r`.`row_id`, CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS DOUBLE), TRUE, `r`.`last_ingest_hlc` FROM `lakesync`.`int_rows_merged` AS `r` WHERE `r`.`gateway_id` = :gateway_id AND `r`.`table_name` = :table_name AND `r`.`last_ingest_hlc` > :since AND NOT `r`.`is_live`'),
 ]
 # fmt: on
 
@@ -202,7 +187,7 @@ def test_any_valid_name_is_one_quoted_identifier_in_every_dialect(name: str) -> 
         assert tree.find(sqlglot.exp.Table).name == name  # type: ignore[union-attr]
         deletes = parse_back(st.apply_deletes(layout, dialect), dialect)
         assert {t.name for t in deletes.find_all(sqlglot.exp.Table)} == {
-            name, st.STAGING_PREFIX + name
+            name, STAGING_PREFIX + name
         }
 
 
@@ -294,16 +279,6 @@ def test_typed_columns_get_the_mapped_types(dialect: str, expected: str) -> None
     sql = st.create_table(TYPED, dialect)  # type: ignore[arg-type]
     assert expected in sql
     sqlglot.parse_one(sql, read=st.DIALECTS[dialect])
-
-
-def test_a_change_set_holds_what_each_loader_stores() -> None:
-    """MySQL gets a timestamp as its UTC wall time text and a decimal its DECIMAL cannot hold as
-    text; BigQuery's JSON load gets decimals as text."""
-    mysql = st.select_change_set("ledger", TYPED.columns, destination="mysql")
-    assert "DATE_FORMAT(`a`.`at`, 'yyyy-MM-dd HH:mm:ss.SSSSSS') AS `at`" in mysql
-    assert "CAST(`a`.`big` AS STRING) AS `big`" in mysql and "`a`.`amount`," in mysql
-    bigquery = st.select_change_set("ledger", TYPED.columns, destination="bigquery")
-    assert "CAST(`a`.`amount` AS STRING) AS `amount`" in bigquery and "`a`.`at`," in bigquery
 
 
 @pytest.mark.parametrize("dialect", ["postgres", "mysql", "bigquery"])

@@ -44,7 +44,7 @@ from tests.netns import Host, Network, network, wait_for
 from tests.rest_catalog import rest_catalog_server
 
 from .conftest import append_in_order
-from .test_materialise import COLUMNS, SCHEMA, expected, live_rows, random_history
+from .test_shipping import COLUMNS, SCHEMA, expected, live_rows, random_history
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 

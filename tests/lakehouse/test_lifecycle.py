@@ -6,10 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from lakesync.destinations.base import cutoff_hlc
 from lakesync.hlc import decode, encode
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import open_catalog
-from lakesync.lakehouse.lifecycle import aged_rows, cutoff_hlc
+from lakesync.lakehouse.lifecycle import aged_rows
 from lakesync.lakehouse.settings import LakeSettings
 
 from .merged_rows import write_rows_merged

@@ -24,7 +24,7 @@ from lakesync.lakehouse.runner import run_pipeline
 from lakesync.schema import parse_schema
 
 from .conftest import Lake
-from .test_materialise import databases, expected  # noqa: F401 - a fixture
+from .test_shipping import databases, expected  # noqa: F401 - a fixture
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 

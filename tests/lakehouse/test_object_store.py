@@ -27,7 +27,7 @@ from lakesync.schema import parse_schema
 from tests.conftest import fresh_s3_bucket, s3_client, s3_lake_env
 
 from .conftest import Lake, make_lake
-from .test_materialise import databases, ship_reference_history
+from .test_shipping import databases, ship_reference_history
 
 __all__ = ["databases"]
 

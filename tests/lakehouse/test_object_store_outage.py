@@ -24,19 +24,19 @@ from lakesync.config import Config, GatewayConfig
 from lakesync.destination_specs import DestinationSpec
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.compaction import compact
-from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.object_store import ObjectStoreError
 from lakesync.lakehouse.runner import run_pipeline
+from lakesync.lakehouse.shipping import ship
 from tests.conftest import S3_ENDPOINT, S3_SECRET_ACCESS_KEY, fresh_s3_bucket, s3_lake_env
 from tests.fault_proxy import FaultProxy, Request
 
-from . import test_materialise
+from . import test_shipping
 from .conftest import Lake, make_lake
-from .test_materialise import GW, SCHEMA, expected, live_rows, random_history
+from .test_shipping import GW, SCHEMA, expected, live_rows, random_history
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
-databases = test_materialise.databases  # the fixture: fresh PostgreSQL and MariaDB databases
+databases = test_shipping.databases  # the fixture: fresh PostgreSQL and MariaDB databases
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +106,7 @@ def test_a_pipeline_run_cut_off_from_the_store_fails_and_the_next_converges(
 
     def run() -> None:
         run_pipeline(settings=lake.settings, schemas=[SCHEMA], tests=False, config=config)
-        results = materialise(lake.settings, config, spark=lake.spark)
+        results = ship(lake.settings, config, spark=lake.spark)
         assert all(r.error is None for r in results), results
 
     landed = random_history(rng, 120, 1000)
@@ -125,7 +125,7 @@ def test_a_pipeline_run_cut_off_from_the_store_fails_and_the_next_converges(
     run()  # the store is back: this run converges
     assert live_rows(specs["pg"]) == expected(landed, "postgres")
     assert live_rows(specs["maria"]) == expected(landed)
-    again = materialise(lake.settings, config, spark=lake.spark)
+    again = ship(lake.settings, config, spark=lake.spark)
     assert all(r.rows == 0 for r in again), again  # nothing twice
 
 

@@ -32,7 +32,7 @@ from tests.api.helpers import auth, token
 from tests.gateway_process import ServerProcess
 
 from .conftest import Lake
-from .test_materialise import databases
+from .test_shipping import databases
 
 __all__ = ["databases"]
 

@@ -25,22 +25,22 @@ from lakesync.lakehouse.checkpoint_builder import build_checkpoints
 from lakesync.lakehouse.compaction import compact
 from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.lifecycle import aged_rows
-from lakesync.lakehouse.materialise import materialise, tier
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.shipping import ship, tier
 from lakesync.schema import parse_schema
 from tests.conftest import fresh_s3_bucket, s3_client, s3_lake_env
 from tests.rest_catalog import rest_catalog_server, s3_catalog_env
 
-from . import test_materialise
+from . import test_shipping
 from .conftest import Lake, append_in_order, make_lake
-from .test_materialise import GW, SCHEMA, ship_reference_history
+from .test_shipping import GW, SCHEMA, ship_reference_history
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
-databases = test_materialise.databases  # the fixture: fresh PostgreSQL and MariaDB databases
+databases = test_shipping.databases  # the fixture: fresh PostgreSQL and MariaDB databases
 
 
 @pytest.fixture(scope="module", params=["files", "s3"])
@@ -146,7 +146,7 @@ def test_checkpoints_and_lifecycle_tiering_through_a_rest_catalog(
 
     assert aged_rows(open_catalog(lake.settings), gw, "notes", now - timedelta(days=30)) == [
         "gone", "old"]
-    [shipped] = materialise(lake.settings, config, spark=lake.spark)
+    [shipped] = ship(lake.settings, config, spark=lake.spark)
     assert (shipped.table, shipped.error) == ("notes", None)
     assert shipped.evicted >= 1
 

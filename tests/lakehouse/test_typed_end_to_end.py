@@ -26,9 +26,9 @@ import yaml
 from lakesync.client import LakeSyncClient
 from lakesync.config import load_config
 from lakesync.connectors.database import MysqlDialect, PostgresDialect
-from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.shipping import ship
 from lakesync.lakehouse.spark import spark_session
 from lakesync.schema import parse_schema
 from tests.api.helpers import auth, token
@@ -197,7 +197,7 @@ def test_typed_rows_arrive_equal_everywhere(
         spark = spark_session(settings)
         request.addfinalizer(spark.stop)
         run_pipeline(settings=settings, config=loaded, tests=True)
-        results = materialise(settings, loaded, spark=spark)
+        results = ship(settings, loaded, spark=spark)
         assert all(r.error is None for r in results), results
 
         # analytics.<table>: the mapped Spark/Iceberg types and the source's values

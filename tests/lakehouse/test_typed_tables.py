@@ -20,17 +20,17 @@ from lakesync.delta import RowDelta
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.factory import open_destination
 from lakesync.lakehouse.catalog import open_catalog
-from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline
+from lakesync.lakehouse.shipping import ship
 from lakesync.schema import TableSchema, parse_schema
 from tests.api.helpers import now_hlc
 from tests.destinations.conftest import BIGQUERY_ENDPOINT, require_bigquery
 from tests.lakehouse.conftest import Lake, append_in_order, make_lake
-from tests.lakehouse.test_materialise import databases
+from tests.lakehouse.test_shipping import databases
 
-__all__ = ["databases"]  # a fixture of test_materialise, used here
+__all__ = ["databases"]  # a fixture of test_shipping, used here
 
 pytestmark = [pytest.mark.spark, pytest.mark.dbt, pytest.mark.slow]
 
@@ -188,7 +188,7 @@ def test_typed_change_sets_ship_exactly_to_every_destination(
     t = now_hlc()
     lake.land(gw, [_insert("ledger", r, t + i, c) for i, (r, c) in enumerate(ROWS.items())])
     run_pipeline(settings=lake.settings, schemas=[TYPED], tests=False, config=config)
-    results = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
+    results = {r.destination: r for r in ship(lake.settings, config, spark=lake.spark)}
     assert all(r.error is None and r.rows == len(ROWS) for r in results.values()), results
     for spec in specs.values():
         with open_destination(spec, env={}) as dest:

@@ -30,9 +30,9 @@ from lakesync.canonical import canonical_json
 from lakesync.client import LakeSyncClient
 from lakesync.column_types import encode_value
 from lakesync.config import load_config
-from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.runner import run_pipeline
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.shipping import ship
 from lakesync.lakehouse.spark import spark_session
 from lakesync.schema import parse_schema
 from tests.api.helpers import auth, token
@@ -198,7 +198,7 @@ def test_drawn_values_arrive_equal_everywhere(
             spark = spark_session(settings_)
             request.addfinalizer(spark.stop)
         run_pipeline(settings=settings_, config=loaded, tests=False)
-        results = materialise(settings_, loaded, spark=spark)
+        results = ship(settings_, loaded, spark=spark)
         assert all(r.error is None for r in results), results
         shipped = {
             "analytics": analytics_rows(spark, TABLE, GW),

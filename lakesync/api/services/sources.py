@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
@@ -27,6 +27,9 @@ from lakesync.rules import tables_for
 from lakesync.schema import TableSchema, reserved_name_problems
 from lakesync.sources import SourcePage, SourceRow, page_source, source_row
 from lakesync.views import effective_rules
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 __all__ = ["pull_source"]
 
@@ -55,8 +58,10 @@ def _read(
     moment = _EPOCH + timedelta(microseconds=since)
     read: list[list[SourceRow]] = []
     cut: int | None = None
-    # A lake destination is the gateway's own lake.
-    lake = lake_catalog(LakeSettings.from_env(data_dir)) if spec.kind == "lake" else None
+    # A destination in the lake is in the gateway's own lake (only such a one opens it).
+    def lake() -> Catalog:
+        return lake_catalog(LakeSettings.from_env(data_dir))()
+
     with open_destination(spec, catalog=lake) as dest:
         for schema in schemas:
             layout = dest.layout(schema.table, schema.columns, schema.external_id_column)

@@ -26,7 +26,7 @@ from lakesync.api.services.connectors import ConnectorService
 from lakesync.api.services.sync import SyncService
 from lakesync.api.store.ports import DocumentStore
 from lakesync.destination_specs import DestinationSpec
-from lakesync.destinations.factory import open_destination
+from lakesync.destinations.factory import destination_kind, open_destination
 from lakesync.errors import LakeSyncError, NotFoundError
 from lakesync.redaction import Redactor, redact_strings
 from lakesync.status import (
@@ -148,9 +148,9 @@ class StatusService:
         return msgspec.structs.replace(status, failing=problems(status))
 
     async def _probe(self, gw: str, spec: DestinationSpec) -> Watermarks | str | None:
-        """A destination's watermarks, or why they could not be read (None: a lake
-        destination, whose watermarks only the pipeline reads)."""
-        if spec.kind == "lake":
+        """A destination's watermarks, or why they could not be read (None: a destination in
+        the lake, whose watermarks only the pipeline reads)."""
+        if destination_kind(spec.kind).type.lives_in_lake:
             return None
         tables = spec.tables
         if tables is None:

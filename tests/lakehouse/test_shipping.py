@@ -27,8 +27,8 @@ from lakesync.destinations.factory import mysql_params, open_destination
 from lakesync.destinations.statements import Dialect, TableLayout, storable_value
 from lakesync.hlc import encode
 from lakesync.lakehouse.catalog import lake_catalog
-from lakesync.lakehouse.materialise import materialise
 from lakesync.lakehouse.runner import run_pipeline
+from lakesync.lakehouse.shipping import ship
 from lakesync.merge import merge_state
 from lakesync.schema import parse_schema
 from tests.conftest import PG_DSN, require_postgres
@@ -155,7 +155,7 @@ def ship_reference_history(
         lake.land(GW, batch)
         landed += batch
         run_pipeline(settings=lake.settings, schemas=[SCHEMA], tests=False, config=config)
-        results = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
+        results = {r.destination: r for r in ship(lake.settings, config, spark=lake.spark)}
         assert results["down"].error and "cannot connect" in results["down"].error
         assert all(results[n].error is None for n in shipped), results
         assert results["pg"].rows > 0 and results["pg"].position is not None
@@ -167,7 +167,7 @@ def ship_reference_history(
             assert results["bq"].position == results["pg"].position
             assert live_rows(specs["bq"]) == want, f"run {run}"
 
-    again = {r.destination: r for r in materialise(lake.settings, config, spark=lake.spark)}
+    again = {r.destination: r for r in ship(lake.settings, config, spark=lake.spark)}
     assert all(again[n].rows == 0 for n in shipped)  # nothing new
     assert live_rows(specs["maria"]) == expected(landed)
     if "bq" in specs:
@@ -198,7 +198,7 @@ def test_a_nul_ships_to_postgres_as_the_replacement_character(
                         5001 << 16),
     ])
     run_pipeline(settings=lake.settings, schemas=[NULLED], tests=False, config=config)
-    [shipped] = materialise(lake.settings, config, spark=lake.spark)
+    [shipped] = ship(lake.settings, config, spark=lake.spark)
     assert (shipped.table, shipped.rows, shipped.error) == ("nulled", 2, None)
     columns = [("title", "string"), ("meta", "json")]
     with open_destination(spec, env={}) as dest:
@@ -208,7 +208,7 @@ def test_a_nul_ships_to_postgres_as_the_replacement_character(
         "nul": ("a\ufffdb", '{"k\ufffd":["\ufffd","\\\\u0000","\\\\\ufffd"]}'),
         "plain": ("plain", '{"k":1}'),
     }
-    [again] = materialise(lake.settings, config, spark=lake.spark)
+    [again] = ship(lake.settings, config, spark=lake.spark)
     assert (again.rows, again.position, again.error) == (0, shipped.position, None)
 
 
@@ -228,8 +228,8 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     ``analytics.tiered``, returns the same rows as before; hot rows plus evicted rows are exactly
     those rows; a row changed again after its eviction is shipped back into the hot tier."""
     from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.materialise import tier
     from lakesync.lakehouse.query import run_query
+    from lakesync.lakehouse.shipping import tier
 
     gw = "gw_tier"
     pg_url, _ = databases
@@ -254,7 +254,7 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     ])
     run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False, config=config)
     metrics = DestinationMetrics()
-    shipped = materialise(lake.settings, config, spark=lake.spark, metrics=metrics)
+    shipped = ship(lake.settings, config, spark=lake.spark, metrics=metrics)
     # shipping to the secondary failed (counted once for the table); the primary has the rows,
     # then loses the one whose last change is older than the window
     assert [(r.destination, r.rows, r.evicted, r.secondary_failures, r.error)
@@ -291,7 +291,7 @@ def test_fan_out_and_lifecycle_tiering_through_materialise(
     lake.land(gw, [RowDelta.create("UPDATE", "tiered", "t4", "c1", {"title": "back"},
                                    clock(0, 100))])
     run_pipeline(settings=lake.settings, schemas=[TIERED], tests=False, config=config)
-    again = materialise(lake.settings, config, spark=lake.spark, metrics=metrics)
+    again = ship(lake.settings, config, spark=lake.spark, metrics=metrics)
     assert [(r.rows, r.evicted, r.error) for r in again] == [(1, 0, None), (1, 0, None)]
     assert metrics.secondary_failures("hot", "down") == 2
     with open_destination(spec, env={}) as dest:
@@ -330,7 +330,7 @@ def test_a_secondary_that_missed_a_run_is_caught_up_by_the_next(
                                    (4000 + i) << 16) for i in range(6)])
     unreachable = config("mysql://root@127.0.0.1:1/x")
     run_pipeline(settings=lake.settings, schemas=[CAUGHT], tests=False, config=unreachable)
-    down = materialise(lake.settings, unreachable, spark=lake.spark, metrics=metrics)
+    down = ship(lake.settings, unreachable, spark=lake.spark, metrics=metrics)
     assert [(r.destination, r.rows, r.secondary_failures, r.error) for r in down] == [
         ("app", 6, 1, None)
     ]
@@ -344,7 +344,7 @@ def test_a_secondary_that_missed_a_run_is_caught_up_by_the_next(
     ])
     back = config(my_url)
     run_pipeline(settings=lake.settings, schemas=[CAUGHT], tests=False, config=back)
-    up = materialise(lake.settings, back, spark=lake.spark, metrics=metrics)
+    up = ship(lake.settings, back, spark=lake.spark, metrics=metrics)
     assert [(r.destination, r.rows, r.secondary_failures, r.error) for r in up] == [
         ("app", 3, 0, None)
     ]
@@ -393,8 +393,8 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
             got = dest.read_rows(dest.layout(table, [("title", "string")]))
         return {r["row_id"]: r["title"] for r in got if r.get("deleted_at") is None}
 
-    def ship() -> dict[str, Any]:
-        return {r.table: r for r in materialise(lake.settings, config, spark=lake.spark)}
+    def ship_all() -> dict[str, Any]:
+        return {r.table: r for r in ship(lake.settings, config, spark=lake.spark)}
 
     def insert(table: str, row: str, title: str, at: int) -> RowDelta:
         return RowDelta.create("INSERT", table, row, "c1", {"title": title}, at << 16)
@@ -407,7 +407,7 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     since, snap, rows = change_set("readied")
     assert since == "-1" and rows == [(f"r{i}", False) for i in range(4)]
 
-    shipped = ship()
+    shipped = ship_all()
     assert (shipped["readied"].rows, shipped["readied"].error) == (4, None)
     assert change_set("readied")[1] == snap  # shipped as the pipeline built it
     assert titles("readied") == {f"r{i}": f"v{i}" for i in range(4)}
@@ -418,7 +418,7 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     # lake unchanged since it was built: nothing to ship, nothing rebuilt.
     assert catalog.load_table("lakesync_changes.changes__app__readied").properties[
         "lakesync.drained"] == str(mark)
-    again = ship()["readied"]
+    again = ship_all()["readied"]
     assert (again.rows, again.position, again.error) == (0, mark, None)
     assert change_set("readied")[:2] == ("-1", snap)
 
@@ -430,7 +430,7 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     ])
     run_pipeline(settings=lake.settings, schemas=[READIED, BROKEN], tests=True, config=config)
     assert change_set("readied")[0::2] == (str(mark), [("r1", False), ("r2", True)])
-    assert ship()["readied"].rows == 2
+    assert ship_all()["readied"].rows == 2
     assert titles("readied") == {"r0": "v0", "r1": "new", "r3": "v3"}
 
     # The lake changes while the destination cannot be reached: the pipeline keeps its change
@@ -444,7 +444,7 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     assert result.change_sets == []
     kept = change_set("readied")
     assert kept[0] == str(mark) and kept[2] == [("r1", False), ("r2", True)]
-    caught_up = ship()["readied"]
+    caught_up = ship_all()["readied"]
     assert (caught_up.rows, caught_up.error) == (1, None)
     assert titles("readied") == {"r0": "v0", "r1": "new", "r3": "v3", "r5": "v5"}
 
@@ -454,13 +454,13 @@ def test_change_sets_are_dbt_models_the_pipeline_builds_and_materialise_ships_as
     run_pipeline(settings=lake.settings, schemas=[READIED, BROKEN], tests=False)  # no config
     catalog.drop_table("analytics.broken")
     before = titles("broken")
-    failed = ship()
+    failed = ship_all()
     assert failed["readied"].error is None and failed["readied"].rows == 1
     assert failed["broken"].error is not None
     assert "changes__app__broken is not built from watermark" in failed["broken"].error
     assert titles("broken") == before
     run_pipeline(settings=lake.settings, schemas=[READIED, BROKEN], tests=False, config=config)
-    assert ship()["broken"].error is None
+    assert ship_all()["broken"].error is None
     assert titles("broken") == {**{f"b{i}": f"v{i}" for i in range(4)}, "b8": "v8", "b9": "v9"}
 
     # A table no declared destination receives any more loses its change set (table and files).
