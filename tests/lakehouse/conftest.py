@@ -17,11 +17,11 @@ import psycopg
 import pymysql
 import pytest
 
-from lakesync.api.store.base import HotLog
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.destinations.factory import mysql_params
 from lakesync.hlc import HLC
+from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher

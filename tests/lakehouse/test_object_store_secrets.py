@@ -21,8 +21,8 @@ import boto3
 import httpx
 import pytest
 
-from lakesync.redaction import MASK as REDACTED
 from lakesync.lakehouse.object_store import S3FILEIO
+from lakesync.redaction import MASK as REDACTED
 from tests.api.helpers import auth, delta, token
 from tests.conftest import (
     S3_ACCESS_KEY_ID,
