@@ -26,12 +26,11 @@ from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.settings import LakeSettings
-from tests.api.conftest import store
 from tests.conftest import PG_DSN
 from tests.connectors.conftest import MYSQL_DSN
 from tests.destinations.conftest import BIGQUERY_ENDPOINT, require_bigquery
 
-__all__ = ["Lake", "append_in_order", "destinations", "make_lake", "store"]
+__all__ = ["Lake", "append_in_order", "destinations", "make_lake"]
 
 
 def append_in_order(log: HotLog, entries: Iterable[tuple[str, RowDelta]]) -> list[int]:
