@@ -95,9 +95,9 @@ from pathlib import Path
 import httpx
 import msgspec
 
-from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.postgres import PostgresHotLog
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from lakesync.merge import Cell, RowState
 from lakesync.views import RowKey, RowRecord

@@ -31,10 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.cli.compact import progress_line
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, encode
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.compaction import compact

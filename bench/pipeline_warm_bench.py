@@ -36,10 +36,10 @@ from pathlib import Path
 
 import httpx
 
-from lakesync.api.store import open_store
 from lakesync.delta import RowDelta
 from lakesync.errors import NotFoundError
 from lakesync.hlc import HLC, encode
+from lakesync.hotlog.factory import open_store
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher

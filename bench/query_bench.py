@@ -22,7 +22,7 @@ follows the load, the CPU time much less):
 Measured before the change (2 cores, load average 1 to 2): 2.2 to 2.3 s wall for the quick
 command's statement; load 8: 5 to 6 s. py-spy (``py-spy record -r 500 -f raw``) of it then:
 imports 85 % of samples (pyiceberg.catalog.sql 0.40 s, pyarrow.dataset 0.19 s, pandas 0.17 s,
-lakesync.cli.materialise 0.13 s, lakesync.api.store 0.12 s, SQLAlchemy 0.10 s);
+lakesync.cli.materialise 0.13 s, lakesync.hotlog 0.12 s, SQLAlchemy 0.10 s);
 ``SqlCatalog.load_table`` of every table 34 % (mostly pyiceberg's pyarrow FileIO import); the
 extension LOADs 0.1 to 0.4 s (DuckDB hashes each signed file: 50 MB for iceberg).
 

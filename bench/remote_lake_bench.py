@@ -72,8 +72,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bench.pipeline_bench import BASE_HLC, NodeTimer, make_deltas
-from lakesync.api.store import open_store
 from lakesync.hlc import HLC
+from lakesync.hotlog.factory import open_store
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -26,6 +27,12 @@ import httpx
 import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
+from psycopg import sql
+
+from lakesync.hlc import HLC
+from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.postgres import PostgresHotLog
+from lakesync.hotlog.sqlite import SqliteHotLog
 
 PG_DSN = os.environ.get("LAKESYNC_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -62,6 +69,37 @@ def drop_pg_database(url: str) -> None:
     name = urlsplit(url).path.lstrip("/")
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         conn.execute(f'drop database "{name}" with (force)')
+
+
+def fresh_pg_schema() -> str:
+    """A unique schema name so parallel runs never collide."""
+    return f"lakesync_test_{uuid.uuid4().hex[:12]}"
+
+
+def drop_pg_schema(schema: str) -> None:
+    """Remove a test schema and everything in it."""
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture(
+    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HotLog]:
+    """Each hot-log store implementation, fresh and empty (its behaviour suites in
+    ``tests/hotlog/``; the gateway's tests serve on each)."""
+    clock = HLC()
+    if request.param == "sqlite":
+        s: HotLog = SqliteHotLog(tmp_path / "hot.sqlite3", clock)
+        yield s
+        s.close()
+        return
+    require_postgres()
+    schema = fresh_pg_schema()
+    s = PostgresHotLog(PG_DSN, clock, schema=schema, pool_size=4)
+    yield s
+    s.close()
+    drop_pg_schema(schema)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from lakesync.lakehouse import telemetry
+from lakesync import telemetry
 
 __all__ = ["by_name", "metric_reader", "spans"]
 

@@ -319,11 +319,11 @@ def type_mapping() -> str:
 
 def metrics_reference() -> str:
     """The gateway's metric set, one row per metric, as ``/metrics`` and OTLP report it
-    (:func:`lakesync.lakehouse.telemetry.metric_definitions` of a gateway's registry)."""
+    (:func:`lakesync.telemetry.metric_definitions` of a gateway's registry)."""
     _import_checkout()
     from lakesync.api.metrics import GatewayMetrics
     from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.telemetry import metric_definitions
+    from lakesync.telemetry import metric_definitions
 
     gateway, shipping = GatewayMetrics(), DestinationMetrics()
     gateway.registry.register(shipping)  # as the gateway that runs the scheduled pipeline

@@ -4,8 +4,9 @@ Layout: ``lakesync.api.app.create_app`` builds the app; ``lakesync.api.controlle
 handlers (decode, authenticate with ``lakesync.api.auth``, call a service, encode);
 ``lakesync.api.services.sync.SyncService`` does push/pull/admin work, ``lakesync.views`` decides
 what a client may see and write under sync rules (pure), ``lakesync.api.services.hub`` fans out
-WebSocket broadcasts; ``lakesync.api.store`` is the durable hot log (``HotLog``: SQLite embedded,
-PostgreSQL shared); ``lakesync.api.errors`` maps the one LakeSync exception tree to HTTP;
-``lakesync.api.settings`` is the typed settings object; ``lakesync.api.cli.up`` serves it with
-uvicorn.
+WebSocket broadcasts; the durable hot log is the layer below (``lakesync.hotlog``: SQLite
+embedded, PostgreSQL shared), each service taking the port of :mod:`lakesync.hotlog.ports` it
+uses; ``lakesync.api.errors`` maps the one LakeSync exception tree to HTTP;
+``lakesync.api.settings`` is the typed settings object; ``lakesync.api.cli.up`` (the composition
+root: the store, the lake's jobs and the app on it) serves it with uvicorn.
 """

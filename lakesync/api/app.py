@@ -13,6 +13,7 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 
+from lakesync import telemetry
 from lakesync.api.actions import ActionDispatcher
 from lakesync.api.auth import provide_service
 from lakesync.api.controllers.actions import ActionController
@@ -35,9 +36,9 @@ from lakesync.api.services.hub import Hub
 from lakesync.api.services.status import StatusService
 from lakesync.api.services.sync import SyncService
 from lakesync.api.settings import GatewaySettings
-from lakesync.api.store import HotLog, LogNotice, open_store
 from lakesync.hlc import HLC
-from lakesync.lakehouse import telemetry
+from lakesync.hotlog.base import HotLog, LogNotice
+from lakesync.hotlog.factory import open_store
 
 if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
@@ -91,11 +92,11 @@ def create_app(
         service = SyncService(hot, settings, metrics_, hub)
         app.state.service = service
         connectors = ConnectorService(
-            service, settings.connectors, lead=Lead(hot, "connectors", "connector polls")
+            service, hot, settings.connectors, lead=Lead(hot, "connectors", "connector polls")
         )
         app.state.connectors = connectors
-        app.state.status = StatusService(service, connectors)
-        console = ConsoleService(service, app.state.status, settings.console_sample_s)
+        app.state.status = StatusService(service, hot, connectors)
+        console = ConsoleService(service, hot, app.state.status, settings.console_sample_s)
         app.state.console = console
         connector_metrics = ConnectorMetrics(connectors, settings.metrics_gateway_labels)
         metrics_.registry.register(connector_metrics)

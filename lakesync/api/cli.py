@@ -35,10 +35,10 @@ from lakesync.api.lake import lake_jobs
 from lakesync.api.logs import configure_logging
 from lakesync.api.services.declared import apply_declared
 from lakesync.api.settings import GatewaySettings
-from lakesync.api.store import open_store
 from lakesync.config import Config, load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.hlc import HLC
+from lakesync.hotlog.factory import open_store
 from lakesync.lakehouse.schedule import WorkerJobs
 from lakesync.lakehouse.settings import LakeSettings
 

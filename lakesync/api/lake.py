@@ -3,10 +3,11 @@
 ``lakesync up`` runs :func:`lake_jobs` for its lifetime: the landing flusher, the scheduled
 pipeline and compaction, checkpoints and hot-log trimming, all in
 :mod:`lakesync.lakehouse.schedule` (which says when each runs). The gateway hands them its
-store, its intervals (``flush_interval``, ``pipeline_interval``, ``compaction_interval``) and a
-:class:`Lead` per role, so several gateway processes sharing one PostgreSQL hot log run each job
-in one process only (:meth:`~lakesync.api.store.HotLog.lead`), and turns the landing flush into
-the admin flush route's awaitable. Without the ``pipeline`` extra the gateway still serves; the
+store (its port :class:`~lakesync.hotlog.ports.LakeStore`), its intervals (``flush_interval``,
+``pipeline_interval``, ``compaction_interval``) and a :class:`Lead` per role, so several gateway
+processes sharing one PostgreSQL hot log run each job in one process only
+(:meth:`~lakesync.hotlog.ports.Coordination.lead`), and turns the landing flush into the admin
+flush route's awaitable. Without the ``pipeline`` extra the gateway still serves; the
 flush route then reports that nothing was flushed. Each landing flush and each scheduled
 pipeline run (with its shipments) is recorded in the store's status history
 (:mod:`lakesync.status`, read by ``GET /v1/admin/status``).
@@ -26,9 +27,8 @@ import anyio.to_thread
 
 from lakesync.api.services.status import record_landing_flush
 from lakesync.api.settings import GatewaySettings
-from lakesync.api.store import HotLog
-from lakesync.api.store.ports import Coordination, DocumentStore
 from lakesync.config import Config
+from lakesync.hotlog.ports import Coordination, DocumentStore, LakeStore
 from lakesync.lakehouse.schedule import (
     HotLogMaintenance,
     LakeSchedule,
@@ -81,7 +81,7 @@ class Lead:
 @contextmanager
 def lake_jobs(
     settings: GatewaySettings,
-    store: HotLog,
+    store: LakeStore,
     config: Config | None = None,
     shipping: DestinationMetrics | None = None,
     asked: WorkerJobs | None = None,

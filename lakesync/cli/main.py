@@ -11,11 +11,11 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
+from lakesync import telemetry
 from lakesync.cli.init import init_command
 from lakesync.cli.output import log_redacted, printable, redacted
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
-from lakesync.lakehouse import telemetry
 from lakesync.tokens import mint_client_token
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from lakesync.lakehouse.query import QueryResult, format_rows, run_query, table_
 from lakesync.lakehouse.settings import LakeSettings
 
 if TYPE_CHECKING:
-    from lakesync.lakehouse.landing import HotLogSource
+    from lakesync.hotlog.ports import HotLogSource
 
 __all__ = ["DataDirOption", "FormatOption", "print_result", "query_command"]
 
@@ -110,8 +110,8 @@ def query_command(
 def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> HotLogSource | None:
     """The gateway's hot log for a fresh read (None when this data dir has none)."""
     # The gateway's stores (psycopg, the hot log's schema): only a fresh read needs them.
-    from lakesync.api.store import open_store  # noqa: PLC0415
     from lakesync.hlc import HLC  # noqa: PLC0415
+    from lakesync.hotlog.factory import open_store  # noqa: PLC0415
 
     cfg = load_config()
     remote = cfg.store_url.startswith(("postgresql://", "postgres://"))

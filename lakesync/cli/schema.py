@@ -19,12 +19,12 @@ from typing import Annotated, Any
 
 import typer
 
-from lakesync.api.store import open_store
 from lakesync.cli.lake import DataDirOption
 from lakesync.cli.materialise import ConfigOption
 from lakesync.config import load_config
 from lakesync.errors import NotFoundError, SchemaError
 from lakesync.hlc import HLC
+from lakesync.hotlog.factory import open_store
 from lakesync.schema import (
     MIGRATABLE,
     ColumnSpec,

@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
 from lakesync.checkpoint_chunks import DEFAULT_CHUNK_BYTES, chunk_rows
+from lakesync.hotlog.ports import CheckpointSink
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.connection import connect
 from lakesync.lakehouse.lake_position import covered_positions
@@ -34,7 +35,6 @@ from lakesync.views import RowKey, RowRecord
 __all__ = [
     "BuiltCheckpoint",
     "CheckpointRun",
-    "CheckpointSink",
     "build_checkpoints",
     "lake_rows",
     "write_checkpoint",
@@ -43,30 +43,6 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 _FETCH = 10_000
-
-
-class _Published(Protocol):
-    @property
-    def position(self) -> int:
-        """Every delta of the gateway ingested at or before it is in the checkpoint."""
-        ...
-
-
-class CheckpointSink(Protocol):
-    """Where checkpoints go: the gateway's hot-log store (its port
-    :class:`lakesync.api.store.ports.CheckpointStore`)."""
-
-    def stage_checkpoint_chunk(self, gateway_id: str, upto: int, seq: int, body: bytes) -> None:
-        """Store one chunk of an unpublished checkpoint."""
-        ...
-
-    def publish_checkpoint(self, gateway_id: str, upto: int, chunks: int, rows: int) -> bool:
-        """Serve the staged checkpoint if it is newer than the current one."""
-        ...
-
-    def checkpoint(self, gateway_id: str) -> _Published | None:
-        """The published checkpoint, if any."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

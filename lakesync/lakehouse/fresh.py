@@ -29,11 +29,11 @@ from lakesync.canonical import canonical_json
 from lakesync.cells import decoder, hlc_to_timestamp
 from lakesync.column_types import decimal_params
 from lakesync.delta import ColumnValue, RowDelta
+from lakesync.hotlog.ports import HotLogSource
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ROWS_MERGED_IDENTIFIER, landing_state
 from lakesync.lakehouse.checkpoint_builder import lake_rows
 from lakesync.lakehouse.connection import PinnedTable
 from lakesync.lakehouse.lake_position import covered_by
-from lakesync.lakehouse.landing import HotLogSource
 from lakesync.lakehouse.models import table_columns
 from lakesync.lakehouse.registry import registered_table_schemas
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LakeSettings

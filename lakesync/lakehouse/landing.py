@@ -39,12 +39,13 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from lakesync import telemetry
 from lakesync.canonical import canonical_json
-from lakesync.delta import RowDelta
 from lakesync.errors import LakeSyncError
-from lakesync.lakehouse import telemetry
+from lakesync.hotlog.ports import HotLogSource
+from lakesync.hotlog.records import LogEntry
 from lakesync.lakehouse.catalog import (
     HELD_PROPERTY,
     LANDED_LATE_PROPERTY,
@@ -66,29 +67,15 @@ if TYPE_CHECKING:
 __all__ = [
     "CRASH_ENV",
     "FlushResult",
-    "HotLogSource",
     "LandingFlusher",
     "landing_rows",
 ]
-
-LogEntry = tuple[int, str, RowDelta]
-"""One hot-log entry: ``(ingest_hlc, gateway_id, delta)``."""
 
 _log = logging.getLogger(__name__)
 
 # Test hook: name a step ("before_commit" or "after_commit") and the process SIGKILLs itself there,
 # which is the only faithful way to test what a crash leaves behind.
 CRASH_ENV = "LAKESYNC_LANDING_CRASH_AT"
-
-
-class HotLogSource(Protocol):
-    """What the flusher reads: the gateway's hot log in strictly increasing ingest HLC order
-    (the store's narrowest port; :class:`lakesync.api.store.ports.DeltaLog` extends it)."""
-
-    def read_log(self, after: int, limit: int, gateway_id: str | None = None) -> list[LogEntry]:
-        """Entries with ``ingest_hlc > after`` (of one gateway, if given), oldest first, at most
-        ``limit``."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from lakesync import telemetry
 from lakesync.config import Config
 from lakesync.destinations.metrics import DestinationMetrics
-from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.runner import (
     PLANNED,
     DbtInvoker,
@@ -134,7 +134,7 @@ def run_and_ship(
     :func:`~lakesync.lakehouse.runner.run_pipeline`'s; ``metrics`` counts failed writes to
     fan-out secondaries; ``dbt`` keeps the parsed project between runs (a warm process passes
     its own); ``pushes`` are the W3C ``traceparent`` values of the pushes this run continues
-    (default: those this process landed, :func:`lakesync.lakehouse.telemetry.take_landed`). Raises
+    (default: those this process landed, :func:`lakesync.telemetry.take_landed`). Raises
     :class:`~lakesync.lakehouse.runner.PipelineError` when a model every table needs failed
     (nothing ships then); one table's failure is in the result instead."""
     dbt = dbt or DbtInvoker()

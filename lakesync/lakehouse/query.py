@@ -45,7 +45,7 @@ from lakesync.lakehouse.object_store import store_failures_raised
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LANDING_NAMESPACE, LakeSettings
 
 if TYPE_CHECKING:
-    from lakesync.lakehouse.landing import HotLogSource
+    from lakesync.hotlog.ports import HotLogSource
 
 __all__ = [
     "OutputFormat", "PinnedTable", "QueryResult", "connect", "format_rows", "quick_query",

@@ -2,8 +2,8 @@
 checkpoints and hot-log trimming.
 
 ``lakesync up`` starts them with :func:`scheduled_lake_jobs` and stops them at shutdown (the
-gateway's edge is :mod:`lakesync.api.lake`); they reach the gateway's hot-log store through the
-narrow :class:`LakeStore` protocol only:
+gateway's edge is :mod:`lakesync.api.lake`); they reach the gateway's hot-log store through its
+port :class:`~lakesync.hotlog.ports.LakeStore` only:
 
 - the :class:`~lakesync.lakehouse.landing.LandingFlusher` (the landing table's single writer)
   every ``flush_interval`` seconds and on ``POST /v1/admin/flush/{gw}`` (each flush first
@@ -38,14 +38,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from lakesync.config import Config, ServerConfig
 from lakesync.errors import NotFoundError
 from lakesync.hlc import encode
+from lakesync.hotlog.ports import DocumentStore, LakeStore
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import (
     CatalogUnavailableError,
@@ -54,9 +55,9 @@ from lakesync.lakehouse.catalog import (
     deferred_catalog,
     landing_state,
 )
-from lakesync.lakehouse.checkpoint_builder import CheckpointSink, build_checkpoints
+from lakesync.lakehouse.checkpoint_builder import build_checkpoints
 from lakesync.lakehouse.lake_position import covered_positions
-from lakesync.lakehouse.landing import HotLogSource, LandingFlusher
+from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 from lakesync.lakehouse.worker import (
@@ -79,7 +80,6 @@ __all__ = [
     "AskedJob",
     "HotLogMaintenance",
     "LakeSchedule",
-    "LakeStore",
     "LeadFor",
     "RunHook",
     "SchemaPublisher",
@@ -102,30 +102,6 @@ worker that died is a failed reply), e.g. to record it for the gateway's status.
 LeadFor = Callable[[str, str], Callable[[], bool]]
 """``lead_for(role, job)``: a callable that says whether this process leads ``role`` now (among
 the processes sharing the store); ``job`` names it in the log."""
-
-
-class LakeStore(HotLogSource, CheckpointSink, Protocol):
-    """What the lake's jobs need from the gateway's hot-log store: read the log (landing), mark
-    what landed, hold the landing mutex, read the registered schemas, publish checkpoints and
-    trim the log (parts of its ports ``DeltaLog``, ``Coordination``, ``DocumentStore`` and
-    ``CheckpointStore``, :mod:`lakesync.api.store.ports`, which the lakehouse does not import)."""
-
-    def mark_flushed(self, position: int) -> None:
-        """Every entry with ingest HLC <= ``position`` reached the landing table."""
-        ...
-
-    def exclusive(self, name: str) -> AbstractContextManager[object]:
-        """Hold the store-wide mutex ``name`` for the block, across processes."""
-        ...
-
-    def docs_of_kind(self, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
-        """Every gateway's documents of a kind as ``(gateway_id, name, body)``, sorted."""
-        ...
-
-    def trim_log(self, gateway_id: str, upto: int, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` of the gateway's oldest entries through ``upto`` (never past
-        its checkpoint nor the flushed position); how many went."""
-        ...
 
 
 _JOB_NAMES = {"pipeline": "pipeline run", "compact": "compaction", "materialise": "materialise"}
@@ -324,7 +300,7 @@ class SchemaPublisher:
     """Publish every gateway's registered schemas to the lake's ``lakesync.table_schemas``
     (called before each flush; reads the lake again only when the store's schemas changed)."""
 
-    def __init__(self, catalog: Catalog | Callable[[], Catalog], store: LakeStore) -> None:
+    def __init__(self, catalog: Catalog | Callable[[], Catalog], store: DocumentStore) -> None:
         self._catalog = catalog_opener(catalog)
         self._store = store
         self._last: list[tuple[str, str, dict[str, Any]]] | None = None

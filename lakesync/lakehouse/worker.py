@@ -52,10 +52,10 @@ from typing import IO, Any, Literal
 
 import msgspec
 
+from lakesync import telemetry
 from lakesync.config import load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import LakeSyncError
-from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.compaction import TableCompaction, compact
 from lakesync.lakehouse.pipeline import (
     Built,

@@ -16,15 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.postgres import PostgresHotLog
 from lakesync.lakehouse.checkpoint_builder import BuiltCheckpoint, write_checkpoint
 from lakesync.merge import RowState, apply_delta
 from lakesync.views import RowRecord
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import auth, now_hlc, token
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 from tests.gateway_process import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]

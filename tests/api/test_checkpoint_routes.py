@@ -17,10 +17,10 @@ from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
 from lakesync.api.services.initial_sync import CheckpointGoneError, open_checkpoint
-from lakesync.api.store.base import HotLog
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.checkpoint_chunks import CONTENT_TYPE
 from lakesync.hlc import HLC
+from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from lakesync.rules import parse_rules, visible
 from lakesync.wsframes import decode_response

@@ -13,9 +13,9 @@ import pytest
 
 from lakesync.api.lake import lake_jobs
 from lakesync.api.settings import GatewaySettings
-from lakesync.api.store import open_store
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.factory import open_store
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.compaction import data_files

@@ -25,14 +25,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
-from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.postgres import PostgresHotLog
 from lakesync.merge import merge_state
 from lakesync.rules import parse_rules, visible
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import Gateway, Replica, WholeRowReplica, auth, make_settings, token
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 
 CLIENTS = ["alice", "bob", "carol"]
 ROWS = ["r0", "r1", "r2", "r3"]

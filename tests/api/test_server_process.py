@@ -17,9 +17,8 @@ from websockets.sync.client import connect
 from lakesync.api.cli import _sigterm_latch
 from lakesync.merge import merge_state
 from lakesync.wsframes import decode_server_frame, encode_push
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import auth, delta, now_hlc, token
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json, verified
 

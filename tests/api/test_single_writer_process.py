@@ -17,9 +17,8 @@ import pytest
 
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.settings import LakeSettings
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import SECRET, auth, delta, token
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 from tests.gateway_process import ServerProcess, free_port
 from tests.wire_json import as_json
 

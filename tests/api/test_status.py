@@ -14,10 +14,10 @@ from litestar.testing import TestClient
 from lakesync.api.app import create_app
 from lakesync.api.lake import _record_run
 from lakesync.api.services.status import record_landing_flush
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.client import LakeSyncClient
 from lakesync.destination_specs import DestinationSpec
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.worker import RunReply
 from lakesync.status import Shipment
 from tests.api.helpers import Gateway, auth, delta, make_settings, token

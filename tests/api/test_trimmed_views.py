@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from lakesync.api.services import initial_sync
-from lakesync.api.store.base import HotLog
+from lakesync.hotlog.base import HotLog
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from tests.api.conftest import Served
 from tests.api.helpers import HANDOVER_OWNER_RULES, Replica, WholeRowReplica, delta, token

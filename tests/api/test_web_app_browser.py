@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from lakesync.api.store import open_store
 from lakesync.hlc import HLC
+from lakesync.hotlog.factory import open_store
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from tests.api.helpers import auth, token
 from tests.browser import chromium

@@ -16,9 +16,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from lakesync.delta import RowDelta
 from lakesync.wsframes import decode_server_frame
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import Replica, auth, delta, token
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json
 

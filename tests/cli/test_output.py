@@ -14,10 +14,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.cli.output import plain, print_table
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
 from lakesync.lakehouse.landing import LandingFlusher

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from lakesync.api.store import open_store
 from lakesync.cli.schema import migrate_column
 from lakesync.delta import RowDelta
 from lakesync.errors import SchemaError
 from lakesync.hlc import HLC
+from lakesync.hotlog.factory import open_store
 from lakesync.schema import ColumnSpec, parse_schema, schema_to_wire
 from tests.cli.test_main import run_cli
 

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 import httpx
 
-from lakesync.api.store.base import HotLog
 from lakesync.client import LakeSyncClient
+from lakesync.hotlog.base import HotLog
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from tests.api.helpers import auth, token
 from tests.wire_json import as_json

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lakesync.api.app import create_app
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from tests.api.helpers import make_settings
 from tests.client.client_thread_gateway import ThreadGateway
 from tests.gateway_process import ServerProcess, serve_in_thread

@@ -22,9 +22,8 @@ from lakesync.delta import RowDelta, is_view_eviction
 from lakesync.merge import MergedState, RowState, apply_delta
 from lakesync.rules import SyncRules, parse_rules, visible
 from lakesync.wire import decode_delta
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import auth, now_hlc, token
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json, verified
 

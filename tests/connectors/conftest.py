@@ -17,10 +17,10 @@ from lakesync.api.metrics import GatewayMetrics
 from lakesync.api.services.connectors import GatewaySink
 from lakesync.api.services.hub import Hub
 from lakesync.api.services.sync import SyncService
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.connector_specs import connector_client_id
 from lakesync.connectors import Poller, Source
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from tests.api.helpers import make_settings
 
 
@@ -72,7 +72,7 @@ class GatewayUnderTest:
         return Poller(
             name,
             source,
-            GatewaySink(self.service, gw, name),
+            GatewaySink(self.service, self.store, gw, name),
             connector_client_id(name),
             1.0,
             contract=contract,

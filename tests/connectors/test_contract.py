@@ -124,7 +124,7 @@ def _run(gateway: GatewayUnderTest, table: str, contract: Any) -> Poller:
     poller = Poller(
         "pg1",
         open_source(spec),
-        GatewaySink(gateway.service, "gw1", "pg1"),
+        GatewaySink(gateway.service, gateway.store, "gw1", "pg1"),
         connector_client_id("pg1"),
         1.0,
         contract=spec.contract,

@@ -34,7 +34,7 @@ class Numbers(Source):
 
 def test_backpressure_is_waited_out_and_nothing_is_dropped(tmp_path: Path) -> None:
     gateway = GatewayUnderTest(tmp_path, backpressure_bytes=1)
-    sink = GatewaySink(gateway.service, "gw1", "nums")
+    sink = GatewaySink(gateway.service, gateway.store, "gw1", "nums")
     poller = Poller("nums", Numbers(4, 10), sink, connector_client_id("nums"), 60, 0.02)
 
     async def flusher() -> None:

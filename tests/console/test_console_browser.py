@@ -17,9 +17,9 @@ import pytest
 from lakesync.api.app import create_app
 from lakesync.api.lake import _record_run
 from lakesync.api.services.console import SESSION_COOKIE
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.destination_specs import DestinationSpec
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.worker import RunReply
 from lakesync.status import Shipment
 from tests.api.helpers import auth, delta, make_settings, token

@@ -12,8 +12,8 @@ from litestar.testing import TestClient
 from lakesync.api.app import create_app
 from lakesync.api.headers import CONSOLE_CSP
 from lakesync.api.services.console import SESSION_COOKIE
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from tests.api.helpers import Gateway, delta, make_settings, token
 
 

@@ -17,21 +17,20 @@ import psycopg
 import pymysql
 import pytest
 
-from lakesync.api.store.base import HotLog
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.destinations.factory import mysql_params
 from lakesync.hlc import HLC
+from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.settings import LakeSettings
-from tests.api.conftest import store
 from tests.conftest import PG_DSN
 from tests.connectors.conftest import MYSQL_DSN
 from tests.destinations.conftest import BIGQUERY_ENDPOINT, require_bigquery
 
-__all__ = ["Lake", "append_in_order", "destinations", "make_lake", "store"]
+__all__ = ["Lake", "append_in_order", "destinations", "make_lake"]
 
 
 def append_in_order(log: HotLog, entries: Iterable[tuple[str, RowDelta]]) -> list[int]:

@@ -29,12 +29,12 @@ import psycopg
 import pymysql
 import pytest
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.config import load_config
 from lakesync.delta import RowDelta
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.factory import mysql_params
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher

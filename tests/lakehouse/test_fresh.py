@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.canonical import canonical_json
 from lakesync.cli.main import app
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.connection import pinned_connection
 from lakesync.lakehouse.fresh import freshen

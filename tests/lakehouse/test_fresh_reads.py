@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
 from lakesync.lakehouse.connection import pinned_connection

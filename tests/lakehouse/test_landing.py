@@ -17,11 +17,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakesync.api.store.base import HotLog
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, flushed_position, open_catalog
 from lakesync.lakehouse.landing import CRASH_ENV, LandingFlusher, landing_rows
@@ -147,7 +147,7 @@ def _flush_in_child(settings: LakeSettings, log: Path, marks: Path, crash_at: st
     position it marks flushed."""
     code = (
         "import sys; from pathlib import Path\n"
-        "from lakesync.api.store.sqlite import SqliteHotLog\n"
+        "from lakesync.hotlog.sqlite import SqliteHotLog\n"
         "from lakesync.lakehouse.settings import LakeSettings\n"
         "from lakesync.lakehouse.catalog import open_catalog\n"
         "from lakesync.lakehouse.landing import LandingFlusher\n"

@@ -32,9 +32,9 @@ from typing import Any
 import httpx
 import pytest
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import (
     HELD_PROPERTY,

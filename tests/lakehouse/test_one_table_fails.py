@@ -20,11 +20,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.cli.main import app
 from lakesync.delta import RowDelta
 from lakesync.destinations.factory import mysql_params
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.schema import TableSchema

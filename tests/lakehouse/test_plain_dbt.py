@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.cli.main import main as lakesync
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher

@@ -13,11 +13,11 @@ import pytest
 from pyiceberg.table import Table
 from typer.testing import CliRunner, Result
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.cli.main import app
 from lakesync.delta import RowDelta
 from lakesync.errors import NotFoundError
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.landing import LandingFlusher

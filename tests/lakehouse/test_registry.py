@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher
@@ -82,9 +82,9 @@ def test_gateway_lake_jobs_use_the_gateways_own_config(tmp_path: Path) -> None:
 
     from lakesync.api.lake import lake_jobs
     from lakesync.api.settings import GatewaySettings
-    from lakesync.api.store import open_store
     from lakesync.config import load_config
     from lakesync.hlc import HLC
+    from lakesync.hotlog.factory import open_store
     from lakesync.schema import schema_to_wire
 
     data, lake_dir = tmp_path / "data", tmp_path / "elsewhere"

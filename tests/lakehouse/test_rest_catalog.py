@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.cli.main import app
 from lakesync.delta import RowDelta
 from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, ensure_landing_table, open_catalog
 from lakesync.lakehouse.landing import LandingFlusher

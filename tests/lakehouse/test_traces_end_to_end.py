@@ -21,10 +21,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from lakesync.api.app import create_app
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.config import Config, GatewayConfig
 from lakesync.destination_specs import DestinationSpec
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.pipeline import run_and_ship

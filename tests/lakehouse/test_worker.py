@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from lakesync.api.store import open_store
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC, encode
+from lakesync.hotlog.factory import open_store
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.landing import LandingFlusher

@@ -1,5 +1,6 @@
 """The protocol core stays pure: the core modules of ``lakesync`` (its own modules and ``proto``,
-not the edge subpackages) import no gateway, client, lakehouse or I/O library.
+not the edge subpackages nor ``telemetry``) import no gateway, client, hot log, lakehouse or I/O
+library.
 
 Two checks, because each misses what the other sees: the source of every module (its ``import``
 statements, lazy ones inside functions included) against an allow-list, and a fresh interpreter
@@ -27,8 +28,12 @@ FORBIDDEN_STDLIB = {
     "asyncio", "ftplib", "http", "multiprocessing", "selectors", "smtplib", "socket",
     "socketserver", "sqlite3", "ssl", "subprocess", "urllib",
 }
-# Subpackages of ``lakesync`` that sit at the edges (not part of the core).
-EDGES = {"api", "client", "cli", "lakehouse", "connectors", "destinations", "spark_udfs"}
+# Subpackages (and the one module, ``telemetry``: OpenTelemetry export) of ``lakesync`` that sit
+# at the edges (not part of the core).
+EDGES = {
+    "api", "client", "cli", "hotlog", "lakehouse", "connectors", "destinations", "spark_udfs",
+    "telemetry",
+}
 # The edge subpackages and the I/O libraries they use.
 FORBIDDEN = {
     *(f"lakesync.{edge}" for edge in EDGES),
@@ -40,7 +45,8 @@ FORBIDDEN = {
 def _core_modules() -> list[Path]:
     return sorted(
         p for p in CORE.rglob("*.py")
-        if not p.name.endswith("_pb2.py") and p.relative_to(CORE).parts[0] not in EDGES
+        if not p.name.endswith("_pb2.py")
+        and p.relative_to(CORE).parts[0].removesuffix(".py") not in EDGES
     )
 
 

@@ -13,8 +13,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.settings import LakeSettings
 from tests.api.helpers import SECRET, auth, delta, token

@@ -14,11 +14,10 @@ import pytest
 from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
-from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.hlc import HLC
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
+from lakesync.hotlog.postgres import PostgresHotLog
 from tests.api.helpers import Gateway, Replica, delta, make_settings, now_hlc, token
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 
 pytestmark = pytest.mark.postgres
 

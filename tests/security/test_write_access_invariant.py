@@ -27,16 +27,15 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_a
 from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
-from lakesync.api.store.base import HotLog
-from lakesync.api.store.postgres import PostgresHotLog
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.postgres import PostgresHotLog
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.merge import RowState, join_delta
 from lakesync.rules import SyncRules, parse_rules, visible
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import Gateway, auth, make_settings, token
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 
 TEAMS = {"alice": "red", "bob": "blue", "carol": "red"}
 CLIENTS = list(TEAMS)

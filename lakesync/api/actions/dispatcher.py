@@ -47,10 +47,10 @@ import jsonschema
 import msgspec
 
 from lakesync.api.logs import REQUEST_ID
-from lakesync.api.store.ports import DocumentStore
 from lakesync.connector_specs import may_run
 from lakesync.connectors import ActionDescriptor, ActionError, ActionHandler
 from lakesync.connectors.actions import OUTCOME_UNKNOWN
+from lakesync.hotlog.ports import DocumentStore
 
 __all__ = ["ACTION_KIND", "Action", "ActionDispatcher", "ActionResult"]
 

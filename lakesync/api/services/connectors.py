@@ -36,6 +36,7 @@ from lakesync.connector_specs import (
 from lakesync.connectors import ActionHandler, Poller, Source, open_actions, open_source
 from lakesync.delta import RowDelta
 from lakesync.errors import LakeSyncError, NotFoundError, ValidationError
+from lakesync.hotlog.ports import AdminStore
 from lakesync.schema import TableSchema, widened
 
 __all__ = ["CURSOR_KIND", "DOC_KIND", "ConnectorMetrics", "ConnectorService", "GatewaySink"]
@@ -47,10 +48,12 @@ CURSOR_KIND = "connector-cursor"
 
 
 class GatewaySink:
-    """A connector's view of its gateway (see :class:`lakesync.connectors.base.Sink`)."""
+    """A connector's view of its gateway (see :class:`lakesync.connectors.base.Sink`): pushes and
+    schemas through the ``service``, rows and cursors read and kept in the ``store``."""
 
-    def __init__(self, service: SyncService, gateway_id: str, name: str) -> None:
+    def __init__(self, service: SyncService, store: AdminStore, gateway_id: str, name: str) -> None:
         self.service = service
+        self.store = store
         self.gateway_id = gateway_id
         self.name = name
         self.client_id = connector_client_id(name)
@@ -73,7 +76,7 @@ class GatewaySink:
     async def current(self, table: str, row_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The visible columns of the live rows among ``row_ids``."""
         keys = [(table, r) for r in row_ids]
-        rows = await anyio.to_thread.run_sync(self.service.store.read_rows, self.gateway_id, keys)
+        rows = await anyio.to_thread.run_sync(self.store.read_rows, self.gateway_id, keys)
         out = {}
         for (_, row_id), record in rows.items():
             visible = record.state.visible()
@@ -88,13 +91,13 @@ class GatewaySink:
     async def row_ids(self, table: str, after: str | None, limit: int) -> list[str]:
         """A page of ``table``'s stored row ids (see :meth:`HotLog.row_ids`)."""
         return await anyio.to_thread.run_sync(
-            self.service.store.row_ids, self.gateway_id, table, after, limit
+            self.store.row_ids, self.gateway_id, table, after, limit
         )
 
     async def load_cursor(self) -> dict[str, Any]:
         """The cursor stored with the last chunk."""
         docs = await anyio.to_thread.run_sync(
-            self.service.store.list_docs, self.gateway_id, CURSOR_KIND
+            self.store.list_docs, self.gateway_id, CURSOR_KIND
         )
         cursor: dict[str, Any] = docs.get(self.name, {}).get("cursor", {})
         return cursor
@@ -102,7 +105,7 @@ class GatewaySink:
     async def save_cursor(self, cursor: Mapping[str, Any]) -> None:
         """Store the cursor (a document, durable on return)."""
         await anyio.to_thread.run_sync(
-            self.service.store.put_doc, self.gateway_id, CURSOR_KIND, self.name, {"cursor": cursor}
+            self.store.put_doc, self.gateway_id, CURSOR_KIND, self.name, {"cursor": cursor}
         )
 
     def next_hlc(self) -> int:
@@ -115,17 +118,20 @@ SourceFactory = Callable[[ConnectorSpec], Source]
 
 class ConnectorService:
     """Every connector of the app: declared ones (``declared``, by name) and the documents
-    registered through the admin API, which win over a declaration of the same name."""
+    registered through the admin API (documents in ``store``), which win over a declaration of
+    the same name."""
 
     def __init__(
         self,
         service: SyncService,
+        store: AdminStore,
         declared: Mapping[str, ConnectorSpec] | None = None,
         env: Mapping[str, str] | None = None,
         source_factory: SourceFactory = open_source,
         lead: Callable[[], bool] | None = None,
     ) -> None:
         self.service = service
+        self.store = store
         self.declared = dict(declared or {})
         self.env = os.environ if env is None else env
         self.source_factory = source_factory
@@ -139,7 +145,7 @@ class ConnectorService:
         specs: dict[tuple[str, str], ConnectorSpec | Mapping[str, Any]] = {
             (spec.gateway, name): spec for name, spec in self.declared.items()
         }
-        docs = await anyio.to_thread.run_sync(self.service.store.docs_of_kind, DOC_KIND)
+        docs = await anyio.to_thread.run_sync(self.store.docs_of_kind, DOC_KIND)
         for gw, name, doc in docs:
             specs[(gw, name)] = doc
         for (gw, name), found in specs.items():
@@ -158,7 +164,7 @@ class ConnectorService:
         return Poller(
             name,
             self.source_factory(resolved),
-            GatewaySink(self.service, spec.gateway, name),
+            GatewaySink(self.service, self.store, spec.gateway, name),
             connector_client_id(name),
             spec.interval,
             lead=self._lead,
@@ -211,22 +217,22 @@ class ConnectorService:
         doc["type"] = body.get("kind", body.get("type"))
         spec = parse_connector(name, {**doc, "gateway": gw})
         poller = self._poller(name, spec)  # a missing secret or driver: 400, nothing stored
-        await anyio.to_thread.run_sync(self.service.store.put_doc, gw, DOC_KIND, name, doc)
+        await anyio.to_thread.run_sync(self.store.put_doc, gw, DOC_KIND, name, doc)
         await self._run(gw, name, spec, poller)
         return redact_declaration(doc)
 
     async def unregister(self, gw: str, name: str) -> None:
         """Stop and forget a registered connector (its cursor too); 404 if unknown."""
-        removed = await anyio.to_thread.run_sync(self.service.store.delete_doc, gw, DOC_KIND, name)
+        removed = await anyio.to_thread.run_sync(self.store.delete_doc, gw, DOC_KIND, name)
         if not removed:
             raise NotFoundError(f"no connector {name!r} on gateway {gw!r}")
         await self._forget(gw, name)
-        await anyio.to_thread.run_sync(self.service.store.delete_doc, gw, CURSOR_KIND, name)
+        await anyio.to_thread.run_sync(self.store.delete_doc, gw, CURSOR_KIND, name)
 
     async def documents(self, gw: str) -> list[dict[str, Any]]:
         """Every connector of a gateway as the admin routes show it (credentials redacted);
         :class:`NotFoundError` for a gateway nothing is declared or stored for."""
-        docs = await anyio.to_thread.run_sync(self.service.store.list_docs, gw, DOC_KIND)
+        docs = await anyio.to_thread.run_sync(self.store.list_docs, gw, DOC_KIND)
         out = {
             name: {"name": name, "type": connector_kind(spec)}
             | {k: v for k, v in msgspec.structs.asdict(spec).items() if k != "gateway"}

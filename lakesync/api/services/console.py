@@ -21,6 +21,7 @@ from lakesync.api.services.status import COUNT_LIMIT, StatusService
 from lakesync.api.services.sync import SyncService
 from lakesync.console import Counts, History, Point
 from lakesync.errors import AuthError, LakeSyncError
+from lakesync.hotlog.ports import AdminStore
 from lakesync.status import StatusResponse
 
 __all__ = ["SESSION_COOKIE", "SESSION_TTL_S", "ConsoleService", "Snapshot"]
@@ -76,11 +77,13 @@ class ConsoleService:
     def __init__(
         self,
         service: SyncService,
+        store: AdminStore,
         status: StatusService,
         every_s: float = 5.0,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._service = service
+        self._store = store
         self._status = status
         self._now = now
         self.history = History(every_s=every_s)
@@ -193,7 +196,7 @@ class ConsoleService:
         return await anyio.to_thread.run_sync(self._detail, gw)
 
     def _detail(self, gw: str) -> GatewayDetail:
-        store = self._service.store
+        store = self._store
         tables = []
         for name, schema in sorted(store.list_docs(gw, "schema").items()):
             rows = store.row_ids(gw, name, None, COUNT_LIMIT)

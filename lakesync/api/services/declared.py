@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 import msgspec
 
-from lakesync.api.store.ports import DocumentStore, RulesStore
 from lakesync.config import GatewayConfig
 from lakesync.connector_specs import ConnectorSpec, tables_by_gateway
 from lakesync.errors import ConfigError, SchemaError
+from lakesync.hotlog.ports import DocumentStore, RulesStore
 from lakesync.rules import SyncRules, check_rules, rules_to_wire
 from lakesync.schema import TableSchema, merge_declared, parse_schema, schema_to_wire
 

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from lakesync.api.store.base import LogEntry, RowKey, RowRecord, RulesRecord
+from lakesync.hotlog.base import LogEntry, RowKey, RowRecord, RulesRecord
 from lakesync.rules import SyncRules, claim_keys
 from lakesync.views import (
     BroadcastView,

@@ -4,7 +4,7 @@ A checkpoint (:mod:`lakesync.checkpoint_chunks`) is read from the store one chun
 filtered for the requesting client and encoded as one frame in a worker thread, and handed to
 the response as it goes: the gateway holds one chunk per stream whatever the checkpoint's size.
 
-Trimming (:meth:`lakesync.api.store.HotLog.trim_log`) deletes a gateway's oldest log entries once
+Trimming (:meth:`lakesync.hotlog.base.HotLog.trim_log`) deletes a gateway's oldest log entries once
 they are in the landing table and its checkpoint. A pull from a cursor older than the gateway's
 horizon is refused with :class:`~lakesync.errors.CursorExpiredError` (``CURSOR_EXPIRED``): the
 horizon is read *after* the page, and trimming moves it in the transaction that deletes, so a

@@ -24,10 +24,10 @@ import msgspec
 
 from lakesync.api.services.connectors import ConnectorService
 from lakesync.api.services.sync import SyncService
-from lakesync.api.store.ports import DocumentStore
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.factory import destination_kind, open_destination
 from lakesync.errors import LakeSyncError, NotFoundError
+from lakesync.hotlog.ports import DocumentStore, StatusStore
 from lakesync.redaction import Redactor, redact_strings
 from lakesync.status import (
     HISTORY_GATEWAY,
@@ -84,10 +84,12 @@ class StatusService:
     def __init__(
         self,
         service: SyncService,
+        store: StatusStore,
         connectors: ConnectorService,
         now: Callable[[], float] = time.time,
     ) -> None:
         self._service = service
+        self._store = store
         self._connectors = connectors
         self._now = now
         self._redact = Redactor(
@@ -109,7 +111,7 @@ class StatusService:
         return sorted(found)
 
     def _stored_gateways(self) -> set[str]:
-        store = self._service.store
+        store = self._store
         found = {gw for kind in ("schema", "connector") for gw, _, _ in store.docs_of_kind(kind)}
         return found | {gw for _, gw, _ in store.read_log(store.flushed_position(), COUNT_LIMIT)}
 
@@ -154,7 +156,7 @@ class StatusService:
             return None
         tables = spec.tables
         if tables is None:
-            docs = await anyio.to_thread.run_sync(self._service.store.list_docs, gw, "schema")
+            docs = await anyio.to_thread.run_sync(self._store.list_docs, gw, "schema")
             tables = sorted(docs)
         # A routed table's watermark lives in the destination it is routed to.
         tables = [t for t in tables if t not in spec.routes]
@@ -176,7 +178,7 @@ class StatusService:
         probed: Mapping[str, Watermarks | str | None],
     ) -> GatewayStatus:
         """Everything the store holds for the gateway's status (runs in a worker thread)."""
-        store, now = self._service.store, self._now()
+        store, now = self._store, self._now()
         reads: dict[int, list[tuple[int, str]]] = {}
 
         def after(position: int) -> Backlog:

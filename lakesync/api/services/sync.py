@@ -14,20 +14,11 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
+from lakesync import telemetry
 from lakesync.api.metrics import GatewayMetrics
 from lakesync.api.services.hub import Connection, Hub
 from lakesync.api.services.limits import RateLimiter
 from lakesync.api.settings import GatewaySettings
-from lakesync.api.store.base import (
-    AppendResult,
-    LogNotice,
-    Page,
-    RowKey,
-    RowRecord,
-    RulesRecord,
-    WriteCheck,
-)
-from lakesync.api.store.ports import SyncStore
 from lakesync.connector_specs import tables_by_gateway
 from lakesync.delta import RowDelta, is_reserved_client
 from lakesync.errors import (
@@ -38,7 +29,16 @@ from lakesync.errors import (
     ValidationError,
 )
 from lakesync.hlc import HLC
-from lakesync.lakehouse import telemetry
+from lakesync.hotlog.base import (
+    AppendResult,
+    LogNotice,
+    Page,
+    RowKey,
+    RowRecord,
+    RulesRecord,
+    WriteCheck,
+)
+from lakesync.hotlog.ports import SyncStore
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from lakesync.api.actions import Action, ActionDispatcher
-from lakesync.api.store.base import HotLog
 from lakesync.connector_specs import ActionGrant
 from lakesync.connectors import ActionDescriptor, ActionError, ActionHandler
+from lakesync.hotlog.base import HotLog
 
 SCHEMA = {
     "type": "object",

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lakesync.api.services.hub import Connection, Hub
-from lakesync.api.store.base import LogEntry, RowKey, RowRecord, RulesRecord
 from lakesync.delta import RowDelta
+from lakesync.hotlog.base import LogEntry, RowKey, RowRecord, RulesRecord
 from lakesync.merge import RowState, apply_delta
 from lakesync.rules import parse_rules
 from lakesync.views import Reader, SnapshotCache, ViewHistory, effective_rules, page_view

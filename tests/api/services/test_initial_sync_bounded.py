@@ -19,8 +19,8 @@ from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
 from lakesync.api.services.initial_sync import open_checkpoint
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from lakesync.merge import Cell, RowState
 from lakesync.views import RowKey, RowRecord

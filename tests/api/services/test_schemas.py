@@ -8,8 +8,8 @@ from pathlib import Path
 from lakesync.api.metrics import GatewayMetrics
 from lakesync.api.services.hub import Hub
 from lakesync.api.services.sync import SyncService
-from lakesync.api.store.base import HotLog
 from lakesync.errors import SchemaError
+from lakesync.hotlog.base import HotLog
 from lakesync.schema import TableSchema, parse_schema
 from tests.api.helpers import make_settings
 

@@ -1,21 +1,23 @@
-"""The log of accepted deltas on SQL (:class:`~lakesync.api.store.ports.DeltaLog`): appends with
-their deduplication, merge and index upkeep, pages by ingest HLC and the flusher's marks."""
+"""The log of accepted deltas on SQL (:class:`~lakesync.hotlog.ports.PushLog`,
+:class:`~lakesync.hotlog.ports.HotLogSource` and parts of the other ports): appends with their
+deduplication, merge and index upkeep, pages by ingest HLC and the flusher's marks."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from lakesync.api.store._batch import (
+from lakesync.delta import RowDelta
+from lakesync.hotlog._batch import (
     copy_states,
     fresh_deltas,
     merge_into,
     next_ingest,
     touched_keys,
 )
-from lakesync.api.store._sql.core import LOG_COLUMNS, C, hlc_column
-from lakesync.api.store._sql.index import SqlRulesIndex
-from lakesync.api.store.base import (
+from lakesync.hotlog._sql.core import LOG_COLUMNS, C, hlc_column
+from lakesync.hotlog._sql.index import SqlRulesIndex
+from lakesync.hotlog.base import (
     AppendResult,
     LogEntry,
     Page,
@@ -25,8 +27,6 @@ from lakesync.api.store.base import (
     encode_delta,
     encode_state,
 )
-from lakesync.api.store.ports import DeltaLog
-from lakesync.delta import RowDelta
 
 __all__ = ["SqlDeltaLog", "hlc_ranges"]
 
@@ -54,8 +54,8 @@ def hlc_ranges(hlcs: Collection[int]) -> list[tuple[int, int]]:
 
 
 
-class SqlDeltaLog(SqlRulesIndex[C], DeltaLog):
-    """:class:`DeltaLog` over the shared SQL tables (an append indexes under the rules)."""
+class SqlDeltaLog(SqlRulesIndex[C]):
+    """The log over the shared SQL tables (an append indexes under the rules)."""
 
     def _known_ids(self, conn: C, gw: str, deltas: Sequence[RowDelta]) -> set[str]:
         """The deltaIds of ``deltas`` that the log of ``gw`` holds. A stored delta with the same
@@ -195,7 +195,7 @@ class SqlDeltaLog(SqlRulesIndex[C], DeltaLog):
     # -- flusher --------------------------------------------------------------------------------
     def read_log(
         self, after: int, limit: int, gateway_id: str | None = None
-    ) -> list[tuple[int, str, RowDelta]]:
+    ) -> list[LogEntry]:
         """See :meth:`HotLog.read_log`."""
         with self._connection() as conn:
             if gateway_id is None:
@@ -208,7 +208,7 @@ class SqlDeltaLog(SqlRulesIndex[C], DeltaLog):
                 )
                 params = (gateway_id, after, limit)
             raw = self._fetch(conn, query, params)
-            return [(int(i), g, decode_delta(b)) for i, g, b in raw]
+            return [LogEntry(int(i), g, decode_delta(b)) for i, g, b in raw]
 
     def mark_flushed(self, position: int) -> None:
         """See :meth:`HotLog.mark_flushed`."""

@@ -1,6 +1,6 @@
-"""The RowStore port's behaviour suite: merged row states, their history, the rules'
-filter-column index and who wrote which row, run on every store (the ``store`` fixture: SQLite
-and PostgreSQL)."""
+"""The merged rows' behaviour suite (parts of PullLog and RowLookup): merged row states, their
+history, the rules' filter-column index and who wrote which row, run on every store (the
+``store`` fixture: SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from lakesync.api.store.base import HotLog
-from lakesync.api.store.postgres import PostgresHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.postgres import PostgresHotLog
 from lakesync.rules import lookups, parse_rules
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
-from tests.api.store.common import d, insert
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
+from tests.hotlog.common import d, insert
 
 
 def test_rows_hold_merged_state(store: HotLog) -> None:

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
-from lakesync.api.store._batch import next_ingest
-from lakesync.api.store.base import RowKey, RowRecord, decode_delta, decode_state
 from lakesync.hlc import HLC
+from lakesync.hotlog._batch import next_ingest
+from lakesync.hotlog.base import RowKey, RowRecord, decode_delta, decode_state
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules
 

@@ -1,5 +1,6 @@
-"""The merged row states on SQL (:class:`~lakesync.api.store.ports.RowStore`): reads by key, by
-table, through the rules' filter-column index, and per row since a cursor; who wrote which row."""
+"""The merged row states on SQL (parts of the ports :class:`~lakesync.hotlog.ports.PullLog` and
+:class:`~lakesync.hotlog.ports.RowLookup`): reads by key, by table, through the rules'
+filter-column index, and per row since a cursor; who wrote which row."""
 
 from __future__ import annotations
 
@@ -7,18 +8,17 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from lakesync.api.store._batch import history_of
-from lakesync.api.store._sql.core import C, SqlCore
-from lakesync.api.store.base import Page, RowKey, RowRecord, decode_delta, decode_state
-from lakesync.api.store.ports import RowStore
 from lakesync.delta import RowDelta
+from lakesync.hotlog._batch import history_of
+from lakesync.hotlog._sql.core import C, SqlCore
+from lakesync.hotlog.base import Page, RowKey, RowRecord, decode_delta, decode_state
 from lakesync.merge import RowState
 
 __all__ = ["SqlRowStore"]
 
 
-class SqlRowStore(SqlCore[C], RowStore):
-    """:class:`RowStore` over the shared SQL tables."""
+class SqlRowStore(SqlCore[C]):
+    """The merged row states over the shared SQL tables."""
 
     @abc.abstractmethod
     def _written_among(

@@ -1,16 +1,17 @@
-"""Hot-log stores behind one interface (:class:`HotLog`), opened by :func:`open_store`."""
+"""Open the hot-log store a URL names: SQLite or PostgreSQL, behind one interface
+(:class:`~lakesync.hotlog.base.HotLog`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lakesync.api.store.base import HotLog, LogEntry, LogNotice, Page, RowRecord, RulesRecord
-from lakesync.api.store.postgres import PostgresHotLog
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
+from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.postgres import PostgresHotLog
+from lakesync.hotlog.sqlite import SqliteHotLog
 
-__all__ = ["HotLog", "LogEntry", "LogNotice", "Page", "RowRecord", "RulesRecord", "open_store"]
+__all__ = ["open_store"]
 
 
 def open_store(url: str, data_dir: Path, clock: HLC, pg_schema: str = "lakesync") -> HotLog:

@@ -1,13 +1,14 @@
-"""The CheckpointStore port's behaviour suite: checkpoint generations and hot-log trimming, run
-on every store (the ``store`` fixture: SQLite and PostgreSQL)."""
+"""Checkpoints and trimming (the ports CheckpointSink, CheckpointServing and LogMaintenance):
+checkpoint generations and hot-log trimming, run on every store (the ``store`` fixture: SQLite
+and PostgreSQL)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lakesync.api.store.base import HotLog
 from lakesync.delta import RowDelta
-from tests.api.store.common import insert
+from lakesync.hotlog.base import HotLog
+from tests.hotlog.common import insert
 
 
 def _publish(store: HotLog, gw: str, upto: int, bodies: list[bytes]) -> bool:

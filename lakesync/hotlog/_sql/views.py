@@ -1,4 +1,4 @@
-"""The history of each client's view on SQL (:class:`~lakesync.api.store.ports.ViewHistoryStore`):
+"""The history of each client's view on SQL (part of :class:`~lakesync.hotlog.ports.PullLog`):
 its claims versions, stamped when they change, next to the rules versions."""
 
 from __future__ import annotations
@@ -8,16 +8,15 @@ from typing import Any
 
 import msgspec
 
-from lakesync.api.store._sql.core import C, SqlCore
-from lakesync.api.store.base import decode_rules
-from lakesync.api.store.ports import ViewHistoryStore
+from lakesync.hotlog._sql.core import C, SqlCore
+from lakesync.hotlog.base import decode_rules
 from lakesync.rules import SyncRules
 
 __all__ = ["SqlViewHistoryStore"]
 
 
-class SqlViewHistoryStore(SqlCore[C], ViewHistoryStore):
-    """:class:`ViewHistoryStore` over the shared SQL tables."""
+class SqlViewHistoryStore(SqlCore[C]):
+    """The claims versions of each client over the shared SQL tables."""
 
     def view_stamp(
         self, gateway_id: str, client_id: str, claims_hash: str, claims: Mapping[str, Any]

@@ -1,5 +1,5 @@
-"""The records the hot-log store's ports exchange (:mod:`lakesync.api.store.ports`), below both
-the ports and :mod:`lakesync.api.store.base` (which re-exports them): the ports name them and the
+"""The records the hot-log store's ports exchange (:mod:`lakesync.hotlog.ports`), below both
+the ports and :mod:`lakesync.hotlog.base` (which re-exports them): the ports name them and the
 store's interface subclasses the ports, so they live in neither (no import cycle)."""
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from lakesync.api.store.base import HotLog
-from lakesync.api.store.postgres import PostgresHotLog
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.postgres import PostgresHotLog
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.rules import parse_rules
 
 RULES = parse_rules(

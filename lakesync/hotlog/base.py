@@ -7,8 +7,10 @@ and per-client view stamps. Ingest HLCs are strictly increasing across the whole
 visible to readers without gaps, so a reader that has seen ingest ``h`` will never later find a
 new entry at or below ``h``. The landing flusher reads the same log with :meth:`HotLog.read_log`.
 
-Its consumers each take the narrow port they use (:mod:`lakesync.api.store.ports`); this module
-re-exports the records the ports exchange (:mod:`lakesync.api.store.records`) and holds their
+Its consumers each take the narrow port of the role they play (:mod:`lakesync.hotlog.ports`),
+and the gateway's composition root (:mod:`lakesync.api.cli`, :func:`lakesync.api.app.create_app`)
+hands one store to each of them; this module
+re-exports the records the ports exchange (:mod:`lakesync.hotlog.records`) and holds their
 stored forms. Implementations are synchronous (they run in worker threads under the async app)
 and safe to call from many threads at once.
 """
@@ -21,8 +23,22 @@ from contextlib import AbstractContextManager, nullcontext
 
 import msgspec
 
-from lakesync.api.store.ports import Coordination, SyncStore
-from lakesync.api.store.records import (
+from lakesync.delta import RowDelta
+from lakesync.hlc import HLC
+from lakesync.hotlog.ports import (
+    CheckpointServing,
+    CheckpointSink,
+    Coordination,
+    DocumentStore,
+    HotLogSource,
+    LogMaintenance,
+    LogStatus,
+    PullLog,
+    PushLog,
+    RowLookup,
+    RulesStore,
+)
+from lakesync.hotlog.records import (
     AppendResult,
     CheckpointInfo,
     LogEntry,
@@ -31,8 +47,6 @@ from lakesync.api.store.records import (
     RulesRecord,
     WriteCheck,
 )
-from lakesync.delta import RowDelta
-from lakesync.hlc import HLC
 from lakesync.merge import decode_row_state as decode_state  # stored form: the core's msgspec JSON
 from lakesync.merge import encode_row_state as encode_state
 from lakesync.rules import SyncRules, parse_rules, rules_to_wire
@@ -84,9 +98,22 @@ def decode_rules(raw: bytes | str | memoryview | None) -> SyncRules | None:
     return parse_rules(msgspec.json.decode(data))
 
 
-class HotLog(SyncStore, Coordination, abc.ABC):
+class HotLog(
+    PushLog,
+    PullLog,
+    CheckpointServing,
+    CheckpointSink,
+    LogStatus,
+    LogMaintenance,
+    HotLogSource,
+    RulesStore,
+    DocumentStore,
+    RowLookup,
+    Coordination,
+    abc.ABC,
+):
     """The durable hot log of accepted deltas and the merged row state, for many gateways:
-    every port of :mod:`lakesync.api.store.ports` at once, and the store's lifecycle."""
+    every port of :mod:`lakesync.hotlog.ports` at once, and the store's lifecycle."""
 
     def __init__(self, clock: HLC) -> None:
         self.clock = clock

@@ -1,7 +1,7 @@
 """The embedded hot log: one SQLite file in WAL mode with ``synchronous=FULL``.
 
 Every write goes through a single writer thread that drains a queue of pending operations into
-one transaction (group commit, :mod:`lakesync.api.store._group`): concurrent pushes share one fsync,
+one transaction (group commit, :mod:`lakesync.hotlog._group`): concurrent pushes share one fsync,
 each push is isolated by a savepoint so a failing batch rolls back alone, and a caller is answered
 only after the commit is durable. Readers use their own per-thread connections and WAL
 snapshots, so they never block the writer; because one writer assigns ingest HLCs in commit
@@ -21,10 +21,10 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lakesync.api.store._group import GroupCommit
-from lakesync.api.store._sql import ADDED_COLUMNS, AFTER_COLUMNS_DDL, SqlHotLog, schema_ddl
-from lakesync.api.store.base import RowKey, RowRecord, decode_state
 from lakesync.hlc import HLC
+from lakesync.hotlog._group import GroupCommit
+from lakesync.hotlog._sql import ADDED_COLUMNS, AFTER_COLUMNS_DDL, SqlHotLog, schema_ddl
+from lakesync.hotlog.base import RowKey, RowRecord, decode_state
 
 __all__ = ["SqliteHotLog"]
 

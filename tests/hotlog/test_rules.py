@@ -3,8 +3,8 @@ change; run on every store (the ``store`` fixture: SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
-from lakesync.api.store.base import HotLog
-from tests.api.store.common import RULES, another, d
+from lakesync.hotlog.base import HotLog
+from tests.hotlog.common import RULES, another, d
 
 
 def test_rules_persist_with_a_fresh_stamp_per_change(store: HotLog) -> None:

@@ -1,5 +1,6 @@
-"""The DeltaLog port's behaviour suite (appends, pages, the flusher's reads and marks), run on
-every store (the ``store`` fixture: SQLite and PostgreSQL)."""
+"""The log's behaviour suite (PushLog's appends, PullLog's pages, HotLogSource's reads, where
+the log stands and the flusher's marks), run on every store (the ``store`` fixture: SQLite and
+PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from lakesync.api.store._sql import log as sql_log
-from lakesync.api.store.base import HotLog, encode_state
-from lakesync.api.store.postgres import PostgresHotLog
-from lakesync.api.store.sqlite import SqliteHotLog
 from lakesync.hlc import HLC, wall_clock_ms
+from lakesync.hotlog._sql import log as sql_log
+from lakesync.hotlog.base import HotLog, encode_state
+from lakesync.hotlog.postgres import PostgresHotLog
+from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.merge import RowState, merge_state
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
-from tests.api.store.common import another, d, insert
-from tests.conftest import PG_DSN, require_postgres
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
+from tests.hotlog.common import another, d, insert
 
 
 def test_append_assigns_increasing_ingest_and_dedups(store: HotLog) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from lakesync.api.store.base import RowKey
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
+from lakesync.hotlog.base import RowKey
 from lakesync.merge import RowState, join_delta
 
 __all__ = [

@@ -11,9 +11,9 @@ import time
 import pytest
 from psycopg_pool import PoolClosed
 
-from lakesync.api.store.base import HotLog, LogNotice
-from lakesync.api.store.postgres import PostgresHotLog
-from tests.api.store.common import another, insert
+from lakesync.hotlog.base import HotLog, LogNotice
+from lakesync.hotlog.postgres import PostgresHotLog
+from tests.hotlog.common import another, insert
 
 
 def _other_process(store: HotLog) -> PostgresHotLog:

@@ -4,8 +4,8 @@ rules of every gateway by the log's appends (:mod:`.log`) and rebuilt by a rules
 
 from __future__ import annotations
 
-from lakesync.api.store._sql.core import C, SqlCore
-from lakesync.api.store.base import RowKey, RulesRecord, decode_rules, decode_state
+from lakesync.hotlog._sql.core import C, SqlCore
+from lakesync.hotlog.base import RowKey, RulesRecord, decode_rules, decode_state
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, index_entries
 

@@ -1,4 +1,4 @@
-"""Gateway documents on SQL (:class:`~lakesync.api.store.ports.DocumentStore`); a
+"""Gateway documents on SQL (:class:`~lakesync.hotlog.ports.DocumentStore`); a
 read-modify-write holds the writers' lock, so no update is lost."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import msgspec
 
-from lakesync.api.store._sql.core import C, SqlCore
-from lakesync.api.store.ports import DocumentStore
+from lakesync.hotlog._sql.core import C, SqlCore
+from lakesync.hotlog.ports import DocumentStore
 
 __all__ = ["SqlDocumentStore"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lakesync.api.store.base import HotLog
+from lakesync.hotlog.base import HotLog
 
 
 def test_documents_by_gateway_kind_and_name(store: HotLog) -> None:

@@ -1,4 +1,4 @@
-"""Trace context propagation (:mod:`lakesync.lakehouse.telemetry`): a push through the gateway
+"""Trace context propagation (:mod:`lakesync.telemetry`): a push through the gateway
 app, the flush that lands it, the pipeline run (in this process or the worker's, given the
 traceparents) and its shipments form one trace; off, nothing is recorded."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 from litestar.testing import TestClient
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from lakesync import telemetry
 from lakesync.api.app import create_app
 from lakesync.api.metrics import GatewayMetrics
-from lakesync.lakehouse import telemetry
 from lakesync.lakehouse.worker import RunRequest
 from tests.api.helpers import Gateway, delta, make_settings, token
 from tests.otel import by_name, metric_reader, spans
@@ -183,14 +183,16 @@ def test_the_otel_variables_export_spans_and_metrics_over_otlp_http(tmp_path: Pa
     threading.Thread(target=server.serve_forever, daemon=True).start()
     script = (
         "from lakesync.api.metrics import GatewayMetrics\n"
-        "from lakesync.lakehouse import telemetry\n"
+        "from lakesync import telemetry\n"
         "assert telemetry.configure()\n"
         "m = GatewayMetrics(); telemetry.export_metrics(m.registry); m.count('gw1', 'pushes')\n"
         "with telemetry.span('lakesync.push', {'lakesync.gateway': 'gw1'}):\n"
         "    pass\n"
     )
+    # The repository's own `lakesync` (a worktree's), as in the test process.
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{server.server_port}",
-           "OTEL_SERVICE_NAME": "lakesync-test"}
+           "OTEL_SERVICE_NAME": "lakesync-test", "PYTHONPATH": root}
     try:
         done = subprocess.run([sys.executable, "-c", script], check=False, env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=120)

@@ -1,16 +1,16 @@
-"""Checkpoints and hot-log trimming on SQL (:class:`~lakesync.api.store.ports.CheckpointStore`):
-chunks staged one short write each, published generations, and a trim that keeps what the
-trimmed entries still tell views."""
+"""Checkpoints and hot-log trimming on SQL (the ports
+:class:`~lakesync.hotlog.ports.CheckpointSink`, :class:`~lakesync.hotlog.ports.CheckpointServing`
+and the trimming of :class:`~lakesync.hotlog.ports.LogMaintenance`): chunks staged one short write
+each, published generations, and a trim that keeps what the trimmed entries still tell views."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from lakesync.api.store._sql.core import C, SqlCore
-from lakesync.api.store.base import CheckpointInfo, RowKey, decode_delta, encode_state
-from lakesync.api.store.ports import CheckpointStore
 from lakesync.delta import RowDelta
+from lakesync.hotlog._sql.core import C, SqlCore
+from lakesync.hotlog.base import CheckpointInfo, RowKey, decode_delta, encode_state
 from lakesync.merge import RowState, join_delta
 
 __all__ = ["SqlCheckpointStore"]
@@ -25,8 +25,8 @@ INSERT_TRIMMED_WRITER = (
 )
 
 
-class SqlCheckpointStore(SqlCore[C], CheckpointStore):
-    """:class:`CheckpointStore` over the shared SQL tables."""
+class SqlCheckpointStore(SqlCore[C]):
+    """Checkpoints, their chunks and the trimming they allow over the shared SQL tables."""
 
     def stage_checkpoint_chunk(self, gateway_id: str, upto: int, seq: int, body: bytes) -> None:
         """See :meth:`HotLog.stage_checkpoint_chunk`."""

@@ -4,7 +4,7 @@ Appends are serialised per store with a transaction-scoped advisory lock; the in
 assigned inside the lock from ``max(HLC.now(), last stored + 1)``, and the lock is released only
 after the commit is visible, so ingest order equals commit order and readers never see a gap.
 Within a process the writes go through one writer thread that commits whatever is queued in one
-transaction (group commit, :mod:`lakesync.api.store._group`): one lock and one commit for many
+transaction (group commit, :mod:`lakesync.hotlog._group`): one lock and one commit for many
 pushes. Each append sends a ``NOTIFY`` (delivered on commit) that the other processes turn into
 WebSocket broadcasts.
 """
@@ -23,16 +23,16 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolClosed
 
-from lakesync.api.store._group import GroupCommit
-from lakesync.api.store._sql import (
+from lakesync.hlc import HLC
+from lakesync.hotlog._group import GroupCommit
+from lakesync.hotlog._sql import (
     ADDED_COLUMNS,
     AFTER_COLUMNS_DDL,
     LOG_COLUMNS,
     SqlHotLog,
     schema_ddl,
 )
-from lakesync.api.store.base import LogNotice, RowKey, RowRecord, decode_state
-from lakesync.hlc import HLC
+from lakesync.hotlog.base import LogNotice, RowKey, RowRecord, decode_state
 
 __all__ = ["PostgresHotLog"]
 

@@ -1,10 +1,10 @@
-"""The ViewHistoryStore port's behaviour suite: each client's claims versions, stamped when they
-change, next to the gateway's rules versions; run on every store (the ``store`` fixture: SQLite
-and PostgreSQL)."""
+"""The view history's behaviour suite (part of PullLog): each client's claims versions, stamped
+when they change, next to the gateway's rules versions; run on every store (the ``store``
+fixture: SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
-from lakesync.api.store.base import HotLog
+from lakesync.hotlog.base import HotLog
 from lakesync.rules import parse_rules
 
 

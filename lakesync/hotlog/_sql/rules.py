@@ -1,12 +1,12 @@
-"""A gateway's sync rules on SQL (:class:`~lakesync.api.store.ports.RulesStore`): every version
+"""A gateway's sync rules on SQL (:class:`~lakesync.hotlog.ports.RulesStore`): every version
 is kept (:mod:`.views` reads them) and a change rebuilds the filter-column index."""
 
 from __future__ import annotations
 
-from lakesync.api.store._sql.core import C
-from lakesync.api.store._sql.index import SqlRulesIndex
-from lakesync.api.store.base import RulesRecord, encode_rules
-from lakesync.api.store.ports import RulesStore
+from lakesync.hotlog._sql.core import C
+from lakesync.hotlog._sql.index import SqlRulesIndex
+from lakesync.hotlog.base import RulesRecord, encode_rules
+from lakesync.hotlog.ports import RulesStore
 from lakesync.rules import SyncRules
 
 __all__ = ["SqlRulesStore"]
