@@ -179,7 +179,10 @@ def test_a_fresh_client_initial_syncs_100k_rows_through_the_checkpoint(tmp_path:
                 f"client included); gateway RSS {before} KiB before, peak +{growth} KiB; "
                 f"stream >= {body_kib} KiB"
             )
-            assert growth < body_kib // 4, (growth, body_kib)
+            # Holding the stream would grow the gateway by at least its size; one chunk per
+            # stream plus the encoding thread's malloc arena measured 4.3-7.5 MiB on these
+            # machines (a quarter of the stream, the bound before, was crossed by the arena alone).
+            assert growth < body_kib * 3 // 4, (growth, body_kib)
             # Stays in sync: bob writes a row and hands it to alice (he may not create it hers).
             mine = delta("INSERT", "a-new", "bob", owner="bob", title="x")
             handed = delta("UPDATE", "a-new", "bob", mine.hlc + 1, owner="alice")
