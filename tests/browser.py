@@ -1,9 +1,8 @@
 """Debian's Chromium driven by Playwright: the one way the tests open a real browser.
 
 Browsers cannot be downloaded here (``playwright install`` fails), so Playwright drives the
-system's ``/usr/bin/chromium`` (``scripts/setup.sh`` installs it with apt) with the flags
-/work/shared/STACK.md lists: without the background-networking ones Chromium's own connections
-fail on a closed network.
+system's ``/usr/bin/chromium`` (``scripts/setup.sh`` installs it with apt) with the flags below:
+without the background-networking ones Chromium's own connections fail on a closed network.
 """
 
 from __future__ import annotations

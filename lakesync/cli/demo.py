@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from lakesync.client import LakeSyncClient
 from lakesync.config import load_config
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.pipeline import NodeProgress, PipelineEvent, run_and_ship
-from lakesync.lakehouse.process_env import stop_process
+from lakesync.lakehouse.process_env import free_loopback_port, stop_process
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
@@ -51,16 +50,10 @@ TODOS: dict[str, Any] = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def _gateway(data_dir: Path, config: Path, secret: str) -> Iterator[str]:
     """Run ``lakesync up`` in a subprocess until the block ends; yield its base URL."""
-    port = _free_port()
+    port = free_loopback_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "LAKESYNC_JWT_SECRET": secret}
     log = (data_dir / "demo-gateway.log").open("wb")

@@ -20,13 +20,14 @@ module's only state: the environment it guards is per process.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["process_environment", "stop_process"]
+__all__ = ["free_loopback_port", "process_environment", "stop_process"]
 
 _lock = threading.RLock()
 """Held while :func:`process_environment` has the environment changed (reentrant: dbt-spark
@@ -63,3 +64,10 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -41,7 +41,7 @@ from lakesync.delta import validate_gateway_id
 from lakesync.errors import AuthError, ForbiddenError, LakeSyncError, ValidationError
 from lakesync.lakehouse.catalog import open_catalog, require_lake
 from lakesync.lakehouse.hive_proxy import Authenticate, HiveProxy
-from lakesync.lakehouse.process_env import stop_process
+from lakesync.lakehouse.process_env import free_loopback_port, stop_process
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.lakehouse.spark import driver_environment, lake_spark_conf
 from lakesync.tokens import verify_token
@@ -288,12 +288,6 @@ def _port_free(host: str, port: int) -> OSError | None:
     return None
 
 
-def _free_loopback_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _answers(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1.0):
@@ -384,7 +378,7 @@ class SqlServer:
         jar = _authenticator_jar(home, workdir)
         keyfile = workdir / "front-door.key"
         key = _write_key(keyfile)
-        backend_port = _free_loopback_port()
+        backend_port = free_loopback_port()
         conf = lake_spark_conf(self.settings, self.log_path)
         argv = thrift_server_argv(home, conf, "127.0.0.1", backend_port, self._hiveconf,
                                   (jar, keyfile))

@@ -49,7 +49,6 @@ class Served:
     port: int
     first_snapshot: int  # analytics.todos after the first run: only r1
     stderr: Path
-    cli_pid: int
 
 
 def _token(role: str = "analyst", gw: str = "lakesync", secret: str = SECRET,
@@ -89,7 +88,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             pytest.fail(f"sql-server did not serve (exit {proc.poll()}): {stderr.read_text()}")
         time.sleep(0.2)
     assert f"jdbc:hive2://127.0.0.1:{port}/default" in stderr.read_text()
-    yield Served(lake.settings, port, snap.snapshot_id, stderr, proc.pid)
+    yield Served(lake.settings, port, snap.snapshot_id, stderr)
     proc.terminate()  # a service manager's stop: the CLI stops the Thrift server and exits
     assert proc.wait(60) == 0
     with pytest.raises(OSError):
