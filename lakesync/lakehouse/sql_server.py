@@ -36,6 +36,7 @@ import zipfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from lakesync.delta import validate_gateway_id
 from lakesync.errors import AuthError, ForbiddenError, LakeSyncError, ValidationError
@@ -45,6 +46,9 @@ from lakesync.lakehouse.process_env import free_loopback_port, stop_process
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.lakehouse.spark import driver_environment, lake_spark_conf
 from lakesync.tokens import verify_token
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 __all__ = [
     "DEFAULT_GATEWAY",
@@ -302,6 +306,7 @@ class _LakeNamespaces:
 
     def __init__(self, settings: LakeSettings) -> None:
         self._settings = settings
+        self._catalog: Catalog | None = None  # opened once, again after a failure
         self._lock = threading.Lock()
         self._known: frozenset[str] = frozenset({CLIENT_DEFAULT_DATABASE})
         self._read_at = float("-inf")
@@ -311,9 +316,12 @@ class _LakeNamespaces:
             if time.monotonic() - self._read_at < _NAMESPACES_TTL:
                 return self._known
             try:
-                listed = open_catalog(self._settings).list_namespaces()
+                if self._catalog is None:
+                    self._catalog = open_catalog(self._settings)
+                listed = self._catalog.list_namespaces()
                 self._known = frozenset(".".join(ns) for ns in listed)
             except Exception as exc:  # an outage: keep the last answer
+                self._catalog = None
                 log.warning("the SQL endpoint could not list the lake's namespaces: %s", exc)
             self._read_at = time.monotonic()
             return self._known
@@ -335,8 +343,6 @@ class SqlServer:
         authenticate: Authenticate | None = None,
     ) -> None:
         check_bind_address(host, allow_remote=True, authenticated=authenticate is not None)
-        for item in hiveconf:
-            _check_hiveconf(item)
         self.settings = settings
         self.host = host
         self.port = port
