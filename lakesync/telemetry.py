@@ -219,10 +219,12 @@ def enabled() -> bool:
 
 
 def reset() -> None:
-    """Forget the push contexts waiting for a flush or a run (tests)."""
+    """Forget the push contexts waiting for a flush or a run and the registries reporting
+    metrics (tests: an app of an earlier test may still be alive)."""
     with _lock:
         _pending.clear()
         _landed.clear()
+        _registries.clear()
 
 
 def span(name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Any]:
