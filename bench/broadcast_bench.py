@@ -1,4 +1,4 @@
-"""Push → broadcast latency with many WebSocket clients on one gateway process (issue 26).
+"""Push → broadcast latency with many WebSocket clients on one gateway process.
 
 A real ``python -m lakesync.api`` process (durable SQLite store) on loopback, sync rules
 ``team = jwt:team``, ``--clients`` WebSocket clients (default 10,000) whose tokens spread over
@@ -33,7 +33,7 @@ Measured 2026-11-26 on the 2-core development machine while seven other engineer
   stored, the store and not the fan-out: its broadcast followed its ack within 12 ms) and
   376 ms (targets p50 ≤ 20 ms, p99 ≤ 100 ms: the p99 from the send is over, bound by the
   durable push on a machine with ten runnable jobs per core, the fan-out is not);
-- the code before issue 26 (a reader, a view and an encoding per connection; same bench, same
+- the earlier code (a reader, a view and an encoding per connection; same bench, same
   load, a 10 s push phase): 200 pushes took 153 s instead of 10 (about 200 ms of gateway CPU
   per push), from the send p50 636 ms, p99 3.8 s, max 8.6 s; from the ack p99 92.6 ms;
 - with views but before they were indexed by claim value (every view computed per push), from
@@ -41,7 +41,7 @@ Measured 2026-11-26 on the 2-core development machine while seven other engineer
   a core);
 - a broadcast to all 10,000 clients (a row every view sees): each frame is encoded once per
   view, but sent 10,000 times: 71-73 µs of gateway CPU per frame sent (uvicorn's WebSocket
-  send and websockets' framing; keepalive pings included; 154 µs before issue 26), so 0.7 s
+  send and websockets' framing; keepalive pings included; 154 µs before), so 0.7 s
   per such broadcast; p99 0.3-1.2 s at the receivers;
 - gateway CPU in the push phase 9-12 % of a core; the 4 client processes used 12-13 s of CPU
   over the run (most of it connecting).

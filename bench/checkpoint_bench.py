@@ -25,7 +25,7 @@ Run from the repository root:
 Measured 2026-11-26 on the 2-core machine shared with seven other sessions, load average 15-26
 (wall times there mostly measure the other processes; CPU seconds and RSS are the figures):
 
-- 1,000,000 rows, no rules: client 20.6 s CPU (26.0 s before issue 26's changes), gateway
+- 1,000,000 rows, no rules: client 20.6 s CPU (26.0 s before the encoding was rewritten), gateway
   2.0 s CPU, client peak RSS 109 MiB (110 before: already streaming), gateway peak RSS 234 MiB;
   wall 127 s at load 16.
 - alice's 1,000,000 of 5,000,000 rows under ``owner = jwt:sub``: **28.2 s** wall at load 4.9

@@ -17,7 +17,7 @@ Prints one line per figure, then the load average.
 ``tests/js/node_modules`` (only the canonical-JSON oracle's dependency) and the npm registry has
 none under ``@lakesync/gateway`` or ``lakesync``, so this bench prints no ratio against it.
 
-Where a push's time goes (issue 26; py-spy 0.4.3, ``record --threads``, 1 client, flusher off,
+Where a push's time goes (py-spy 0.4.3, ``record --threads``, 1 client, flusher off,
 SQLite store), after the changes of that issue. CPU per batch of 100 by thread
 (``/proc/<pid>/task``): writer 2.4-2.8 ms (before: 2.5-2.7), event loop 1.6-2.2 ms (before:
 2.1-2.6), worker and checkpointer ~0.2 ms each.

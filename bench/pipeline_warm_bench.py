@@ -11,7 +11,7 @@ Usage: ``.venv/bin/python -m bench.pipeline_warm_bench [--deltas M] [--rounds K]
    ``lakesync up`` waits for it; the ratio is the figure to compare on a noisy machine.
    **CLI with lakesync up**: the same increments pushed to a real ``python -m lakesync.api`` and
    merged by ``lakesync pipeline run`` on its data dir, which hands the run to the gateway's warm
-   worker (issue 26: target at most 1.2 times the warm worker's run): the command's whole wall
+   worker (target at most 1.2 times the warm worker's run): the command's whole wall
    time, process start and the streamed progress included, over the warm run's. Measured at
    load 19-26 on 2 cores (``--deltas 2000 --rounds 2 --fresh 0 --no-cold``): warm 128.6 and
    42.4 s (median 85.5 s), the CLI with ``lakesync up`` 87.1 and 59.7 s (median 73.4 s):

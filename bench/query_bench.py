@@ -10,7 +10,7 @@ follows the load, the CPU time much less):
 
 - ``quick``: ``lakesync query "select count(*) from analytics.todos"`` as it runs now (a view
   of the named table only, its metadata location read straight from the SQLite catalog, no
-  pyiceberg; target, issue 26: ≤ 0.5 s);
+  pyiceberg; target: ≤ 0.5 s);
 - ``general``: the same through the general way (every table listed and loaded by pyiceberg),
   taken by pinning the table to its current snapshot (``--snapshot``): same rows;
 - ``import-everything``: the general way after importing what the command imported before

@@ -7,7 +7,7 @@ pyiceberg as the pipeline writes it), starts the Thrift server
 (:class:`~lakesync.lakehouse.sql_server.SqlServer`, the pipeline's Spark settings), opens one
 PyHive connection, runs W warm-up queries (default 20: the JVM's JIT and Spark's first plans),
 then K queries (default 200) of each kind and prints p50/p99 per kind, the start-up time and the
-machine's load (target, issue 26: p50 ≤ 50 ms on a small table, warm).
+machine's load (target: p50 ≤ 50 ms on a small table, warm).
 
 Each query re-reads the table's metadata from the catalog (``cache-enabled=false``, so a
 pipeline run shows at once): that read and Spark's planning and job scheduling for one task

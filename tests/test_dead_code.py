@@ -1,4 +1,4 @@
-"""No production-unused function is kept alive by tests (issue 14).
+"""No production-unused function is kept alive by tests.
 
 vulture reads the production packages alone (not ``tests/``): a function or method that nothing in
 them calls is either an entry point a framework or a user calls (listed below, each with why) or

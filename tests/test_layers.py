@@ -1,6 +1,6 @@
 """The architecture's layers (pyproject.toml ``[tool.importlinter]``) hold, and the check fails
 on an upward import: a copy of the package with one added ``client -> api`` import is refused.
-No module imports itself back through others (issue 22: lazy imports hid a cycle), and a copy with
+No module imports itself back through others (lazy imports once hid a cycle), and a copy with
 an added cycle shows it."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_no_module_of_lakesync_imports_itself_back() -> None:
 
 def test_an_import_cycle_is_found_and_shown(tmp_path: Path) -> None:
     _copy_tree(tmp_path)
-    # The cycle issue 22 removed: the DuckDB connection importing the query module back.
+    # A cycle once found: the DuckDB connection importing the query module back.
     connection = tmp_path / "lakesync" / "lakehouse" / "connection.py"
     connection.write_text(connection.read_text() + "\nimport lakesync.lakehouse.query\n")
     cycles = _cycles(tmp_path)

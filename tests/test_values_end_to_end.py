@@ -1,4 +1,4 @@
-"""Acceptance (issue 15): arbitrary JSON values through push → pull → client → landing → model.
+"""Acceptance: arbitrary JSON values through push → pull → client → landing → model.
 
 Hypothesis pushes hostile values (huge and tiny numbers, -0, 1e-7, 2^53 ± 1, nesting at and around
 the limit, long strings, unicode) to a real ``lakesync up`` over HTTP or WebSocket. Each push must

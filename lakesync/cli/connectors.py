@@ -3,7 +3,7 @@
 Reads the admin routes (``/v1/admin/connectors/{gw}`` and each connector's ``…/status``) with
 an admin token: ``--token``, else one minted from ``LAKESYNC_JWT_SECRET`` as ``lakesync token``
 does. A gateway that is not running or refuses the token, or an unknown ``--gw``, is one line
-on stderr. ``--follow NAME`` follows one connector's first load (issue 25): rows read so far
+on stderr. ``--follow NAME`` follows one connector's first load: rows read so far
 in a terminal, one summary line elsewhere (:class:`lakesync.progress.FirstLoad` counts).
 """
 

@@ -3,7 +3,7 @@
 Its own module (listed in ``lakesync/cli/main.py``'s ``LAZY_COMMANDS``) so that a query imports
 only what it needs: not the pipeline, the destinations or the gateway's stores that ``lakesync
 pipeline`` (:mod:`lakesync.cli.lake`) loads. An analyst runs many small queries; each one's start
-is most of its time (issue 26).
+is most of its time.
 """
 
 from __future__ import annotations

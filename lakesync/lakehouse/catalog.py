@@ -87,7 +87,7 @@ LATE_SEQUENCE_PROPERTY = "lakesync.landed-late-sequence"
 
 
 class _QuietV0Layout(logging.Filter):
-    """Drop pyiceberg's notice about the old catalog layout: it is deliberate (STACK.md trap 2)."""
+    """Drop pyiceberg's notice about the old catalog layout: it is deliberate."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "v0 schema" not in record.getMessage()

@@ -251,8 +251,8 @@ class LakeSettings:
 
     @property
     def is_rest(self) -> bool:
-        """Whether the catalog is an Iceberg REST catalog (STACK.md trap 2's workarounds, the
-        JDBC catalog tables and SQLite's WAL, do not apply to it)."""
+        """Whether the catalog is an Iceberg REST catalog (the workarounds for the JDBC
+        catalog's tables and SQLite's WAL do not apply to it)."""
         return self.catalog_type == "rest"
 
     @property
@@ -371,7 +371,7 @@ class LakeSettings:
         return self.dbt_dir / "project"
 
     def spark_conf(self) -> dict[str, str]:
-        """Spark settings (STACK.md: Iceberg JDBC catalog ``lake`` as the default catalog).
+        """Spark settings (Iceberg JDBC catalog ``lake`` as the default catalog).
 
         One source: the ``server_side_parameters`` of the shipped ``profiles.yml``, which a
         plain ``dbt build`` reads too, rendered here with :meth:`dbt_env`; a value that renders

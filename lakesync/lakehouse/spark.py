@@ -20,7 +20,7 @@ _log = logging.getLogger(__name__)
 
 
 def spark_session(settings: LakeSettings, app_name: str = "lakesync") -> SparkSession:
-    """Get or create the process's Spark session configured for the lake (STACK.md settings),
+    """Get or create the process's Spark session configured for the lake,
     with the lake's SQL functions registered on it (:func:`lakesync.spark_udfs.register_udfs`:
     ``lakesync_decode_<type>``, ``lakesync_hlc_to_timestamp``).
 

@@ -49,7 +49,7 @@ def test_schema_registration_checks_pushes_and_evolves_additively(gateway: Gatew
     unknown = gateway.push(alice, "alice", [delta("INSERT", "r2", "alice", colour="red")])
     assert unknown.status_code == 422 and unknown.json()["code"] == "SCHEMA_ERROR"
     wrong = gateway.push(alice, "alice", [delta("INSERT", "r2", "alice", done="yes")])
-    assert wrong.status_code == 400 and wrong.json()["code"] == "SCHEMA_ERROR"  # issue 23
+    assert wrong.status_code == 400 and wrong.json()["code"] == "SCHEMA_ERROR"
     note = delta("INSERT", "n1", "alice", table="notes", z=1)
     other_table = gateway.push(alice, "alice", [note])
     assert other_table.status_code == 200  # unregistered tables are free-form

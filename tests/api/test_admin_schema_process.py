@@ -1,4 +1,4 @@
-"""Concurrent additive ``POST /v1/admin/schema`` against a real ``lakesync up`` (issue 15 #6)."""
+"""Concurrent additive ``POST /v1/admin/schema`` against a real ``lakesync up``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gateway logs: JSON lines, and no credential in any of them (issue 15 #7)."""
+"""Gateway logs: JSON lines, and no credential in any of them."""
 
 from __future__ import annotations
 

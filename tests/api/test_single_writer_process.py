@@ -1,4 +1,4 @@
-"""One landing writer per lake (issue 15 #4), with real ``lakesync up`` processes: a second one
+"""One landing writer per lake, with real ``lakesync up`` processes: a second one
 on an embedded data dir is refused; on one PostgreSQL store, processes elect one flusher and one
 pipeline scheduler, and landing stays exactly once."""
 

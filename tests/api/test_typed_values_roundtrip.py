@@ -1,4 +1,4 @@
-"""Typed columns end to end through a real gateway over real HTTP (issue 23), with Hypothesis:
+"""Typed columns end to end through a real gateway over real HTTP, with Hypothesis:
 for each type, arbitrary values written by one Python client arrive exactly at another (client
 write → push → pull → client read), and wrong-typed or non-canonical wire values are refused
 with 400 naming the row, the column, the expected type and its canonical form."""

@@ -1,4 +1,4 @@
-"""A table with typed columns still syncs through the TypeScript client's semantics (issue 23):
+"""A table with typed columns still syncs through the TypeScript client's semantics:
 a node replica applying its documented rules (tests/js/replica.js: the original five types,
 values as JSON.parse holds them, column-level LWW, hasMore paging, deltaIds from
 fast-json-stable-stringify) reads the new types as the design says (integer → number, a string

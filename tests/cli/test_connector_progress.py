@@ -1,5 +1,5 @@
 """``lakesync connectors --follow NAME``: a connector's first load, rows read so far in a terminal,
-quiet with one summary line when output is piped (issue 25). Against a real gateway process
+quiet with one summary line when output is piped. Against a real gateway process
 whose connector reads a real PostgreSQL table, and the view alone on a rich console forced to be
 a terminal or writing to a plain file."""
 

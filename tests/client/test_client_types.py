@@ -1,4 +1,4 @@
-"""Typed columns in the Python client (issue 23): the replica stores, returns and accepts
+"""Typed columns in the Python client: the replica stores, returns and accepts
 Python values, and queues their canonical wire values."""
 
 from __future__ import annotations

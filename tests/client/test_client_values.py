@@ -1,4 +1,4 @@
-"""No value a gateway serves can wedge a client (issue 15 #1).
+"""No value a gateway serves can wedge a client.
 
 A gateway that predates the value rule (or a hostile one) can serve ``10**400``, ``1e400`` or a
 value nested past the limit. The client reads such a cell as null, reports a ``value_error``

@@ -1,5 +1,5 @@
 """The Coordination port's behaviour suite: who runs the lake jobs when several gateway processes
-share a store (issue 15 #4), store-wide mutexes and other processes' append notices; and the
+share a store, store-wide mutexes and other processes' append notices; and the
 readiness ping. Run on every store (the ``store`` fixture: SQLite and PostgreSQL)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``lakesync pipeline run``, ``materialise`` and ``compact`` hand their work to the warm worker
-of the data dir's ``lakesync up`` (issue 26), and run in their own process without it.
+of the data dir's ``lakesync up``, and run in their own process without it.
 
 Real parts: a gateway process with its pipeline worker (Spark + dbt), the CLI as a subprocess, a
 PostgreSQL destination. The CLI process is given a ``JAVA_HOME`` with no Java: it cannot start a

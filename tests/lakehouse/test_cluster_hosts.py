@@ -1,4 +1,4 @@
-"""Acceptance (issue 24): a Spark standalone cluster of separate hosts.
+"""Acceptance: a Spark standalone cluster of separate hosts.
 
 The master, two workers, the driver and the store (S3, the PostgreSQL Iceberg catalog, the
 PostgreSQL and MariaDB destinations) each run in a network namespace of their own

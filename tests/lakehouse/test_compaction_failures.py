@@ -1,4 +1,4 @@
-"""``lakesync compact`` maintains every table whatever one table does (issue 21 #3).
+"""``lakesync compact`` maintains every table whatever one table does.
 
 Real parts: Spark + dbt in this process, the Iceberg procedures, the CLI. Tables sort after the
 landing table by name, so the empty and the broken one come before the one with data.

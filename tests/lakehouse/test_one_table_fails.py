@@ -1,4 +1,4 @@
-"""One table's failure is that table's (issue 21 #1, #2): ``lakesync pipeline run`` with real
+"""One table's failure is that table's: ``lakesync pipeline run`` with real
 dbt + Spark, real PostgreSQL and MariaDB destinations, and (for the source pull) a real gateway
 process.
 

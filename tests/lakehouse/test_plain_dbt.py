@@ -1,4 +1,4 @@
-"""Acceptance (issue 10): `dbt build` from the root of a fresh clone, as the README shows, builds
+"""Acceptance: `dbt build` from the root of a fresh clone, as the README shows, builds
 everything (staging, intermediate, the current-state marts and the declared destinations' change
 sets) and runs the dbt data and unit tests with plain dbt: no Python UDF, no runner.
 

@@ -1,4 +1,4 @@
-"""`lakesync query`'s quick way (issue 26): views of only the tables a plain SELECT names, read
+"""`lakesync query`'s quick way: views of only the tables a plain SELECT names, read
 straight from the embedded catalog, answer exactly as the general way (every table loaded
 through pyiceberg) would, see every commit made since, and start without pyiceberg."""
 

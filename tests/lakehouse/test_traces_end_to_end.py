@@ -1,4 +1,4 @@
-"""Acceptance (issue 25): a push read from the OpenTelemetry export through to its shipment is one
+"""Acceptance: a push read from the OpenTelemetry export through to its shipment is one
 trace. In one process, with the SDK's in-memory span exporter: the gateway app takes a push, the
 landing flush lands it, :func:`~lakesync.lakehouse.pipeline.run_and_ship` builds the models on
 Spark and ships the change set to PostgreSQL. And across processes, over OTLP: ``lakesync up``

@@ -1,4 +1,4 @@
-"""Acceptance (issue 23): typed data end to end, on real servers.
+"""Acceptance: typed data end to end, on real servers.
 
 A PostgreSQL source table with every common type (2^62 + 1, numeric(38,9) with every digit,
 timestamps with microseconds in three time zones, dates before 1970, bytes with NUL) and a

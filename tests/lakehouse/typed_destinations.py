@@ -1,4 +1,4 @@
-"""Reading typed rows back for the typed end-to-end tests (issue 23): from the gateway, from
+"""Reading typed rows back for the typed end-to-end tests: from the gateway, from
 ``analytics.<table>`` and from the PostgreSQL, MariaDB and BigQuery destinations. Each reader
 returns rowId → cells as its driver gives them, normalised only where the driver's type is not
 Python's (MariaDB's DATETIME(6) is naive UTC and its BOOLEAN a tinyint)."""

@@ -68,7 +68,7 @@ def test_using_a_row_must_be_in_the_view_before_the_write() -> None:
 
 
 def test_with_check_a_row_must_stay_in_the_view() -> None:
-    """Bob's defect from issue 21: a new row for someone else was accepted."""
+    """Bob's defect: a new row for someone else was accepted."""
     reason = refused(OWNER, d("INSERT", "new", 5, owner="bob"))
     assert reason is not None and "(WITH CHECK)" in reason and "'mine'" in reason
     assert refused(OWNER, d("INSERT", "new", 5)) is not None  # no owner: nobody's view

@@ -1,4 +1,4 @@
-"""lakesync.yaml's gateways at start-up vs changes made through the admin API (issue 15 #5)."""
+"""lakesync.yaml's gateways at start-up vs changes made through the admin API."""
 
 from __future__ import annotations
 
