@@ -56,14 +56,14 @@ run against the code before it:
 - Top py-spy entries of the client after it (GIL-holding samples, 300,000 rows, no rules):
   ``_replica._insert_rows`` (binding the multi-row INSERTs) 12.1 %, the inline decode
   ``delta.read_trusted_json_delta`` with ``wsframes.delta_from_proto`` about 25 % (most of it
-  protobuf field access), ``_schemas._shape`` 5.6 %, ``RowStore._show`` 7 %,
+  protobuf field access), ``_schemas._shape`` 5.6 %, ``ReplicaRows._show`` 7 %,
   ``merge.encode_row_state_binary`` 3.3 %, ``RowState.visible`` 5 %; the rest under 2 % each.
 
 Top py-spy entries of the client before that (self time, 300,000 rows, no rules; waiting
 threads left out):
-``RowStore._save_state`` (the ``_ls_rows`` executemany) 9.7 %, ``RowStore._show`` (the user
+``ReplicaRows._save_state`` (the ``_ls_rows`` executemany) 9.7 %, ``ReplicaRows._show`` (the user
 table's executemany) 9.0 %, ``delta._read_cells`` 7.0 %, ``ReplicaFile._tx`` (COMMIT) 4.3 %,
-``wsframes.delta_from_proto`` 2.8 %, ``RowStore._load`` 2.6 %, ``delta.read_delta`` 1.9 %.
+``wsframes.delta_from_proto`` 2.8 %, ``ReplicaRows._load`` 2.6 %, ``delta.read_delta`` 1.9 %.
 Before the changes the row changes built for watchers took 9 % and the rules' per-row
 evaluation 80 % of serving under rules. The gateway, raw: idle in ``Condition.wait`` and psycopg
 waits (serving a chunk is a msgpack decode and a join). The gateway's serving under rules
@@ -75,8 +75,8 @@ PostgreSQL) make most samples; of the rest the chunk's msgpack decode in ``serve
 of all samples, uvicorn's ``RequestResponseCycle.send`` 4.5 %, ``rules.visible_among`` under
 1 %. Before them the per-chunk ``rows_written_among`` look-up took 39.5 % (inclusive) and the
 client waited in ``EpollSelector.select``; now the client bounds a first sync under rules as it
-does without rules (its top entries: ``ReplicaFile._tx`` 4.5 %, ``RowStore._show`` 2.4 %,
-``RowStore._save_state`` 2.0 %, ``delta._read_cells`` 3.1 %, thread hand-offs
+does without rules (its top entries: ``ReplicaFile._tx`` 4.5 %, ``ReplicaRows._show`` 2.4 %,
+``ReplicaRows._save_state`` 2.0 %, ``delta._read_cells`` 3.1 %, thread hand-offs
 ``ThreadPoolExecutor.submit`` 5.6 % and ``_write_to_self`` 6.2 %).
 """
 
