@@ -26,7 +26,18 @@ __all__ = [
     "ValueTypeError",
     "code_for_status",
     "error_for_code",
+    "is_outage_sqlstate",
 ]
+
+_OUTAGE_SQLSTATES = ("08", "53", "57", "25P03", "55P03")
+
+
+def is_outage_sqlstate(sqlstate: str | None) -> bool:
+    """Whether a PostgreSQL SQLSTATE says the server cannot serve now rather than that a
+    statement is wrong: a connection exception (class 08), insufficient resources (53),
+    operator intervention (57: a shutdown, a statement timeout), a session ended idle in its
+    transaction (25P03), a lock not available in time (55P03)."""
+    return (sqlstate or "").startswith(_OUTAGE_SQLSTATES)
 
 
 class LakeSyncError(Exception):
