@@ -105,6 +105,9 @@ class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     pg_tcp_user_timeout: NonNegative = 10.0
     """Longest time data sent on a store connection may stay unacknowledged by the peer before
     the connection is dropped (Linux ``TCP_USER_TIMEOUT``, both ends)."""
+    pg_pool_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    """Longest wait for a store connection (every pooled one busy, or the server unreachable)
+    before a request answers 503."""
 
 
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

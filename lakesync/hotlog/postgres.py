@@ -19,6 +19,7 @@ before each use, so connections a server restart broke are replaced without fail
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -77,6 +78,20 @@ for the chunk, not an IN list per 500 ids; the scalar sub-select (never turned i
 probes the primary key once per key, however many rows the client wrote."""
 
 _DDL = schema_ddl(integer="BIGINT", blob="BYTEA")
+
+
+class _QuietReconnects(logging.Filter):
+    """Drop the pool's line per failed connection attempt (several a second while the server is
+    down, each with libpq's multi-line text): a request that finds the store down logs one
+    line naming it (:mod:`lakesync.api.errors`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(
+            ("error connecting in", "reconnection attempt in pool", "discarding closed")
+        )
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
@@ -161,6 +176,11 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
             max_size=pool_size,
             configure=self._configure,
             check=ConnectionPool.check_connection,
+            timeout=limits.pg_pool_timeout,
+            # Give a failed reconnection up after a second, not after the pool's backoff has
+            # grown through an outage: the next request then connects at once, so the first
+            # requests after a restart do not wait out a backoff and fail.
+            reconnect_timeout=1.0,
             open=True,
             name=f"hotlog-{schema}",
         )

@@ -1,6 +1,8 @@
-"""Gateway processes on one PostgreSQL hot-log store under faults: one process cut off from
-PostgreSQL while it holds the store's write lock does not stop the others' writes for longer
-than the promised bound, and its own push fails (docs/guides/operator.md, "Faults")."""
+"""Gateway processes on a PostgreSQL hot-log store under faults (docs/guides/operator.md,
+"Faults"): one process cut off from PostgreSQL while it holds the store's write lock does not
+stop the others' writes for longer than the promised bound, and its own push fails; during a
+PostgreSQL restart (store and catalog) every route answers 503 or 502, never 500, and once it
+is back no request fails."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from lakesync.config import StoreConfig
 from tests.api.helpers import auth, delta, token
 from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 from tests.gateway_process import ServerProcess
+from tests.pg_cluster import private_postgres
 from tests.tcp_proxy import TcpProxy
 from tests.wire_json import as_json
 
@@ -157,3 +160,52 @@ def test_a_process_cut_off_holding_the_write_lock_stops_the_others_only_briefly(
                 if server.proc is not None:
                     server.stop()
             drop_pg_schema(schema)
+
+
+def _assert_outage_reply(r: httpx.Response, codes: tuple[str, ...]) -> None:
+    assert r.status_code in (502, 503), r.text  # never a 500
+    body = r.json()
+    assert body["code"] in codes and body["error"] and body["requestId"], body
+
+
+def test_every_route_answers_503_during_a_postgres_restart_and_none_fails_after(
+    tmp_path: Path,
+) -> None:
+    pool_size = 8  # PostgresHotLog's
+    with private_postgres() as pg:
+        env = {
+            "LAKESYNC_STORE_URL": pg.dsn,
+            "LAKESYNC_CATALOG_URI": f"jdbc:postgresql://127.0.0.1:{pg.port}/postgres",
+            "LAKESYNC_CATALOG_USER": "postgres",
+            "LAKESYNC_FLUSH_INTERVAL": "0",  # the admin route flushes
+            "LAKESYNC_PG_POOL_TIMEOUT": "3",
+        }
+        admin = auth(token("root", "gw1", "admin"))
+        with ServerProcess(tmp_path / "data", env) as server:
+            flush = f"{server.url}/v1/admin/flush/gw1"
+            assert _push(server, "alice", "before").status_code == 200
+            r = httpx.post(flush, headers=admin, timeout=120)
+            assert r.status_code == 200, r.text
+
+            pg.stop("fast")
+            # Store and catalog down: each route is an outage with the error body, never a 500.
+            _assert_outage_reply(_push(server, "alice", "during"), ("BACKPRESSURE_ERROR",))
+            pulled = httpx.get(f"{server.url}/v1/sync/gw1/pull", headers=auth(token("alice")),
+                               timeout=120)
+            _assert_outage_reply(pulled, ("BACKPRESSURE_ERROR",))
+            r = httpx.post(flush, headers=admin, timeout=120)
+            _assert_outage_reply(r, ("BACKPRESSURE_ERROR", "CATALOG_ERROR"))
+
+            pg.start()
+            # Back: no request fails, however many stale pooled connections the restart left.
+            rows = {"before"}
+            for i in range(pool_size + 4):
+                r = _push(server, "alice", f"after{i}")
+                assert r.status_code == 200, r.text
+                rows.add(f"after{i}")
+            r = httpx.post(flush, headers=admin, timeout=120)
+            assert r.status_code == 200, r.text
+            assert rows <= _pulled_rows(server)
+            log = server.log_path.read_text(errors="replace")
+            assert "Traceback" not in log, log[-3000:]
+            assert '"status": 500' not in log, log[-3000:]
