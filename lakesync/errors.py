@@ -7,6 +7,7 @@ the client raises the same types when the gateway answers with them.
 
 from __future__ import annotations
 
+import sys
 from typing import ClassVar
 
 __all__ = [
@@ -21,15 +22,30 @@ __all__ = [
     "PayloadTooLargeError",
     "RateLimitedError",
     "SchemaError",
+    "StoreUnavailableError",
     "UnsupportedMediaTypeError",
     "ValidationError",
     "ValueTypeError",
     "code_for_status",
     "error_for_code",
     "is_outage_sqlstate",
+    "is_store_outage",
 ]
 
 _OUTAGE_SQLSTATES = ("08", "53", "57", "25P03", "55P03")
+
+
+def is_store_outage(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by the PostgreSQL driver (psycopg), says the server cannot serve
+    now (unreachable, restarting, overloaded, a timeout, the session ended) rather than that a
+    statement is wrong: a 503 to retry. The driver is looked up in ``sys.modules`` so that a
+    process that never loaded it does not load it here."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(exc, psycopg.Error):
+        return False
+    return isinstance(
+        exc, psycopg.OperationalError | psycopg.InterfaceError
+    ) or is_outage_sqlstate(exc.sqlstate)
 
 
 def is_outage_sqlstate(sqlstate: str | None) -> bool:
@@ -141,6 +157,11 @@ class BackpressureError(LakeSyncError):
 
     code = "BACKPRESSURE_ERROR"
     status = 503
+
+
+class StoreUnavailableError(BackpressureError):
+    """The hot-log store cannot serve now (see :func:`is_store_outage`), raised by a job that
+    names what is down; clients are told to retry shortly."""
 
 
 _GATEWAY_ERRORS: tuple[type[LakeSyncError], ...] = (

@@ -15,8 +15,13 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Scope, Send
 
 from lakesync.api.logs import REQUEST_ID
-from lakesync.errors import LakeSyncError, RateLimitedError, code_for_status
-from lakesync.hotlog.postgres import is_outage
+from lakesync.errors import (
+    LakeSyncError,
+    RateLimitedError,
+    StoreUnavailableError,
+    code_for_status,
+    is_store_outage,
+)
 from lakesync.lakehouse.catalog import sql_catalog_failure
 from lakesync.values import MAX_VALUE_DEPTH
 from lakesync.wire import ErrorBody
@@ -90,6 +95,8 @@ async def send_error(
 
 
 def _lakesync_error(request: Request[Any, Any, Any], exc: LakeSyncError) -> Response[Any]:
+    if isinstance(exc, StoreUnavailableError) and isinstance(exc.__cause__, Exception):
+        return _store_unavailable(request, exc.__cause__)
     headers = None
     if isinstance(exc, RateLimitedError):
         headers = {"Retry-After": str(max(1, round(exc.retry_after + 0.499)))}
@@ -144,7 +151,7 @@ def _store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Respo
 def _store_error(request: Request[Any, Any, Any], exc: psycopg.Error) -> Response[Any]:
     # The store's own errors: an outage (a connection lost, a server restarting, a timeout, a
     # session the server ended) is a 503; any other is a bug.
-    if is_outage(exc):
+    if is_store_outage(exc):
         return _store_unavailable(request, exc)
     return _internal_error(request, exc)
 

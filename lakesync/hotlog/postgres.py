@@ -32,7 +32,6 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolClosed
 
 from lakesync.config import StoreConfig
-from lakesync.errors import is_outage_sqlstate
 from lakesync.hlc import HLC
 from lakesync.hotlog._group import GroupCommit
 from lakesync.hotlog._sql import (
@@ -44,7 +43,7 @@ from lakesync.hotlog._sql import (
 )
 from lakesync.hotlog.base import LogNotice, RowKey, RowRecord, decode_state
 
-__all__ = ["PostgresHotLog", "connection_params", "is_outage", "session_settings"]
+__all__ = ["PostgresHotLog", "connection_params", "session_settings"]
 
 _CHANNEL = "lakesync_hotlog"
 
@@ -124,14 +123,6 @@ def session_settings(limits: StoreConfig) -> dict[str, str]:
         "tcp_keepalives_count": str(limits.pg_keepalives_count),
         "tcp_user_timeout": str(_ms(limits.pg_tcp_user_timeout)),
     }
-
-
-def is_outage(exc: psycopg.Error) -> bool:
-    """Whether ``exc`` says the store cannot serve now (unreachable, restarting, overloaded, a
-    timeout, the session ended) rather than that a statement is wrong: a 503 to retry."""
-    return isinstance(
-        exc, psycopg.OperationalError | psycopg.InterfaceError
-    ) or is_outage_sqlstate(exc.sqlstate)
 
 
 class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):

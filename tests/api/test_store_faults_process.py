@@ -179,7 +179,7 @@ def test_every_route_answers_503_during_a_postgres_restart_and_none_fails_after(
             "LAKESYNC_STORE_URL": pg.dsn,
             "LAKESYNC_CATALOG_URI": f"jdbc:postgresql://127.0.0.1:{pg.port}/postgres",
             "LAKESYNC_CATALOG_USER": "postgres",
-            "LAKESYNC_FLUSH_INTERVAL": "0",  # the admin route flushes
+            "LAKESYNC_FLUSH_INTERVAL": "1",  # scheduled flushes too, besides the admin route's
             "LAKESYNC_PG_POOL_TIMEOUT": "3",
         }
         admin = auth(token("root", "gw1", "admin"))

@@ -9,8 +9,9 @@ import psycopg
 import pytest
 
 from lakesync.config import StoreConfig
+from lakesync.errors import is_store_outage
 from lakesync.hlc import HLC
-from lakesync.hotlog.postgres import PostgresHotLog, connection_params, is_outage
+from lakesync.hotlog.postgres import PostgresHotLog, connection_params
 from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 
 pytestmark = pytest.mark.postgres
@@ -58,7 +59,7 @@ def test_a_session_ended_idle_in_its_transaction_is_an_outage() -> None:
             time.sleep(0.05)
         with pytest.raises(psycopg.Error) as raised:
             conn.execute("SELECT 1")
-        assert is_outage(raised.value)
+        assert is_store_outage(raised.value)
     with psycopg.connect(PG_DSN) as conn, pytest.raises(psycopg.Error) as raised:
         conn.execute("SELECT no_such_column FROM pg_class")
-    assert not is_outage(raised.value)  # a bad statement is a bug, not an outage
+    assert not is_store_outage(raised.value)  # a bad statement is a bug, not an outage
