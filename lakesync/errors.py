@@ -28,11 +28,19 @@ __all__ = [
     "ValueTypeError",
     "code_for_status",
     "error_for_code",
+    "first_line",
     "is_outage_sqlstate",
     "is_store_outage",
 ]
 
 _OUTAGE_SQLSTATES = ("08", "53", "57", "25P03", "55P03")
+
+
+def first_line(exc: BaseException) -> str:
+    """``exc`` in one log line: its type and the first line of its message (a driver's further
+    lines are hints and context)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def is_store_outage(exc: BaseException) -> bool:

@@ -20,6 +20,7 @@ from lakesync.errors import (
     RateLimitedError,
     StoreUnavailableError,
     code_for_status,
+    first_line,
     is_store_outage,
 )
 from lakesync.lakehouse.catalog import sql_catalog_failure
@@ -135,10 +136,7 @@ def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[
 def _store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     # An unreachable or exhausted store is an outage, not a bug: clients retry a 503. One line
     # (the driver's first), no traceback: an outage answers many requests.
-    lines = str(exc).strip().splitlines()
-    log.error(
-        "hot-log store unavailable: %s: %s", type(exc).__name__, lines[0] if lines else ""
-    )
+    log.error("hot-log store unavailable: %s", first_line(exc))
     return _reply(
         request,
         503,

@@ -92,6 +92,7 @@ class _QuietReconnects(logging.Filter):
 
 logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
 
+
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lakesync.errors import ConfigError, NotFoundError, is_outage_sqlstate
+from lakesync.errors import ConfigError, NotFoundError, first_line, is_outage_sqlstate
 from lakesync.lakehouse.object_store import pyiceberg_s3_properties
 from lakesync.lakehouse.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
 from lakesync.redaction import Redactor
@@ -231,17 +231,12 @@ def sql_catalog_failure(exc: BaseException, uri: str) -> CatalogUnavailableError
     )
     if not down:
         return None
-    reason = _first_line(orig if orig is not None else exc)
+    reason = first_line(orig if orig is not None else exc)
     at = f" at {_without_password(uri)}" if uri else ""
     return CatalogUnavailableError(
         f"cannot reach the lake's catalog database{at} ({reason}): is it running? check "
         "lake.catalog_uri (LAKESYNC_CATALOG_URI)"
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
 def _without_password(uri: str) -> str:

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesync import telemetry
 from lakesync.canonical import canonical_json
-from lakesync.errors import LakeSyncError, StoreUnavailableError, is_store_outage
+from lakesync.errors import LakeSyncError, StoreUnavailableError, first_line, is_store_outage
 from lakesync.hotlog.ports import HotLogSource
 from lakesync.hotlog.records import LogEntry
 from lakesync.lakehouse.catalog import (
@@ -234,9 +234,8 @@ class LandingFlusher:
             raise
         except Exception as exc:
             if is_store_outage(exc):  # the hot log's server: one line, not a stack trace
-                first = (str(exc).strip().splitlines() or [""])[0]
                 raise StoreUnavailableError(
-                    f"the hot-log store is unavailable ({type(exc).__name__}: {first})"
+                    f"the hot-log store is unavailable ({first_line(exc)})"
                 ) from exc
             failure = self._store_failure(exc) or (
                 None if self._opened is None else catalog_failure(exc, self._opened)
