@@ -74,7 +74,12 @@ def create_app(
         hot = store
         if hot is None:
             hot = await anyio.to_thread.run_sync(
-                open_store, settings.store_url, settings.data_dir, HLC(), settings.pg_schema
+                open_store,
+                settings.store_url,
+                settings.data_dir,
+                HLC(),
+                settings.pg_schema,
+                settings.store,
             )
         hub = Hub(
             settings.ws_max_connections,

@@ -109,7 +109,9 @@ def up(
         if not settings.store_url.startswith(("postgresql://", "postgres://")):
             # The embedded store serves one process: refuse a second one on this data dir.
             stack.enter_context(hold_data_dir(settings.data_dir))
-        store = open_store(settings.store_url, settings.data_dir, HLC(), settings.pg_schema)
+        store = open_store(
+            settings.store_url, settings.data_dir, HLC(), settings.pg_schema, settings.store
+        )
         stack.enter_context(contextlib.closing(store))
         apply_declared(store, settings.gateways, settings.connectors)  # a mistake: exit 2
         shipping = DestinationMetrics()  # the scheduled runs' counts, on /metrics

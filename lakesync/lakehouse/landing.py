@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesync import telemetry
 from lakesync.canonical import canonical_json
-from lakesync.errors import LakeSyncError
+from lakesync.errors import LakeSyncError, StoreUnavailableError, first_line, is_store_outage
 from lakesync.hotlog.ports import HotLogSource
 from lakesync.hotlog.records import LogEntry
 from lakesync.lakehouse.catalog import (
@@ -225,13 +225,18 @@ class LandingFlusher:
         Raises :class:`~lakesync.lakehouse.object_store.ObjectStoreError` when the lake's object
         store fails, :class:`~lakesync.lakehouse.catalog.CatalogUnavailableError` while the
         catalog cannot be opened or a REST catalog does not answer (nothing committed: the next
-        flush takes it up).
+        flush takes it up), :class:`~lakesync.errors.StoreUnavailableError` while the hot log's
+        server cannot serve.
         """
         try:
             return self._flush(max_batches)
         except LakeSyncError:  # says what failed already (the store's, the catalog's, ...)
             raise
         except Exception as exc:
+            if is_store_outage(exc):  # the hot log's server: one line, not a stack trace
+                raise StoreUnavailableError(
+                    f"the hot-log store is unavailable ({first_line(exc)})"
+                ) from exc
             failure = self._store_failure(exc) or (
                 None if self._opened is None else catalog_failure(exc, self._opened)
             )
@@ -409,7 +414,7 @@ class LandingFlusher:
                     if self._failing is not None:
                         _log.info("landing: the lake answers again, flushes go on")
                         self._failing = None
-            except (ObjectStoreError, CatalogUnavailableError) as exc:  # says what to check
+            except (ObjectStoreError, CatalogUnavailableError, StoreUnavailableError) as exc:
                 if str(exc) != self._failing:
                     _log.error("landing flush failed: %s; retrying every %.0f s", exc, interval_s)
                 self._failing = str(exc)
