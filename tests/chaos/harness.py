@@ -9,8 +9,8 @@ process until acknowledged; each acknowledged delta recorded with its time) and 
 (:mod:`tests.chaos.client_worker`, HTTP and WebSocket transports, in processes of their own);
 an operator calls the admin flush on a random process every few seconds.
 
-At the end (:meth:`ChaosRun.check`): every acknowledged delta is in the hot log exactly once,
-every process's state (pulled as an admin) and every replica equal the reference merge, no
+At the end (:meth:`ChaosRun.run`): every acknowledged delta is in the hot log and the landing
+table exactly once, every process's state (pulled as an admin) and every replica equal the reference merge, no
 client sees a row outside its view, no response was a 500, no process exited by itself; the
 figures are the longest time with no acknowledgement while one gateway was faulted and the time
 from the last fault healing to convergence.
@@ -39,6 +39,8 @@ import yaml
 
 from lakesync.client import Backoff, LakeSyncClient
 from lakesync.delta import RowDelta
+from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
+from lakesync.lakehouse.settings import LakeSettings
 from lakesync.merge import merge_state
 from tests.api.helpers import auth, now_hlc, token
 from tests.chaos.checks import Rows, differences, longest_stall, lost_and_duplicated, outside_view
@@ -135,6 +137,8 @@ class ChaosRun:
             "LAKESYNC_FLUSH_INTERVAL": "1",
             "LAKESYNC_PIPELINE_INTERVAL": "0",
         }
+        self._lake_env = {**env, "LAKESYNC_CATALOG_URI": f"jdbc:postgresql://127.0.0.1:"
+                                                        f"{self.pg.port}/postgres"}
         self.gateways = [_Gateway(self.base, n, self.pg, env, config) for n in range(gateways)]
         self.pushers = pushers
         self.clients = [self._client_spec(n) for n in range(clients)]
@@ -318,6 +322,16 @@ class ChaosRun:
             rows = conn.execute(f"SELECT delta_id FROM {PG_SCHEMA}.log WHERE gw = 'gw1'")
             return Counter(r[0] for r in rows)
 
+    def _landed(self) -> Counter[str]:
+        """The landing table's delta ids, after an admin flush of what the hot log holds."""
+        r = httpx.post(f"{self.gateways[0].server.url}/v1/admin/flush/gw1",
+                       headers=auth(token("ops", role="admin")), timeout=60)
+        r.raise_for_status()
+        settings = LakeSettings.from_env(self.base / "lake", env=self._lake_env)
+        table = open_catalog(settings).load_table(LANDING_IDENTIFIER)
+        rows = table.scan(selected_fields=("delta_id",)).to_arrow().to_pylist()
+        return Counter(row["delta_id"] for row in rows)
+
     def _pulled(self, url: str, tok: str, client: str) -> Rows:
         deltas: list[RowDelta] = []
         since = "0"
@@ -351,6 +365,10 @@ class ChaosRun:
         if lost or duplicated:
             problems.append(f"hot log: {len(lost)} acknowledged deltas lost, "
                             f"{len(duplicated)} stored twice (e.g. {sorted(lost | duplicated)[:3]})")
+        lost, duplicated = lost_and_duplicated(self.acked.keys(), self._landed())
+        if lost or duplicated:
+            problems.append(f"landing table: {len(lost)} acknowledged deltas missing, "
+                            f"{len(duplicated)} landed twice (e.g. {sorted(lost | duplicated)[:3]})")
         reference = merge_state(self.acked.values())
         admin = token("checker", role="admin")
         states = [self._pulled(g.server.url, admin, "checker") for g in self.gateways]
