@@ -7,6 +7,7 @@ merge the gateway and the client run, not a second copy of last-writer-wins.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
@@ -49,5 +50,5 @@ def longest_stall(acks: Iterable[float], windows: Iterable[tuple[float, float]])
     longest = 0.0
     for start, end in windows:
         points = [start, *(t for t in times if start < t < end), end]
-        longest = max(longest, *(b - a for a, b in zip(points, points[1:], strict=False)))
+        longest = max(longest, *(b - a for a, b in itertools.pairwise(points)))
     return longest

@@ -47,7 +47,7 @@ def main(spec: dict[str, Any]) -> None:
             if n % 5 == 4:
                 try:
                     client.sync()
-                except Exception:  # noqa: BLE001 - any failure: try the next process
+                except Exception:  # any failure: try the next process
                     client.close()
                     at = (at + 1) % len(urls)
                     client = open_client(spec, urls[at])

@@ -10,10 +10,10 @@ process until acknowledged; each acknowledged delta recorded with its time) and 
 an operator calls the admin flush on a random process every few seconds.
 
 At the end (:meth:`ChaosRun.run`): every acknowledged delta is in the hot log and the landing
-table exactly once, every process's state (pulled as an admin) and every replica equal the reference merge, no
-client sees a row outside its view, no response was a 500, no process exited by itself; the
-figures are the longest time with no acknowledgement while one gateway was faulted and the time
-from the last fault healing to convergence.
+table exactly once, every process's state (pulled as an admin) and every replica equal the
+reference merge, no client sees a row outside its view, no response was a 500, no process
+exited by itself; the figures are the longest time with no acknowledgement while one gateway
+was faulted and the time from the last fault healing to convergence.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import psycopg
@@ -183,7 +183,7 @@ class ChaosRun:
             while not self._stop.is_set():
                 batch = []
                 for _ in range(BATCH):
-                    op = "INSERT" if n < RAW_ROWS else "UPDATE"
+                    op: Literal["INSERT", "UPDATE"] = "INSERT" if n < RAW_ROWS else "UPDATE"
                     hlc = now_hlc(-self.skew[p] * 60_000)
                     cols = {"team": team, "v": n, "title": f"p{n}"}
                     batch.append(RowDelta.create(op, "todos", f"{name}-{n % RAW_ROWS}", name,
@@ -363,12 +363,14 @@ class ChaosRun:
         problems: list[str] = []
         lost, duplicated = lost_and_duplicated(self.acked.keys(), self._stored())
         if lost or duplicated:
+            some = sorted(lost | duplicated)[:3]
             problems.append(f"hot log: {len(lost)} acknowledged deltas lost, "
-                            f"{len(duplicated)} stored twice (e.g. {sorted(lost | duplicated)[:3]})")
+                            f"{len(duplicated)} stored twice (e.g. {some})")
         lost, duplicated = lost_and_duplicated(self.acked.keys(), self._landed())
         if lost or duplicated:
+            some = sorted(lost | duplicated)[:3]
             problems.append(f"landing table: {len(lost)} acknowledged deltas missing, "
-                            f"{len(duplicated)} landed twice (e.g. {sorted(lost | duplicated)[:3]})")
+                            f"{len(duplicated)} landed twice (e.g. {some})")
         reference = merge_state(self.acked.values())
         admin = token("checker", role="admin")
         states = [self._pulled(g.server.url, admin, "checker") for g in self.gateways]
@@ -390,8 +392,8 @@ class ChaosRun:
             written: dict[str, int] = {}
             for line in Path(spec["log"]).read_text().split("\n"):
                 if line:
-                    row, v = line.split()
-                    written[row] = max(written.get(row, -1), int(v))
+                    row, value = line.split()
+                    written[row] = max(written.get(row, -1), int(value))
             for row, v in written.items():
                 got = states[0].get(("todos", row), {}).get("v", -1)
                 if got < v:
@@ -412,7 +414,7 @@ class ChaosRun:
         while True:
             try:
                 problems = self._problems()
-            except Exception as e:  # noqa: BLE001 - a check that cannot run yet is retried
+            except Exception as e:  # a check that cannot run yet is retried
                 problems = [f"checks failed: {type(e).__name__}: {e}"]
             if not problems:
                 return self._now() - healed
