@@ -51,7 +51,15 @@ from tests.chaos.tcp_proxy import FreezableProxy
 from tests.gateway_process import ROOT, ServerProcess
 from tests.wire_json import as_json, verified
 
-__all__ = ["ChaosResult", "ChaosRun"]
+__all__ = ["AVAILABILITY", "CONVERGENCE", "DURABILITY", "PRIVACY", "ChaosResult", "ChaosRun",
+           "Violation"]
+
+DURABILITY = "durability"  # an acknowledged write lost or stored twice
+CONVERGENCE = "convergence"  # a process or replica not equal to the reference merge in time
+PRIVACY = "privacy"  # a client saw a row outside its view
+AVAILABILITY = "availability"  # a 500, a process that exited by itself, a stall over the bound
+Violation = tuple[str, str]
+"""A broken invariant: its kind (one of the four above) and what was seen."""
 
 TEAMS = ("red", "blue")
 RULES = {
@@ -73,7 +81,7 @@ class ChaosResult:
     acked: int
     longest_stall: float
     convergence: float | None
-    violations: list[str] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
     logs: Path | None = None
 
     def figures(self) -> str:
@@ -85,7 +93,7 @@ class ChaosResult:
             f"longest stall with one process faulted: {self.longest_stall:.1f} s",
             f"convergence after the last fault healed: {converged}",
             f"invariants broken: {len(self.violations)}",
-            *(f"  - {v}" for v in self.violations),
+            *(f"  - [{kind}] {text}" for kind, text in self.violations),
         ])
 
 
@@ -110,16 +118,24 @@ class _Gateway:
 
 
 class ChaosRun:
-    """One run in a fresh temporary directory; :meth:`run` then :meth:`close`."""
+    """One run in a fresh temporary directory; :meth:`run` then :meth:`close`.
+
+    ``converge_within``: seconds from the last fault healing (and the load stopping) by which
+    every process and replica must equal the reference merge; ``stall_bound``: the longest
+    time with no acknowledged write allowed while one gateway process is faulted.
+    """
 
     def __init__(self, seed: int, duration: float, *, gateways: int = 3, pushers: int = 4,
-                 clients: int = 2, converge_within: float = 30.0) -> None:
+                 clients: int = 2, converge_within: float = 30.0,
+                 stall_bound: float = 10.0) -> None:
         self.seed, self.duration, self.converge_within = seed, duration, converge_within
+        self.stall_bound = stall_bound
         self.schedule = make_schedule(seed, duration, gateways=gateways, clients=clients,
                                       pushers=pushers)
         self.base = Path(tempfile.mkdtemp(prefix=f"lakesync-chaos-{seed}-"))
         self.base.chmod(0o755)  # PostgreSQL's own user reaches its directory inside
-        self.violations: list[str] = []
+        self.violations: list[Violation] = []
+        self.pg_healed: list[float] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.acks: list[tuple[float, int]] = []  # (seconds into the run, gateway)
@@ -168,10 +184,10 @@ class ChaosRun:
             [sys.executable, "-m", "tests.chaos.client_worker", json.dumps(self.clients[n])],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
-    def _violation(self, text: str) -> None:
+    def _violation(self, kind: str, text: str) -> None:
         with self._lock:
-            if text not in self.violations:
-                self.violations.append(text)
+            if (kind, text) not in self.violations:
+                self.violations.append((kind, text))
 
     def _push_loop(self, p: int) -> None:
         name, team = f"raw{p}", TEAMS[p % len(TEAMS)]
@@ -202,10 +218,11 @@ class ChaosRun:
                         break
                     if r is not None and r.status_code >= 500 and r.status_code not in (502,
                                                                                          503):
-                        self._violation(f"push answered {r.status_code} at "
+                        self._violation(AVAILABILITY, f"push answered {r.status_code} at "
                                         f"{self._now():.1f} s: {r.text[:200]}")
                     elif r is not None and r.status_code not in (429, 502, 503):
-                        self._violation(f"push refused {r.status_code}: {r.text[:200]}")
+                        self._violation(AVAILABILITY,
+                                        f"push refused {r.status_code}: {r.text[:200]}")
                         return
                     at = (at + 1) % len(self.gateways)
                     time.sleep(0.05)
@@ -222,13 +239,14 @@ class ChaosRun:
                 r = httpx.post(f"{self.gateways[g].server.url}/v1/admin/flush/gw1",
                                headers=headers, timeout=10)
                 if r.status_code >= 500 and r.status_code not in (502, 503):
-                    self._violation(f"admin flush on gw{g} answered {r.status_code} at "
-                                    f"{self._now():.1f} s (last fault: {self._last_fault()})")
+                    self._violation(AVAILABILITY, f"admin flush on gw{g} answered "
+                                    f"{r.status_code} at {self._now():.1f} s "
+                                    f"({self._since_pg_restart()})")
 
-    def _last_fault(self) -> str:
-        now = self._now()
-        past = [f for f in self.schedule if f.t <= now]
-        return "none" if not past else f"{past[-1].kind} of {past[-1].target} at {past[-1].t} s"
+    def _since_pg_restart(self) -> str:
+        if not self.pg_healed:
+            return "PostgreSQL never restarted"
+        return f"PostgreSQL last back at {self.pg_healed[-1]:.1f} s"
 
     # -- faults -------------------------------------------------------------------------------
 
@@ -237,7 +255,7 @@ class ChaosRun:
             assert g.server.proc is not None
             code = g.server.proc.poll()
             if not g.killed and code is not None:
-                self._violation(f"gateway {n} exited by itself (code {code}) at "
+                self._violation(AVAILABILITY, f"gateway {n} exited by itself (code {code}) at "
                                 f"{self._now():.1f} s")
                 g.killed = True
                 g.server.start()
@@ -266,6 +284,7 @@ class ChaosRun:
             self.pg.stop(f.kind.removeprefix("pg_"))
             self._stop.wait(f.duration)
             self.pg.start()
+            self.pg_healed.append(self._now())
         elif f.kind == "client_kill":
             worker = self.workers[f.target]
             if worker is not None:
@@ -303,7 +322,7 @@ class ChaosRun:
         for t in threads:
             t.join(120)
             if t.is_alive():
-                self._violation("a pusher never had its last batch acknowledged")
+                self._violation(AVAILABILITY, "a pusher never had its last batch acknowledged")
         for worker in self.workers:
             if worker is not None:
                 worker.kill()
@@ -311,6 +330,9 @@ class ChaosRun:
         convergence = self._converge(self._now())
         self._check_processes()
         stall = longest_stall((t for t, _ in self.acks), self.windows)
+        if stall > self.stall_bound:
+            self._violation(AVAILABILITY, f"no write acknowledged for {stall:.1f} s while one "
+                            f"process was faulted (bound {self.stall_bound:.0f} s)")
         return ChaosResult(self.seed, self.schedule, len(self.acked), stall, convergence,
                            list(self.violations),
                            self.base if self.violations else None)
@@ -359,35 +381,36 @@ class ChaosRun:
             return {("todos", r["row_id"]): {k: r[k] for k in ("team", "v", "title")}
                     for r in c.query(f"select row_id, {names} from todos")}
 
-    def _problems(self) -> list[str]:
-        problems: list[str] = []
+    def _problems(self) -> list[Violation]:
+        problems: list[Violation] = []
         lost, duplicated = lost_and_duplicated(self.acked.keys(), self._stored())
         if lost or duplicated:
             some = sorted(lost | duplicated)[:3]
-            problems.append(f"hot log: {len(lost)} acknowledged deltas lost, "
-                            f"{len(duplicated)} stored twice (e.g. {some})")
+            problems.append((DURABILITY, f"hot log: {len(lost)} acknowledged deltas lost, "
+                            f"{len(duplicated)} stored twice (e.g. {some})"))
         lost, duplicated = lost_and_duplicated(self.acked.keys(), self._landed())
         if lost or duplicated:
             some = sorted(lost | duplicated)[:3]
-            problems.append(f"landing table: {len(lost)} acknowledged deltas missing, "
-                            f"{len(duplicated)} landed twice (e.g. {some})")
+            problems.append((DURABILITY, f"landing table: {len(lost)} acknowledged deltas missing, "
+                            f"{len(duplicated)} landed twice (e.g. {some})"))
         reference = merge_state(self.acked.values())
         admin = token("checker", role="admin")
         states = [self._pulled(g.server.url, admin, "checker") for g in self.gateways]
         for n, state in enumerate(states):
             raw = {k: v for k, v in state.items() if k[1].startswith("raw")}
             for line in differences(reference, raw):
-                problems.append(f"gateway {n} differs from the reference merge: {line}")
+                problems.append((CONVERGENCE, f"gateway {n} differs from the reference merge: "
+                                 f"{line}"))
             if n and state != states[0]:
-                problems.extend(f"gateway {n} differs from gateway 0: {line}"
+                problems.extend((CONVERGENCE, f"gateway {n} differs from gateway 0: {line}")
                                 for line in differences(states[0], state))
         for n, spec in enumerate(self.clients):
             replica = self._final_sync(n)
             team = spec["team"]
             view = {k: v for k, v in states[0].items() if v.get("team") == team}
-            problems.extend(f"{spec['name']}'s replica differs from its view: {line}"
+            problems.extend((CONVERGENCE, f"{spec['name']}'s replica differs from its view: {line}")
                             for line in differences(view, replica))
-            problems.extend(f"{spec['name']} holds {key} outside its view"
+            problems.extend((PRIVACY, f"{spec['name']} holds {key} outside its view")
                             for key in outside_view(replica, "team", team))
             written: dict[str, int] = {}
             for line in Path(spec["log"]).read_text().split("\n"):
@@ -397,12 +420,13 @@ class ChaosRun:
             for row, v in written.items():
                 got = states[0].get(("todos", row), {}).get("v", -1)
                 if got < v:
-                    problems.append(f"{spec['name']}'s write {row} v={v} lost (gateway: {got})")
+                    problems.append((DURABILITY, f"{spec['name']}'s write {row} v={v} lost "
+                                     f"(gateway: {got})"))
         for team in TEAMS:
             viewer = f"viewer-{team}"
             for n, g in enumerate(self.gateways):
                 seen = self._pulled(g.server.url, token(viewer, team=team), viewer)
-                problems.extend(f"a {team} client pulled {key} from gateway {n}"
+                problems.extend((PRIVACY, f"a {team} client pulled {key} from gateway {n}")
                                 for key in outside_view(seen, "team", team))
         return problems
 
@@ -410,18 +434,18 @@ class ChaosRun:
         """Check until every invariant holds or ``converge_within`` seconds after ``healed``
         (every fault healed and the load stopped); returns how long it took, or None."""
         deadline = healed + self.converge_within
-        problems: list[str] = []
+        problems: list[Violation] = []
         while True:
             try:
                 problems = self._problems()
             except Exception as e:  # a check that cannot run yet is retried
-                problems = [f"checks failed: {type(e).__name__}: {e}"]
+                problems = [(CONVERGENCE, f"checks failed: {type(e).__name__}: {e}")]
             if not problems:
                 return self._now() - healed
             if self._now() > deadline:
                 self.violations.extend(problems[:20])
-                self._violation(f"no convergence within {self.converge_within:.0f} s of the "
-                                "last fault healing")
+                self._violation(CONVERGENCE, f"no convergence within "
+                                f"{self.converge_within:.0f} s of the last fault healing")
                 return None
             time.sleep(1.0)
 
