@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import shutil
 import signal
@@ -83,18 +84,31 @@ class ChaosResult:
     convergence: float | None
     violations: list[Violation] = field(default_factory=list)
     logs: Path | None = None
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Faults of the schedule this host cannot inject, by kind (a disk without root)."""
 
     def figures(self) -> str:
         """The run's figures, one per line."""
         converged = "never" if self.convergence is None else f"{self.convergence:.1f} s"
         return "\n".join([
-            f"seed {self.seed}: {len(self.faults)} faults {fault_counts(self.faults)}",
+            f"seed {self.seed}: {len(self.faults)} faults {fault_counts(self.faults)}"
+            + (f", skipped here {self.skipped}" if self.skipped else ""),
             f"deltas acknowledged: {self.acked}",
             f"longest stall with one process faulted: {self.longest_stall:.1f} s",
             f"convergence after the last fault healed: {converged}",
             f"invariants broken: {len(self.violations)}",
             *(f"  - [{kind}] {text}" for kind, text in self.violations),
         ])
+
+
+def _mount_small_disk(path: Path) -> bool:
+    """A 1 GiB tmpfs at ``path`` (the lake's warehouse), so a fault can fill it without
+    filling the machine's disk; False where mounting is not allowed (not root)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    mount = ["mount", "-t", "tmpfs", "-o", "size=1g", "chaos-warehouse", str(path)]
+    return subprocess.run(mount, capture_output=True, check=False).returncode == 0
 
 
 class _Gateway:
@@ -143,6 +157,8 @@ class ChaosRun:
         self.skew = [0] * pushers
         self.windows: list[tuple[float, float]] = []
         self.pg = PrivatePostgres(self.base / "pg")
+        self.disk = _mount_small_disk(self.base / "warehouse")
+        self.skipped: Counter[str] = Counter()
         config = self.base / "lakesync.yaml"
         gateway = {"schemas": SCHEMAS, "rules": RULES}
         config.write_text(yaml.safe_dump({"gateways": {"gw1": gateway}}))
@@ -292,6 +308,17 @@ class ChaosRun:
                 worker.wait()
             self._stop.wait(f.duration)
             self._start_worker(f.target)
+        elif f.kind == "disk_full":
+            if not self.disk:
+                self.skipped[f.kind] += 1
+                return
+            filler = self.base / "warehouse" / ".filler"
+            with filler.open("wb") as out:
+                free = os.statvfs(filler).f_bavail * os.statvfs(filler).f_frsize
+                with contextlib.suppress(OSError):
+                    os.posix_fallocate(out.fileno(), 0, max(free, 1))
+            self._stop.wait(f.duration)
+            filler.unlink()
         elif f.kind == "skew":
             self.skew[f.target] = f.arg
             self._stop.wait(f.duration)
@@ -334,8 +361,8 @@ class ChaosRun:
             self._violation(AVAILABILITY, f"no write acknowledged for {stall:.1f} s while one "
                             f"process was faulted (bound {self.stall_bound:.0f} s)")
         return ChaosResult(self.seed, self.schedule, len(self.acked), stall, convergence,
-                           list(self.violations),
-                           self.base if self.violations else None)
+                           list(self.violations), self.base if self.violations else None,
+                           dict(self.skipped))
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -464,5 +491,7 @@ class ChaosRun:
             g.pg_proxy.close()
         with contextlib.suppress(subprocess.CalledProcessError):
             self.pg.stop("immediate")
+        if self.disk:
+            subprocess.run(["umount", "-l", str(self.base / "warehouse")], check=False)
         if not keep:
             shutil.rmtree(self.base, ignore_errors=True)
