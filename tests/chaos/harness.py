@@ -150,6 +150,7 @@ class ChaosRun:
         self.base.chmod(0o755)  # PostgreSQL's own user reaches its directory inside
         self.violations: list[Violation] = []
         self.pg_healed: list[float] = []
+        self.active = "none"  # the fault in effect, named in the violations it causes
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.acks: list[tuple[float, int]] = []  # (seconds into the run, gateway)
@@ -235,7 +236,8 @@ class ChaosRun:
                     if r is not None and r.status_code >= 500 and r.status_code not in (502,
                                                                                          503):
                         self._violation(AVAILABILITY, f"push answered {r.status_code} at "
-                                        f"{self._now():.1f} s: {r.text[:200]}")
+                                        f"{self._now():.1f} s (fault in effect: "
+                                        f"{self.active}): {r.text[:200]}")
                     elif r is not None and r.status_code not in (429, 502, 503):
                         self._violation(AVAILABILITY,
                                         f"push refused {r.status_code}: {r.text[:200]}")
@@ -256,8 +258,8 @@ class ChaosRun:
                                headers=headers, timeout=10)
                 if r.status_code >= 500 and r.status_code not in (502, 503):
                     self._violation(AVAILABILITY, f"admin flush on gw{g} answered "
-                                    f"{r.status_code} at {self._now():.1f} s "
-                                    f"({self._since_pg_restart()})")
+                                    f"{r.status_code} at {self._now():.1f} s (fault in "
+                                    f"effect: {self.active}; {self._since_pg_restart()})")
 
     def _since_pg_restart(self) -> str:
         if not self.pg_healed:
@@ -280,6 +282,15 @@ class ChaosRun:
     def _inject(self, f: Fault) -> None:
         g = self.gateways[f.target] if f.kind in GATEWAY_FAULTS else None
         start = self._now()
+        self.active = f"{f.kind} of {f.target}"
+        try:
+            self._fault(f, g)
+        finally:
+            self.active = "none"
+        if g is not None:
+            self.windows.append((start, self._now()))
+
+    def _fault(self, f: Fault, g: _Gateway | None) -> None:
         if f.kind == "kill" and g is not None:
             g.killed = True
             g.server.kill()
@@ -323,8 +334,6 @@ class ChaosRun:
             self.skew[f.target] = f.arg
             self._stop.wait(f.duration)
             self.skew[f.target] = 0
-        if g is not None:
-            self.windows.append((start, self._now()))
 
     # -- the run ------------------------------------------------------------------------------
 
