@@ -276,8 +276,20 @@ class ChaosRun:
                 self._violation(AVAILABILITY, f"gateway {n} exited by itself (code {code}) at "
                                 f"{self._now():.1f} s")
                 g.killed = True
-                g.server.start()
+                self._start(n)
                 g.killed = False
+
+    def _start(self, n: int) -> None:
+        """Start gateway ``n`` again; a start that fails is a violation, and is tried again."""
+        for _ in range(10):
+            try:
+                self.gateways[n].server.start()
+                return
+            except RuntimeError as e:
+                why = str(e).strip().splitlines()[-1][:300]
+                self._violation(AVAILABILITY, f"gateway {n} failed to start at "
+                                f"{self._now():.1f} s: {why}")
+        raise RuntimeError(f"gateway {n} failed to start ten times")
 
     def _inject(self, f: Fault) -> None:
         g = self.gateways[f.target] if f.kind in GATEWAY_FAULTS else None
@@ -295,7 +307,7 @@ class ChaosRun:
             g.killed = True
             g.server.kill()
             self._stop.wait(f.duration)
-            g.server.start()
+            self._start(f.target)
             g.killed = False
         elif f.kind == "pause" and g is not None:
             assert g.server.proc is not None
