@@ -124,7 +124,6 @@ class _Gateway:
         self.server.start()
         self.client_proxy = FreezableProxy(self.server.port)
         self.killed = False
-        self.exited: int | None = None  # exit code of an exit the run did not cause
 
     @property
     def client_url(self) -> str:
@@ -157,9 +156,21 @@ class ChaosRun:
         self.acked: dict[str, RowDelta] = {}
         self.skew = [0] * pushers
         self.windows: list[tuple[float, float]] = []
+        self.skipped: Counter[str] = Counter()
+        self.gateways: list[_Gateway] = []
+        self.workers: list[subprocess.Popen[bytes] | None] = [None] * clients
+        self.pushers = pushers
+        self.t0 = time.monotonic()
         self.pg = PrivatePostgres(self.base / "pg")
         self.disk = _mount_small_disk(self.base / "warehouse")
-        self.skipped: Counter[str] = Counter()
+        try:
+            self._start_gateways(gateways)
+        except BaseException:
+            self.close(keep=True)
+            raise
+        self.clients = [self._client_spec(n) for n in range(clients)]
+
+    def _start_gateways(self, gateways: int) -> None:
         config = self.base / "lakesync.yaml"
         gateway = {"schemas": SCHEMAS, "rules": RULES}
         config.write_text(yaml.safe_dump({"gateways": {"gw1": gateway}}))
@@ -172,11 +183,8 @@ class ChaosRun:
         }
         self._lake_env = {**env, "LAKESYNC_CATALOG_URI": f"jdbc:postgresql://127.0.0.1:"
                                                         f"{self.pg.port}/postgres"}
-        self.gateways = [_Gateway(self.base, n, self.pg, env, config) for n in range(gateways)]
-        self.pushers = pushers
-        self.clients = [self._client_spec(n) for n in range(clients)]
-        self.workers: list[subprocess.Popen[bytes] | None] = [None] * clients
-        self.t0 = time.monotonic()
+        for n in range(gateways):
+            self.gateways.append(_Gateway(self.base, n, self.pg, env, config))
 
     # -- load ---------------------------------------------------------------------------------
 
@@ -196,10 +204,10 @@ class ChaosRun:
         }
 
     def _start_worker(self, n: int) -> None:
-        out = (self.base / "clients" / f"lib{n}.log").open("ab")
-        self.workers[n] = subprocess.Popen(
-            [sys.executable, "-m", "tests.chaos.client_worker", json.dumps(self.clients[n])],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        with (self.base / "clients" / f"lib{n}.log").open("ab") as out:
+            self.workers[n] = subprocess.Popen(
+                [sys.executable, "-m", "tests.chaos.client_worker", json.dumps(self.clients[n])],
+                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
     def _violation(self, kind: str, text: str) -> None:
         with self._lock:
