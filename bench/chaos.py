@@ -15,10 +15,10 @@ Measured 2026-12-02 on the shared 2-core machine (other engineers' suites runnin
 pg_immediate 6, skew 5, pg_fast 4, disk_full 3), 29,060 deltas acknowledged by the raw pushers,
 longest stall with one process faulted 7.6 s, convergence 11.3 s after the load stopped. No
 acknowledged delta lost or duplicated (hot log and landing table), every process and replica
-equal to the reference merge, no row outside a view. Broken: 12 admin flushes answered 500, 8
-after a PostgreSQL restart (the Iceberg SQL catalog's pooled connection:
-``sqlalchemy.exc.OperationalError``) and 6 log lines of ENOSPC on the full warehouse disk
-(pyiceberg's ``OSError``), neither classified as an outage; exit 1.
+equal to the reference merge, no row outside a view. Broken: 12 admin flushes answered 500 (the
+gateways logged 14 unhandled errors on that route: 8 after a PostgreSQL restart, the Iceberg SQL
+catalog's pooled connection raising ``sqlalchemy.exc.OperationalError``, and 6 ENOSPC on the
+full warehouse disk, pyiceberg's ``OSError``; neither is classified as an outage); exit 1.
 """
 
 from __future__ import annotations
