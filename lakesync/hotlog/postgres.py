@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -146,21 +147,8 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
         self._settings = session_settings(limits)
         self.origin = uuid.uuid4().hex
         with psycopg.connect(dsn, autocommit=True, **self._params) as conn:
-            conn.execute("SELECT pg_advisory_lock(hashtext('lakesync-ddl'))")
-            try:
-                ident = sql.Identifier(schema)
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-                conn.execute(_DDL)
-                for table, column, typ in ADDED_COLUMNS:
-                    conn.execute(
-                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
-                        f" {typ.format(integer='BIGINT')}"
-                    )
-                for statement in AFTER_COLUMNS_DDL:
-                    conn.execute(statement)
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(hashtext('lakesync-ddl'))")
+            if not _schema_is_current(conn, schema):
+                _create_schema(conn, schema)
         self._pool = ConnectionPool(
             dsn,
             kwargs=self._params,
@@ -399,6 +387,48 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
             self._leads.clear()
         self._writes.close()
         self._pool.close()
+
+
+_RELATIONS = frozenset(
+    re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", _DDL + ";".join(AFTER_COLUMNS_DDL))
+)
+
+
+def _schema_is_current(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether the schema has every table, index and added column already. Then opening the
+    store runs no DDL: ``CREATE INDEX IF NOT EXISTS`` still locks its table and ``ALTER TABLE``
+    locks it exclusively even when there is nothing to do, so a process (re)starting while the
+    others write would queue behind their transactions, and they behind it (a deadlock)."""
+    relations = {
+        name for (name,) in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s", (schema,))
+    }
+    if not _RELATIONS.issubset(relations):
+        return False
+    columns = set(conn.execute(
+        "SELECT table_name, column_name FROM information_schema.columns"
+        " WHERE table_schema = %s", (schema,)).fetchall())
+    return all((table, column) in columns for table, column, _ in ADDED_COLUMNS)
+
+
+def _create_schema(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Create the schema's missing tables, columns and indexes, one process at a time."""
+    conn.execute("SELECT pg_advisory_lock(hashtext('lakesync-ddl'))")
+    try:
+        ident = sql.Identifier(schema)
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        conn.execute(_DDL)
+        for table, column, typ in ADDED_COLUMNS:
+            conn.execute(
+                f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
+                f" {typ.format(integer='BIGINT')}"
+            )
+        for statement in AFTER_COLUMNS_DDL:
+            conn.execute(statement)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(hashtext('lakesync-ddl'))")
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> None:

@@ -3,6 +3,7 @@ and a session the server ended is an outage (503), not a bug."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
@@ -63,3 +64,28 @@ def test_a_session_ended_idle_in_its_transaction_is_an_outage() -> None:
     with psycopg.connect(PG_DSN) as conn, pytest.raises(psycopg.Error) as raised:
         conn.execute("SELECT no_such_column FROM pg_class")
     assert not is_store_outage(raised.value)  # a bad statement is a bug, not an outage
+
+
+def test_opening_a_current_store_takes_no_lock_while_others_write() -> None:
+    """A gateway (re)started while the others push must not queue its schema statements behind
+    their transactions (and them behind it: a deadlock, the process refusing to start)."""
+    require_postgres()
+    schema = fresh_pg_schema()
+    PostgresHotLog(PG_DSN, HLC(), schema=schema).close()
+    opened: list[PostgresHotLog] = []
+    try:
+        with psycopg.connect(PG_DSN) as writer:  # a push's transaction, open
+            writer.execute(f'LOCK TABLE "{schema}".log, "{schema}".row_state IN ROW EXCLUSIVE MODE')
+            opener = threading.Thread(
+                target=lambda: opened.append(PostgresHotLog(PG_DSN, HLC(), schema=schema)),
+                daemon=True,
+            )
+            opener.start()
+            opener.join(timeout=120)
+            assert opened, "opening the store waited for the writers' transaction"
+            writer.rollback()
+        opener.join(timeout=120)
+    finally:
+        for store in opened:
+            store.close()
+        drop_pg_schema(schema)
