@@ -30,6 +30,7 @@ from lakesync.hotlog._sql import (
     AFTER_COLUMNS_DDL,
     LOG_COLUMNS,
     SqlHotLog,
+    add_column,
     schema_ddl,
 )
 from lakesync.hotlog.base import LogNotice, RowKey, RowRecord, decode_state
@@ -89,8 +90,7 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
                 conn.execute(_DDL)
                 for table, column, typ in ADDED_COLUMNS:
                     conn.execute(
-                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
-                        f" {typ.format(integer='BIGINT')}"
+                        add_column(table, column, typ, integer="BIGINT", dialect="postgres")
                     )
                 for statement in AFTER_COLUMNS_DDL:
                     conn.execute(statement)
