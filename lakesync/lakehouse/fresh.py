@@ -48,6 +48,7 @@ __all__ = ["freshen"]
 Key = tuple[str, str, str]
 """``(gateway_id, table, row_id)``."""
 
+_DUCKDB = "duckdb"
 _DUCKDB_TYPE = {
     "number": "DOUBLE", "boolean": "BOOLEAN", "integer": "BIGINT", "timestamp": "TIMESTAMPTZ",
     "date": "DATE", "bytes": "BLOB",
@@ -61,7 +62,6 @@ def _duckdb_type(spec: ColumnSpec) -> exp.DataType:
     return exp.DataType.build(_DUCKDB_TYPE.get(spec.type, "VARCHAR"), dialect=_DUCKDB)
 
 
-_DUCKDB = "duckdb"
 _LANDING = sql_table(*LANDING_IDENTIFIER.split("."))
 _ROWS_MERGED = sql_table(*ROWS_MERGED_IDENTIFIER.split("."))
 _LANDING_READ = (
