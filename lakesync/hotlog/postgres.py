@@ -40,6 +40,7 @@ from lakesync.hotlog._sql import (
     AFTER_COLUMNS_DDL,
     LOG_COLUMNS,
     SqlHotLog,
+    add_column,
     schema_ddl,
 )
 from lakesync.hotlog.base import LogNotice, RowKey, RowRecord, decode_state
@@ -421,10 +422,7 @@ def _create_schema(conn: psycopg.Connection[Any], schema: str) -> None:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
         conn.execute(_DDL)
         for table, column, typ in ADDED_COLUMNS:
-            conn.execute(
-                f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
-                f" {typ.format(integer='BIGINT')}"
-            )
+            conn.execute(add_column(table, column, typ, integer="BIGINT", dialect="postgres"))
         for statement in AFTER_COLUMNS_DDL:
             conn.execute(statement)
     finally:

@@ -409,6 +409,17 @@ def require_lake(settings: LakeSettings) -> None:
         )
 
 
+_TABLES = (
+    "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables"
+    " WHERE catalog_name = ?"
+)
+# The newer layout also stores views: pyiceberg loads only tables (type TABLE or null).
+_TABLES_ONLY = (
+    "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables"
+    " WHERE catalog_name = ? AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
+)
+
+
 def table_locations(settings: LakeSettings) -> dict[str, str] | None:
     """Every table of an embedded (SQLite) catalog as ``{"namespace.table": metadata
     location}``, read straight from the catalog tables, as pyiceberg's ``load_table`` reads them
@@ -425,15 +436,8 @@ def table_locations(settings: LakeSettings) -> dict[str, str] | None:
         columns = {row[1] for row in con.execute("PRAGMA table_info(iceberg_tables)")}
         if not columns:
             return None
-        # The newer layout also stores views: pyiceberg loads only tables (type TABLE or null).
-        tables_only = " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)" * (
-            "iceberg_type" in columns
-        )
-        rows = con.execute(
-            "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables"
-            f" WHERE catalog_name = ?{tables_only}",
-            (CATALOG_NAME,),
-        ).fetchall()
+        query = _TABLES_ONLY if "iceberg_type" in columns else _TABLES
+        rows = con.execute(query, (CATALOG_NAME,)).fetchall()
     finally:
         con.close()
     if any(not location for _, _, location in rows):
