@@ -57,7 +57,11 @@ from lakesync.lakehouse.catalog import (
     landing_schema,
     landing_state,
 )
-from lakesync.lakehouse.object_store import ObjectStoreError, object_store_failure
+from lakesync.lakehouse.object_store import (
+    ObjectStoreError,
+    object_store_failure,
+    warehouse_full,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -205,9 +209,10 @@ class LandingFlusher:
         if self._opened is None:
             return None
         props = self._opened.properties
+        warehouse = str(props.get("warehouse", ""))
         return object_store_failure(
-            str(exc), str(props.get("warehouse", "")), props.get("s3.endpoint")
-        )
+            str(exc), warehouse, props.get("s3.endpoint")
+        ) or warehouse_full(exc, warehouse)
 
     def _state(self) -> tuple[int | None, dict[str, int]]:
         table = self._table = self._landing().refresh()
