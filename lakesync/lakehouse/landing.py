@@ -43,7 +43,13 @@ from typing import TYPE_CHECKING, Any
 
 from lakesync import telemetry
 from lakesync.canonical import canonical_json
-from lakesync.errors import LakeSyncError, StoreUnavailableError, first_line, is_store_outage
+from lakesync.errors import (
+    BackpressureError,
+    LakeSyncError,
+    StoreUnavailableError,
+    first_line,
+    is_store_outage,
+)
 from lakesync.hotlog.ports import HotLogSource
 from lakesync.hotlog.records import LogEntry
 from lakesync.lakehouse.catalog import (
@@ -72,6 +78,7 @@ __all__ = [
     "CRASH_ENV",
     "FlushResult",
     "LandingFlusher",
+    "LandingRaceError",
     "landing_rows",
 ]
 
@@ -90,6 +97,12 @@ class FlushResult:
     commits: int
     position: int | None
     held: tuple[str, ...] = ()
+
+
+class LandingRaceError(BackpressureError):
+    """Another process landed the hot log while this flush was committing (this one's landing
+    mutex went with its session, e.g. a PostgreSQL restart mid-flush): nothing of this flush was
+    committed, and the next flush starts from the position the other one landed through."""
 
 
 def landing_rows(entries: Sequence[LogEntry], ingested_at: datetime) -> pa.Table:
@@ -238,6 +251,13 @@ class LandingFlusher:
         except LakeSyncError:  # says what failed already (the store's, the catalog's, ...)
             raise
         except Exception as exc:
+            from pyiceberg.exceptions import CommitFailedException  # noqa: PLC0415 -- loaded by now
+
+            if isinstance(exc, CommitFailedException):
+                raise LandingRaceError(
+                    "another gateway process landed the hot log while this flush committed; "
+                    f"nothing of this flush was committed ({first_line(exc)})"
+                ) from exc
             if is_store_outage(exc):  # the hot log's server: one line, not a stack trace
                 raise StoreUnavailableError(
                     f"the hot-log store is unavailable ({first_line(exc)})"
@@ -387,9 +407,9 @@ class LandingFlusher:
         # The one first-party import here: the module subclasses pyiceberg's Transaction, so
         # importing it loads pyiceberg.table (heavy, ~1 s; optional, extra "pipeline"), which a
         # gateway without the lake and `lakesync query`'s start must not pay.
-        from lakesync.lakehouse._transaction import StagedTransaction  # noqa: PLC0415
+        from lakesync.lakehouse._transaction import LandingTransaction  # noqa: PLC0415
 
-        return StagedTransaction(self._landing())
+        return LandingTransaction(self._landing())
 
     def _finish(self, tx: Transaction, through: int) -> None:
         _crash_point("before_commit")
@@ -419,7 +439,7 @@ class LandingFlusher:
                     if self._failing is not None:
                         _log.info("landing: the lake answers again, flushes go on")
                         self._failing = None
-            except (ObjectStoreError, CatalogUnavailableError, StoreUnavailableError) as exc:
+            except (ObjectStoreError, CatalogUnavailableError, BackpressureError) as exc:
                 if str(exc) != self._failing:
                     _log.error("landing flush failed: %s; retrying every %.0f s", exc, interval_s)
                 self._failing = str(exc)

@@ -56,14 +56,6 @@ def test_no_acknowledged_write_is_lost_and_every_process_and_replica_converges_p
     assert broken == [], f"{chaos.figures()}\nlogs kept in {chaos.logs}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="POST /v1/admin/flush answers 500 (1) after a PostgreSQL restart: the Iceberg SQL "
-    "catalog's pooled connection raises sqlalchemy.exc.OperationalError, not classified as an "
-    "outage; (2) while the warehouse disk is full: pyiceberg's OSError ENOSPC writing the "
-    "landing commit, likewise unclassified; and a gateway restarted while the others write can "
-    "fail to start once: its CREATE TABLE/INDEX IF NOT EXISTS deadlocks with their pushes",
-)
 def test_no_500_no_process_exits_and_writes_go_on_while_one_process_is_faulted(
     chaos: ChaosResult,
 ) -> None:
