@@ -7,6 +7,7 @@ when the gateway is missing they are skipped with a message saying so.
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -22,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakesync.client import Backoff, Event, LakeSyncClient
+from lakesync.client import Backoff, Event, LakeSyncClient, SyncReport
 from lakesync.client._auth import TokenProvider
-from lakesync.client.errors import ForbiddenError, SchemaError
+from lakesync.client.errors import ChangesRejectedError, ForbiddenError, SchemaError
 from lakesync.client.transport import HttpTransport, Transport, WebSocketTransport
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
@@ -232,6 +233,63 @@ def test_refused_delta_is_dead_lettered(
         assert [e.detail["row_id"] for e in events] == ["bad"]
         assert a.dead_letters()[0].code == SchemaError.code
         assert set(gateway_state(gateway, gw_id)) == {("todos", "ok1"), ("todos", "ok2")}
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "async"])
+def test_refused_changes_are_reported_warned_and_raise_on_request(
+    gateway: ServerProcess, gw_id: str, flavour: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    import httpx
+
+    from lakesync.client import AsyncLakeSyncClient
+
+    # Register the table on the gateway without the column this client also writes.
+    admin = gateway.token("admin", gw_id, role="admin")
+    table = {"table": "refusals", "columns": TODOS["columns"][:2]}
+    resp = httpx.post(
+        f"{gateway.url}/v1/admin/schema/{gw_id}",
+        json=table,
+        headers={"Authorization": f"Bearer {admin}"},
+    )
+    assert resp.status_code == 200, resp.text
+    mine = {**table, "columns": TODOS["columns"][:3]}
+    kw: dict[str, Any] = {"url": gateway.url, "gateway_id": gw_id, "schemas": [mine]}
+
+    async def run() -> tuple[SyncReport, ChangesRejectedError]:
+        token = gateway.token(f"refused-{flavour}", gw_id)
+        if flavour == "blocking":
+            with LakeSyncClient(":memory:", token=token, **kw) as c:
+                c.insert("refusals", "ok", {"title": "fine"})
+                c.insert("refusals", "bad1", {"title": "x", "prio": 1})
+                report = c.sync()
+                c.insert("refusals", "bad2", {"title": "y", "prio": 2})
+                with pytest.raises(ChangesRejectedError) as raised:
+                    c.sync(raise_on_rejected=True)
+                return report, raised.value
+        async with AsyncLakeSyncClient(":memory:", token=token, **kw) as a:
+            await a.insert("refusals", "ok", {"title": "fine"})
+            await a.insert("refusals", "bad1", {"title": "x", "prio": 1})
+            report = await a.sync()
+            await a.insert("refusals", "bad2", {"title": "y", "prio": 2})
+            with pytest.raises(ChangesRejectedError) as raised:
+                await a.sync(raise_on_rejected=True)
+            return report, raised.value
+
+    with caplog.at_level(logging.WARNING, logger="lakesync.client"):
+        report, error = asyncio.run(run())
+    assert (report.pushed, report.dead_lettered) == (1, 1)
+    assert [(r.delta.row_id, r.code) for r in report.rejected] == [("bad1", SchemaError.code)]
+    assert [(r.delta.row_id, r.code) for r in error.report.rejected] == [
+        ("bad2", SchemaError.code)
+    ]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert all(r.name.startswith("lakesync.client") for r in warnings)
+    assert "refused 1 local change" in warnings[0].getMessage()
+    assert "refusals/bad1" in warnings[0].getMessage()
+    assert "refusals/bad2" in str(error)
 
 
 # -- acceptance ------------------------------------------------------------------------------
