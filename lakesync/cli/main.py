@@ -16,7 +16,7 @@ from lakesync.cli.init import init_command
 from lakesync.cli.output import log_redacted, printable, redacted
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
-from lakesync.tokens import mint_client_token
+from lakesync.tokens import mint_client_token, weak_secret
 
 if TYPE_CHECKING:
     from typer._click import Context  # typer vendors click; its commands take this Context
@@ -251,6 +251,9 @@ def token(
     config = load_config()
     if not config.jwt_secrets:
         raise ConfigError("LAKESYNC_JWT_SECRET is not set; export the gateway's secret first")
+    weak = weak_secret(config.jwt_secrets[0])
+    if weak is not None:
+        typer.echo(f"warning: {weak}", err=True)
     typer.echo(mint_client_token(config.jwt_secrets[0], sub, gw, claims, ttl, role=role))
 
 
