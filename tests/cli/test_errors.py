@@ -225,6 +225,19 @@ def test_a_short_jwt_secret_is_one_warning_line_of_ours(tmp_path: Path) -> None:
     ]
 
 
+def test_documented_secrets_are_long_enough_for_hs256() -> None:
+    import re
+
+    from lakesync.tokens import MIN_SECRET_BYTES
+
+    root = Path(__file__).parents[2]
+    pages = [root / "README.md", *root.glob("docs/**/*.md"), *root.glob("*/README.md"),
+             *root.glob("lakesync/*/README.md")]
+    for page in pages:
+        for secret in re.findall(r"LAKESYNC_JWT_SECRET=([^\s$`'\"…]+)", page.read_text()):
+            assert len(secret) >= MIN_SECRET_BYTES, f"{page}: {secret}"
+
+
 def test_token_without_a_jwt_secret() -> None:
     proc = _lakesync("token", "--sub", "c", "--gw", "gw1")
     _one_error_line(proc.stderr, 2, proc.returncode, "LAKESYNC_JWT_SECRET is not set")
