@@ -26,7 +26,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 from lakesync.client._backoff import Backoff, is_retryable, rejects_entries
 from lakesync.client._outbox import OutboxEntry
-from lakesync.client._types import Event, Origin
+from lakesync.client._types import Event, Origin, Rejection, SyncReport
 from lakesync.client.errors import (
     CursorExpiredError,
     LakeSyncError,
@@ -79,35 +79,6 @@ _log = logging.getLogger(__name__)
 
 # The gateway accepts at most 1 MiB per push body; stay well under it (JSON adds framing).
 PUSH_MAX_BYTES = 512 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """A local change the gateway refused for good during a sync: it was moved to the dead
-    letters (``dead_letters()``; ``requeue_dead_letters()`` after fixing the cause)."""
-
-    delta: RowDelta
-    """The refused delta (its ``table``, ``row_id`` and ``columns``)."""
-    code: str
-    """The gateway's error code, e.g. ``FORBIDDEN`` (outside this client's view)."""
-    error: str
-    """The gateway's message."""
-
-    def __str__(self) -> str:
-        return f"{self.delta.table}/{self.delta.row_id}: {self.code} {self.error}"
-
-
-@dataclass(frozen=True, slots=True)
-class SyncReport:
-    """What one :meth:`LakeSyncClient.sync` did: deltas pulled, pushed and dead-lettered, the
-    cursor it ended at, and the changes the gateway refused (``rejected``, oldest first; each
-    is one of the ``dead_lettered``)."""
-
-    pulled: int
-    pushed: int
-    dead_lettered: int
-    cursor: int
-    rejected: tuple[Rejection, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from lakesync.errors import (
 )
 
 if TYPE_CHECKING:
-    from lakesync.client._core import SyncReport
+    from lakesync.client._types import SyncReport
 
 __all__ = [
     "AuthError",
