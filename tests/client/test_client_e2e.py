@@ -293,6 +293,28 @@ def test_refused_changes_are_reported_warned_and_raise_on_request(
     assert "refusals/bad2" in str(error)
 
 
+def test_auto_sync_warns_of_refused_changes(
+    gateway: ServerProcess, gw_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import httpx
+
+    admin = gateway.token("admin", gw_id, role="admin")
+    table = {"table": "refused_auto", "columns": TODOS["columns"][:1]}
+    resp = httpx.post(f"{gateway.url}/v1/admin/schema/{gw_id}", json=table,
+                      headers={"Authorization": f"Bearer {admin}"})
+    assert resp.status_code == 200, resp.text
+    mine = {**table, "columns": TODOS["columns"][:2]}
+    with (
+        caplog.at_level(logging.WARNING, logger="lakesync.client"),
+        make(gateway, gw_id, "auto", schemas=[mine]) as c,
+    ):
+        c.start_auto_sync(interval=0.2)
+        c.insert("refused_auto", "bad", {"title": "x", "done": True})
+        wait_for(lambda: any("refused_auto/bad" in r.getMessage() for r in caplog.records), 60)
+        c.stop_auto_sync()
+        assert [d.delta.row_id for d in c.dead_letters()] == ["bad"]
+
+
 # -- acceptance ------------------------------------------------------------------------------
 
 
