@@ -37,10 +37,12 @@ from lakesync.api.services.declared import apply_declared
 from lakesync.api.settings import GatewaySettings
 from lakesync.config import Config, load_config
 from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
 from lakesync.hotlog.factory import open_store
 from lakesync.lakehouse.schedule import WorkerJobs
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.tokens import weak_secret
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -91,12 +93,21 @@ def up(
 ) -> None:
     """Serve the sync gateway (HTTP + WebSocket) until SIGINT/SIGTERM."""
     cfg = load_config(config)
+    if not cfg.jwt_secrets:
+        # Without one the gateway could only answer AUTH_ERROR to every request.
+        raise ConfigError(
+            "no JWT secret: set LAKESYNC_JWT_SECRET (lakesync init writes one in .env: "
+            "`set -a; . ./.env; set +a`; or make one with python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))')"
+        )
     if data_dir is not None:
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)
     lake = LakeSettings.from_config(cfg)
     known = settings.known_secrets(os.environ, lambda p: Path(p).read_text(encoding="utf-8"))
     configure_logging(secrets=[*known, *lake.secrets], identifiers=lake.identifiers)
+    for weak in filter(None, map(weak_secret, cfg.jwt_secrets)):
+        _log.warning("%s", weak)
     with _sigterm_latch() as latch, contextlib.ExitStack() as stack:
         serving = False
 

@@ -16,7 +16,7 @@ from lakesync.cli.init import init_command
 from lakesync.cli.output import log_redacted, printable, redacted
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
-from lakesync.tokens import mint_client_token
+from lakesync.tokens import mint_client_token, weak_secret
 
 if TYPE_CHECKING:
     from typer._click import Context  # typer vendors click; its commands take this Context
@@ -210,10 +210,17 @@ def _root() -> None:
     telemetry.configure()  # OTLP export when the standard OTEL_* variables ask for it
 
 
+ADMIN_SUBJECT = "operator"
+"""The subject of an admin token minted without ``--sub``."""
+
+
 @app.command()
 def token(
-    sub: Annotated[str, typer.Option(help="Client id (the token's subject).")],
     gw: Annotated[str, typer.Option(help="Gateway id the token is valid for.")],
+    sub: Annotated[str | None, typer.Option(
+        help=f"Client id (the token's subject); needed but for an admin token (default "
+        f"{ADMIN_SUBJECT!r})."
+    )] = None,
     role: Annotated[str, typer.Option(
         help="client (syncs), admin (admin API and console too) or analyst (reads the lake "
         "through lakesync sql-server, nothing else)."
@@ -225,6 +232,12 @@ def token(
     ttl: Annotated[str, typer.Option(help="Lifetime, e.g. 30m, 1h, 7d.")] = "1h",
 ) -> None:
     """Mint a JWT signed with LAKESYNC_JWT_SECRET and print it."""
+    if sub is None:
+        if role != "admin":
+            raise typer.BadParameter(
+                f"a {role} token needs a subject: pass --sub CLIENT_ID", param_hint="--sub"
+            )
+        sub = ADMIN_SUBJECT
     claims: dict[str, str | list[str]] = {}
     for item in claim or []:
         key, sep, value = item.partition("=")
@@ -238,6 +251,9 @@ def token(
     config = load_config()
     if not config.jwt_secrets:
         raise ConfigError("LAKESYNC_JWT_SECRET is not set; export the gateway's secret first")
+    weak = weak_secret(config.jwt_secrets[0])
+    if weak is not None:
+        typer.echo(f"warning: {weak}", err=True)
     typer.echo(mint_client_token(config.jwt_secrets[0], sub, gw, claims, ttl, role=role))
 
 
