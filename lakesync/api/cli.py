@@ -39,7 +39,7 @@ from lakesync.config import Config, load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.hlc import HLC
 from lakesync.hotlog.factory import open_store
-from lakesync.lakehouse.schedule import WorkerJobs
+from lakesync.lakehouse.runtime import WorkerJobs
 from lakesync.lakehouse.settings import LakeSettings
 
 if TYPE_CHECKING:
