@@ -105,6 +105,12 @@ class WorkerJobs:
             on_event(Queued(busy))
         return job.reply
 
+    @property
+    def serving(self) -> bool:
+        """Whether a lane takes runs now (a :meth:`submit` is queued, not refused)."""
+        with self._lock:
+            return self._serving
+
     def serve(self, serving: bool, why: str = "") -> None:
         """Take runs or not; not: the queued ones fail saying ``why``."""
         with self._lock:
