@@ -40,7 +40,7 @@ from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
 from lakesync.hotlog.factory import open_store
-from lakesync.lakehouse.schedule import WorkerJobs
+from lakesync.lakehouse.runtime import WorkerJobs
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.tokens import weak_secret
 

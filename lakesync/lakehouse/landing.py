@@ -33,7 +33,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -418,32 +417,22 @@ class LandingFlusher:
         if self._mark_flushed is not None:
             self._mark_flushed(through)
 
-    def run(
-        self,
-        stop: threading.Event,
-        *,
-        interval_s: float = 5.0,
-        lead: Callable[[], bool] = lambda: True,
-    ) -> None:
-        """Flush every ``interval_s`` seconds until ``stop`` is set (batching by age and size),
-        each time ``lead()`` says this process is the one to (several may share a hot log).
+    def scheduled_flush(self, retry_s: float) -> None:
+        """One scheduled flush (the lake runtime calls it every ``retry_s`` seconds while this
+        process leads the landing): a failed batch is not lost (the position did not move), so
+        a failure is logged and the next one retries.
 
         An outage of the store or the catalog is one log line saying what to check, not one a
         flush: a failure is logged when it differs from the last one, and the first flush that
         succeeds after it says so."""
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                if lead():
-                    self.flush()
-                    if self._failing is not None:
-                        _log.info("landing: the lake answers again, flushes go on")
-                        self._failing = None
-            except (ObjectStoreError, CatalogUnavailableError, BackpressureError) as exc:
-                if str(exc) != self._failing:
-                    _log.error("landing flush failed: %s; retrying every %.0f s", exc, interval_s)
-                self._failing = str(exc)
-            except Exception:
-                # A failed batch is not lost (the position did not move): log it and retry later.
-                _log.exception("landing flush failed; retrying in %.0f s", interval_s)
-            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+        try:
+            self.flush()
+            if self._failing is not None:
+                _log.info("landing: the lake answers again, flushes go on")
+                self._failing = None
+        except (ObjectStoreError, CatalogUnavailableError, BackpressureError) as exc:
+            if str(exc) != self._failing:
+                _log.error("landing flush failed: %s; retrying every %.0f s", exc, retry_s)
+            self._failing = str(exc)
+        except Exception:
+            _log.exception("landing flush failed; retrying in %.0f s", retry_s)
