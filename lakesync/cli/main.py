@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -69,6 +70,29 @@ attribute is a typer command function or a :class:`typer.Typer` group; the summa
 its help, tests/cli/test_main.py checks) is what ``lakesync --help`` lists."""
 
 
+_SPOT = re.compile(r"^(LINE \d+: )(.*)\n( *)\^", re.MULTILINE)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _keyword_hint(message: str, duckdb: Any) -> str:
+    """DuckDB's error ``message``, with a first line saying so when the syntax error is at (or
+    just after) a word DuckDB's SQL keeps for itself (``at``, ``order``...) used as a name."""
+    spot = _SPOT.search(message)
+    if not message.startswith("Parser Error") or spot is None:
+        return message
+    line, column = spot.group(2), len(spot.group(3)) - len(spot.group(1))
+    before = _WORD.findall(line[:column])[-1:]
+    at = _WORD.match(line, max(column, 0))
+    keywords = {k for (k,) in duckdb.sql(
+        "SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category <> 'unreserved'"
+    ).fetchall()}
+    for word in [*before, *([at.group(0)] if at else [])]:
+        if word.lower() in keywords - {"from", "where", "select", "as", "and", "or", "on"}:
+            return (f'{word!r} is an SQL keyword: as a column or table name, quote it ("{word}")\n'
+                    f"{message}")
+    return message
+
+
 def expected_failure(exc: Exception) -> tuple[str, int] | None:
     """The one-line message and exit code for a failure the user can act on, else None (a bug).
 
@@ -94,7 +118,7 @@ def expected_failure(exc: Exception) -> tuple[str, int] | None:
         return f"cannot reach the gateway{where} ({exc}); is it running (lakesync up)?", 1
     duckdb = sys.modules.get("duckdb")
     if duckdb is not None and isinstance(exc, duckdb.Error):
-        return str(exc), 1  # syntax errors, unknown columns: DuckDB's text names the spot
+        return _keyword_hint(str(exc), duckdb), 1  # DuckDB's text names the spot
     sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")
     if sqlalchemy_exc is not None and isinstance(exc, sqlalchemy_exc.OperationalError):
         reason = _first_line(exc.orig or exc)

@@ -290,3 +290,30 @@ def test_a_gateway_that_is_not_listening_is_one_line_naming_it() -> None:
 def test_a_bug_is_not_an_expected_failure() -> None:
     assert expected_failure(KeyError("x")) is None
     assert expected_failure(TypeError("unsupported operand")) is None
+
+
+@pytest.mark.parametrize(("sql", "word"), [
+    ("select n, at, day from (select 1 as n)", "at"),
+    ("select at from (select 1 as n)", "at"),
+    ("select n, order from (select 1 as n)", "order"),
+])
+def test_a_keyword_used_as_a_name_says_to_quote_it(sql: str, word: str) -> None:
+    import duckdb
+
+    with pytest.raises(duckdb.ParserException) as raised:
+        duckdb.connect().execute(sql)
+    failure = expected_failure(raised.value)
+    assert failure is not None
+    message, code = failure
+    first, _, rest = message.partition("\n")
+    assert code == 1
+    assert first == f"{word!r} is an SQL keyword: as a column or table name, quote it (\"{word}\")"
+    assert str(raised.value) == rest  # DuckDB's text, with the spot, follows
+
+
+def test_other_syntax_errors_are_duckdbs_text() -> None:
+    import duckdb
+
+    with pytest.raises(duckdb.ParserException) as raised:
+        duckdb.connect().execute("selec 1")
+    assert expected_failure(raised.value) == (str(raised.value), 1)
