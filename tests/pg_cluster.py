@@ -18,10 +18,11 @@ import pytest
 
 from tests.gateway_process import free_port
 
-__all__ = ["PgCluster", "private_postgres"]
+__all__ = ["PgCluster", "postgres_bin", "private_postgres", "started_cluster"]
 
 
-def _bin() -> Path | None:
+def postgres_bin() -> Path | None:
+    """The newest installed PostgreSQL server's ``bin`` directory, or None."""
     for version in sorted(Path("/usr/lib/postgresql").glob("*"), reverse=True):
         if (version / "bin" / "initdb").exists():
             return version / "bin"
@@ -62,20 +63,30 @@ class PgCluster:
 @contextmanager
 def private_postgres(options: str = "") -> Iterator[PgCluster]:
     """A started :class:`PgCluster`, stopped and removed afterwards."""
-    bindir = _bin()
-    if bindir is None or shutil.which("runuser") is None or os.geteuid() != 0:
+    if postgres_bin() is None or shutil.which("runuser") is None or os.geteuid() != 0:
         reason = "needs the PostgreSQL server binaries and root (to run initdb as postgres)"
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
     base = Path(tempfile.mkdtemp(prefix="lakesync-pg-"))
-    shutil.chown(base, "postgres")
-    cluster = PgCluster(bindir, base, options)
-    cluster.init()
-    cluster.start()
+    cluster = started_cluster(base, options)
     try:
         yield cluster
     finally:
         with contextlib.suppress(subprocess.CalledProcessError):  # stopped already
             cluster.stop("immediate")
         shutil.rmtree(base, ignore_errors=True)
+
+
+def started_cluster(base: Path, options: str = "") -> PgCluster:
+    """A :class:`PgCluster` made (initdb) in ``base`` and started; raises RuntimeError where the
+    PostgreSQL binaries or root are missing."""
+    bindir = postgres_bin()
+    if bindir is None or shutil.which("runuser") is None or os.geteuid() != 0:
+        raise RuntimeError("needs the PostgreSQL server binaries and root (initdb as postgres)")
+    base.mkdir(parents=True, exist_ok=True)
+    shutil.chown(base, "postgres")
+    cluster = PgCluster(bindir, base, options)
+    cluster.init()
+    cluster.start()
+    return cluster

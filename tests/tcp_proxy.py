@@ -1,7 +1,9 @@
 """A loopback TCP proxy a test puts between one process and a real server (PostgreSQL) to cut
 that process off without closing anything: :meth:`TcpProxy.freeze` stops forwarding bytes in
-both directions while every socket stays open (as a network partition or a paused peer looks
-to both ends), :meth:`TcpProxy.thaw` forwards what waited and goes on.
+both directions and serves no new connection while every socket stays open (as a network
+partition or a paused peer looks to both ends), :meth:`TcpProxy.thaw` forwards what waited and
+goes on. Its kernel still acknowledges what it receives, so TCP keepalives across it succeed: a
+freeze exercises the peers' statement, lock and idle timeouts, not keepalive detection.
 
 :meth:`TcpProxy.freeze_after` freezes at a chosen moment instead of a chosen time: right after
 the client's bytes that hold a marker were forwarded (the server acts on them, the client never
@@ -72,6 +74,10 @@ class TcpProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            while not self._flowing.wait(0.1):  # a partition lets no new connection through
+                if self._closed.is_set():
+                    _close(client)
+                    return
             try:
                 server = socket.create_connection(self._upstream, timeout=10)
             except OSError:

@@ -2,12 +2,12 @@
 run's own (the Iceberg catalog in the same PostgreSQL, one shared warehouse, the landing flush
 running, sync rules ``team = jwt:team`` on), under the faults of :func:`make_schedule`.
 
-Each gateway reaches PostgreSQL through its own :class:`FreezableProxy` (a partition of that
-process alone) and clients reach each gateway through another (a partition between clients and
-that process). The load: raw pushers (httpx, keep-alive, a failed batch retried on the next
-process until acknowledged; each acknowledged delta recorded with its time) and library clients
-(:mod:`tests.chaos.client_worker`, HTTP and WebSocket transports, in processes of their own);
-an operator calls the admin flush on a random process every few seconds.
+Each gateway reaches PostgreSQL through its own :class:`~tests.tcp_proxy.TcpProxy` (a partition
+of that process alone) and clients reach each gateway through another (a partition between
+clients and that process). The load: raw pushers (httpx, keep-alive, a failed batch retried on
+the next process until acknowledged; each acknowledged delta recorded with its time) and library
+clients (:mod:`tests.chaos.client_worker`, HTTP and WebSocket transports, in processes of their
+own); an operator calls the admin flush on a random process every few seconds.
 
 At the end (:meth:`ChaosRun.run`): every acknowledged delta is in the hot log and the landing
 table exactly once, every process's state (pulled as an admin) and every replica equal the
@@ -46,10 +46,10 @@ from lakesync.merge import merge_state
 from tests.api.helpers import auth, now_hlc, token
 from tests.chaos.checks import Rows, differences, longest_stall, lost_and_duplicated, outside_view
 from tests.chaos.client_worker import COLUMNS, SCHEMAS
-from tests.chaos.postgres import PrivatePostgres
 from tests.chaos.schedule import GATEWAY_FAULTS, Fault, fault_counts, make_schedule
-from tests.chaos.tcp_proxy import FreezableProxy
 from tests.gateway_process import ROOT, ServerProcess
+from tests.pg_cluster import PgCluster, started_cluster
+from tests.tcp_proxy import TcpProxy
 from tests.wire_json import as_json, verified
 
 __all__ = ["AVAILABILITY", "CONVERGENCE", "DURABILITY", "PRIVACY", "ChaosResult", "ChaosRun",
@@ -112,9 +112,9 @@ def _mount_small_disk(path: Path) -> bool:
 
 
 class _Gateway:
-    def __init__(self, base: Path, n: int, pg: PrivatePostgres, env: dict[str, str],
+    def __init__(self, base: Path, n: int, pg: PgCluster, env: dict[str, str],
                  config: Path) -> None:
-        self.pg_proxy = FreezableProxy(pg.port)
+        self.pg_proxy = TcpProxy(("127.0.0.1", pg.port))
         dsn_port = f"127.0.0.1:{self.pg_proxy.port}/postgres"
         self.server = ServerProcess(base / f"gw{n}" / "data", {
             **env,
@@ -122,7 +122,7 @@ class _Gateway:
             "LAKESYNC_CATALOG_URI": f"jdbc:postgresql://{dsn_port}",
         }, config)
         self.server.start()
-        self.client_proxy = FreezableProxy(self.server.port)
+        self.client_proxy = TcpProxy(("127.0.0.1", self.server.port))
         self.killed = False
 
     @property
@@ -161,7 +161,7 @@ class ChaosRun:
         self.workers: list[subprocess.Popen[bytes] | None] = [None] * clients
         self.pushers = pushers
         self.t0 = time.monotonic()
-        self.pg = PrivatePostgres(self.base / "pg")
+        self.pg = started_cluster(self.base / "pg", "-c max_connections=300")
         self.disk = _mount_small_disk(self.base / "warehouse")
         try:
             self._start_gateways(gateways)

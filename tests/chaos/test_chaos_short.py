@@ -18,7 +18,7 @@ from tests.chaos.harness import (
     ChaosResult,
     ChaosRun,
 )
-from tests.chaos.postgres import postgres_bin
+from tests.pg_cluster import postgres_bin
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("chaos")]
 

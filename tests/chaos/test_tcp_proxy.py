@@ -1,5 +1,5 @@
-"""The chaos run's freezable proxy: frozen, nothing flows and the connection stays open;
-thawed, what waited arrives."""
+"""The freezable proxy of the chaos run and the fault tests: frozen, nothing flows and the
+connection stays open; thawed, what waited arrives."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from tests.chaos.tcp_proxy import FreezableProxy
+from tests.tcp_proxy import TcpProxy
 
 
 def _echo_server() -> socket.socket:
@@ -26,7 +26,7 @@ def _echo_server() -> socket.socket:
 
 def test_a_frozen_proxy_holds_bytes_without_closing_and_delivers_them_when_thawed() -> None:
     with _echo_server() as listener:
-        proxy = FreezableProxy(listener.getsockname()[1])
+        proxy = TcpProxy(("127.0.0.1", listener.getsockname()[1]))
         try:
             with socket.create_connection(("127.0.0.1", proxy.port), timeout=60) as conn:
                 conn.sendall(b"before")
