@@ -189,6 +189,10 @@ class ServerProcess:
         self.start()
 
     def __enter__(self) -> ServerProcess:
+        if self.proc is not None and self.proc.poll() is None:
+            # Already started: a second launch would find the port served by the first (its
+            # readiness check answered by it) and leave that process running unowned.
+            return self
         return self.start()
 
     def __exit__(

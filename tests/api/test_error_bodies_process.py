@@ -32,7 +32,7 @@ def test_a_failing_source_pull_names_no_dsn_and_carries_the_request_id(tmp_path:
                      "url": "mysql://leakuser:s3cretpw@127.0.0.1:53306/no_such_db_for_leak"},
         },
     }), encoding="utf-8")
-    with ServerProcess(tmp_path / "data", config=config).start() as server:
+    with ServerProcess(tmp_path / "data", config=config) as server:
         for source in ("crm", "shop"):
             rid = f"trace-{source}-1"
             r = httpx.get(

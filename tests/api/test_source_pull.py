@@ -172,7 +172,7 @@ def test_a_gateway_process_serves_its_declared_source(tmp_path: Path, crm: Desti
         }},
         "destinations": {"crm": {"kind": "postgres", "url": crm.spec.url, "gateway": "gw1"}},
     }), encoding="utf-8")
-    with ServerProcess(tmp_path / "data", config=config).start() as server:
+    with ServerProcess(tmp_path / "data", config=config) as server:
         seen: dict[str, list[tuple[str, str]]] = {}
         for sub in ("alice", "bob"):
             r = httpx.get(f"{server.url}/v1/sync/gw1/pull", headers=auth(token(sub)),

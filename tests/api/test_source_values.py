@@ -136,7 +136,7 @@ def test_values_pulled_from_a_source_equal_the_values_shipped(
     ids = itertools.count()
     cursors = dict.fromkeys(USERS, 0)
     try:
-        with ServerProcess(data_dir, config=config).start() as server, \
+        with ServerProcess(data_dir, config=config) as server, \
                 httpx.Client(base_url=server.url, timeout=60) as http:
 
             # The emulator takes about a second a statement.

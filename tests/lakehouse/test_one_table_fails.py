@@ -160,7 +160,7 @@ def test_a_table_named_like_staging_is_reported_and_never_breaks_the_source_pull
         "gateways": {gw: {"schemas": [TODOS]}},
         "destinations": {"pg": {"kind": "postgres", "url": pg_url, "gateway": gw}},
     }), encoding="utf-8")
-    with ServerProcess(data, config=gateway_config).start() as server:
+    with ServerProcess(data, config=gateway_config) as server:
         r = httpx.get(f"{server.url}/v1/sync/{gw}/pull", headers=auth(token("alice", gw=gw)),
                       params={"source": "pg", "since": "0", "clientId": "alice"}, timeout=30)
         assert r.status_code == 200, r.text

@@ -182,7 +182,7 @@ def test_typed_rows_arrive_equal_everywhere(
             for name, url in destinations.items()
         },
     }), encoding="utf-8")
-    with ServerProcess(data, config=config).start() as server:
+    with ServerProcess(data, config=config) as server:
         _wait_polled(server, ["pgsrc", "mysrc"])
         held, _ = pull_cells(server.url, GW)  # what the gateway holds: the canonical wire values
         for row_id, want in PG_EXPECTED.items():

@@ -142,7 +142,7 @@ def gateway(destinations: dict[str, str], tmp_path_factory: pytest.TempPathFacto
                "url": url, "gateway": GW}
         for name, url in destinations.items()
     }}), encoding="utf-8")
-    with ServerProcess(tmp / "data", config=config).start() as server:
+    with ServerProcess(tmp / "data", config=config) as server:
         r = httpx.post(f"{server.url}/v1/admin/schema/{GW}", json=SCHEMA,
                        headers=auth(token("ops", GW, "admin")), timeout=60)
         assert r.status_code == 200, r.text
