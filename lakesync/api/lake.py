@@ -28,6 +28,7 @@ import anyio.to_thread
 from lakesync.api.services.status import record_landing_flush
 from lakesync.api.settings import GatewaySettings
 from lakesync.config import Config
+from lakesync.errors import is_store_outage
 from lakesync.hotlog.ports import Coordination, DocumentStore, LakeStore
 from lakesync.lakehouse.runtime import WorkerJobs
 from lakesync.lakehouse.schedule import (
@@ -67,15 +68,25 @@ class Lead:
         self._held: bool | None = None
 
     def __call__(self) -> bool:
-        """Ask the store, taking the lead if nobody holds it."""
-        held = self._store.lead(self._role)
+        """Ask the store, taking the lead if nobody holds it; False while the store cannot be
+        reached (the job waits, logged once)."""
+        down = ""
+        try:
+            held: bool | None = self._store.lead(self._role)
+        except Exception as exc:
+            if not is_store_outage(exc):
+                raise
+            held, down = None, type(exc).__name__
         if held != self._held:
             if held:
                 _log.info("%s: this gateway process (pid %d) runs it", self._job, os.getpid())
+            elif held is None:
+                _log.warning("%s: waits, the hot-log store cannot be reached (%s)", self._job,
+                             down)
             else:
                 _log.info("%s: another gateway process on this store runs it", self._job)
             self._held = held
-        return held
+        return bool(held)
 
 
 @contextmanager

@@ -321,7 +321,9 @@ class Coordination(Protocol):
     @abc.abstractmethod
     def lead(self, role: str) -> bool:
         """Whether this process leads ``role`` among the processes sharing the store (one landing
-        flusher, one pipeline scheduler), taking the lead if nobody holds it."""
+        flusher, one pipeline scheduler), taking the lead if nobody holds it. Raises the store's
+        outage error (:func:`lakesync.errors.is_store_outage`) while it cannot be reached: nobody
+        can be said to lead then."""
 
     @abc.abstractmethod
     def exclusive(self, name: str) -> AbstractContextManager[object]:

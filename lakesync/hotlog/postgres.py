@@ -33,6 +33,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolClosed
 
 from lakesync.config import StoreConfig
+from lakesync.errors import is_store_outage
 from lakesync.hlc import HLC
 from lakesync.hotlog._group import GroupCommit
 from lakesync.hotlog._sql import (
@@ -353,10 +354,12 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
                     conn.execute("SELECT 1")  # the session lives, so it still holds the lock
                     return True
                 row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,)).fetchone()
-            except psycopg.Error:
+            except psycopg.Error as exc:
                 if conn is not None:
                     conn.close()
                 self._leads.pop(role, None)
+                if is_store_outage(exc):
+                    raise  # nobody can be said to lead while the store cannot be reached
                 return False
             held = bool(row and row[0])
             self._leads[role] = (conn, held)
