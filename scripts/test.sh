@@ -19,7 +19,7 @@ NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$site"
 rm -rf "$site"
 echo "== pytest"
 set +e
-pytest -n auto --dist loadgroup "$@"
+pytest -n auto --dist loadgroup --durations=20 "$@"
 rc=$?
 set -e
 # pytest exits 5 when it collected nothing: that is a failure of the suite, not a pass.
