@@ -20,7 +20,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lakesync.cli.handover import InProcessOption, LakeJob, lake_job
+from lakesync.api.lake import record_shipped
+from lakesync.cli.handover import InProcessOption, LakeJob, lake_job, record_here
 from lakesync.cli.output import hide_secrets, plain, print_table
 from lakesync.config import Config, load_config
 from lakesync.destinations.factory import open_destination
@@ -32,6 +33,7 @@ from lakesync.lakehouse.pipeline import NodeProgress, Shipped
 from lakesync.lakehouse.settings import LakeSettings, config_redactor
 from lakesync.lakehouse.shipping import ShipResult
 from lakesync.lakehouse.worker import Queued, WorkerEvent
+from lakesync.status import Shipment
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -143,6 +145,9 @@ def ship(
                                  on_progress=show.building)
 
         results = job.run(show.event, here, handed=lambda reply: show.results)
+    if job.runs_here and not lifecycle_only:  # the gateway records the shipments it makes
+        shipments = [Shipment(r.destination, r.table, r.rows, r.error) for r in results]
+        record_here(config, settings.data_dir, lambda store: record_shipped(store, shipments))
     if not console.is_terminal:  # the spinner said nothing: one line for the log
         failed = sum(1 for r in results if r.error)
         console.print(
