@@ -29,6 +29,7 @@ from rich.table import Table
 from lakesync import hlc as hlc_mod
 from lakesync.api.lake import record_pipeline_run
 from lakesync.cli.handover import InProcessOption, lake_job, record_here
+from lakesync.cli.jars import fetch_spark_jars, say_on
 from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
 from lakesync.cli.output import plain, print_table, printable
 from lakesync.cli.query import DataDirOption, FormatOption, print_result, query_command
@@ -93,6 +94,7 @@ def run_command(
             # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only
             # the commands that make a lake (`lakesync up`, `lakesync demo`) create one.
             require_lake(settings)
+            fetch_spark_jars(settings.jars_dir, view.preparing)
             started = time.time()
             metrics = DestinationMetrics()
             try:
@@ -208,12 +210,18 @@ class RunView:
                 if self._shipping is not None:
                     self._shipping.shipped(result)
 
+    def preparing(self, line: str, news: bool) -> None:
+        """A step before Spark starts (downloading its jars, :func:`fetch_spark_jars`)."""
+        say_on(self._console, self._describe if self._progress is not None else None)(line, news)
+
+    def _describe(self, text: str) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=text)
+            self._progress.refresh()
+
     def waiting(self, running: str) -> None:
         """The gateway's worker runs ``running`` first: say so until this run starts."""
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task,
-                                  description=printable(f"waiting for the gateway's {running}"))
-            self._progress.refresh()
+        self._describe(printable(f"waiting for the gateway's {running}"))
 
     def finish(self) -> None:
         """Off a terminal, print the one summary line (``pipeline run: 12/12 nodes, none

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from lakesync.api.lake import record_shipped
 from lakesync.cli.handover import InProcessOption, LakeJob, lake_job, record_here
+from lakesync.cli.jars import fetch_spark_jars, say_on
 from lakesync.cli.output import hide_secrets, plain, print_table
 from lakesync.config import Config, load_config
 from lakesync.destinations.factory import open_destination
@@ -141,6 +142,8 @@ def ship(
             if lifecycle_only:
                 return shipping.tier(settings, config, on_result=show.shipped)
             require_lake(settings)
+            fetch_spark_jars(settings.jars_dir,
+                             say_on(console, status.update if console.is_terminal else None))
             return shipping.ship(settings, config, on_result=show.shipped,
                                  on_progress=show.building)
 
