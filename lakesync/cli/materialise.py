@@ -144,13 +144,14 @@ def ship(
             require_lake(settings)
             fetch_spark_jars(settings.jars_dir,
                              say_on(console, status.update if console.is_terminal else None))
-            return shipping.ship(settings, config, on_result=show.shipped,
-                                 on_progress=show.building)
+            shipped = shipping.ship(settings, config, on_result=show.shipped,
+                                    on_progress=show.building)
+            # As the gateway records the shipments its worker makes.
+            done = [Shipment(r.destination, r.table, r.rows, r.error) for r in shipped]
+            record_here(config, settings.data_dir, lambda store: record_shipped(store, done))
+            return shipped
 
         results = job.run(show.event, here, handed=lambda reply: show.results)
-    if job.runs_here and not lifecycle_only:  # the gateway records the shipments it makes
-        shipments = [Shipment(r.destination, r.table, r.rows, r.error) for r in results]
-        record_here(config, settings.data_dir, lambda store: record_shipped(store, shipments))
     if not console.is_terminal:  # the spinner said nothing: one line for the log
         failed = sum(1 for r in results if r.error)
         console.print(
