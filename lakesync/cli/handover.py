@@ -38,7 +38,7 @@ import typer
 from rich.console import Console
 
 from lakesync.api.datadir import GatewayAddress, running_gateway
-from lakesync.cli.output import plain
+from lakesync.cli.output import plain, redacted
 from lakesync.config import Config
 from lakesync.errors import AuthError, LakeSyncError, error_for_code
 from lakesync.hlc import HLC
@@ -226,7 +226,8 @@ def record_here(config: Config, data_dir: Path, record: Callable[[DocumentStore]
     try:
         store = open_store(config.store_url, data_dir, HLC(), config.pg_schema, config.store)
     except Exception as exc:  # the job's outcome stands; only its record is missing
-        _note(f"the run was done but not recorded for lakesync status: {exc}")
+        # A driver's error may quote the store's DSN with its password.
+        _note(redacted(f"the run was done but not recorded for lakesync status: {exc}"))
         return
     with contextlib.closing(store):
         record(store)
