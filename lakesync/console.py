@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from lakesync.status import GatewayStatus
+from lakesync.status import Backlog, GatewayStatus
 
 __all__ = ["Counts", "History", "Point"]
 
@@ -30,8 +30,9 @@ class Counts(msgspec.Struct, frozen=True):
 class Point(msgspec.Struct, frozen=True):
     """One sample of a gateway: when (epoch seconds), its counters and their rates per second
     since the previous sample, the lag in seconds of the landing flush, of the pipeline (the age
-    of the newest delta its models hold) and of each destination (None: nothing waiting or not
-    known), its connected clients and failing connectors."""
+    of the newest delta its models hold) and of each destination (0: nothing waiting; None: not
+    known, such as a destination that cannot be read or a pipeline that never ran), its
+    connected clients and failing connectors."""
 
     at: float
     pushes: int
@@ -49,6 +50,14 @@ class Point(msgspec.Struct, frozen=True):
 
 def _rate(now: int, before: int, seconds: float) -> float:
     return round(max(0, now - before) / seconds, 3) if seconds > 0 else 0.0
+
+
+def _lag(backlog: Backlog, known: bool) -> float | None:
+    """A backlog's lag in seconds: 0 when nothing waits (a chart draws it from the first
+    sample), None when it could not be read."""
+    if not known:
+        return None
+    return backlog.oldest_age_s if backlog.oldest_age_s is not None else 0.0
 
 
 class History:
@@ -73,9 +82,11 @@ class History:
             push_rate=_rate(counts.pushes, before.pushes, seconds) if before else 0.0,
             pull_rate=_rate(counts.pulls, before.pulls, seconds) if before else 0.0,
             delta_rate=_rate(counts.deltas, before.deltas, seconds) if before else 0.0,
-            landing_lag_s=status.landing.lag.oldest_age_s,
+            landing_lag_s=_lag(status.landing.lag, known=True),
             pipeline_lag_s=status.pipeline.freshness_s,
-            destination_lag_s={d.name: d.lag.oldest_age_s for d in status.destinations},
+            destination_lag_s={
+                d.name: _lag(d.lag, known=d.error is None) for d in status.destinations
+            },
             clients=sum(c.connections for c in status.clients),
             connectors_failing=sum(1 for c in status.connectors if c.failing),
         )

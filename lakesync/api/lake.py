@@ -41,6 +41,7 @@ from lakesync.status import (
     HISTORY_GATEWAY,
     HISTORY_KIND,
     PipelineRun,
+    Shipment,
     record_run,
     record_shipments,
 )
@@ -50,7 +51,10 @@ if TYPE_CHECKING:
     from lakesync.lakehouse.worker import RunReply
 
 # HotLogMaintenance and SchemaPublisher live in lakesync.lakehouse.schedule; re-exported here.
-__all__ = ["HotLogMaintenance", "Lead", "SchemaPublisher", "lake_jobs"]
+__all__ = [
+    "HotLogMaintenance", "Lead", "SchemaPublisher", "lake_jobs", "record_pipeline_run",
+    "record_shipped",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -118,7 +122,7 @@ def lake_jobs(
         config,
         shipping,
         on_flushed=lambda position: record_landing_flush(store, position),
-        on_run=lambda started, reply: _record_run(store, started, reply),
+        on_run=lambda started, reply: record_pipeline_run(store, started, reply),
         asked=asked,
     ) as flush:
         if flush is None:
@@ -132,9 +136,11 @@ def lake_jobs(
         yield flusher
 
 
-def _record_run(store: DocumentStore, started: float, reply: RunReply) -> None:
-    """Record a pipeline run and its shipments in the store's history (a failure to record is
-    logged: it must not stop the schedule)."""
+def record_pipeline_run(store: DocumentStore, started: float, reply: RunReply) -> None:
+    """Record a pipeline run (started at ``started``, epoch seconds) and its shipments in the
+    store's history, read by ``lakesync status`` and the console: the gateway's runs and those
+    a command ran without it. A failure to record is logged: it must not stop the schedule or
+    fail a run that was done."""
     run = PipelineRun(
         datetime.fromtimestamp(started, UTC), round(reply.elapsed_s, 3), reply.ok, reply.error,
         reply.rows_merged, reply.rows_shipped,
@@ -142,11 +148,23 @@ def _record_run(store: DocumentStore, started: float, reply: RunReply) -> None:
     )
     try:
         store.update_doc(HISTORY_GATEWAY, HISTORY_KIND, "pipeline", lambda d: record_run(d, run))
-        if reply.shipments:
-            at = time.time()
-            store.update_doc(
-                HISTORY_GATEWAY, HISTORY_KIND, "destinations",
-                lambda d: record_shipments(d, reply.shipments, at),
-            )
     except Exception:
         _log.exception("could not record the pipeline run in the hot log")
+        return
+    record_shipped(store, reply.shipments)
+
+
+def record_shipped(store: DocumentStore, shipments: list[Shipment]) -> None:
+    """Record shipments (a pipeline run's, or ``lakesync materialise``'s) in the store's
+    history, where the status reads each destination's last shipment (a failure to record is
+    logged)."""
+    if not shipments:
+        return
+    at = time.time()
+    try:
+        store.update_doc(
+            HISTORY_GATEWAY, HISTORY_KIND, "destinations",
+            lambda d: record_shipments(d, shipments, at),
+        )
+    except Exception:
+        _log.exception("could not record the shipments in the hot log")

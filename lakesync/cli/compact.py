@@ -23,10 +23,12 @@ from rich.progress import (
 )
 
 from lakesync.cli.handover import InProcessOption, lake_job
+from lakesync.cli.jars import fetch_spark_jars, say_on
 from lakesync.cli.lake import DataDirOption
 from lakesync.cli.materialise import ConfigOption
 from lakesync.cli.output import plain, printable
 from lakesync.config import load_config
+from lakesync.lakehouse.catalog import require_lake
 from lakesync.lakehouse.compaction import (
     CompactionError,
     CompactionResult,
@@ -69,6 +71,7 @@ class CompactView:
                  console: Console | None = None) -> None:
         self._out = out
         console = console or Console(stderr=True)
+        self._console = console
         self._tables: list[str] = []
         self._done = 0
         self._progress: Progress | None = None
@@ -91,12 +94,18 @@ class CompactView:
         self._out.print(plain(progress_line(table)))
         self._draw()
 
+    def preparing(self, line: str, news: bool) -> None:
+        """A step before Spark starts (downloading its jars, :func:`fetch_spark_jars`)."""
+        say_on(self._console, self._describe if self._progress is not None else None)(line, news)
+
+    def _describe(self, text: str) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=text)
+            self._progress.refresh()
+
     def waiting(self, running: str) -> None:
         """The gateway's worker runs ``running`` first."""
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task,
-                                  description=printable(f"waiting for the gateway's {running}"))
-            self._progress.refresh()
+        self._describe(printable(f"waiting for the gateway's {running}"))
 
     def event(self, event: WorkerEvent) -> None:
         """An event of the compaction on the gateway's worker."""
@@ -134,9 +143,15 @@ def compact_command(
     out = Console(highlight=False)
     with contextlib.ExitStack() as stack:
         view = CompactView(stack, out)
+
+        def here() -> CompactionResult:
+            require_lake(settings)  # before a download: a mistyped --data-dir is an error
+            fetch_spark_jars(settings.jars_dir, view.preparing)
+            return compact(settings, view.compacted, on_plan=view.planned)
+
         result = job.run(
             view.event,
-            here=lambda: compact(settings, view.compacted, on_plan=view.planned),
+            here=here,
             handed=lambda reply: CompactionResult(reply.compacted, reply.elapsed_s),
         )
     failures = result.failures

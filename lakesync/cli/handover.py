@@ -27,6 +27,7 @@ which).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,14 +38,20 @@ import typer
 from rich.console import Console
 
 from lakesync.api.datadir import GatewayAddress, running_gateway
-from lakesync.cli.output import plain
+from lakesync.cli.output import plain, redacted
 from lakesync.config import Config
 from lakesync.errors import AuthError, LakeSyncError, error_for_code
+from lakesync.hlc import HLC
+from lakesync.hotlog.factory import open_store
+from lakesync.hotlog.ports import DocumentStore
 from lakesync.lakehouse.jobs import JOBS, JobName, JobSpec
 from lakesync.lakehouse.worker import RunReply, WorkerEvent, decode_line
 from lakesync.tokens import mint_token
 
-__all__ = ["Gateway", "InProcessOption", "LakeJob", "find_gateway", "hand_over", "lake_job"]
+__all__ = [
+    "Gateway", "InProcessOption", "LakeJob", "find_gateway", "hand_over", "lake_job",
+    "record_here",
+]
 
 T = TypeVar("T")
 
@@ -209,3 +216,18 @@ def lake_job(name: JobName, data_dir: Path, config: Config, in_process: bool) ->
     spec = JOBS[name]
     gateway = find_gateway(data_dir, config, in_process) if spec.on_worker else None
     return LakeJob(spec, gateway)
+
+
+def record_here(config: Config, data_dir: Path, record: Callable[[DocumentStore], None]) -> None:
+    """Record a job this process ran in the hot-log store's status history, as the gateway
+    records its own, so ``lakesync status`` and the console show it: ``record`` is handed the
+    store the configuration names. A store that cannot be opened is a note on stderr: the job
+    itself was done."""
+    try:
+        store = open_store(config.store_url, data_dir, HLC(), config.pg_schema, config.store)
+    except Exception as exc:  # the job's outcome stands; only its record is missing
+        # A driver's error may quote the store's DSN with its password.
+        _note(redacted(f"the run was done but not recorded for lakesync status: {exc}"))
+        return
+    with contextlib.closing(store):
+        record(store)

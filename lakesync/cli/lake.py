@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Annotated
 
+import msgspec
 import typer
 from rich.console import Console
 from rich.progress import (
@@ -26,11 +27,14 @@ from rich.progress import (
 from rich.table import Table
 
 from lakesync import hlc as hlc_mod
-from lakesync.cli.handover import InProcessOption, lake_job
+from lakesync.api.lake import record_pipeline_run
+from lakesync.cli.handover import InProcessOption, lake_job, record_here
+from lakesync.cli.jars import fetch_spark_jars, say_on
 from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
 from lakesync.cli.output import plain, print_table, printable
 from lakesync.cli.query import DataDirOption, FormatOption, print_result, query_command
 from lakesync.config import load_config
+from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.lakehouse.catalog import require_lake
 from lakesync.lakehouse.models import GENERATED
@@ -52,7 +56,7 @@ from lakesync.lakehouse.runner import (
 )
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.lakehouse.shipping import ShipResult
-from lakesync.lakehouse.worker import Queued, RunReply, WorkerEvent
+from lakesync.lakehouse.worker import Queued, RunReply, WorkerEvent, failed_reply, run_reply
 from lakesync.progress import NodeCount
 
 __all__ = [
@@ -90,8 +94,22 @@ def run_command(
             # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only
             # the commands that make a lake (`lakesync up`, `lakesync demo`) create one.
             require_lake(settings)
-            return run_and_ship(settings, cfg, full_refresh=full_refresh, tests=not no_tests,
-                                observer=view)
+            fetch_spark_jars(settings.jars_dir, view.preparing)
+            started = time.time()
+            metrics = DestinationMetrics()
+            try:
+                outcome = run_and_ship(settings, cfg, full_refresh=full_refresh,
+                                       tests=not no_tests, observer=view, metrics=metrics)
+            except Exception as exc:
+                failed = msgspec.structs.replace(failed_reply(exc),
+                                                 elapsed_s=time.time() - started)
+                record_here(cfg, settings.data_dir,
+                            lambda store: record_pipeline_run(store, started, failed))
+                raise
+            reply = run_reply(outcome, metrics)
+            record_here(cfg, settings.data_dir,
+                        lambda store: record_pipeline_run(store, started, reply))
+            return outcome
 
         run = job.run(handed.event, here, handed.outcome, full_refresh=full_refresh,
                       tests=not no_tests)
@@ -192,12 +210,18 @@ class RunView:
                 if self._shipping is not None:
                     self._shipping.shipped(result)
 
+    def preparing(self, line: str, news: bool) -> None:
+        """A step before Spark starts (downloading its jars, :func:`fetch_spark_jars`)."""
+        say_on(self._console, self._describe if self._progress is not None else None)(line, news)
+
+    def _describe(self, text: str) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=text)
+            self._progress.refresh()
+
     def waiting(self, running: str) -> None:
         """The gateway's worker runs ``running`` first: say so until this run starts."""
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task,
-                                  description=printable(f"waiting for the gateway's {running}"))
-            self._progress.refresh()
+        self._describe(printable(f"waiting for the gateway's {running}"))
 
     def finish(self) -> None:
         """Off a terminal, print the one summary line (``pipeline run: 12/12 nodes, none

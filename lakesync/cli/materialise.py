@@ -20,7 +20,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lakesync.cli.handover import InProcessOption, LakeJob, lake_job
+from lakesync.api.lake import record_shipped
+from lakesync.cli.handover import InProcessOption, LakeJob, lake_job, record_here
+from lakesync.cli.jars import fetch_spark_jars, say_on
 from lakesync.cli.output import hide_secrets, plain, print_table
 from lakesync.config import Config, load_config
 from lakesync.destinations.factory import open_destination
@@ -32,6 +34,7 @@ from lakesync.lakehouse.pipeline import NodeProgress, Shipped
 from lakesync.lakehouse.settings import LakeSettings, config_redactor
 from lakesync.lakehouse.shipping import ShipResult
 from lakesync.lakehouse.worker import Queued, WorkerEvent
+from lakesync.status import Shipment
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -139,8 +142,14 @@ def ship(
             if lifecycle_only:
                 return shipping.tier(settings, config, on_result=show.shipped)
             require_lake(settings)
-            return shipping.ship(settings, config, on_result=show.shipped,
-                                 on_progress=show.building)
+            fetch_spark_jars(settings.jars_dir,
+                             say_on(console, status.update if console.is_terminal else None))
+            shipped = shipping.ship(settings, config, on_result=show.shipped,
+                                    on_progress=show.building)
+            # As the gateway records the shipments its worker makes.
+            done = [Shipment(r.destination, r.table, r.rows, r.error) for r in shipped]
+            record_here(config, settings.data_dir, lambda store: record_shipped(store, done))
+            return shipped
 
         results = job.run(show.event, here, handed=lambda reply: show.results)
     if not console.is_terminal:  # the spinner said nothing: one line for the log

@@ -22,13 +22,17 @@ import os
 import shlex
 import sqlite3
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from lakesync.errors import ConfigError
 from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
 from lakesync.lakehouse.settings import MAVEN_CENTRAL, SPARK_JARS, LakeSettings, MavenJar
 
-__all__ = ["CATALOG_DDL", "bootstrap", "fetch_jars", "init_catalog_tables", "main"]
+__all__ = [
+    "CATALOG_DDL", "FetchProgress", "bootstrap", "fetch_jars", "init_catalog_tables", "main",
+    "missing_jars",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -47,11 +51,23 @@ CATALOG_DDL = (
 )
 
 
+FetchProgress = Callable[[MavenJar, int], None]
+"""Called as a jar downloads, with the bytes of it received so far."""
+
+
+def missing_jars(jars_dir: Path, jars: tuple[MavenJar, ...] = SPARK_JARS) -> list[MavenJar]:
+    """Those of ``jars`` that :func:`fetch_jars` would download (not whole in ``jars_dir``)."""
+    return [jar for jar in jars if not _is_whole(jars_dir / jar.file_name, jar.sha256)]
+
+
 def fetch_jars(
-    jars_dir: Path, jars: tuple[MavenJar, ...] = SPARK_JARS, repository: str = MAVEN_CENTRAL
+    jars_dir: Path,
+    jars: tuple[MavenJar, ...] = SPARK_JARS,
+    repository: str = MAVEN_CENTRAL,
+    on_progress: FetchProgress | None = None,
 ) -> list[Path]:
     """Download each of ``jars`` from ``repository`` (Maven Central) into ``jars_dir`` unless a
-    whole copy is there; return their paths.
+    whole copy is there; return their paths. ``on_progress`` hears of each download as it goes.
 
     A download is checked against its pinned SHA-256 and renamed into place only then; a jar
     already in ``jars_dir`` is checked too (a copy cut short or damaged is fetched again), so
@@ -64,7 +80,7 @@ def fetch_jars(
         if not _is_whole(path, jar.sha256):
             if path.exists():
                 _log.warning("%s does not match its pinned SHA-256: fetching it again", path)
-            _download(jar, jar.url(repository), path)
+            _download(jar, jar.url(repository), path, on_progress)
         paths.append(path)
     return paths
 
@@ -102,7 +118,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _download(jar: MavenJar, url: str, path: Path) -> None:
+def _download(jar: MavenJar, url: str, path: Path, on_progress: FetchProgress | None) -> None:
     """Fetch ``url`` to ``path`` (see :func:`fetch_jars`); a clear error when offline."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # A name of its own per process: concurrent bootstraps (test workers) never share a file.
@@ -110,9 +126,13 @@ def _download(jar: MavenJar, url: str, path: Path) -> None:
     digest = hashlib.sha256()
     try:
         with urllib.request.urlopen(url, timeout=60) as response, staged.open("wb") as out:
+            received = 0
             while chunk := response.read(1 << 20):
                 digest.update(chunk)
                 out.write(chunk)
+                received += len(chunk)
+                if on_progress is not None:
+                    on_progress(jar, received)
     except OSError as exc:  # URLError, timeouts and refused connections are OSErrors
         staged.unlink(missing_ok=True)
         raise ConfigError(

@@ -272,16 +272,30 @@ def format_rows(result: QueryResult, fmt: Literal["json", "csv"]) -> Iterator[st
     yield from buf.getvalue().splitlines()
 
 
+_BYTES_SHOWN = 24
+"""Base64 characters of a bytes value a table shows (18 bytes) before it cuts the rest."""
+
+
+def _bytes_cell(value: bytes) -> str:
+    # Base64 as on the wire, cut with its size: Python's repr (b'\x00…') printed a 1,000-byte
+    # value four thousand characters wide, and a piped table is as wide as its widest cell.
+    text = base64.b64encode(value).decode("ascii")
+    if len(text) <= _BYTES_SHOWN:
+        return text
+    return f"{text[:_BYTES_SHOWN]}… ({len(value):,} bytes)"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict | list):
+        return json.dumps(_jsonable(value))
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _bytes_cell(bytes(value))
+    return str(value)
+
+
 def table_cells(result: QueryResult) -> Sequence[Sequence[str]]:
-    """Rows as display strings for a terminal table (NULL shown as ``null``)."""
-    return [
-        [
-            "null"
-            if v is None
-            else json.dumps(_jsonable(v))
-            if isinstance(v, dict | list)
-            else str(v)
-            for v in row
-        ]
-        for row in result.rows
-    ]
+    """Rows as display strings for a terminal table (NULL shown as ``null``, bytes as the start
+    of their base64 and their size: ``--format json`` or ``csv`` carry them whole)."""
+    return [[_cell(v) for v in row] for row in result.rows]

@@ -85,6 +85,8 @@ class MavenJar:
     artifact: str
     version: str
     sha256: str
+    size: int = 0
+    """Its size in bytes (0: not stated), for a download's progress."""
 
     @property
     def file_name(self) -> str:
@@ -101,12 +103,12 @@ class MavenJar:
 
 ICEBERG_RUNTIME = MavenJar(
     "org.apache.iceberg", "iceberg-spark-runtime-3.5_2.12", ICEBERG_VERSION,
-    "39ea09e6c03550a300b9d9ab498949836d2d434e441da4c12a943a086e396940",
+    "39ea09e6c03550a300b9d9ab498949836d2d434e441da4c12a943a086e396940", 47140434,
 )
 # The AWS SDK that the runtime's S3FileIO (and the REST catalog's SigV4 signer) load at runtime.
 ICEBERG_AWS_BUNDLE = MavenJar(
     "org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION,
-    "86bf20892ea5b4c17688f19b075399885f6aa5303f6b2dc9f491e76ceef9633b",
+    "86bf20892ea5b4c17688f19b075399885f6aa5303f6b2dc9f491e76ceef9633b", 62673230,
 )
 ICEBERG_JARS = (ICEBERG_RUNTIME, ICEBERG_AWS_BUNDLE)
 """The Iceberg jars Spark loads: the official, self-contained artifacts (Jackson, httpclient5
@@ -118,15 +120,15 @@ bootstrap so later runs stay offline."""
 # Iceberg's REST catalog server runs here too (scripts/rest-catalog/pom.xml).
 SQLITE_JDBC = MavenJar(
     "org.xerial", "sqlite-jdbc", "3.49.1.0",
-    "5c8609d2ca341deb8c6f71778974b5ba4995c7d32d7c7c89d9392a3e72c39291",
+    "5c8609d2ca341deb8c6f71778974b5ba4995c7d32d7c7c89d9392a3e72c39291", 14317659,
 )
 POSTGRES_JDBC = MavenJar(
     "org.postgresql", "postgresql", "42.7.14",
-    "73914527305a40cce504b0d3d90b23caf565136912d607ae8ae7c5895512332c",
+    "73914527305a40cce504b0d3d90b23caf565136912d607ae8ae7c5895512332c", 1221004,
 )
 MARIADB_JDBC = MavenJar(
     "org.mariadb.jdbc", "mariadb-java-client", "3.5.11",
-    "42604178b9e57ec08ee0035079961516f086e455d0141f0b22c6eff29fb2fff4",
+    "42604178b9e57ec08ee0035079961516f086e455d0141f0b22c6eff29fb2fff4", 793387,
 )
 JDBC_DRIVER_JARS = (SQLITE_JDBC, POSTGRES_JDBC, MARIADB_JDBC)
 """The JDBC drivers Spark loads (the catalog's and the destinations'), published artifacts of

@@ -62,6 +62,7 @@ from lakesync.lakehouse.pipeline import (
     NodeProgress,
     NodesPlanned,
     PipelineEvent,
+    PipelineOutcome,
     Shipped,
     node_events,
     run_and_ship,
@@ -86,8 +87,10 @@ __all__ = [
     "WorkerEvent",
     "decode_line",
     "encode_line",
+    "failed_reply",
     "handle",
     "main",
+    "run_reply",
 ]
 
 _log = logging.getLogger(__name__)
@@ -247,7 +250,7 @@ def handle(
     return _JOBS[request.kind](data_dir, request, dbt, emit)
 
 
-def _failed(exc: Exception) -> RunReply:
+def failed_reply(exc: Exception) -> RunReply:
     """The reply of a run an exception ended (the command line re-raises it from the code)."""
     if isinstance(exc, LakeSyncError):
         return RunReply(ok=False, error=exc.message, error_code=exc.code)
@@ -314,7 +317,14 @@ def _run(
         )
     except Exception as exc:  # one failed run is reported; the worker serves the next
         _log.exception("pipeline run failed")
-        return _failed(exc)
+        return failed_reply(exc)
+    return run_reply(run, metrics)
+
+
+def run_reply(run: PipelineOutcome, metrics: DestinationMetrics | None = None) -> RunReply:
+    """The reply of a pipeline run that ended (even with failed tables), as the gateway
+    records it in its status history; ``metrics`` holds its failed writes to fan-out
+    secondaries."""
     # One table's failure is that table's: the others were built and shipped.
     failed = run.failures
     result = run.built
@@ -325,7 +335,7 @@ def _run(
         tables_updated=result.tables_updated,
         elapsed_s=result.elapsed_s,
         position=result.position,
-        **_shipping(run.shipped, metrics),
+        **_shipping(run.shipped, metrics or DestinationMetrics()),
     )
 
 
@@ -346,7 +356,7 @@ def _materialise(
         )
     except Exception as exc:  # reported; the worker serves the next request
         _log.exception("materialise failed")
-        return _failed(exc)
+        return failed_reply(exc)
     failed = [f"{s.destination}/{s.table}: {s.error}" for s in shipped if s.error]
     return RunReply(ok=not failed, error="; ".join(failed),
                     elapsed_s=time.monotonic() - started, **_shipping(shipped, metrics))
@@ -374,7 +384,7 @@ def _compact(
         )
     except Exception as exc:  # reported; the worker serves the next request
         _log.exception("compaction failed")
-        return _failed(exc)
+        return failed_reply(exc)
     _log.info("compaction done in %.1f s", result.elapsed_s)
     failures = result.failures  # one table's failure is reported; the others were maintained
     return RunReply(ok=not failures, error="; ".join(failures), elapsed_s=result.elapsed_s,

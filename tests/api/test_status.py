@@ -12,7 +12,7 @@ import pytest
 from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
-from lakesync.api.lake import _record_run
+from lakesync.api.lake import record_pipeline_run
 from lakesync.api.services.status import record_landing_flush
 from lakesync.client import LakeSyncClient
 from lakesync.destination_specs import DestinationSpec
@@ -88,11 +88,11 @@ def test_status_shows_recorded_runs_flushes_reports_and_sockets(tmp_path: Path) 
         store.mark_flushed(head)
         record_landing_flush(store, head)
         started = time.time() - 5
-        _record_run(store, started, RunReply(
+        record_pipeline_run(store, started, RunReply(
             ok=True, rows_merged=1, elapsed_s=4.0, position=head,
             shipments=[Shipment("warehouse", "todos", 1)],
         ))
-        _record_run(store, started + 4, RunReply(ok=False, error="dbt: model todos failed"))
+        record_pipeline_run(store, started + 4, RunReply(ok=False, error="dbt: model todos failed"))
         # A client reports its outbox and dead letters on a pull; it holds a socket open too.
         r = client.get(
             "/v1/sync/gw1/pull?since=0",

@@ -257,3 +257,28 @@ def test_every_mysql_type_arrives_as_its_declared_type(gateway: GatewayUnderTest
         with conn.cursor() as cur:
             cur.execute(f"DROP TABLE IF EXISTS {table}")
         conn.close()
+
+
+def test_a_json_number_beyond_2_to_the_53_arrives_as_the_nearest_double(
+    gateway: GatewayUnderTest, pg_source: Any
+) -> None:
+    """What the data engineer guide says of json columns: a number inside a jsonb value is held
+    as JavaScript holds it (protocol §1), so 2^53 + 1 arrives as 2^53, the nearest double; the
+    same number in a bigint or numeric column, or as text inside the document, arrives exactly."""
+    conn, table = pg_source
+    conn.execute(
+        f"INSERT INTO {table} (id, amount, jb) VALUES"
+        f" (%s, %s, %s::jsonb)", (2**53 + 1, 2**53 + 1,
+                                  '{"n": 9007199254740993, "text": "9007199254740993"}'),
+    )
+    spec = parse_connector(
+        "pg1",
+        {"kind": "postgres", "gateway": "gw1", "dsn": PG_DSN, "source_table": table,
+         "table": "typed", "key": ["id"], "strategy": "diff"},
+    )
+    assert gateway.poll(open_source(spec)) == 1
+    (row,) = gateway.rows("typed").values()
+    assert row["id"] == "9007199254740993"  # integer column: exact (a decimal string)
+    assert row["amount"] == "9007199254740993.000000000"  # decimal column: exact
+    assert row["jb"]["text"] == "9007199254740993"  # text in the document: exact
+    assert row["jb"]["n"] == 2**53 and row["jb"]["n"] != 2**53 + 1  # a json number: rounded

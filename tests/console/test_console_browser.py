@@ -6,6 +6,7 @@ failing destination go to ``test-artifacts/console/`` (kept by CI)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from lakesync.api.app import create_app
-from lakesync.api.lake import _record_run
+from lakesync.api.lake import record_pipeline_run, record_shipped
 from lakesync.api.services.console import SESSION_COOKIE
 from lakesync.destination_specs import DestinationSpec
 from lakesync.hlc import HLC
@@ -103,7 +104,7 @@ def _walk_through(
     # A pipeline run, as the scheduler records it, shows up with its duration.
     runs = page.locator("[data-gateway=gw1] [data-metric=runs]")
     assert runs.inner_text() == "none recorded"
-    _record_run(store, time.time() - 3, RunReply(
+    record_pipeline_run(store, time.time() - 3, RunReply(
         ok=True, rows_merged=6, elapsed_s=2.5, position=store.head(),
         shipments=[Shipment("stopped", "todos", 0, "connection refused")],
     ))
@@ -145,3 +146,119 @@ def _wait_text(locator: Any, expected: str, prefix: bool = False) -> None:
             return
         assert time.monotonic() < deadline, f"still {text!r}, waiting for {expected!r}"
         time.sleep(0.2)
+
+
+def test_console_reads_right_from_the_first_sample(tmp_path: Path, browser: Any) -> None:
+    """One sample only (the next is an hour away): every chart already reads right. Time axes
+    span a minute ending now (not years), the lag chart has its flush line, the run chart says
+    there is no run yet, coinciding rate lines are drawn apart, counts have whole-number axes
+    from 0 to 1 for zeros; a destination that shipped rows and is now unreachable has an
+    unknown lag and unknown tables (not "none"); signed out, no live badge."""
+    closed = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    destinations = {
+        "stopped": DestinationSpec("postgres", closed, "gw1", tables=["todos"], name="stopped"),
+    }
+    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+    settings = make_settings(tmp_path, destinations=destinations, console_sample_s=3600)
+    admin = token("root", role="admin")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    record_shipped(store, [Shipment("stopped", "todos", 3)])  # it shipped, then went away
+
+    with serve_in_thread(create_app(settings, store=store)) as base:
+        r = httpx.post(f"{base}/v1/admin/schema/gw1", json=SCHEMA, headers=auth(admin))
+        assert r.status_code == 200, r.text
+        page = browser.new_page()
+        try:
+            errors = _first_sample(page, base, store, admin)
+        finally:
+            page.close()
+    assert errors == []
+
+
+def _first_sample(page: Any, base: str, store: SqliteHotLog, admin: str) -> list[str]:
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+
+    page.goto(f"{base}/console")
+    page.locator("#sign-in").wait_for(timeout=30_000)
+    assert "lakesync token --role admin" in page.locator("#sign-in").inner_text()
+    assert not page.locator("#live").is_visible()  # signed out: no "offline" badge
+    page.screenshot(path=str(ARTIFACTS / "sign-in.png"), full_page=True)
+
+    page.fill("#token", admin)
+    page.click("#sign-in button[type=submit]")
+    page.locator("#live.on").wait_for(timeout=30_000)
+    _wait_text(page.locator("[data-gateway=gw1] [data-metric=counts]"), "0 · 0 · 0")
+    page.locator(".u-over").first.wait_for()
+    now = time.time()
+
+    for key in ("rates", "lag", "clients"):
+        x0, x1 = json.loads(_chart(page, key)["x"])
+        assert 60 <= x1 - x0 <= 3600, (key, x0, x1)  # a minute to an hour, not years
+        assert abs(x1 - now) < 600, (key, x1, now)
+
+    rates = _chart(page, "rates")
+    assert "two samples" in rates["empty"]
+    styles = [(s["width"], str(s["dash"])) for s in json.loads(rates["series"])]
+    assert len(set(styles)) == 3, styles  # pushes/s, pulls/s, deltas/s each drawn apart
+
+    lag = _chart(page, "lag")
+    assert lag["empty"] is None  # the flush line: 0 s, nothing waiting
+
+    clients = _chart(page, "clients")
+    assert json.loads(clients["y"]) == [0, 1]
+    assert json.loads(clients["ticks"]) == ["0", "1"]
+
+    runs = _chart(page, "runs")
+    assert "No runs yet" in runs["empty"]
+    page.screenshot(path=str(ARTIFACTS / "first-sample.png"), full_page=True)
+
+    page.goto(f"{base}/console#/gateways/gw1/destinations/stopped")
+    page.locator("#destination-error").wait_for(timeout=30_000)
+    assert page.locator("#destination-lag").inner_text() == "unknown (unreachable)"
+    assert "could not be read" in page.locator("#destination-tables").inner_text()
+    page.goto(f"{base}/console#/gateways/gw1")
+    row = page.locator("#destinations tbody tr").first
+    row.wait_for(timeout=30_000)
+    assert "unknown (unreachable)" in row.inner_text()
+    assert "3 rows" in row.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "unreachable-destination.png"), full_page=True)
+
+    return errors
+
+
+def test_run_numbers_are_whole(tmp_path: Path, browser: Any) -> None:
+    """Three recorded runs: the run-duration chart's x axis reads 1, 2, 3 (no 1.5)."""
+    store = SqliteHotLog(tmp_path / "hot.sqlite3", HLC())
+    for i, elapsed in enumerate((12.0, 30.5, 8.25)):
+        record_pipeline_run(store, time.time() - 100 + i, RunReply(ok=True, elapsed_s=elapsed))
+    settings = make_settings(tmp_path, console_sample_s=3600)
+    admin = token("root", role="admin")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with serve_in_thread(create_app(settings, store=store)) as base:
+        r = httpx.post(f"{base}/v1/admin/schema/gw1", json=SCHEMA, headers=auth(admin))
+        assert r.status_code == 200, r.text
+        page = browser.new_page()
+        try:
+            page.goto(f"{base}/console")
+            page.fill("#token", admin)
+            page.click("#sign-in button[type=submit]")
+            page.locator("[data-chart=runs][data-x-ticks]").wait_for(timeout=30_000)
+            runs = _chart(page, "runs")
+            page.screenshot(path=str(ARTIFACTS / "runs.png"), full_page=True)
+        finally:
+            page.close()
+    assert runs["empty"] is None
+    assert json.loads(runs["xTicks"]) == ["1", "2", "3"]
+
+
+def _chart(page: Any, key: str) -> dict[str, Any]:
+    """What the overview's chart ``key`` drew (its box's data attributes) and its empty-state
+    text (None when it has something to draw)."""
+    box = page.locator(f"[data-chart={key}]").first
+    box.wait_for()
+    attrs: dict[str, Any] = page.evaluate(
+        "(el) => ({...el.dataset, empty: el.querySelector('.empty').hidden ? null"
+        " : el.querySelector('.empty').textContent})", box.element_handle())
+    return attrs

@@ -27,7 +27,7 @@ from lakesync.lakehouse.settings import (
 
 
 @contextmanager
-def _repository(files: dict[str, bytes]) -> Iterator[str]:
+def maven_repository(files: dict[str, bytes]) -> Iterator[str]:
     """A local HTTP server playing a Maven repository that serves ``files`` by path."""
 
     class Handler(BaseHTTPRequestHandler):
@@ -54,7 +54,7 @@ PINNED = MavenJar("org.example", "thing", "1.0", hashlib.sha256(JAR).hexdigest()
 
 
 def test_jars_are_downloaded_once_checked_and_then_offline(tmp_path: Path) -> None:
-    with _repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": JAR}) as repo:
+    with maven_repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": JAR}) as repo:
         [path] = fetch_jars(tmp_path / "jars", (PINNED,), repo)
     assert path == tmp_path / "jars" / "thing-1.0.jar" and path.read_bytes() == JAR
     # The repository is gone: the jar in place is used as it is.
@@ -66,7 +66,7 @@ def test_a_jar_cut_short_or_damaged_in_place_is_fetched_again(
     tmp_path: Path, damage: bytes
 ) -> None:
     jars = tmp_path / "jars"
-    with _repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": JAR}) as repo:
+    with maven_repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": JAR}) as repo:
         [path] = fetch_jars(jars, (PINNED,), repo)
         path.write_bytes(damage)  # a copy cut short, or a file changed since
         assert fetch_jars(jars, (PINNED,), repo) == [path]
@@ -86,7 +86,7 @@ def test_a_damaged_jar_offline_is_an_error_that_says_what_to_do(tmp_path: Path) 
 
 def test_a_jar_that_does_not_match_its_checksum_is_not_installed(tmp_path: Path) -> None:
     with (
-        _repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": b"tampered"}) as repo,
+        maven_repository({"/maven2/org/example/thing/1.0/thing-1.0.jar": b"tampered"}) as repo,
         pytest.raises(ConfigError, match="does not match its pinned SHA-256"),
     ):
         fetch_jars(tmp_path, (PINNED,), repo)

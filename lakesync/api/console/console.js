@@ -41,6 +41,10 @@
   function backlog(b) {
     return b.deltas ? `${b.deltas}${b.capped ? "+" : ""} deltas, ${secs(b.oldest_age_s)}` : "none";
   }
+  // An unreachable destination's watermarks could not be read: its lag is unknown, not "none".
+  function destinationLag(d) {
+    return d.error ? "unknown (unreachable)" : backlog(d.lag);
+  }
   function table(headers, rows, id) {
     return h("div", { class: "table-wrap" },
       h("table", { id },
@@ -87,7 +91,8 @@
     $("sign-in").hidden = false;
     $("sign-out").hidden = true;
     $("view").replaceChildren();
-    $("live").textContent = "offline";
+    // Signed out there is no live stream to speak of: no badge.
+    $("live").hidden = true;
     $("live").classList.remove("on");
   }
 
@@ -100,6 +105,7 @@
     state.history = history;
     $("sign-in").hidden = true;
     $("sign-out").hidden = false;
+    $("live").hidden = false;
     render();
     follow();
   }
@@ -166,26 +172,92 @@
     else if (r.view === "gateway") fillGateway(r.gw);
     else if (r.view === "destination") fillDestination(r.gw, r.name);
     else if (r.view === "run") fillRun(r.gw, r.index);
-    for (const c of state.charts) c.plot.setData(c.data());
+    for (const c of state.charts) fillChart(c);
   }
 
   // --- charts ------------------------------------------------------------------------------
-  function chart(parent, title, series, data, opts) {
-    const box = h("div", { class: "card chart" }, h("h2", {}, title));
+  // Each chart says what it shows from its first sample: a time axis of at least a minute
+  // ending at the newest sample (uPlot alone spans years around a single point), a value axis
+  // from 0 (never 0–100 for zeros), whole-number ticks for counts, and a line of text where
+  // there is nothing to draw. What it drew is written on its box (data-x, data-y, data-ticks,
+  // data-x-ticks for run numbers, data-series) for the tests and for anyone inspecting the page.
+  const MIN_SPAN_S = 60;
+  // Series that coincide (pushes/s and deltas/s when each push holds one delta, every series
+  // at 0) stay visible: each is thinner and dashed finer than the one drawn before it.
+  const STROKES = [{ width: 4 }, { width: 2.5, dash: [10, 5] }, { width: 1.5, dash: [3, 3] }];
+
+  function integerTicks(u, axis, min, max) {
+    const step = Math.max(1, Math.ceil((max - min) / 5));
+    const ticks = [];
+    for (let v = Math.ceil(min); v <= max; v += step) ticks.push(v);
+    return ticks;
+  }
+
+  function chart(parent, key, title, series, data, opts) {
+    const o = opts || {};
+    const box = h("div", { class: "card chart", "data-chart": key }, h("h2", {}, title));
+    const empty = h("p", { class: "label empty", hidden: true });
+    box.append(empty);
     parent.append(box);
     const width = Math.max(240, box.clientWidth - 32);
+    const record = (u) => {
+      box.dataset.x = JSON.stringify([u.scales.x.min, u.scales.x.max]);
+      box.dataset.y = JSON.stringify([u.scales.y.min, u.scales.y.max]);
+    };
     const plot = new uPlot({
       width, height: 200,
-      series: [{}, ...series.map((s, i) => ({
-        label: s, stroke: PALETTE[i % PALETTE.length], width: 2, spanGaps: true,
-        ...(opts && opts.bars ? { paths: uPlot.paths.bars({ size: [0.6, 40] }), fill: PALETTE[i % PALETTE.length] + "88", points: { show: false } } : {}),
-      }))],
-      axes: [{}, { size: 56 }],
-      scales: { x: { time: !(opts && opts.bars) } },
+      series: [{}, ...series.map((s, i) => {
+        const color = PALETTE[i % PALETTE.length];
+        return o.bars
+          ? { label: s, stroke: color, width: 2, paths: uPlot.paths.bars({ size: [0.6, 40] }), fill: color + "88", points: { show: false } }
+          : { label: s, stroke: color, spanGaps: true, ...STROKES[Math.min(i, STROKES.length - 1)] };
+      })],
+      axes: [
+        o.bars ? {
+          splits: (u, ...range) => (u.data[0].length ? integerTicks(u, ...range) : []),
+          values: (u, ticks) => {
+            box.dataset.xTicks = JSON.stringify(ticks.map(String));
+            return ticks.map(String);
+          },
+        } : {},
+        {
+          size: 56,
+          ...(o.counts ? { splits: integerTicks } : {}),
+          values: (u, ticks) => {
+            const labels = ticks.map((v) => (o.counts ? String(v) : String(+v.toFixed(3))));
+            box.dataset.ticks = JSON.stringify(labels);
+            return labels;
+          },
+        },
+      ],
+      scales: {
+        x: o.bars
+          ? { time: false, range: (u, min, max) => [0.5, Math.max(1, max ?? 0) + 0.5] }
+          : { range: (u) => {
+            // From the samples themselves: uPlot pads a lone point's range by years.
+            const xs = u.data[0];
+            const end = xs.length ? xs[xs.length - 1] : Date.now() / 1000;
+            return [Math.min(xs.length ? xs[0] : end, end - MIN_SPAN_S), end];
+          } },
+        y: { range: (u, min, max) => [0, Math.max(1, o.counts ? max ?? 0 : (max ?? 0) * 1.1)] },
+      },
+      hooks: { draw: [record] },
     }, data(), box);
-    state.charts.push({ plot, data, box });
+    box.dataset.series = JSON.stringify(plot.series.slice(1).map((s) => ({
+      label: s.label, width: s.width, dash: s.dash || null })));
+    state.charts.push({ plot, data, box, empty, emptyText: o.empty });
   }
   const PALETTE = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2", "#ca8a04"];
+
+  // Draw a chart's data, or say why there is nothing to draw.
+  function fillChart(c) {
+    const data = c.data();
+    c.plot.setData(data);
+    const text = c.emptyText ? c.emptyText(data) : null;
+    c.empty.hidden = !text;
+    c.empty.textContent = text || "";
+  }
+  const noValues = (data) => data.slice(1).every((s) => s.every((v) => v === null));
 
   window.addEventListener("resize", () => {
     for (const c of state.charts) c.plot.setSize({ width: Math.max(240, c.box.clientWidth - 32), height: 200 });
@@ -205,24 +277,25 @@
     const charts = $("charts");
     for (const g of state.status.gateways) {
       const gw = g.gateway;
-      chart(charts, `${gw}: pushes and pulls per second`, ["pushes/s", "pulls/s", "deltas/s"], () => {
+      chart(charts, "rates", `${gw}: pushes, pulls and deltas per second`, ["pushes/s", "pulls/s", "deltas/s"], () => {
         const p = pointsOf(gw);
         return [col(p, (x) => x.at), col(p, (x) => x.push_rate), col(p, (x) => x.pull_rate), col(p, (x) => x.delta_rate)];
-      });
+      }, { empty: (d) => (d[0].length < 2 ? "Rates need two samples: the next one comes within seconds." : null) });
       const dests = g.destinations.map((d) => d.name);
-      chart(charts, `${gw}: lag in seconds (last hour)`, ["flush", "pipeline", ...dests], () => {
+      chart(charts, "lag", `${gw}: lag in seconds (last hour)`, ["flush", "pipeline", ...dests], () => {
         const p = pointsOf(gw);
         return [col(p, (x) => x.at), col(p, (x) => x.landing_lag_s), col(p, (x) => x.pipeline_lag_s),
           ...dests.map((d) => col(p, (x) => x.destination_lag_s[d]))];
-      });
-      chart(charts, `${gw}: connected clients, failing connectors`, ["clients", "failing connectors"], () => {
+      }, { empty: (d) => (!d[0].length ? "No sample yet." : noValues(d) ? "No lag known yet." : null) });
+      chart(charts, "clients", `${gw}: connected clients, failing connectors`, ["clients", "failing connectors"], () => {
         const p = pointsOf(gw);
         return [col(p, (x) => x.at), col(p, (x) => x.clients), col(p, (x) => x.connectors_failing)];
-      });
-      chart(charts, `${gw}: pipeline run durations (s, oldest → newest)`, ["duration"], () => {
+      }, { counts: true, empty: (d) => (!d[0].length ? "No sample yet." : null) });
+      chart(charts, "runs", `${gw}: pipeline run durations (s, oldest → newest)`, ["duration"], () => {
         const runs = (gateway(gw)?.pipeline.runs || []).slice().reverse();
         return [runs.map((_, i) => i + 1), runs.map((r) => r.elapsed_s)];
-      }, { bars: true });
+      }, { bars: true, empty: (d) => (d[0].length ? null
+        : "No runs yet: lakesync pipeline run (or server.pipeline_interval) makes one.") });
     }
   }
 
@@ -297,7 +370,7 @@
       h("h2", {}, "Destinations"),
       table(["name", "kind", "lag", "last shipment", "error"], g.destinations.map((d) => [
         h("a", { href: `#/gateways/${enc(gw)}/destinations/${enc(d.name)}` }, d.name), d.kind,
-        backlog(d.lag), d.last_shipment_at ? `${d.last_rows} rows, ${ago(d.last_shipment_at)}` : "never",
+        destinationLag(d), d.last_shipment_at ? `${d.last_rows} rows, ${ago(d.last_shipment_at)}` : "never",
         h("span", { class: "error" }, d.error || d.last_error || ""),
       ]), "destinations"),
       h("h2", {}, "Pipeline runs"),
@@ -329,11 +402,13 @@
         errors.length ? h("div", { class: "card failing", id: "destination-error" }, h("ul", {}, errors.map((e) => h("li", {}, e))))
           : h("p", { class: "ok" }, "Reachable; the last shipment succeeded."),
         h("div", { class: "grid" },
-          stat("kind", d.kind), stat("lag", backlog(d.lag)),
+          stat("kind", d.kind), stat("lag", destinationLag(d), "destination-lag"),
           stat("last shipment", d.last_shipment_at ? `${d.last_rows} rows, ${ago(d.last_shipment_at)}` : "never"),
           stat("last error at", d.last_error_at ? ago(d.last_error_at) : "–")),
         h("h2", {}, "Tables"),
-        table(["table", "watermark", "lag"], d.tables.map((t) => [t.table, t.watermark ?? "never shipped", backlog(t.lag)]), "destination-tables"));
+        d.error && !d.tables.length
+          ? h("p", { class: "label", id: "destination-tables" }, "Unknown: the destination could not be read just now (its tables' watermarks live there).")
+          : table(["table", "watermark", "lag"], d.tables.map((t) => [t.table, t.watermark ?? "never shipped", backlog(t.lag)]), "destination-tables"));
     }
     $("detail").replaceChildren(...out);
   }
