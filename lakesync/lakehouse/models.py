@@ -112,13 +112,14 @@ def table_columns(schemas: Iterable[TableSchema]) -> dict[str, list[ColumnSpec]]
 
 def mismatched_columns(columns: Columns, built: Mapping[str, str]) -> list[str]:
     """The ``columns`` (pure) that a table's built Iceberg table (``built``: column name, in
-    lower case, → its Iceberg type) lacks or holds in another type: a schema change its
-    incremental model cannot merge into, so the model is rebuilt in full. Once rebuilt, the
-    table's own schema records the change: the rebuild happens once."""
+    lower case, → its Iceberg type) holds in another type (a widened column): a schema change
+    its incremental model cannot merge into, so the model is rebuilt in full. Once rebuilt,
+    the table's own schema records the change: the rebuild happens once. A column the table
+    lacks is not one (a new column changes the model's file, which rebuilds it)."""
     return [
         spec.name
         for spec in map(column_spec, columns)
-        if built.get(spec.name.lower()) != iceberg_type(spec)
+        if built.get(spec.name.lower(), iceberg_type(spec)) != iceberg_type(spec)
     ]
 
 
