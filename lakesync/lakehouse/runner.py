@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from lakesync.config import Config, load_config
-from lakesync.errors import LakeSyncError
+from lakesync.errors import LakeSyncError, without_traces
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import (
     changes_data,
@@ -248,14 +248,18 @@ class DbtInvoker:
             for r in getattr(result.result, "results", None) or []:
                 node = getattr(r, "node", None)  # None for a run-operation: see ``errors``
                 if node is not None and str(r.status) in ("error", "fail", "runtime error"):
-                    why = f"{node.name}: {r.message}"
+                    # Spark's errors carry the JVM's stack trace: dbt's log keeps it.
+                    why = f"{node.name}: {without_traces(str(r.message))}"
                     failed.append(why)
                     # A data test fails the model it tests (``model.<project>.<name>``).
                     attached = getattr(node, "attached_node", None)
                     model = attached.rsplit(".", 1)[-1] if attached else node.name
                     models.setdefault(model, why)
-            detail = "; ".join(failed) or " ".join(errors) or str(result.exception)
-            raise PipelineError(f"dbt {args[0]} failed: {detail}", models)
+            detail = "; ".join(failed) or without_traces(
+                "\n".join(errors) or str(result.exception)
+            )
+            log = settings.dbt_dir / "logs" / "dbt.log"
+            raise PipelineError(f"dbt {args[0]} failed: {detail} (details in {log})", models)
         return result
 
 
@@ -283,9 +287,9 @@ def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[
 
 
 def _retyped(settings: LakeSettings, tables: Mapping[str, Sequence[Any]]) -> list[str]:
-    """The current-state models whose built ``analytics`` table lacks a column of the schema
-    or holds one in another type (:func:`~lakesync.lakehouse.models.mismatched_columns`): a
-    widened column, whichever way the model files changed (or were dropped meanwhile)."""
+    """The current-state models whose built ``analytics`` table holds a column of the schema in
+    another type (:func:`~lakesync.lakehouse.models.mismatched_columns`): a widened column,
+    whichever way the model files changed (or were dropped meanwhile)."""
     catalog = open_catalog(settings)
     out: list[str] = []
     for t, cols in tables.items():
@@ -296,8 +300,8 @@ def _retyped(settings: LakeSettings, tables: Mapping[str, Sequence[Any]]) -> lis
         built = {f.name.lower(): str(f.field_type) for f in fields}
         mismatched = mismatched_columns(cols, built)
         if mismatched:
-            _log.info("table %s: columns %s changed in the schema since it was built: "
-                      "rebuilding its model in full", t, ", ".join(mismatched))
+            _log.info("table %s: columns %s changed type since it was built: rebuilding its "
+                      "model in full", t, ", ".join(mismatched))
             out.append(model_name(t))
     return out
 
@@ -330,8 +334,8 @@ def run_pipeline(
     whose watermark cannot be read keeps its last change set).
 
     ``schemas`` defaults to :func:`registered_table_schemas`; a table
-    whose columns changed since it was built (a new column, a widened type: its built table's
-    own schema tells) is rebuilt in full, once. ``tests`` runs the data
+    whose columns changed (a new column: its model's file changed; a widened type: its built
+    table's own schema tells) is rebuilt in full, once. ``tests`` runs the data
     tests after each model (``dbt build``). One table's failure is that table's: a table the
     lake cannot build (:func:`~lakehouse.models.lake_tables`) gets no model, and a failing
     current-state or change-set model (or data test) fails only itself and what depends on it
