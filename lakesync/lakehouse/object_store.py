@@ -203,13 +203,13 @@ class S3Settings:
     endpoint: str | None = None
     region: str | None = None
     path_style: bool = False
-    create_bucket: bool = False
-    """Create a missing bucket (:func:`missing_bucket`) rather than refuse it."""
     # Out of the repr: a settings object may end up in a log line or a traceback.
     access_key_id: str | None = field(default=None, repr=False)
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
     """Only in credentials a REST catalog vends (:func:`vended_s3`): temporary ones."""
+    create_bucket: bool = False
+    """Create a missing bucket (:func:`missing_bucket`) rather than refuse it."""
 
     @classmethod
     def from_config(
