@@ -54,6 +54,7 @@ __all__ = [
     "TypeMappingRow",
     "check_spec",
     "check_wire_value",
+    "decimal_holding",
     "decimal_params",
     "decode_value",
     "encode_value",
@@ -683,6 +684,22 @@ def widening_allowed(old: ColumnLike, new: ColumnLike) -> str | None:
         "or, for a number column registered before typed columns existed, run "
         "`lakesync schema migrate`"
     )
+
+
+def decimal_holding(old: ColumnLike, new: ColumnLike) -> tuple[int, int] | None:
+    """The narrowest decimal ``(precision, scale)`` that is a widening of ``old`` and holds
+    every value of ``new``, both integer or decimal columns: as many integer digits as the
+    wider of the two (19 for an integer) and as many fraction digits. None when that takes
+    more than 38 digits, or when either column is of another type. A source's integer column
+    altered to ``numeric(20,2)`` thus becomes ``decimal(21,2)``, not text."""
+    if old.type not in ("integer", "decimal") or new.type not in ("integer", "decimal"):
+        return None
+    (p, s), (p2, s2) = (
+        (_INTEGER_DIGITS, 0) if c.type == "integer" else decimal_params(c) for c in (old, new)
+    )
+    scale = max(s, s2)
+    precision = max(p - s, p2 - s2) + scale
+    return (precision, scale) if precision <= MAX_DECIMAL_PRECISION else None
 
 
 def type_text(spec: ColumnLike) -> str:

@@ -201,7 +201,10 @@ class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``${file:PATH}`` references are resolved)."""
     warehouse: str | None = None
     """Warehouse URI every Spark worker reaches: ``file:///…`` or ``s3://bucket/prefix`` (object
-    storage, with the ``s3_*`` keys). Unset: ``warehouse/`` in the data dir."""
+    storage, with the ``s3_*`` keys; the bucket must exist: the start refuses a missing one,
+    naming it). Unset: ``warehouse/`` in the data dir. With a REST catalog the catalog's own
+    warehouse decides where tables go: set, it must be that warehouse (the start refuses
+    another, in one line), unset, the catalog's is used."""
     s3_endpoint: str | None = None
     """URL of an S3-compatible endpoint for an ``s3://`` warehouse (``http://host:9000``);
     unset: AWS S3."""
@@ -211,6 +214,9 @@ class LakeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     s3_path_style: bool = False
     """Address buckets as ``endpoint/bucket/key`` (most S3-compatible servers) rather than
     ``bucket.endpoint/key`` (AWS S3's virtual-hosted style)."""
+    s3_create_bucket: bool = False
+    """Create the ``s3://`` warehouse's bucket when it does not exist (at the start of ``lakesync
+    up``, ``pipeline run``...); unset, a missing bucket refuses the start, naming it."""
     s3_access_key_id: str | None = None
     """Access key id for the ``s3://`` warehouse (``${VAR}`` / ``${file:PATH}`` allowed); unset:
     the AWS environment variables and profile chain."""

@@ -149,7 +149,8 @@ class TableContract(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     ``data_type``: a value the column's declared type does not hold (a type declared in
     ``lakesync.yaml`` or the admin route wins over the source's): ``evolve`` widens the column
-    (to the source's type when that is a widening, else to ``string``, holding the value's
+    (to the source's type when that is a widening; an integer or decimal to the narrowest
+    decimal holding both its values and the source's; else to ``string``, holding the value's
     text); ``freeze`` stops the poll naming table, row, column and expected type;
     ``discard_row`` refuses the row; ``discard_value`` stores null instead (a column declared
     ``nullable: false`` refuses the row). Refused rows and discarded values are counted

@@ -7,6 +7,7 @@ the client raises the same types when the gateway answers with them.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import ClassVar
 
@@ -31,6 +32,7 @@ __all__ = [
     "first_line",
     "is_outage_sqlstate",
     "is_store_outage",
+    "without_traces",
 ]
 
 _OUTAGE_SQLSTATES = ("08", "53", "57", "25P03", "55P03")
@@ -41,6 +43,34 @@ def first_line(exc: BaseException) -> str:
     lines are hints and context)."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+_JAVA_FRAME = re.compile(r"\s+at [\w$.<>/-]+\(.*\)|\s*\.\.\. \d+ (?:more|common frames omitted)")
+_PYTHON_TRACE = "Traceback (most recent call last):"
+_JVM_SECTION = "JVM stacktrace:"
+
+
+def without_traces(text: str) -> str:
+    """``text`` without the stack traces a driver's error carries: Java's frames (``at
+    org.x.Y.z(Y.java:1)``, ``... 12 more``), Python's tracebacks (from ``Traceback (most recent
+    call last):`` to the exception's own line) and PySpark's ``JVM stacktrace:`` section (it
+    repeats the error above it). The lines that say what failed stay, in order."""
+    kept: list[str] = []
+    in_python = False
+    for line in text.splitlines():
+        if line.strip() == _JVM_SECTION:
+            break
+        if line.strip() == _PYTHON_TRACE:
+            in_python = True
+            continue
+        if in_python:
+            if line[:1].isspace() or not line.strip():
+                continue  # a frame, its source line, its ^^^ marker
+            in_python = False  # the exception's own line
+        if _JAVA_FRAME.fullmatch(line):
+            continue
+        kept.append(line)
+    return "\n".join(kept).strip()
 
 
 def is_store_outage(exc: BaseException) -> bool:

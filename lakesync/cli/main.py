@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import re
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,7 +17,7 @@ from lakesync import telemetry
 from lakesync.cli.init import init_command
 from lakesync.cli.output import log_redacted, printable, redacted
 from lakesync.config import load_config
-from lakesync.errors import ConfigError, LakeSyncError, ValidationError
+from lakesync.errors import ConfigError, LakeSyncError, ValidationError, without_traces
 from lakesync.tokens import mint_client_token, weak_secret
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ subcommands), so ``lakesync --help`` and ``lakesync token`` start in a fraction 
 attribute is a typer command function or a :class:`typer.Typer` group; the summary (the start of
 its help, tests/cli/test_main.py checks) is what ``lakesync --help`` lists."""
 
+
+_log = logging.getLogger(__name__)
 
 _SPOT = re.compile(r"^(LINE \d+: )(.*)\n( *)\^", re.MULTILINE)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -213,7 +216,10 @@ class _ErrorBoundary(TyperGroup):
             if failure is None:
                 raise
             message, code = failure
-            one_line = redacted(" ".join(message.split()))  # a driver's error may quote a DSN
+            shown = without_traces(message)
+            if shown != message.strip():  # a Java or Python stack trace: the log keeps it
+                _log.debug("%s failed: %s", ctx.invoked_subcommand, redacted(message))
+            one_line = redacted(" ".join(shown.split()))  # a driver's error may quote a DSN
             typer.secho(f"error: {printable(one_line)}", err=True, fg=typer.colors.RED)
             raise typer.Exit(code) from None
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from lakesync.column_types import encode_value, widening_allowed
+from lakesync.column_types import decimal_holding, encode_value, widening_allowed
 from lakesync.connector_specs import TableContract
 from lakesync.connectors._values import fit_value
 from lakesync.errors import LakeSyncError, SchemaError
@@ -102,16 +102,32 @@ def merge_source_schema(
             continue
         if contract.data_type == "evolve" and widening_allowed(old, same) is None:
             columns[columns.index(old)] = same
+        elif contract.data_type == "evolve" and (held := decimal_holding(old, same)):
+            # integer → numeric(20,2): a decimal holding both, not text.
+            precision, scale = held
+            columns[columns.index(old)] = msgspec.structs.replace(
+                old, type="decimal", precision=precision, scale=scale
+            )
         elif widening_allowed(same, old) is not None:
             notes.append(
                 f"table {source.table!r}: column {old.name!r} is {_shown(old)} in the gateway but "
                 f"{_shown(col)} in the source; values that do not fit meet the contract "
-                f"(data_type: {contract.data_type})"
+                f"(data_type: {contract.data_type})" + _evolve_hint(source.table, contract)
             )
     if columns == stored.columns:
         return stored, notes
     merged = msgspec.structs.replace(stored, columns=columns)
     return parse_schema(schema_to_wire(merged), stored=True), notes
+
+
+def _evolve_hint(table: str, contract: TableContract, case: str = "data_type") -> str:
+    """What to set so the table follows the source (empty when it already does)."""
+    if getattr(contract, case) == "evolve":
+        return ""
+    return (
+        f"; to follow the source, set the connector's contract: {{{case}: evolve}} (or "
+        f"contract: {{tables: {{{table}: {{{case}: evolve}}}}}} for this table alone)"
+    )
 
 
 def _shown(col: ColumnSpec) -> str:
@@ -167,7 +183,10 @@ def _unknown(
         return None  # nothing would be lost
     why = f"the table has no column {name!r} (contract columns: {contract.columns})"
     if contract.columns in ("freeze", "evolve"):
-        raise ContractError(f"table {table!r} row {row_id!r} column {name!r}: {why}")
+        raise ContractError(
+            f"table {table!r} row {row_id!r} column {name!r}: {why}"
+            + _evolve_hint(table, contract, "columns")
+        )
     found = Refusal(table, row_id, name, why, contract.columns == "discard_row")
     out.refusals.append(found)
     return found if found.row_refused else None
@@ -190,6 +209,7 @@ def _misfit(
     if mode in ("freeze", "evolve"):
         raise ContractError(
             f"table {table!r} row {row_id!r}: {exc.message} (contract data_type: {mode})"
+            + _evolve_hint(table, contract)
         )
     row_refused = mode == "discard_row" or not spec.nullable
     found = Refusal(table, row_id, spec.name, exc.message, row_refused)

@@ -9,7 +9,9 @@
 2. creates the JDBC catalog tables in Iceberg's older layout (trap 2: Spark then runs with
    ``jdbc.init-catalog-tables=false`` and pyiceberg shares the file), SQLite in WAL mode (not
    for a REST catalog: its server keeps its own tables and warehouse);
-3. creates the ``lakesync`` namespace and the landing table.
+3. checks the lake's storage (:func:`check_storage`: the bucket exists; a REST catalog puts
+   the tables under ``lake.warehouse``);
+4. creates the ``lakesync`` namespace and the landing table.
 """
 
 from __future__ import annotations
@@ -26,12 +28,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lakesync.errors import ConfigError
-from lakesync.lakehouse.catalog import ensure_landing_table, open_catalog
+from lakesync.lakehouse.catalog import (
+    CatalogUnavailableError,
+    catalog_failure,
+    ensure_landing_table,
+    open_catalog,
+)
+from lakesync.lakehouse.object_store import missing_bucket
 from lakesync.lakehouse.settings import MAVEN_CENTRAL, SPARK_JARS, LakeSettings, MavenJar
 
 __all__ = [
-    "CATALOG_DDL", "FetchProgress", "bootstrap", "fetch_jars", "init_catalog_tables", "main",
-    "missing_jars",
+    "CATALOG_DDL", "FetchProgress", "bootstrap", "check_storage", "fetch_jars",
+    "init_catalog_tables", "main", "missing_jars",
 ]
 
 _log = logging.getLogger(__name__)
@@ -181,12 +189,46 @@ def init_catalog_tables(settings: LakeSettings) -> None:
         engine.dispose()
 
 
+def check_storage(settings: LakeSettings) -> None:
+    """Refuse, in one line, a lake whose tables would not be where ``lake.warehouse`` says:
+    its bucket does not exist (:class:`~lakesync.lakehouse.object_store.ObjectStoreError`), or a
+    REST catalog creates them under its own warehouse, not the declared one
+    (:class:`~lakesync.errors.ConfigError`: a REST catalog decides where its tables go). A
+    catalog or store that cannot be reached now is left to the flusher and the pipeline, which
+    say so when they use it."""
+    missing = missing_bucket(settings.warehouse, settings.s3)
+    if missing is not None:
+        raise missing
+    if not (settings.is_rest and settings.warehouse_declared):
+        return
+    try:
+        catalog = open_catalog(settings)
+    except CatalogUnavailableError:
+        return
+    try:
+        location = ensure_landing_table(catalog).location()
+    except Exception as exc:
+        if catalog_failure(exc, catalog) is not None:
+            return  # unreachable now: the flusher says so and tries again
+        raise
+    if not settings.holds(location):
+        raise ConfigError(
+            f"lake.warehouse is {settings.warehouse} but the REST catalog at "
+            f"{settings.catalog_uri} creates the lake's tables under its own warehouse (the "
+            f"landing table is at {location}): set lake.warehouse to that warehouse (or unset "
+            "it), or give the catalog server the declared one as its warehouse (with "
+            "lake.catalog_warehouse naming it, if the server serves several)"
+        )
+
+
 def bootstrap(settings: LakeSettings) -> LakeSettings:
-    """Run every setup step for ``settings`` (see the module docstring); safe to call repeatedly."""
+    """Run every setup step for ``settings`` (see the module docstring), checking the lake's
+    storage first (:func:`check_storage`); safe to call repeatedly."""
     fetch_jars(settings.jars_dir)
     if not settings.is_rest and (wh := settings.warehouse_path) is not None:
         wh.mkdir(parents=True, exist_ok=True)
     init_catalog_tables(settings)
+    check_storage(settings)
     ensure_landing_table(open_catalog(settings))
     return settings
 

@@ -44,7 +44,7 @@ from lakesync.lakehouse.models import (
     TableColumns,
     plan_change_sets,
 )
-from lakesync.lakehouse.registry import registered_schemas
+from lakesync.lakehouse.registry import registered_schemas, schemas_in_force
 from lakesync.lakehouse.settings import (
     ANALYTICS_NAMESPACE,
     CHANGES_NAMESPACE,
@@ -78,15 +78,10 @@ NONE = -1
 
 
 def schemas_by_gateway(settings: LakeSettings, config: Config) -> dict[str, list[TableSchema]]:
-    """Each gateway's table schemas: those published to the lake's registry, then those of
-    ``config``'s gateways that the registry does not have."""
-    out: dict[str, dict[str, TableSchema]] = {}
-    for gw, schema in registered_schemas(open_catalog(settings)):
-        out.setdefault(gw, {})[schema.table] = schema
-    for gw, gateway in config.gateways.items():
-        for schema in gateway.schemas:
-            out.setdefault(gw, {}).setdefault(schema.table, schema)
-    return {gw: list(tables.values()) for gw, tables in out.items()}
+    """Each gateway's table schemas in force (:func:`~lakesync.lakehouse.registry.
+    schemas_in_force`): those published to the lake's registry, with what ``config``'s
+    gateways declare and the registry lacks."""
+    return schemas_in_force(registered_schemas(open_catalog(settings)), config)
 
 
 def planned_change_sets(

@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from lakesync.column_types import decimal_params, spark_type
+from lakesync.column_types import decimal_params, iceberg_type, spark_type
 from lakesync.destination_specs import DestinationSpec, receivers, shipped_on_their_own
 from lakesync.destinations.factory import destination_kind
 from lakesync.destinations.statements import POSITION, Columns, Dialect, column_spec
@@ -49,6 +49,7 @@ __all__ = [
     "TableColumns",
     "lake_tables",
     "macro_columns",
+    "mismatched_columns",
     "model_name",
     "plan_change_sets",
     "prepare_project",
@@ -107,6 +108,19 @@ def table_columns(schemas: Iterable[TableSchema]) -> dict[str, list[ColumnSpec]]
     """The columns of every table the lake can build (:func:`lake_tables`; the others are left
     out)."""
     return lake_tables(schemas)[0]
+
+
+def mismatched_columns(columns: Columns, built: Mapping[str, str]) -> list[str]:
+    """The ``columns`` (pure) that a table's built Iceberg table (``built``: column name, in
+    lower case, → its Iceberg type) holds in another type (a widened column): a schema change
+    its incremental model cannot merge into, so the model is rebuilt in full. Once rebuilt,
+    the table's own schema records the change: the rebuild happens once. A column the table
+    lacks is not one (a new column changes the model's file, which rebuilds it)."""
+    return [
+        spec.name
+        for spec in map(column_spec, columns)
+        if built.get(spec.name.lower(), iceberg_type(spec)) != iceberg_type(spec)
+    ]
 
 
 def macro_columns(columns: Columns) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ check (:func:`object_store_failure`), in place of a client's stack trace.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -34,6 +35,7 @@ __all__ = [
     "S3Settings",
     "duckdb_s3_secret",
     "is_object_store",
+    "missing_bucket",
     "object_store_failure",
     "pyiceberg_s3_properties",
     "spark_s3_env",
@@ -41,6 +43,8 @@ __all__ = [
     "vended_s3",
     "warehouse_full",
 ]
+
+_log = logging.getLogger(__name__)
 
 S3FILEIO = "org.apache.iceberg.aws.s3.S3FileIO"
 """Iceberg's FileIO for S3 (in the Spark runtime; the AWS SDK comes from the AWS bundle)."""
@@ -68,6 +72,9 @@ _REFUSED = re.compile(
     r"|S3Exception: [^\n]*Status Code: 403"
     r"|HTTP Error: [^\n]*\(HTTP 403 Forbidden\)"
 )
+_NO_BUCKET = re.compile(
+    r"AWS Error NO_SUCH_BUCKET|NoSuchBucket|The specified bucket does not exist"
+)
 _UNREACHABLE = re.compile(
     r"AWS Error NETWORK_CONNECTION|SdkClientException: Unable to execute HTTP request"
     r"|IO Error: Could not connect to server"
@@ -82,6 +89,8 @@ def object_store_failure(
     refused the credentials; None for any other failure, or a location on local files."""
     if not is_object_store(location):
         return None
+    if _NO_BUCKET.search(error):
+        return _no_bucket(location, endpoint)
     refused = _REFUSED.search(error)
     found = refused or _UNREACHABLE.search(error)
     if found is None:
@@ -101,6 +110,53 @@ def object_store_failure(
         f"the lake's object store ({store}) could not be reached: {cause}; check that it runs "
         "and answers at lake.s3_endpoint, and the network in between"
     )
+
+
+def _no_bucket(location: str, endpoint: str | None) -> ObjectStoreError:
+    bucket = urlsplit(location).netloc
+    return ObjectStoreError(
+        f"the lake's bucket {bucket!r} (lake.warehouse {location}) does not exist at "
+        f"{endpoint or 'the AWS default endpoint'}: create it (aws s3 mb s3://{bucket}; or set "
+        "lake.s3_create_bucket: true) or point lake.warehouse at a bucket that exists"
+    )
+
+
+def missing_bucket(location: str, s3: S3Settings) -> ObjectStoreError | None:
+    """The :class:`ObjectStoreError` naming the bucket of ``location`` (an ``s3://`` warehouse)
+    when the store answers that it does not exist (with ``s3.create_bucket``, it is created
+    instead); None when it exists, when the warehouse is on local files, or when the store
+    cannot tell now (unreachable, refusing: the flusher and the pipeline say so when they use
+    it). One attempt, a few seconds at most: a start during an outage is not held up."""
+    if not is_object_store(location):
+        return None
+    # heavy, optional (extra "pipeline")
+    from pyarrow.fs import AwsStandardS3RetryStrategy, FileType, S3FileSystem  # noqa: PLC0415
+
+    bucket = urlsplit(location).netloc
+    fs = S3FileSystem(
+        access_key=s3.access_key_id, secret_key=s3.secret_access_key,
+        session_token=s3.session_token, region=s3.region, endpoint_override=s3.endpoint,
+        force_virtual_addressing=not s3.path_style, connect_timeout=3, request_timeout=5,
+        retry_strategy=AwsStandardS3RetryStrategy(max_attempts=1),
+        allow_bucket_creation=s3.create_bucket,
+    )
+    try:
+        if fs.get_file_info(bucket).type != FileType.NotFound:
+            return None
+    except OSError:
+        return None
+    if not s3.create_bucket:
+        return _no_bucket(location, s3.endpoint)
+    try:
+        fs.create_dir(bucket)
+    except OSError as exc:
+        cause = str(exc).strip().splitlines()[0][:300]
+        return ObjectStoreError(
+            f"the lake's bucket {bucket!r} (lake.warehouse {location}) does not exist and could "
+            f"not be created (lake.s3_create_bucket): {cause}; create it by hand"
+        )
+    _log.warning("created the lake's bucket %r (lake.s3_create_bucket)", bucket)
+    return None
 
 
 _NO_ROOM = re.compile(r"No space left on device|Disk quota exceeded|Read-only file system")
@@ -152,6 +208,8 @@ class S3Settings:
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
     """Only in credentials a REST catalog vends (:func:`vended_s3`): temporary ones."""
+    create_bucket: bool = False
+    """Create a missing bucket (:func:`missing_bucket`) rather than refuse it."""
 
     @classmethod
     def from_config(
@@ -177,6 +235,7 @@ class S3Settings:
             endpoint=lake.s3_endpoint or None,
             region=lake.s3_region or None,
             path_style=lake.s3_path_style,
+            create_bucket=lake.s3_create_bucket,
             access_key_id=resolve_key("lake.s3_access_key_id", lake.s3_access_key_id, env, read),
             secret_access_key=resolve_key(
                 "lake.s3_secret_access_key", lake.s3_secret_access_key, env, read

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from lakesync.config import Config, load_config
 from lakesync.lakehouse.catalog import open_catalog
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
-from lakesync.schema import TableSchema, parse_schema, schema_to_wire
+from lakesync.schema import TableSchema, merge_declared, parse_schema, schema_to_wire
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -35,6 +35,7 @@ __all__ = [
     "registered_schemas",
     "registered_table_schemas",
     "registry_rows",
+    "schemas_in_force",
 ]
 
 REGISTRY_IDENTIFIER = f"{LANDING_NAMESPACE}.table_schemas"
@@ -117,16 +118,37 @@ def registered_schemas(catalog: Catalog) -> list[RegisteredSchema]:
     return _read(catalog.load_table(REGISTRY_IDENTIFIER))
 
 
+def schemas_in_force(
+    published: Iterable[RegisteredSchema], config: Config
+) -> dict[str, list[TableSchema]]:
+    """Each gateway's table schemas (pure): the published one of each ``(gateway, table)``
+    wins, with the columns only ``config``'s declaration has added to it (as the gateway merges
+    ``lakesync.yaml`` at its next start, :func:`lakesync.schema.merge_declared`; its options
+    stay the published ones); a declared table never published is taken as declared. A column
+    the file declares narrower than the published one (widened through the admin API since)
+    keeps its published type: the stale file is not another gateway."""
+    out: dict[str, dict[str, TableSchema]] = {}
+    for gw, schema in published:
+        out.setdefault(gw, {})[schema.table] = schema
+    for gw, gateway in config.gateways.items():
+        tables = out.setdefault(gw, {})
+        for declared in gateway.schemas:
+            stored = tables.get(declared.table)
+            tables[declared.table] = (
+                declared if stored is None else merge_declared(stored, declared, declared)[0]
+            )
+    return {gw: list(tables.values()) for gw, tables in out.items()}
+
+
 def registered_table_schemas(
     settings: LakeSettings, config: Config | None = None
 ) -> list[TableSchema]:
-    """Every registered schema: the ones the gateways published to ``lakesync.table_schemas``
-    (admin routes and their ``lakesync.yaml``) plus those in ``config`` (default: this process's
-    ``lakesync.yaml``), both kept, so :func:`~lakesync.lakehouse.models.table_columns` unions a
-    column the configuration has and the published schema not yet."""
-    config = config or load_config()
-    published = [s for _, s in registered_schemas(open_catalog(settings))]
-    return [*published, *(s for gw in config.gateways.values() for s in gw.schemas)]
+    """Every gateway's registered schemas (:func:`schemas_in_force`): the ones the gateways
+    published to ``lakesync.table_schemas`` (admin routes and their ``lakesync.yaml``) with
+    what ``config`` (default: this process's ``lakesync.yaml``) declares and they lack yet."""
+    published = registered_schemas(open_catalog(settings))
+    by_gateway = schemas_in_force(published, config or load_config())
+    return [s for schemas in by_gateway.values() for s in schemas]
 
 
 def publish_schemas(

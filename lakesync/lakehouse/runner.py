@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from lakesync.config import Config, load_config
-from lakesync.errors import LakeSyncError
+from lakesync.errors import LakeSyncError, without_traces
 from lakesync.lakehouse.bootstrap import bootstrap
 from lakesync.lakehouse.catalog import (
     changes_data,
@@ -47,6 +47,7 @@ from lakesync.lakehouse.models import (
     GeneratedModels,
     lake_tables,
     macro_columns,
+    mismatched_columns,
     model_name,
     prepare_project,
     table_columns,
@@ -247,13 +248,18 @@ class DbtInvoker:
             for r in getattr(result.result, "results", None) or []:
                 node = getattr(r, "node", None)  # None for a run-operation: see ``errors``
                 if node is not None and str(r.status) in ("error", "fail", "runtime error"):
-                    failed.append(f"{node.name}: {r.message}")
+                    # Spark's errors carry the JVM's stack trace: dbt's log keeps it.
+                    why = f"{node.name}: {without_traces(str(r.message))}"
+                    failed.append(why)
                     # A data test fails the model it tests (``model.<project>.<name>``).
                     attached = getattr(node, "attached_node", None)
                     model = attached.rsplit(".", 1)[-1] if attached else node.name
-                    models.setdefault(model, f"{node.name}: {r.message}")
-            detail = "; ".join(failed) or " ".join(errors) or str(result.exception)
-            raise PipelineError(f"dbt {args[0]} failed: {detail}", models)
+                    models.setdefault(model, why)
+            detail = "; ".join(failed) or without_traces(
+                "\n".join(errors) or str(result.exception)
+            )
+            log = settings.dbt_dir / "logs" / "dbt.log"
+            raise PipelineError(f"dbt {args[0]} failed: {detail} (details in {log})", models)
         return result
 
 
@@ -277,6 +283,26 @@ def _snapshots(settings: LakeSettings, tables: Sequence[str]) -> dict[str, dict[
         ident = f"{ANALYTICS_NAMESPACE}.{t}"
         snaps = catalog.load_table(ident).snapshots() if catalog.table_exists(ident) else []
         out[t] = {snap.snapshot_id: changes_data(snap) for snap in snaps}
+    return out
+
+
+def _retyped(settings: LakeSettings, tables: Mapping[str, Sequence[Any]]) -> list[str]:
+    """The current-state models whose built ``analytics`` table holds a column of the schema in
+    another type (:func:`~lakesync.lakehouse.models.mismatched_columns`): a widened column,
+    whichever way the model files changed (or were dropped meanwhile)."""
+    catalog = open_catalog(settings)
+    out: list[str] = []
+    for t, cols in tables.items():
+        ident = f"{ANALYTICS_NAMESPACE}.{t}"
+        if not catalog.table_exists(ident):
+            continue
+        fields = catalog.load_table(ident).schema().fields
+        built = {f.name.lower(): str(f.field_type) for f in fields}
+        mismatched = mismatched_columns(cols, built)
+        if mismatched:
+            _log.info("table %s: columns %s changed type since it was built: rebuilding its "
+                      "model in full", t, ", ".join(mismatched))
+            out.append(model_name(t))
     return out
 
 
@@ -308,7 +334,8 @@ def run_pipeline(
     whose watermark cannot be read keeps its last change set).
 
     ``schemas`` defaults to :func:`registered_table_schemas`; a table
-    whose column list changed since the last run is rebuilt in full. ``tests`` runs the data
+    whose columns changed (a new column: its model's file changed; a widened type: its built
+    table's own schema tells) is rebuilt in full, once. ``tests`` runs the data
     tests after each model (``dbt build``). One table's failure is that table's: a table the
     lake cannot build (:func:`~lakehouse.models.lake_tables`) gets no model, and a failing
     current-state or change-set model (or data test) fails only itself and what depends on it
@@ -376,7 +403,7 @@ def _run_pipeline(
     if change_sets:
         args += build_vars(marks, change_sets)
     # A model's `+` also names its change sets and data tests.
-    changed = [f"{name}+" for name in generated.changed]
+    changed = [f"{name}+" for name in sorted({*generated.changed, *_retyped(settings, tables)})]
     exclude = [f"{name}+" for name in marks.unreadable]
     if full_refresh:
         args.append("--full-refresh")
@@ -405,7 +432,8 @@ def _run_pipeline(
 
     build(args)
     if changed and not full_refresh:
-        # New columns: rebuild those tables so cells that landed before the change show up.
+        # New or retyped columns: rebuild those tables in full, in the new types (cells that
+        # landed before a new column then show up).
         rebuild = [*args[: args.index("--exclude")], "--full-refresh", "--select", *changed]
         if marks.unreadable:
             rebuild += ["--exclude", *(f"{name}+" for name in marks.unreadable)]

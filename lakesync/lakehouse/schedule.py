@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from lakesync.config import Config, ServerConfig
 from lakesync.hlc import encode
 from lakesync.hotlog.ports import DocumentStore, LakeStore
-from lakesync.lakehouse.bootstrap import init_catalog_tables
+from lakesync.lakehouse.bootstrap import check_storage, init_catalog_tables
 from lakesync.lakehouse.catalog import (
     CatalogUnavailableError,
     catalog_failure,
@@ -132,6 +132,7 @@ def _landing_jobs(
             else LakeSettings.from_config(config, schedule.data_dir)
         )
         init_catalog_tables(lake)
+        check_storage(lake)  # a missing bucket, a REST catalog's other warehouse: refuse to start
         # Opened on first use: a gateway starts while its REST catalog is unreachable (the
         # flusher logs why; each flush tries again).
         catalog = deferred_catalog(lake)

@@ -175,6 +175,9 @@ class LakeSettings:
     snapshot_retain_last: int = LakeConfig().snapshot_retain_last
     orphan_file_age_s: float = LakeConfig().orphan_file_age
     s3: S3Settings = field(default_factory=S3Settings)
+    warehouse_declared: bool = False
+    """Whether ``lake.warehouse`` was set (not derived from the data dir): a REST catalog must
+    then create the lake's tables under it (:meth:`holds`)."""
 
     @classmethod
     def from_env(
@@ -244,6 +247,22 @@ class LakeSettings:
             snapshot_retain_last=lake.snapshot_retain_last,
             orphan_file_age_s=lake.orphan_file_age,
             s3=S3Settings.from_config(lake, env),
+            warehouse_declared=bool(lake.warehouse),
+        )
+
+    def holds(self, location: str) -> bool:
+        """Whether ``location`` (a table's, as its catalog reports it) lies under the warehouse:
+        ``s3a://`` is ``s3://``, ``file:/x`` is ``file:///x``, a trailing slash is no part."""
+        def parts(uri: str) -> tuple[str, str, str]:
+            u = urlsplit(uri)
+            scheme = "s3" if u.scheme in ("s3a", "s3n") else u.scheme
+            return scheme, u.netloc, u.path.rstrip("/")
+
+        (scheme, netloc, path), (w_scheme, w_netloc, w_path) = map(
+            parts, (location, self.warehouse)
+        )
+        return (scheme, netloc) == (w_scheme, w_netloc) and (
+            path == w_path or path.startswith(w_path + "/")
         )
 
     @property

@@ -17,7 +17,7 @@ from lakesync.connector_specs import TableContract, connector_client_id, parse_c
 from lakesync.connectors import Poller, open_source
 from lakesync.connectors._contract import ContractError, encode_rows, merge_source_schema
 from lakesync.connectors.database import PostgresDialect
-from lakesync.schema import parse_schema
+from lakesync.schema import TableSchema, parse_schema
 from tests.conftest import PG_DSN, require_postgres
 from tests.connectors.conftest import GatewayUnderTest
 
@@ -60,6 +60,20 @@ def test_a_source_widening_evolves_the_column_under_data_type_evolve() -> None:
     assert merged.column_types()["n"] == "decimal"
     merged, notes = merge_source_schema(DECLARED, wider, TableContract("evolve", "freeze"))
     assert merged.column_types()["n"] == "integer" and notes
+
+
+def test_an_integer_altered_to_a_narrow_numeric_evolves_into_a_decimal_holding_both() -> None:
+    altered = parse_schema({"table": "t", "columns": [
+        {"name": "id", "type": "integer"},
+        {"name": "n", "type": "decimal", "precision": 20, "scale": 2},
+    ]})
+    merged, notes = merge_source_schema(DECLARED, altered, TableContract("evolve", "evolve"))
+    assert merged.column_specs()["n"].type == "decimal" and notes == []
+    assert (merged.column_specs()["n"].precision, merged.column_specs()["n"].scale) == (21, 2)
+    # Polled again, the source's narrower decimal changes nothing more.
+    assert merge_source_schema(merged, altered, TableContract("evolve", "evolve")) == (merged, [])
+    _, notes = merge_source_schema(DECLARED, altered, TableContract("evolve", "freeze"))
+    assert any("data_type: evolve" in n for n in notes)
 
 
 def test_each_mode_of_data_type() -> None:
@@ -105,9 +119,13 @@ def source_table() -> Iterator[tuple[Any, str]]:
     conn.close()
 
 
-def _run(gateway: GatewayUnderTest, table: str, contract: Any) -> Poller:
-    """Declare ``t`` (id integer, n integer), then poll the source under ``contract``."""
-    asyncio.run(gateway.service.put_schema("gw1", DECLARED))
+def _run(
+    gateway: GatewayUnderTest, table: str, contract: Any, declared: TableSchema | None = DECLARED
+) -> Poller:
+    """Declare ``t`` (default: id integer, n integer; None: the source's types register),
+    then poll the source under ``contract``."""
+    if declared is not None:
+        asyncio.run(gateway.service.put_schema("gw1", declared))
     spec = parse_connector(
         "pg1",
         {
@@ -199,3 +217,31 @@ def test_evolve_adds_columns_and_widens_to_string(
     assert schema.column_types() == {"id": "integer", "n": "string", "extra": "string"}
     assert gateway.rows("t")["2"] == {"id": 2, "n": "seven", "extra": None}
     assert poller.status.rows_refused == 0 and poller.status.failed_polls == 0
+
+
+def test_a_source_integer_widened_to_numeric_becomes_a_decimal_column(
+    gateway: GatewayUnderTest, source_table: tuple[Any, str]
+) -> None:
+    """``ALTER COLUMN n TYPE numeric(20,2)`` on the source: under the default contract the poll
+    stops naming the setting to change; under ``data_type: evolve`` the column becomes a
+    decimal holding the old integers and the new decimals alike (not text of mixed forms)."""
+    conn, table = source_table
+    conn.execute(f"ALTER TABLE {table} DROP COLUMN extra")
+    conn.execute(f"ALTER TABLE {table} ALTER COLUMN n TYPE integer USING length(n)")
+    conn.execute(f"UPDATE {table} SET n = 2147483647 WHERE id = 1")
+    poller = _run(gateway, table, {}, declared=None)
+    assert poller.status.failed_polls == 0
+    assert asyncio.run(gateway.service.schemas("gw1"))["t"].column_types()["n"] == "integer"
+
+    conn.execute(f"ALTER TABLE {table} ALTER COLUMN n TYPE numeric(20,2)")
+    conn.execute(f"UPDATE {table} SET n = 5000000000.25 WHERE id = 2")
+    poller = _run(gateway, table, {}, declared=None)
+    assert poller.status.failed_polls == 1
+    assert "contract: {data_type: evolve}" in (poller.status.last_error or "")
+
+    poller = _run(gateway, table, {"data_type": "evolve"}, declared=None)
+    assert poller.status.failed_polls == 0
+    n = asyncio.run(gateway.service.schemas("gw1"))["t"].column_specs()["n"]
+    assert (n.type, n.precision, n.scale) == ("decimal", 21, 2)
+    assert {r: c["n"] for r, c in gateway.rows("t").items()} == {
+        "1": "2147483647.00", "2": "5000000000.25", "3": "1.00"}

@@ -14,6 +14,7 @@ from lakesync.errors import ConfigError
 from lakesync.lakehouse.models import (
     ChangeSetModel,
     lake_tables,
+    mismatched_columns,
     plan_change_sets,
     prepare_project,
     render_change_set_model,
@@ -161,3 +162,12 @@ def test_write_change_set_models_drops_undeclared_and_refuses_a_name_clash(
     clash = [ChangeSetModel("a__b", "gw1", "c", ()), ChangeSetModel("a", "gw1", "b__c", ())]
     with pytest.raises(ConfigError, match="changes__a__b__c"):
         write_change_set_models(tmp_path, clash)
+
+
+def test_a_column_the_built_table_types_otherwise_is_mismatched() -> None:
+    cols = [ColumnSpec("n", "decimal", precision=21, scale=2), ColumnSpec("B", "string"),
+            ColumnSpec("at", "timestamp")]
+    built = {"n": "decimal(21, 2)", "b": "string", "at": "timestamptz"}
+    assert mismatched_columns(cols, built) == []
+    assert mismatched_columns(cols, {**built, "n": "long", "b": "binary"}) == ["n", "B"]
+    assert mismatched_columns(cols, {"n": "decimal(21, 2)", "b": "string"}) == []  # new: at

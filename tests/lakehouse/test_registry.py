@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from lakesync.config import Config, GatewayConfig
 from lakesync.hlc import HLC
 from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
@@ -15,6 +16,7 @@ from lakesync.lakehouse.registry import (
     publish_schemas,
     registered_schemas,
     registry_rows,
+    schemas_in_force,
 )
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
@@ -111,3 +113,21 @@ def test_gateway_lake_jobs_use_the_gateways_own_config(tmp_path: Path) -> None:
     assert lake.sqlite_path == lake_dir / "catalog.db"
     assert registered_schemas(open_catalog(lake)) == [("gw1", TODOS)]
     assert not (data / "catalog.db").exists()
+
+
+def test_the_published_schema_wins_over_a_stale_declaration() -> None:
+    declared = parse_schema({"table": "t", "columns": [
+        {"name": "n", "type": "integer"}, {"name": "b", "type": "bytes"},
+        {"name": "new", "type": "string"},
+    ]})
+    widened = parse_schema({"table": "t", "columns": [
+        {"name": "n", "type": "decimal", "precision": 21, "scale": 2},
+        {"name": "b", "type": "string"},
+    ]})
+    config = Config(data_dir=Path("."), jwt_secrets=[],
+                    gateways={"gw1": GatewayConfig("gw1", [declared, NOTES])})
+    found = schemas_in_force([("gw1", widened)], config)
+    assert {s.table: s.column_types() for s in found["gw1"]} == {
+        "t": {"n": "decimal", "b": "string", "new": "string"},  # the file's new column joins
+        "notes": {"body": "json"},  # declared, never published
+    }

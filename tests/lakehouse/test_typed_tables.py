@@ -20,6 +20,7 @@ from lakesync.delta import RowDelta
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.factory import open_destination
 from lakesync.lakehouse.catalog import open_catalog
+from lakesync.lakehouse.models import mismatched_columns
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.registry import publish_schemas
 from lakesync.lakehouse.runner import run_pipeline
@@ -167,6 +168,67 @@ def test_a_widened_column_is_rebuilt_in_its_new_type_keeping_every_value(lake: L
         ("b", Decimal("-5.000000000"), -0.01, "-9007199254740993", None, None),
         ("c", Decimal("0.500000000"), 1.25, "x", "now", "yes"),
     ]
+
+
+UNCHANGED: list[dict[str, Any]] = [  # every other type: built as the schema says, no rebuild
+    {"name": "at", "type": "timestamp"}, {"name": "day", "type": "date"},
+    {"name": "x", "type": "number"}, {"name": "ok", "type": "boolean"},
+    {"name": "j", "type": "json"},
+]
+DECLARED = parse_schema({"table": "retyped", "columns": [
+    {"name": "n", "type": "integer"}, {"name": "b", "type": "bytes"},
+    {"name": "c", "type": "bytes"}, *UNCHANGED,
+]})
+RETYPED = parse_schema({"table": "retyped", "columns": [
+    {"name": "n", "type": "decimal", "precision": 21, "scale": 2}, {"name": "b", "type": "string"},
+    {"name": "c", "type": "bytes"}, *UNCHANGED,
+]})
+RETYPED_AGAIN = parse_schema({"table": "retyped", "columns": [
+    {"name": "n", "type": "decimal", "precision": 21, "scale": 2}, {"name": "b", "type": "string"},
+    {"name": "c", "type": "string"}, *UNCHANGED,
+]})
+
+
+def test_a_column_widened_through_the_admin_api_rebuilds_its_table_by_itself(lake: Lake) -> None:
+    """The schema the gateway published (widened through the admin API) wins over the stale
+    ``lakesync.yaml``, and the pipeline rebuilds the retyped table in full by itself, however
+    its model file changed: no refused table, no failed model, no ``--full-refresh`` by hand."""
+    gw = "gwretype"
+    stale = Config(data_dir=lake.settings.data_dir, jwt_secrets=[],
+                   gateways={gw: GatewayConfig(gw, [DECLARED])})
+    catalog = open_catalog(lake.settings)
+    publish_schemas(catalog, [(gw, DECLARED)])
+    t = now_hlc()
+    lake.land(gw, [_insert("retyped", "a", t + 1, {"n": 7, "b": "AGE=", "c": "/w=="})])
+    assert run_pipeline(settings=lake.settings, config=stale, tests=False).failed == {}
+    assert _described(lake, "retyped")["b"] == "binary"
+
+    publish_schemas(catalog, [(gw, RETYPED)])  # the admin API widened n and b
+    lake.land(gw, [_insert("retyped", "b", t + 2, {"n": "5000000000.00", "b": "text"})])
+    result = run_pipeline(settings=lake.settings, config=stale, tests=True)
+    assert result.failed == {} and result.failed_change_sets == {}
+    described = _described(lake, "retyped")
+    assert (described["n"], described["b"], described["c"]) == (
+        "decimal(21,2)", "string", "binary")
+
+    # A model file the pipeline lost meanwhile (a table refused once, a new data dir) is no
+    # different: the built table's own types tell the pipeline it must rebuild.
+    publish_schemas(catalog, [(gw, RETYPED_AGAIN)])
+    generated = lake.settings.dbt_run_project_dir / "generated" / "analytics"
+    (generated / "analytics__retyped.sql").unlink()
+    lake.land(gw, [_insert("retyped", "c", t + 3, {"c": "plain"})])
+    result = run_pipeline(settings=lake.settings, config=stale, tests=True)
+    assert result.failed == {}
+    assert _described(lake, "retyped")["c"] == "string"
+    assert [r[:4] for r in run_query(lake.settings, _select(RETYPED_AGAIN, gw)).rows] == [
+        ("a", Decimal("7.00"), "AGE=", "/w=="),
+        ("b", Decimal("5000000000.00"), "text", None),
+        ("c", None, None, "plain"),
+    ]
+    # Rebuilt once: the built table now holds every column as the schema types it.
+    fields = catalog.load_table("analytics.retyped").schema().fields
+    built = {f.name: str(f.field_type) for f in fields}
+    assert mismatched_columns(RETYPED_AGAIN.columns, built) == [], built
 
 
 def test_typed_change_sets_ship_exactly_to_every_destination(

@@ -17,6 +17,7 @@ from lakesync.column_types import (
     INTEGER_MIN,
     TYPE_MAPPING,
     check_wire_value,
+    decimal_holding,
     decode_value,
     encode_value,
     iceberg_type,
@@ -352,3 +353,15 @@ def test_values_written_before_a_widening_read_as_the_wider_type(
     assert decoded == value and type(decoded) is type(value)
     if isinstance(value, decimal.Decimal):
         assert str(decoded) == str(value)
+
+
+def test_the_decimal_holding_two_columns_is_the_narrowest_widening_of_both() -> None:
+    integer = ColumnSpec("n", "integer")
+    assert decimal_holding(integer, ColumnSpec("n", "decimal", precision=20, scale=2)) == (21, 2)
+    assert decimal_holding(ColumnSpec("n", "decimal", precision=10, scale=4),
+                           ColumnSpec("n", "decimal", precision=30, scale=1)) == (33, 4)
+    assert decimal_holding(integer, ColumnSpec("n", "decimal", precision=38, scale=30)) is None
+    assert decimal_holding(integer, ColumnSpec("n", "string")) is None
+    wide = ColumnSpec("n", "decimal", precision=21, scale=2)  # a widening of both
+    assert widening_allowed(integer, wide) is None
+    assert widening_allowed(ColumnSpec("n", "decimal", precision=20, scale=2), wide) is None
