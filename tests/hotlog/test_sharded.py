@@ -1,0 +1,269 @@
+"""A sharded hot log (lakesync.hotlog.sharded): two stores served as one, on two SQLite files and
+on two PostgreSQL databases. Pushes are split by table and each store keeps only its tables'
+deltas; a failed part fails the push and its retry lands each delta once; pages merged across
+the stores, however small, return every delta once with an exact ``has_more``; a store that
+refuses connections fails the reads and pushes that need it, and only those."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lakesync import cursors
+from lakesync.delta import RowDelta
+from lakesync.errors import ConfigError, ForbiddenError
+from lakesync.hlc import HLC
+from lakesync.hotlog.base import AppendResult, HotLog, LogEntry
+from lakesync.hotlog.ports import HotLogSource, SyncStore
+from lakesync.hotlog.postgres import PostgresHotLog
+from lakesync.hotlog.sharded import ShardedHotLog, merge_pages
+from lakesync.hotlog.sqlite import SqliteHotLog
+from lakesync.merge import RowState
+from lakesync.shard_specs import ShardSpec
+from tests.conftest import PG_DSN, drop_pg_database, fresh_pg_database
+from tests.hotlog.common import RULES
+from tests.netns import wait_for
+
+SHARDS = [ShardSpec("events", "unused", ["events", "logs"])]
+
+
+def delta(table: str, row: str, n: int, client: str = "c1") -> RowDelta:
+    return RowDelta.create("INSERT", table, row, client, {"n": n}, n)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[HotLog]]:
+    """Two fresh stores sharing one clock: two SQLite files, or two PostgreSQL databases."""
+    clock = HLC()
+    if request.param == "sqlite":
+        made: list[HotLog] = [SqliteHotLog(tmp_path / f"{n}.sqlite3", clock) for n in ("a", "b")]
+        yield made
+        for s in made:
+            s.close()
+        return
+    urls = [fresh_pg_database(), fresh_pg_database()]
+    made = [PostgresHotLog(url, clock, pool_size=2) for url in urls]
+    yield made
+    for s in made:
+        s.close()
+    for url in urls:
+        drop_pg_database(url)
+
+
+@pytest.fixture
+def sharded(stores: list[HotLog]) -> ShardedHotLog:
+    return ShardedHotLog(stores, SHARDS)
+
+
+def test_it_serves_the_sync_paths_roles(sharded: ShardedHotLog) -> None:
+    sync: SyncStore = sharded  # checked by mypy: the sync service and the lake read take it
+    source: HotLogSource = sharded
+    sharded.ping()
+    assert (sync.head(), source.read_log(0, 10)) == (0, [])
+    assert list(sharded.stores) == ["default", "events"]
+
+
+def test_a_push_is_split_by_table(sharded: ShardedHotLog, stores: list[HotLog]) -> None:
+    batch = [delta("todos", "t1", 1), delta("events", "e1", 2), delta("logs", "l1", 3),
+             delta("todos", "t2", 4)]
+    result = sharded.append("gw1", batch)
+    assert result.accepted == 4
+    assert sorted(e.delta.delta_id for e in result.stored) == sorted(d.delta_id for d in batch)
+    held = [[e.delta.table for e in s.read_page("gw1", 0, 100, False).entries] for s in stores]
+    assert held == [["todos", "todos"], ["events", "logs"]]
+    assert cursors.decode(result.head, 2) == (stores[0].head(), stores[1].head())
+    assert set(result.rows) == {("todos", "t1"), ("todos", "t2"), ("events", "e1"), ("logs", "l1")}
+
+
+def test_a_failed_part_fails_the_push_and_the_retry_lands_once(
+    sharded: ShardedHotLog, stores: list[HotLog]
+) -> None:
+    batch = [delta("todos", "t1", 1), delta("events", "e1", 2), delta("todos", "t2", 3)]
+
+    def refuse_events(
+        rules: object, deltas: Sequence[RowDelta], states: Mapping[Any, RowState]
+    ) -> None:
+        if any(d.table == "events" for d in deltas):
+            raise ForbiddenError("events refused")
+
+    with pytest.raises(ForbiddenError):
+        sharded.append("gw1", batch, refuse_events)
+    kept = [len(s.read_page("gw1", 0, 100, False).entries) for s in stores]
+    assert kept == [2, 0]  # the default store kept its part
+    retry = sharded.append("gw1", batch)
+    assert retry.accepted == 3
+    assert [e.delta.table for e in retry.stored] == ["events"]
+    again = sharded.append("gw1", batch)
+    assert (again.accepted, again.stored) == (3, [])
+    everything = _pull_all(sharded, "gw1", 2)
+    assert sorted(d.delta_id for d in everything) == sorted(d.delta_id for d in batch)
+
+
+def _pull_all(store: ShardedHotLog, gateway_id: str, limit: int) -> list[RowDelta]:
+    """Every page from 0 as a client pulls them (the next cursor: the page's last entry while
+    ``has_more``), checking that every page but the last is full."""
+    since, seen = 0, []
+    while True:
+        page = store.read_page(gateway_id, since, limit, False)
+        seen += [e.delta for e in page.entries]
+        if not page.has_more:
+            assert since <= page.head
+            return seen
+        assert len(page.entries) == limit
+        since = page.entries[-1].ingest_hlc
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 7, 100])
+def test_small_pages_across_stores_return_every_delta_once(
+    sharded: ShardedHotLog, limit: int
+) -> None:
+    tables = itertools.cycle(["todos", "events", "events", "logs", "todos", "notes"])
+    pushed: list[RowDelta] = []
+    for batch in range(8):
+        deltas = [delta(next(tables), f"r{batch}-{i}", batch * 10 + i) for i in range(batch % 4)]
+        sharded.append("gw1", deltas)
+        pushed += deltas
+    sharded.append("gw2", [delta("events", "other", 1)])
+    seen = _pull_all(sharded, "gw1", limit)
+    assert sorted(d.delta_id for d in seen) == sorted(d.delta_id for d in pushed)
+    assert len(seen) == len(pushed)
+
+
+def test_pages_are_in_ingest_order_and_resume_from_their_cursor(sharded: ShardedHotLog) -> None:
+    first = sharded.append("gw1", [delta("todos", "a", 1), delta("events", "b", 2)])
+    page = sharded.read_page("gw1", 0, 1, True)
+    assert page.has_more and len(page.entries) == 1
+    assert set(page.rows) == {(page.entries[0].delta.table, page.entries[0].delta.row_id)}
+    rest = sharded.read_page("gw1", page.entries[0].ingest_hlc, 10, False)
+    assert not rest.has_more
+    assert {e.delta.row_id for e in [*page.entries, *rest.entries]} == {"a", "b"}
+    # A pull that saw everything resumes at the head: later pushes to either store follow.
+    sharded.append("gw1", [delta("events", "c", 3), delta("notes", "d", 4)])
+    later = sharded.read_page("gw1", rest.head, 10, False)
+    assert {e.delta.row_id for e in later.entries} == {"c", "d"}
+    assert first.head <= rest.head < later.head
+
+
+def test_read_log_merges_every_gateway(sharded: ShardedHotLog) -> None:
+    sharded.append("gw1", [delta("events", "a", 1)])
+    sharded.append("gw2", [delta("todos", "b", 2)])
+    sharded.append("gw1", [delta("todos", "c", 3), delta("logs", "d", 4)])
+    rows: list[str] = []
+    after = 0
+    while batch := sharded.read_log(after, 1):
+        rows += [e.delta.row_id for e in batch]
+        after = batch[-1].ingest_hlc
+    assert sorted(rows) == ["a", "b", "c", "d"]
+    assert [e.delta.row_id for e in sharded.read_log(0, 10, "gw2")] == ["b"]
+
+
+def test_rules_are_refused_across_stores(sharded: ShardedHotLog, stores: list[HotLog]) -> None:
+    with pytest.raises(ConfigError, match="not served on a sharded hot log"):
+        sharded.set_rules("gw1", RULES)
+    assert sharded.get_rules("gw1").rules is None
+    stores[0].set_rules("gw1", RULES)  # set before the tables were sharded
+    with pytest.raises(ConfigError, match="gw1"):
+        sharded.get_rules("gw1")
+
+
+def test_documents_live_in_the_default_store(sharded: ShardedHotLog, stores: list[HotLog]) -> None:
+    sharded.put_doc("gw1", "schema", "events", {"x": 1})
+    assert stores[0].list_docs("gw1", "schema") == {"events": {"x": 1}}
+    assert stores[1].list_docs("gw1", "schema") == {}
+
+
+def test_the_stores_must_share_a_clock(tmp_path: Path) -> None:
+    a, b = SqliteHotLog(tmp_path / "a", HLC()), SqliteHotLog(tmp_path / "b", HLC())
+    with pytest.raises(ValueError, match="one clock"):
+        ShardedHotLog([a, b], SHARDS)
+    a.close()
+    b.close()
+
+
+# -- the merge alone ---------------------------------------------------------------------------
+stamps = st.lists(st.integers(1, 10_000), unique=True).map(sorted)
+
+
+@given(st.lists(stamps, min_size=1, max_size=4), st.integers(1, 5))
+def test_merged_pages_take_a_prefix_of_each_store(logs: list[list[int]], limit: int) -> None:
+    """Paging the merge of whole logs: every entry once, in ingest order within each store."""
+    positions = tuple(0 for _ in logs)
+    seen: list[tuple[int, int]] = []
+    for _ in range(sum(map(len, logs)) + 1):
+        pages = []
+        for store, log in enumerate(logs):
+            rest = [h for h in log if h > positions[store]]
+            entries = [LogEntry(h, "gw", delta("t", f"{store}-{h}", h)) for h in rest[:limit]]
+            pages.append((entries, len(rest) > limit))
+        taken, positions, more = merge_pages(positions, pages, limit)
+        for entry in taken:
+            store_, hlc = entry.delta.row_id.split("-")
+            seen.append((int(store_), int(hlc)))
+        assert more == any(h > positions[i] for i, log in enumerate(logs) for h in log)
+        if not more:
+            break
+        assert len(taken) == limit
+        assert cursors.decode(taken[-1].ingest_hlc, len(logs)) == positions
+    assert sorted(seen) == sorted((i, h) for i, log in enumerate(logs) for h in log)
+    for store in range(len(logs)):
+        assert [h for s, h in seen if s == store] == logs[store]
+
+
+# -- a store refusing connections (PostgreSQL) -------------------------------------------------
+def _retry(store: ShardedHotLog, deltas: list[RowDelta], results: list[AppendResult]) -> bool:
+    """Push ``deltas`` once more as a client retrying a 503 does; whether it was acknowledged."""
+    try:
+        results.append(store.append("gw1", deltas))
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+def _allow_connections(url: str, allow: bool) -> None:
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'alter database "{name}" allow_connections {str(allow).lower()}')
+        if not allow:
+            conn.execute(
+                "select pg_terminate_backend(pid) from pg_stat_activity where datname = %s",
+                (name,),
+            )
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_store_refusing_connections_fails_only_what_needs_it() -> None:
+    clock = HLC()
+    urls = [fresh_pg_database(), fresh_pg_database()]
+    made: list[HotLog] = [PostgresHotLog(url, clock, pool_size=1) for url in urls]
+    sharded = ShardedHotLog(made, SHARDS)
+    try:
+        sharded.append("gw1", [delta("todos", "t0", 1), delta("events", "e0", 2)])
+        _allow_connections(urls[1], False)
+        late = [delta("todos", "t1", 3), delta("events", "e1", 4)]
+        with pytest.raises(psycopg.OperationalError):  # the gateway answers 503
+            sharded.append("gw1", late)
+        with pytest.raises(psycopg.OperationalError):
+            sharded.read_page("gw1", 0, 10, False)
+        # A push touching only the healthy store is acknowledged.
+        assert sharded.append("gw1", [delta("todos", "t2", 5)]).accepted == 1
+        _allow_connections(urls[1], True)
+        retries: list[AppendResult] = []
+        wait_for("the store to take connections again", lambda: _retry(sharded, late, retries))
+        # t1 was kept the first time; e1 lands once, whichever retry got through.
+        assert [e.delta.row_id for r in retries for e in r.stored] == ["e1"]
+        rows = [d.row_id for d in _pull_all(sharded, "gw1", 2)]
+        assert sorted(rows) == ["e0", "e1", "t0", "t1", "t2"]
+    finally:
+        _allow_connections(urls[1], True)
+        sharded.close()
+        for url in urls:
+            drop_pg_database(url)
