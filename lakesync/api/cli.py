@@ -37,6 +37,7 @@ from lakesync.api.services.declared import apply_declared
 from lakesync.api.settings import GatewaySettings
 from lakesync.config import Config, load_config
 from lakesync.destinations.metrics import DestinationMetrics
+from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
 from lakesync.hotlog.factory import open_store
 from lakesync.lakehouse.schedule import WorkerJobs
@@ -91,6 +92,12 @@ def up(
 ) -> None:
     """Serve the sync gateway (HTTP + WebSocket) until SIGINT/SIGTERM."""
     cfg = load_config(config)
+    if cfg.shards:
+        # Checked (lakesync.shard_specs) but not served yet: never run them on one store.
+        raise ConfigError(
+            f"{cfg.source}: shards: is declared, but this gateway does not serve a sharded hot "
+            "log yet; remove shards: to start"
+        )
     if data_dir is not None:
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)

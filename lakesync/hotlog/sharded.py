@@ -1,11 +1,10 @@
 """A deployment's tables spread over several hot-log stores, served as one store.
 
-:class:`ShardedHotLog` plays the sync path's roles (:class:`~lakesync.hotlog.ports.SyncStore`
-and :class:`~lakesync.hotlog.ports.HotLogSource`) over one store per shard
-(:mod:`lakesync.shard_specs`): the default store holds every table no shard lists, and the
-gateway's documents. Its positions (``after``, ``head``, an entry's ``ingest_hlc``) are cursors
-of :mod:`lakesync.cursors`, holding a position in each store, so its callers page through it as
-through one store:
+:class:`ShardedHotLog` is a :class:`~lakesync.hotlog.base.HotLog` over one store per shard
+(:mod:`lakesync.shard_specs`), opened by :func:`open_sharded`: the default store holds every
+table no shard lists, the gateways' documents, leaders and mutexes. Its positions (``after``,
+``head``, an entry's ``ingest_hlc``) are cursors of :mod:`lakesync.cursors`, holding a position
+in each store, so its callers page through it as through one store:
 
 - a push is split by table and each store appends its part (skipping the deltaIds it already
   holds, as every store does); it is acknowledged once every part is durable, and a part that
@@ -16,10 +15,15 @@ through one store:
   ``limit`` resumes exactly where it stopped, and ``has_more`` says whether any store has more.
   A store that fails fails the read: no store is silently left out.
 
-An entry returned by :meth:`ShardedHotLog.append` is placed at its own store's position and 0
-in the others: a cursor that holds it is behind in the other stores (read again, never skipped).
-Sync rules are not served across stores yet: setting them is refused, as is serving a gateway
-whose default store holds rules (a client would otherwise see rows its rules hide).
+An entry returned by :meth:`ShardedHotLog.append` (or a notice of another process's append) is
+placed at its own store's position and 0 in the others: a cursor that holds it is behind in the
+other stores (read again, never skipped).
+
+Not served across stores yet, and refused rather than served wrong: sync rules (setting them,
+or a gateway whose default store holds some: a client would see rows they hide) and building
+checkpoints (none is served: a fresh client pulls from 0). A cursor of several stores exceeds
+64 bits, which WebSocket frames and the Python client's replica do not hold: the gateway does not
+serve this store yet (``lakesync up`` refuses ``shards:``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 from lakesync import cursors
@@ -34,10 +41,12 @@ from lakesync.delta import RowDelta
 from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.factory import open_store
 from lakesync.hotlog.records import (
     AppendResult,
     CheckpointInfo,
     LogEntry,
+    LogNotice,
     Page,
     RulesRecord,
     WriteCheck,
@@ -47,8 +56,9 @@ from lakesync.rules import SyncRules
 from lakesync.shard_specs import DEFAULT_SHARD, ShardSpec
 from lakesync.views import RowKey, RowRecord
 
-__all__ = ["ShardedHotLog", "merge_pages"]
+__all__ = ["ShardedHotLog", "merge_pages", "open_sharded"]
 
+_NO_CHECKPOINTS = "checkpoints are not built on a sharded hot log yet"
 _NO_RULES = "sync rules are not served on a sharded hot log yet; remove shards: or the rules"
 
 
@@ -75,7 +85,7 @@ def merge_pages(
     return taken, tuple(at), any(more for _, more in pages)
 
 
-class ShardedHotLog:
+class ShardedHotLog(HotLog):
     """One store per shard served as one (see the module): pushes split by table, pages merged
     by ingest HLC, positions that are cursors across the stores. ``stores`` are the default
     store then one per shard of ``shards``, in that order, all sharing one clock."""
@@ -85,10 +95,10 @@ class ShardedHotLog:
             raise ValueError("one store for the default shard and one per shard")
         if any(s.clock is not stores[0].clock for s in stores):
             raise ValueError("the stores must share one clock (ingest HLCs are merged)")
+        super().__init__(stores[0].clock)
         self._stores = list(stores)
         self.names = [DEFAULT_SHARD, *(s.name for s in shards)]
         self._route = {t: i for i, s in enumerate(shards, start=1) for t in s.tables}
-        self.clock: HLC = stores[0].clock
         self._heads = [0 for _ in stores]
         self._heads_lock = threading.Lock()
 
@@ -257,6 +267,61 @@ class ShardedHotLog:
         """No checkpoint is served across stores yet."""
         return None
 
+    def stage_checkpoint_chunk(self, gateway_id: str, upto: int, seq: int, body: bytes) -> None:
+        """Refused: checkpoints are not built across stores yet."""
+        raise ConfigError(_NO_CHECKPOINTS)
+
+    def publish_checkpoint(self, gateway_id: str, upto: int, chunks: int, rows: int) -> bool:
+        """Refused: checkpoints are not built across stores yet."""
+        raise ConfigError(_NO_CHECKPOINTS)
+
+    # -- what the lake's jobs write back ------------------------------------------------------
+    def mark_flushed(self, position: int) -> None:
+        """Mark each store flushed through its own position in the cursor ``position``."""
+        for store, at in zip(self._stores, self._positions(position, "position"), strict=True):
+            store.mark_flushed(at)
+
+    def trim_log(self, gateway_id: str, upto: int, limit: int = 10_000) -> int:
+        """Trim each store through its own position in ``upto`` (each at most ``limit``)."""
+        positions = self._positions(upto, "upto")
+        return sum(
+            store.trim_log(gateway_id, at, limit)
+            for store, at in zip(self._stores, positions, strict=True)
+        )
+
+    # -- rows by key ------------------------------------------------------------------------------
+    def read_rows(self, gateway_id: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
+        """Each row from its own store."""
+        found: dict[RowKey, RowRecord] = {}
+        for i, store in enumerate(self._stores):
+            mine = [k for k in keys if self._index(k[0]) == i]
+            if mine:
+                found.update(store.read_rows(gateway_id, mine))
+        return found
+
+    def row_ids(self, gateway_id: str, table: str, after: str | None, limit: int) -> list[str]:
+        """The table's row ids, from the store holding it."""
+        return self._stores[self._index(table)].row_ids(gateway_id, table, after, limit)
+
+    # -- coordination (leaders and mutexes in the default store) ----------------------------------
+    def listen(self, callback: Callable[[LogNotice], None]) -> None:
+        """Every store's notices, their positions as cursors (0 in the other stores)."""
+        for i, store in enumerate(self._stores):
+            store.listen(partial(self._relay, i, callback))
+
+    def _relay(self, store: int, callback: Callable[[LogNotice], None], notice: LogNotice) -> None:
+        callback(
+            notice._replace(after=self._at(store, notice.after), upto=self._at(store, notice.upto))
+        )
+
+    def lead(self, role: str) -> bool:
+        """See :meth:`~lakesync.hotlog.ports.Coordination.lead` (held in the default store)."""
+        return self._stores[0].lead(role)
+
+    def exclusive(self, name: str) -> AbstractContextManager[object]:
+        """See :meth:`~lakesync.hotlog.ports.Coordination.exclusive` (the default store's)."""
+        return self._stores[0].exclusive(name)
+
     # -- where the log stands -------------------------------------------------------------------
     def ping(self) -> None:
         """Raise the first store's error if any store cannot be reached."""
@@ -348,3 +413,53 @@ class ShardedHotLog:
         if errors:
             raise errors[0]
 
+
+
+def open_sharded(
+    url: str, shards: Sequence[ShardSpec], data_dir: Path, clock: HLC, pg_schema: str = "lakesync"
+) -> ShardedHotLog:
+    """Open the default store ``url`` and each shard's store (as
+    :func:`~lakesync.hotlog.factory.open_store` does; a shard's ``sqlite`` is its own file in
+    ``data_dir``) on one clock. A store that cannot be opened, or that is another's, is an
+    error naming the shard; the stores already open are closed."""
+    opened: list[HotLog] = []
+    where = {_location(url, DEFAULT_SHARD): DEFAULT_SHARD}
+    try:
+        opened.append(open_store(url, data_dir, clock, pg_schema))
+        for shard in shards:
+            location = _location(shard.store_url, shard.name)
+            if location in where:
+                raise ConfigError(f"shard {shard.name!r}: its store_url is shard "
+                                  f"{where[location]!r}'s store (each shard needs its own)")
+            where[location] = shard.name
+            own = f"sqlite:///{data_dir / location}" if shard.store_url == "sqlite" else location
+            opened.append(_open_shard(shard, own, data_dir, clock, pg_schema))
+        return ShardedHotLog(opened, shards)
+    except BaseException:
+        for store in opened:
+            store.close()
+        raise
+
+
+def _location(url: str, name: str) -> str:
+    """Where a store URL keeps its data: a shard's bare ``sqlite`` is its own file."""
+    if url == "sqlite":
+        return "hotlog.sqlite3" if name == DEFAULT_SHARD else f"hotlog-{name}.sqlite3"
+    return url
+
+
+def _open_shard(
+    shard: ShardSpec, url: str, data_dir: Path, clock: HLC, pg_schema: str
+) -> HotLog:
+    try:
+        return open_store(url, data_dir, clock, pg_schema)
+    except ConfigError as exc:
+        raise ConfigError(f"shard {shard.name!r}: {exc.message}") from None
+    except Exception as exc:
+        # The same failure (an outage stays an outage), saying which shard's store it is.
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        try:
+            named = type(exc)(f"shard {shard.name!r}: {first}")
+        except TypeError:
+            raise exc from None
+        raise named from exc

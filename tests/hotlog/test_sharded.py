@@ -24,11 +24,12 @@ from lakesync.hlc import HLC
 from lakesync.hotlog.base import AppendResult, HotLog, LogEntry
 from lakesync.hotlog.ports import HotLogSource, SyncStore
 from lakesync.hotlog.postgres import PostgresHotLog
-from lakesync.hotlog.sharded import ShardedHotLog, merge_pages
+from lakesync.hotlog.sharded import ShardedHotLog, merge_pages, open_sharded
 from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.merge import RowState
 from lakesync.shard_specs import ShardSpec
 from tests.conftest import PG_DSN, drop_pg_database, fresh_pg_database
+from tests.gateway_process import free_port
 from tests.hotlog.common import RULES
 from tests.netns import wait_for
 
@@ -267,3 +268,46 @@ def test_a_store_refusing_connections_fails_only_what_needs_it() -> None:
         sharded.close()
         for url in urls:
             drop_pg_database(url)
+
+
+# -- opening the stores ------------------------------------------------------------------------
+def test_open_sharded_gives_each_embedded_shard_its_own_file(tmp_path: Path) -> None:
+    shards = [ShardSpec("events", "sqlite", ["events"]),
+              ShardSpec("audit", f"sqlite:///{tmp_path / 'audit.db'}", ["audit"])]
+    store = open_sharded("sqlite", shards, tmp_path, HLC())
+    try:
+        store.append("gw1", [delta("events", "e", 1), delta("audit", "a", 2), delta("t", "x", 3)])
+        assert sorted(p.name for p in tmp_path.iterdir() if p.suffix in {".sqlite3", ".db"}) == [
+            "audit.db", "hotlog-events.sqlite3", "hotlog.sqlite3"]
+        assert [len(s.read_page("gw1", 0, 9, False).entries) for s in store.stores.values()] == [
+            1, 1, 1]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("default", "shard_url", "needles"),
+    [
+        ("sqlite", "mysql://nowhere", ["shard 'events'", "unknown store url"]),
+        ("sqlite:///x.db", "sqlite:///x.db", ["shard 'events'", "shard 'default'"]),
+    ],
+    ids=["unknown-url", "the-default-store"],
+)
+def test_a_shard_store_that_cannot_be_opened_is_named(
+    tmp_path: Path, default: str, shard_url: str, needles: list[str]
+) -> None:
+    url = default.replace("x.db", str(tmp_path / "x.db"))
+    shard = ShardSpec("events", shard_url.replace("x.db", str(tmp_path / "x.db")), ["events"])
+    with pytest.raises(ConfigError) as raised:
+        open_sharded(url, [shard], tmp_path, HLC())
+    for needle in needles:
+        assert needle in raised.value.message
+
+
+@pytest.mark.postgres
+def test_a_shard_store_refusing_connections_at_start_is_an_outage_naming_it(
+    tmp_path: Path, pg_url: str
+) -> None:
+    closed = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    with pytest.raises(psycopg.OperationalError, match="shard 'events'"):
+        open_sharded(pg_url, [ShardSpec("events", closed, ["events"])], tmp_path, HLC())
