@@ -123,7 +123,7 @@ class ShardedHotLog(HotLog):
 
     def _at(self, store: int, position: int) -> int:
         """The cursor at ``position`` in one store and 0 in the others."""
-        return position << (cursors.POSITION_BITS * store)
+        return cursors.encode([*(0 for _ in range(store)), position])
 
     # -- the push path --------------------------------------------------------------------------
     def append(
@@ -135,12 +135,9 @@ class ShardedHotLog(HotLog):
             parts.setdefault(self._index(delta.table), []).append(delta)
         results = {i: self._stores[i].append(gateway_id, part, check) for i, part in parts.items()}
         heads = self._seen({i: r.head for i, r in results.items()})
-        stored = [
-            e._replace(ingest_hlc=self._at(i, e.ingest_hlc))
-            for i, r in results.items()
-            for e in r.stored
-        ]
-        stored.sort(key=lambda e: e.ingest_hlc)
+        # In ingest order across the stores (they share one clock), ties in store order.
+        ordered = sorted((e.ingest_hlc, i, e) for i, r in results.items() for e in r.stored)
+        stored = [e._replace(ingest_hlc=self._at(i, at)) for at, i, e in ordered]
         rows: dict[RowKey, RowRecord] = {}
         before: dict[RowKey, RowState] = {}
         for r in results.values():
