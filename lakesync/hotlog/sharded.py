@@ -420,16 +420,16 @@ def open_sharded(
     ``data_dir``) on one clock. A store that cannot be opened, or that is another's, is an
     error naming the shard; the stores already open are closed."""
     opened: list[HotLog] = []
-    where = {_location(url, DEFAULT_SHARD): DEFAULT_SHARD}
+    where = {_location(url, DEFAULT_SHARD, data_dir): DEFAULT_SHARD}
     try:
         opened.append(open_store(url, data_dir, clock, pg_schema))
         for shard in shards:
-            location = _location(shard.store_url, shard.name)
+            location = _location(shard.store_url, shard.name, data_dir)
             if location in where:
                 raise ConfigError(f"shard {shard.name!r}: its store_url is shard "
                                   f"{where[location]!r}'s store (each shard needs its own)")
             where[location] = shard.name
-            own = f"sqlite:///{data_dir / location}" if shard.store_url == "sqlite" else location
+            own = location if location.startswith("sqlite:///") else shard.store_url
             opened.append(_open_shard(shard, own, data_dir, clock, pg_schema))
         return ShardedHotLog(opened, shards)
     except BaseException:
@@ -438,11 +438,17 @@ def open_sharded(
         raise
 
 
-def _location(url: str, name: str) -> str:
-    """Where a store URL keeps its data: a shard's bare ``sqlite`` is its own file."""
+def _location(url: str, name: str, data_dir: Path) -> str:
+    """Where a store URL keeps its data, one text per store: an embedded store as
+    ``sqlite:///`` and its absolute path (a shard's bare ``sqlite`` is its own file in
+    ``data_dir``), another URL as it is."""
     if url == "sqlite":
-        return "hotlog.sqlite3" if name == DEFAULT_SHARD else f"hotlog-{name}.sqlite3"
-    return url
+        path = data_dir / ("hotlog.sqlite3" if name == DEFAULT_SHARD else f"hotlog-{name}.sqlite3")
+    elif url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+    else:
+        return url
+    return f"sqlite:///{path.resolve()}"
 
 
 def _open_shard(

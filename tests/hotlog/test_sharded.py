@@ -291,14 +291,17 @@ def test_open_sharded_gives_each_embedded_shard_its_own_file(tmp_path: Path) -> 
     [
         ("sqlite", "mysql://nowhere", ["shard 'events'", "unknown store url"]),
         ("sqlite:///x.db", "sqlite:///x.db", ["shard 'events'", "shard 'default'"]),
+        ("sqlite", "sqlite:///hotlog.sqlite3", ["shard 'events'", "shard 'default'"]),
     ],
-    ids=["unknown-url", "the-default-store"],
+    ids=["unknown-url", "the-default-store", "the-default-file"],
 )
 def test_a_shard_store_that_cannot_be_opened_is_named(
     tmp_path: Path, default: str, shard_url: str, needles: list[str]
 ) -> None:
     url = default.replace("x.db", str(tmp_path / "x.db"))
-    shard = ShardSpec("events", shard_url.replace("x.db", str(tmp_path / "x.db")), ["events"])
+    shard_url = shard_url.replace("x.db", str(tmp_path / "x.db"))
+    shard_url = shard_url.replace("///hotlog", f"///{tmp_path}/hotlog")
+    shard = ShardSpec("events", shard_url, ["events"])
     with pytest.raises(ConfigError) as raised:
         open_sharded(url, [shard], tmp_path, HLC())
     for needle in needles:
