@@ -205,15 +205,18 @@ class ShardedHotLog(HotLog):
         """Each row's history from its own store, between that store's positions."""
         lows, highs = self._positions(since), self._positions(upto, "upto")
         out: dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]] = {}
-        for i, store in enumerate(self._stores):
-            mine = [k for k in keys if self._index(k[0]) == i]
-            if not mine:
-                continue
-            for key, (state, later) in store.row_history(
-                gateway_id, mine, lows[i], highs[i]
-            ).items():
+        for i, mine in self._by_store(keys).items():
+            found = self._stores[i].row_history(gateway_id, mine, lows[i], highs[i])
+            for key, (state, later) in found.items():
                 out[key] = (state, [(self._at(i, at), d) for at, d in later])
         return out
+
+    def _by_store(self, keys: Sequence[RowKey]) -> dict[int, list[RowKey]]:
+        """``keys`` grouped by the store holding their table."""
+        groups: dict[int, list[RowKey]] = {}
+        for key in keys:
+            groups.setdefault(self._index(key[0]), []).append(key)
+        return groups
 
     def rows_written_by(self, gateway_id: str, client_id: str) -> list[RowKey]:
         """Every store's rows the client wrote."""
@@ -224,10 +227,8 @@ class ShardedHotLog(HotLog):
     ) -> set[RowKey]:
         """Those of ``keys`` the client wrote, each looked up in its own store."""
         found: set[RowKey] = set()
-        for i, store in enumerate(self._stores):
-            mine = [k for k in keys if self._index(k[0]) == i]
-            if mine:
-                found |= store.rows_written_among(gateway_id, client_id, mine)
+        for i, mine in self._by_store(keys).items():
+            found |= self._stores[i].rows_written_among(gateway_id, client_id, mine)
         return found
 
     def rows_written_if_few(
@@ -290,10 +291,8 @@ class ShardedHotLog(HotLog):
     def read_rows(self, gateway_id: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
         """Each row from its own store."""
         found: dict[RowKey, RowRecord] = {}
-        for i, store in enumerate(self._stores):
-            mine = [k for k in keys if self._index(k[0]) == i]
-            if mine:
-                found.update(store.read_rows(gateway_id, mine))
+        for i, mine in self._by_store(keys).items():
+            found.update(self._stores[i].read_rows(gateway_id, mine))
         return found
 
     def row_ids(self, gateway_id: str, table: str, after: str | None, limit: int) -> list[str]:

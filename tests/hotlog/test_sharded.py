@@ -315,3 +315,18 @@ def test_a_shard_store_refusing_connections_at_start_is_an_outage_naming_it(
     closed = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
     with pytest.raises(psycopg.OperationalError, match="shard 'events'"):
         open_sharded(pg_url, [ShardSpec("events", closed, ["events"])], tmp_path, HLC())
+
+
+def test_rows_are_looked_up_in_the_store_holding_their_table(sharded: ShardedHotLog) -> None:
+    sharded.append("gw1", [delta("todos", "t1", 1), delta("events", "e1", 2, client="c2")])
+    sharded.append("gw1", [delta("events", "e2", 3), delta("logs", "l1", 4)])
+    keys = [("todos", "t1"), ("events", "e1"), ("logs", "l1"), ("events", "none")]
+    assert set(sharded.read_rows("gw1", keys)) == set(keys[:3])
+    assert sharded.row_ids("gw1", "events", None, 10) == ["e1", "e2"]
+    assert sorted(sharded.rows_written_by("gw1", "c1")) == sorted(
+        [("todos", "t1"), ("events", "e2"), ("logs", "l1")])
+    assert sharded.rows_written_among("gw1", "c2", keys) == {("events", "e1")}
+    assert sharded.rows_written_if_few("gw1", "c2", 10) == {("events", "e1")}
+    history = sharded.row_history("gw1", keys[:3], 0, sharded.head())
+    assert {k: [d.row_id for _, d in later] for k, (_, later) in history.items()} == {
+        ("todos", "t1"): ["t1"], ("events", "e1"): ["e1"], ("logs", "l1"): ["l1"]}
