@@ -10,7 +10,8 @@ overridden by its environment variable; an empty variable counts as unset:
   ``postgresql://`` DSN; ``pg_schema`` / ``LAKESYNC_PG_SCHEMA``: its PostgreSQL schema
 - ``shards:``: further hot-log stores, each holding the tables it lists
   (:mod:`lakesync.shard_specs`); every other table stays in ``store_url``
-- ``server:`` (:class:`ServerConfig`, the gateway) and ``lake:`` (:class:`LakeConfig`): each key
+- ``store:`` (:class:`StoreConfig`, the PostgreSQL hot-log store's session limits),
+  ``server:`` (:class:`ServerConfig`, the gateway) and ``lake:`` (:class:`LakeConfig`): each key
   is overridden by ``LAKESYNC_`` + the key in capitals, e.g. ``server.rate_limit`` by
   ``LAKESYNC_RATE_LIMIT`` and ``lake.catalog_uri`` by ``LAKESYNC_CATALOG_URI``
 - ``destinations:``: where synced tables are materialised (:mod:`lakesync.destination_specs`); URLs
@@ -53,6 +54,7 @@ __all__ = [
     "GatewayConfig",
     "LakeConfig",
     "ServerConfig",
+    "StoreConfig",
     "apply_environment",
     "declared_secrets",
     "load_config",
@@ -79,6 +81,36 @@ _ORIGIN = re.compile(
     r"[a-z][a-z0-9+.-]*://(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?",
     re.IGNORECASE,
 )
+
+
+class StoreConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``store:``: limits on the sessions of a PostgreSQL hot-log store (a SQLite store ignores
+    them), so that one gateway process that stops answering cannot stop the others' writes.
+    Seconds; 0 turns a limit off (PostgreSQL's or the operating system's default then holds)."""
+
+    pg_idle_in_transaction_timeout: NonNegative = 5.0
+    """A session idle inside a transaction this long is ended by PostgreSQL, which releases the
+    write lock a frozen or cut-off process held; that process's transaction fails and its
+    pushes are not acknowledged. Bounds how long the other processes' writes can stall."""
+    pg_lock_timeout: NonNegative = 10.0
+    """Longest wait for a lock (the store's write lock included) before the statement fails
+    with 503; above ``pg_idle_in_transaction_timeout`` so that writers queued behind a frozen
+    holder outlast it instead of failing with it."""
+    pg_statement_timeout: NonNegative = 30.0
+    """Longest run of one statement (lock waits included) before PostgreSQL cancels it."""
+    pg_keepalives_idle: NonNegative = 5.0
+    """TCP keepalive: idle seconds before the first probe on a store connection (both ends: the
+    gateway's and the server's), so a dead peer is noticed in seconds, not hours."""
+    pg_keepalives_interval: NonNegative = 2.0
+    """TCP keepalive: seconds between unanswered probes."""
+    pg_keepalives_count: Count = 3
+    """TCP keepalive: unanswered probes before the connection is dropped."""
+    pg_tcp_user_timeout: NonNegative = 10.0
+    """Longest time data sent on a store connection may stay unacknowledged by the peer before
+    the connection is dropped (Linux ``TCP_USER_TIMEOUT``, both ends)."""
+    pg_pool_timeout: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    """Longest wait for a store connection (every pooled one busy, or the server unreachable)
+    before a request answers 503."""
 
 
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -235,6 +267,7 @@ class Config(msgspec.Struct, frozen=True):
     jwt_secrets: list[str]
     store_url: str = "sqlite"
     server: ServerConfig = ServerConfig()
+    store: StoreConfig = StoreConfig()
     gateways: dict[str, GatewayConfig] = {}
     source: Path | None = None
     pg_schema: str = "lakesync"
@@ -269,6 +302,8 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     several gateway processes serve the same gateways."""
     pg_schema: str | None = None
     """Schema of the PostgreSQL hot-log store."""
+    store: StoreConfig = StoreConfig()
+    """Session limits of the PostgreSQL hot-log store: timeouts and TCP keepalives."""
     server: ServerConfig = ServerConfig()
     """The gateway (``lakesync up``): listening, limits, scheduled lake jobs."""
     lake: LakeConfig = LakeConfig()
@@ -285,7 +320,7 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     an error names the shard)."""
 
 
-_Section = TypeVar("_Section", ServerConfig, LakeConfig)
+_Section = TypeVar("_Section", ServerConfig, LakeConfig, StoreConfig)
 
 
 def _read_file(path: Path) -> _File:
@@ -369,6 +404,7 @@ def apply_environment(config: Config, env: Mapping[str, str]) -> Config:
         store_url=env.get("LAKESYNC_STORE_URL") or config.store_url,
         pg_schema=env.get("LAKESYNC_PG_SCHEMA") or config.pg_schema,
         server=_section_from_env(config.server, env),
+        store=_section_from_env(config.store, env),
         lake=_section_from_env(config.lake, env),
     )
 
@@ -395,6 +431,7 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
         store_url=file.store_url or "sqlite",
         pg_schema=file.pg_schema or "lakesync",
         server=file.server,
+        store=file.store,
         lake=file.lake,
         gateways=gateways,
         source=path,

@@ -49,6 +49,7 @@ from lakesync.redaction import redact
 from lakesync.secrets import has_reference, resolve_references
 
 __all__ = [
+    "COLD_TIER",
     "SCHEMES",
     "DeleteMode",
     "DestinationKind",
@@ -70,6 +71,13 @@ SCHEMES: dict[str, tuple[str, ...]] = {
     "lake": ("lake",),
 }
 """URL schemes each kind accepts."""
+
+COLD_TIER: dict[str, bool] = {
+    "postgres": False, "mysql": False, "bigquery": False, "lake": True,
+}
+"""Whether each kind is the lake's cold tier itself, so it takes no ``hot_window``: the spec's
+view of the capability the registry's adapters declare
+(:attr:`lakesync.destinations.base.Destination.lives_in_lake`, checked equal by the tests)."""
 
 _EXAMPLES = {
     "postgres": "postgresql://user:password@host:5432/db",
@@ -184,10 +192,11 @@ def _check_references(spec: DestinationSpec, specs: Mapping[str, DestinationSpec
     """Routes and secondaries name other declared destinations of the same gateway, which
     themselves route nowhere (one level: no cycles, no chains); the lake has no hot window."""
     if spec.hot_window is not None:
-        if spec.kind == "lake":
+        if COLD_TIER[spec.kind]:
+            hot = [kind for kind, cold in COLD_TIER.items() if not cold]
             raise ConfigError(
-                f"destination {spec.name!r}: a lake destination is the cold tier itself; "
-                "hot_window goes on a postgres, mysql or bigquery destination"
+                f"destination {spec.name!r}: a {spec.kind} destination is the cold tier itself; "
+                f"hot_window goes on a {', '.join(hot[:-1])} or {hot[-1]} destination"
             )
         parse_window(spec.hot_window)
     for table in spec.routes:

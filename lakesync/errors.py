@@ -7,6 +7,7 @@ the client raises the same types when the gateway answers with them.
 
 from __future__ import annotations
 
+import sys
 from typing import ClassVar
 
 __all__ = [
@@ -21,12 +22,46 @@ __all__ = [
     "PayloadTooLargeError",
     "RateLimitedError",
     "SchemaError",
+    "StoreUnavailableError",
     "UnsupportedMediaTypeError",
     "ValidationError",
     "ValueTypeError",
     "code_for_status",
     "error_for_code",
+    "first_line",
+    "is_outage_sqlstate",
+    "is_store_outage",
 ]
+
+_OUTAGE_SQLSTATES = ("08", "53", "57", "25P03", "55P03")
+
+
+def first_line(exc: BaseException) -> str:
+    """``exc`` in one log line: its type and the first line of its message (a driver's further
+    lines are hints and context)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def is_store_outage(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by the PostgreSQL driver (psycopg), says the server cannot serve
+    now (unreachable, restarting, overloaded, a timeout, the session ended) rather than that a
+    statement is wrong: a 503 to retry. The driver is looked up in ``sys.modules`` so that a
+    process that never loaded it does not load it here."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(exc, psycopg.Error):
+        return False
+    return isinstance(
+        exc, psycopg.OperationalError | psycopg.InterfaceError
+    ) or is_outage_sqlstate(exc.sqlstate)
+
+
+def is_outage_sqlstate(sqlstate: str | None) -> bool:
+    """Whether a PostgreSQL SQLSTATE says the server cannot serve now rather than that a
+    statement is wrong: a connection exception (class 08), insufficient resources (53),
+    operator intervention (57: a shutdown, a statement timeout), a session ended idle in its
+    transaction (25P03), a lock not available in time (55P03)."""
+    return (sqlstate or "").startswith(_OUTAGE_SQLSTATES)
 
 
 class LakeSyncError(Exception):
@@ -130,6 +165,11 @@ class BackpressureError(LakeSyncError):
 
     code = "BACKPRESSURE_ERROR"
     status = 503
+
+
+class StoreUnavailableError(BackpressureError):
+    """The hot-log store cannot serve now (see :func:`is_store_outage`), raised by a job that
+    names what is down; clients are told to retry shortly."""
 
 
 _GATEWAY_ERRORS: tuple[type[LakeSyncError], ...] = (

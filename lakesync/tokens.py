@@ -8,6 +8,7 @@ second), which every CLI command (``lakesync query`` too) would otherwise pay at
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from lakesync.delta import is_reserved_client, validate_gateway_id, validate_row
 from lakesync.errors import AuthError, ForbiddenError, ValidationError
 
 __all__ = [
+    "MIN_SECRET_BYTES",
     "ROLES",
     "Claims",
     "mint_client_token",
@@ -22,6 +24,7 @@ __all__ = [
     "parse_ttl",
     "unverified_claims",
     "verify_token",
+    "weak_secret",
 ]
 
 ROLES = frozenset({"client", "admin", "analyst"})
@@ -71,7 +74,30 @@ def mint_token(
     payload.update(sub=sub, gw=gw, role=role, iat=issued, exp=issued + ttl_s)
     import jwt  # noqa: PLC0415  # late: see the module docstring
 
+    _quiet_key_length(jwt)
     return jwt.encode(payload, secret, algorithm="HS256")
+
+
+MIN_SECRET_BYTES = 32
+"""The shortest JWT secret HS256 is safe with (RFC 7518 §3.2: a key as long as the hash)."""
+
+
+def weak_secret(secret: str) -> str | None:
+    """One line saying ``secret`` is too short for HS256 and how to make a good one; None when
+    it is long enough. The gateway and ``lakesync token`` print it, instead of PyJWT's warning
+    with its source lines."""
+    size = len(secret.encode())
+    if size >= MIN_SECRET_BYTES:
+        return None
+    return (
+        f"the JWT secret is {size} bytes, shorter than the {MIN_SECRET_BYTES} HS256 needs to be "
+        "safe; make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    )
+
+
+def _quiet_key_length(jwt: Any) -> None:
+    """Silence PyJWT's key-length warning (:func:`weak_secret` says it once, in one line)."""
+    warnings.filterwarnings("ignore", category=jwt.InsecureKeyLengthWarning)
 
 
 def mint_client_token(
@@ -177,6 +203,7 @@ def _verify_signed(token: str, secrets: Sequence[str]) -> Claims:
     (which the claims leave out) under that key."""
     import jwt  # noqa: PLC0415  # late: see the module docstring
 
+    _quiet_key_length(jwt)
     payload: dict[str, Any] | None = None
     for secret in secrets:
         try:

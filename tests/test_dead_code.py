@@ -45,6 +45,8 @@ ENTRY_POINTS = {
     ("lakesync/destinations/statements/_build.py", "placeholder_sql"),
     # pyiceberg's transaction reads the property this subclass overrides.
     ("lakesync/lakehouse/_transaction.py", "table_metadata"),
+    # ... and calls this override on a commit retry (the landing's refuses it).
+    ("lakesync/lakehouse/_transaction.py", "_rebuild_snapshot_updates"),
     # thrift's protocol skip() calls the override by name.
     ("lakesync/lakehouse/hive_proxy.py", "readString"),
 }

@@ -42,7 +42,7 @@ from lakesync.hotlog.factory import open_store
 
 if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.schedule import WorkerJobs
+    from lakesync.lakehouse.runtime import WorkerJobs
 
 __all__ = ["create_app"]
 
@@ -74,7 +74,12 @@ def create_app(
         hot = store
         if hot is None:
             hot = await anyio.to_thread.run_sync(
-                open_store, settings.store_url, settings.data_dir, HLC(), settings.pg_schema
+                open_store,
+                settings.store_url,
+                settings.data_dir,
+                HLC(),
+                settings.pg_schema,
+                settings.store,
             )
         hub = Hub(
             settings.ws_max_connections,
@@ -139,7 +144,11 @@ def create_app(
             ready,
             metrics,
         ],
-        dependencies={"service": Provide(provide_service, sync_to_thread=False)},
+        dependencies={
+            "service": Provide(provide_service, sync_to_thread=False),
+            # The lake runtime's job queue, an explicit dependency of the routes that submit runs.
+            "worker_jobs": Provide(lambda: worker_jobs, sync_to_thread=False, use_cache=True),
+        },
         exception_handlers=exception_handlers,
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
@@ -167,5 +176,4 @@ def create_app(
     app.state.origins = origins  # the WebSocket handshake checks the same policy
     app.state.metrics = metrics_
     app.state.flusher = flusher
-    app.state.worker_jobs = worker_jobs
     return app

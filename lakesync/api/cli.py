@@ -40,8 +40,9 @@ from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
 from lakesync.hotlog.factory import open_store
-from lakesync.lakehouse.schedule import WorkerJobs
+from lakesync.lakehouse.runtime import WorkerJobs
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.tokens import weak_secret
 
 if TYPE_CHECKING:
     from litestar import Litestar
@@ -98,12 +99,21 @@ def up(
             f"{cfg.source}: shards: is declared, but this gateway does not serve a sharded hot "
             "log yet; remove shards: to start"
         )
+    if not cfg.jwt_secrets:
+        # Without one the gateway could only answer AUTH_ERROR to every request.
+        raise ConfigError(
+            "no JWT secret: set LAKESYNC_JWT_SECRET (lakesync init writes one in .env: "
+            "`set -a; . ./.env; set +a`; or make one with python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))')"
+        )
     if data_dir is not None:
         cfg = msgspec.structs.replace(cfg, data_dir=data_dir)
     settings = GatewaySettings.from_config(cfg)
     lake = LakeSettings.from_config(cfg)
     known = settings.known_secrets(os.environ, lambda p: Path(p).read_text(encoding="utf-8"))
     configure_logging(secrets=[*known, *lake.secrets], identifiers=lake.identifiers)
+    for weak in filter(None, map(weak_secret, cfg.jwt_secrets)):
+        _log.warning("%s", weak)
     with _sigterm_latch() as latch, contextlib.ExitStack() as stack:
         serving = False
 
@@ -116,7 +126,9 @@ def up(
         if not settings.store_url.startswith(("postgresql://", "postgres://")):
             # The embedded store serves one process: refuse a second one on this data dir.
             stack.enter_context(hold_data_dir(settings.data_dir))
-        store = open_store(settings.store_url, settings.data_dir, HLC(), settings.pg_schema)
+        store = open_store(
+            settings.store_url, settings.data_dir, HLC(), settings.pg_schema, settings.store
+        )
         stack.enter_context(contextlib.closing(store))
         apply_declared(store, settings.gateways, settings.connectors)  # a mistake: exit 2
         shipping = DestinationMetrics()  # the scheduled runs' counts, on /metrics

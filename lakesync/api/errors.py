@@ -15,7 +15,15 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Scope, Send
 
 from lakesync.api.logs import REQUEST_ID
-from lakesync.errors import LakeSyncError, RateLimitedError, code_for_status
+from lakesync.errors import (
+    LakeSyncError,
+    RateLimitedError,
+    StoreUnavailableError,
+    code_for_status,
+    first_line,
+    is_store_outage,
+)
+from lakesync.lakehouse.catalog import sql_catalog_failure
 from lakesync.values import MAX_VALUE_DEPTH
 from lakesync.wire import ErrorBody
 
@@ -88,6 +96,8 @@ async def send_error(
 
 
 def _lakesync_error(request: Request[Any, Any, Any], exc: LakeSyncError) -> Response[Any]:
+    if isinstance(exc, StoreUnavailableError) and isinstance(exc.__cause__, Exception):
+        return _store_unavailable(request, exc.__cause__)
     headers = None
     if isinstance(exc, RateLimitedError):
         headers = {"Retry-After": str(max(1, round(exc.retry_after + 0.499)))}
@@ -124,8 +134,9 @@ def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[
 
 
 def _store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    # An unreachable or exhausted store is an outage, not a bug: clients retry a 503.
-    log.error("hot-log store unavailable: %s", exc)
+    # An unreachable or exhausted store is an outage, not a bug: clients retry a 503. One line
+    # (the driver's first), no traceback: an outage answers many requests.
+    log.error("hot-log store unavailable: %s", first_line(exc))
     return _reply(
         request,
         503,
@@ -135,7 +146,18 @@ def _store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Respo
     )
 
 
+def _store_error(request: Request[Any, Any, Any], exc: psycopg.Error) -> Response[Any]:
+    # The store's own errors: an outage (a connection lost, a server restarting, a timeout, a
+    # session the server ended) is a 503; any other is a bug.
+    if is_store_outage(exc):
+        return _store_unavailable(request, exc)
+    return _internal_error(request, exc)
+
+
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    catalog = sql_catalog_failure(exc, "")  # a route that reached the lake's catalog database
+    if catalog is not None:
+        return _lakesync_error(request, catalog)
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return _reply(request, 500, "internal error", "INTERNAL_ERROR")
 
@@ -144,7 +166,7 @@ exception_handlers: dict[type[Exception] | int, Any] = {
     LakeSyncError: _lakesync_error,
     HTTPException: _http_error,
     RecursionError: _too_deep,
-    psycopg.OperationalError: _store_unavailable,
+    psycopg.Error: _store_error,
     sqlite3.OperationalError: _store_unavailable,
     Exception: _internal_error,
 }

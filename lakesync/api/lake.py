@@ -29,11 +29,11 @@ from lakesync.api.services.status import record_landing_flush
 from lakesync.api.settings import GatewaySettings
 from lakesync.config import Config
 from lakesync.hotlog.ports import Coordination, DocumentStore, LakeStore
+from lakesync.lakehouse.runtime import WorkerJobs
 from lakesync.lakehouse.schedule import (
     HotLogMaintenance,
     LakeSchedule,
     SchemaPublisher,
-    WorkerJobs,
     scheduled_lake_jobs,
 )
 from lakesync.status import (

@@ -17,6 +17,7 @@ from lakesync.config import (
     Config,
     GatewayConfig,
     ServerConfig,
+    StoreConfig,
     apply_environment,
     declared_secrets,
 )
@@ -36,6 +37,8 @@ class GatewaySettings:
     jwt_secrets: tuple[str, ...]
     store_url: str = "sqlite"
     pg_schema: str = "lakesync"
+    store: StoreConfig = field(default_factory=StoreConfig)
+    """Session limits of a PostgreSQL hot-log store (``store:``)."""
     gateways: Mapping[str, GatewayConfig] = field(default_factory=dict)
     connectors: Mapping[str, ConnectorSpec] = field(default_factory=dict)
     """Declared connectors by name (``${VAR}`` references unresolved)."""
@@ -90,6 +93,7 @@ class GatewaySettings:
             jwt_secrets=tuple(config.jwt_secrets),
             store_url=config.store_url,
             pg_schema=config.pg_schema,
+            store=config.store,
             gateways=dict(config.gateways),
             connectors=dict(config.connectors),
             destinations=dict(config.destinations),

@@ -22,7 +22,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from lakesync.cli.handover import InProcessOption, find_gateway, hand_over
+from lakesync.cli.handover import InProcessOption, lake_job
 from lakesync.cli.lake import DataDirOption
 from lakesync.cli.materialise import ConfigOption
 from lakesync.cli.output import plain, printable
@@ -130,13 +130,15 @@ def compact_command(
     exits 1. When lakesync up serves the data dir, its warm pipeline worker compacts."""
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
-    gateway = find_gateway(settings.data_dir, cfg, in_process)
+    job = lake_job("compact", settings.data_dir, cfg, in_process)
     out = Console(highlight=False)
     with contextlib.ExitStack() as stack:
         view = CompactView(stack, out)
-        reply = None if gateway is None else hand_over(gateway, "compact", view.event)
-        result = (compact(settings, view.compacted, on_plan=view.planned) if reply is None
-                  else CompactionResult(reply.compacted, reply.elapsed_s))
+        result = job.run(
+            view.event,
+            here=lambda: compact(settings, view.compacted, on_plan=view.planned),
+            handed=lambda reply: CompactionResult(reply.compacted, reply.elapsed_s),
+        )
     failures = result.failures
     done = len(result.tables) - len(failures)
     out.print(f"{done} tables maintained in {result.elapsed_s:.1f} s")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,10 +30,13 @@ from lakesync.progress import FirstLoad
 from lakesync.tokens import mint_token
 
 __all__ = [
+    "ADMIN_TOKEN_TTL_S",
     "AdminTokenOption",
+    "AdminTokens",
     "GatewayUrlOption",
     "admin_access",
     "admin_get",
+    "admin_tokens",
     "connectors_command",
     "cursor_summary",
     "follow_first_load",
@@ -116,19 +119,65 @@ AdminTokenOption = Annotated[
 """The options of a command that talks to a running gateway's admin API (:func:`admin_access`)."""
 
 
+ADMIN_TOKEN_TTL_S = 300
+"""How long an admin token the CLI mints is valid."""
+
+
+class AdminTokens:
+    """The admin token for each request of a command: the one given (``--token``), or one
+    minted from the JWT secret and minted again once half its lifetime has passed, so a command
+    running longer than a token lives (``status --watch``) keeps being let in."""
+
+    def __init__(
+        self,
+        gw: str,
+        *,
+        secret: str | None = None,
+        token: str | None = None,
+        ttl_s: int = ADMIN_TOKEN_TTL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if token is None and not secret:
+            raise ConfigError(
+                "LAKESYNC_JWT_SECRET is not set; export the gateway's secret or pass --token"
+            )
+        self._gw, self._secret, self._given = gw, secret, token
+        self._ttl_s, self._clock = ttl_s, clock
+        self._token, self._minted = "", 0.0
+
+    def __call__(self) -> str:
+        """A token valid for at least half its lifetime from now (the given one as it is)."""
+        if self._given is not None:
+            return self._given
+        now = self._clock()
+        if not self._token or now >= self._minted + self._ttl_s / 2:
+            assert self._secret is not None
+            self._token = mint_token(
+                self._secret, _CLI_SUBJECT, self._gw, "admin", ttl_s=self._ttl_s, now=now
+            )
+            self._minted = now
+        return self._token
+
+
+def admin_tokens(
+    config: Path | None, gw: str, url: str | None, token: str | None
+) -> tuple[str, AdminTokens]:
+    """The gateway's URL (default: the config's ``server.host`` and ``server.port``) and the
+    admin tokens for ``gw`` (default: minted from ``LAKESYNC_JWT_SECRET``, renewed before they
+    expire)."""
+    loaded = load_config(config)
+    secret = loaded.jwt_secrets[0] if loaded.jwt_secrets else None
+    tokens = AdminTokens(gw, secret=secret, token=token)
+    return url or f"http://{loaded.server.host}:{loaded.server.port}", tokens
+
+
 def admin_access(
     config: Path | None, gw: str, url: str | None, token: str | None
 ) -> tuple[str, str]:
     """The gateway's URL (default: the config's ``server.host`` and ``server.port``) and an
     admin token for ``gw`` (default: one minted from ``LAKESYNC_JWT_SECRET``, valid 5 min)."""
-    loaded = load_config(config)
-    if token is None:
-        if not loaded.jwt_secrets:
-            raise ConfigError(
-                "LAKESYNC_JWT_SECRET is not set; export the gateway's secret or pass --token"
-            )
-        token = mint_token(loaded.jwt_secrets[0], _CLI_SUBJECT, gw, "admin", ttl_s=300)
-    return url or f"http://{loaded.server.host}:{loaded.server.port}", token
+    url, tokens = admin_tokens(config, gw, url, token)
+    return url, tokens()
 
 
 def connectors_command(

@@ -24,6 +24,7 @@ import httpx
 import yaml
 from rich.console import Console
 from rich.table import Table
+from sqlglot import exp
 
 from lakesync.cli.lake import DataDirOption
 from lakesync.cli.output import plain, print_table
@@ -35,6 +36,8 @@ from lakesync.lakehouse.process_env import free_loopback_port, stop_process
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.schema import parse_schema
+from lakesync.sql_ast import col
+from lakesync.sql_ast import table as sql_table
 from lakesync.tokens import mint_token
 
 __all__ = ["demo_command", "run_demo"]
@@ -180,8 +183,11 @@ def run_demo(data_dir: Path) -> None:
     console.rule("5. analytics.todos, read with DuckDB")
     result_q = run_query(
         settings,
-        f"select row_id, title, done, owner from analytics.todos "
-        f"where row_id like '{run_tag}-%' order by row_id",
+        exp.select(*(col(c) for c in ("row_id", "title", "done", "owner")))
+        .from_(sql_table("analytics", "todos"))
+        .where(exp.Like(this=col("row_id"), expression=exp.Literal.string(f"{run_tag}-%")))
+        .order_by(col("row_id"))
+        .sql(dialect="duckdb"),
     )
     _show(
         console,

@@ -1,5 +1,6 @@
-"""Hand a lake run to the data dir's gateway: ``lakesync pipeline run``, ``materialise`` and
-``compact`` use the warm pipeline worker of a running ``lakesync up`` instead of starting a JVM.
+"""Where a command's lake job runs: ``lakesync pipeline run``, ``materialise`` and ``compact``
+use the warm pipeline worker of a running ``lakesync up`` instead of starting a JVM; the one
+place that decides is :func:`lake_job` (a :class:`LakeJob`: its gateway, or this process).
 
 How it finds it: ``lakesync up`` writes ``<data dir>/gateway.json`` (its URL, pid and
 configuration file, :mod:`lakesync.api.datadir`) while it serves with its worker. A command
@@ -29,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import httpx
 import typer
@@ -39,10 +40,13 @@ from lakesync.api.datadir import GatewayAddress, running_gateway
 from lakesync.cli.output import plain
 from lakesync.config import Config
 from lakesync.errors import AuthError, LakeSyncError, error_for_code
+from lakesync.lakehouse.jobs import JOBS, JobName, JobSpec
 from lakesync.lakehouse.worker import RunReply, WorkerEvent, decode_line
 from lakesync.tokens import mint_token
 
-__all__ = ["Gateway", "InProcessOption", "find_gateway", "hand_over"]
+__all__ = ["Gateway", "InProcessOption", "LakeJob", "find_gateway", "hand_over", "lake_job"]
+
+T = TypeVar("T")
 
 InProcessOption = Annotated[
     bool,
@@ -162,3 +166,46 @@ def hand_over(
     if reply.error_code:
         raise error_for_code(reply.error_code, reply.error)
     return reply
+
+
+@dataclass(frozen=True, slots=True)
+class LakeJob:
+    """One lake job of a command (:data:`~lakesync.lakehouse.jobs.JOBS`) and where it runs: on
+    ``gateway``'s warm worker, or in this process (``gateway`` None)."""
+
+    spec: JobSpec
+    gateway: Gateway | None
+
+    @property
+    def runs_here(self) -> bool:
+        """Whether it runs in this process (no gateway to hand it to)."""
+        return self.gateway is None
+
+    def run(
+        self,
+        on_event: Callable[[WorkerEvent], None],
+        here: Callable[[], T],
+        handed: Callable[[RunReply], T],
+        *,
+        full_refresh: bool = False,
+        tests: bool = True,
+    ) -> T:
+        """Run it: handed to the gateway (its events to ``on_event`` as they come, the outcome
+        ``handed(reply)``), or ``here()`` in this process, also when the gateway does not take
+        it (:func:`hand_over` says why). Raises the run's own error when an exception ended it
+        on the gateway, as ``here()`` would have."""
+        if self.gateway is not None and self.spec.worker_kind is not None:
+            reply = hand_over(self.gateway, self.spec.worker_kind, on_event,
+                              full_refresh=full_refresh, tests=tests)
+            if reply is not None:
+                return handed(reply)
+        return here()
+
+
+def lake_job(name: JobName, data_dir: Path, config: Config, in_process: bool) -> LakeJob:
+    """The job ``name`` of a command on ``data_dir``: a job that runs on the warm worker goes to
+    the gateway serving the data dir (:func:`find_gateway`; a note says why it does not),
+    unless ``in_process``; any other runs in this process."""
+    spec = JOBS[name]
+    gateway = find_gateway(data_dir, config, in_process) if spec.on_worker else None
+    return LakeJob(spec, gateway)

@@ -26,7 +26,7 @@ from rich.progress import (
 from rich.table import Table
 
 from lakesync import hlc as hlc_mod
-from lakesync.cli.handover import Gateway, InProcessOption, find_gateway, hand_over
+from lakesync.cli.handover import InProcessOption, lake_job
 from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
 from lakesync.cli.output import plain, print_table, printable
 from lakesync.cli.query import DataDirOption, FormatOption, print_result, query_command
@@ -52,7 +52,7 @@ from lakesync.lakehouse.runner import (
 )
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.lakehouse.shipping import ShipResult
-from lakesync.lakehouse.worker import Queued, WorkerEvent
+from lakesync.lakehouse.worker import Queued, RunReply, WorkerEvent
 from lakesync.progress import NodeCount
 
 __all__ = [
@@ -81,16 +81,20 @@ def run_command(
     Ctrl-C stops following, the run goes on there)."""
     cfg = load_config(config)
     settings = LakeSettings.from_config(cfg, data_dir)
-    gateway = find_gateway(settings.data_dir, cfg, in_process)
+    job = lake_job("build", settings.data_dir, cfg, in_process)
     with contextlib.ExitStack() as stack:
         view = RunView(stack, ships=bool(cfg.destinations))
-        run = None if gateway is None else _run_on_gateway(gateway, view, full_refresh, no_tests)
-        if run is None:
+        handed = _HandedRun(view)
+
+        def here() -> PipelineOutcome:
             # A mistyped --data-dir must not become a new empty lake and a minute of Spark: only
             # the commands that make a lake (`lakesync up`, `lakesync demo`) create one.
             require_lake(settings)
-            run = run_and_ship(settings, cfg, full_refresh=full_refresh, tests=not no_tests,
-                               observer=view)
+            return run_and_ship(settings, cfg, full_refresh=full_refresh, tests=not no_tests,
+                                observer=view)
+
+        run = job.run(handed.event, here, handed.outcome, full_refresh=full_refresh,
+                      tests=not no_tests)
     view.finish()
     if cfg.destinations:
         # The tables built ship; those not built are reported failed (and make it exit 1).
@@ -102,35 +106,36 @@ def run_command(
         )
 
 
-def _run_on_gateway(
-    gateway: Gateway, view: RunView, full_refresh: bool, no_tests: bool
-) -> PipelineOutcome | None:
-    """The run on the gateway's worker, drawn by ``view``; None if the gateway did not take it."""
-    built: list[PipelineResult] = []
-    shipped: list[ShipResult] = []
+class _HandedRun:
+    """A pipeline run handed to the gateway's worker: its events drawn by ``view``, its
+    outcome gathered from them."""
 
-    def on_event(event: WorkerEvent) -> None:
+    def __init__(self, view: RunView) -> None:
+        self._view = view
+        self._built: list[PipelineResult] = []
+        self._shipped: list[ShipResult] = []
+
+    def event(self, event: WorkerEvent) -> None:
+        """Draw one event of the run (or its wait)."""
         match event:
             case Queued(running=running):
-                view.waiting(running)
+                self._view.waiting(running)
                 return
             case Built(result=result):
-                built.append(result)
+                self._built.append(result)
             case Shipped(result=result):
-                shipped.append(result)
+                self._shipped.append(result)
             case NodesPlanned() | NodeProgress():
                 pass
             case _:
                 return  # not a pipeline run's
-        view(event)
+        self._view(event)
 
-    reply = hand_over(gateway, "pipeline", on_event, full_refresh=full_refresh,
-                      tests=not no_tests)
-    if reply is None:
-        return None
-    if not built:
-        raise LakeSyncError(reply.error or "the gateway's pipeline run ended without a build")
-    return PipelineOutcome(built[0], shipped)
+    def outcome(self, reply: RunReply) -> PipelineOutcome:
+        """The run's outcome: what it built and shipped."""
+        if not self._built:
+            raise LakeSyncError(reply.error or "the gateway's pipeline run ended without a build")
+        return PipelineOutcome(self._built[0], self._shipped)
 
 
 class RunView:

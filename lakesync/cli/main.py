@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,7 +17,7 @@ from lakesync.cli.init import init_command
 from lakesync.cli.output import log_redacted, printable, redacted
 from lakesync.config import load_config
 from lakesync.errors import ConfigError, LakeSyncError, ValidationError
-from lakesync.tokens import mint_client_token
+from lakesync.tokens import mint_client_token, weak_secret
 
 if TYPE_CHECKING:
     from typer._click import Context  # typer vendors click; its commands take this Context
@@ -69,6 +70,29 @@ attribute is a typer command function or a :class:`typer.Typer` group; the summa
 its help, tests/cli/test_main.py checks) is what ``lakesync --help`` lists."""
 
 
+_SPOT = re.compile(r"^(LINE \d+: )(.*)\n( *)\^", re.MULTILINE)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _keyword_hint(message: str, duckdb: Any) -> str:
+    """DuckDB's error ``message``, with a first line saying so when the syntax error is at (or
+    just after) a word DuckDB's SQL keeps for itself (``at``, ``order``...) used as a name."""
+    spot = _SPOT.search(message)
+    if not message.startswith("Parser Error") or spot is None:
+        return message
+    line, column = spot.group(2), len(spot.group(3)) - len(spot.group(1))
+    before = _WORD.findall(line[:column])[-1:]
+    at = _WORD.match(line, max(column, 0))
+    keywords = {k for (k,) in duckdb.sql(
+        "SELECT keyword_name FROM duckdb_keywords() WHERE keyword_category <> 'unreserved'"
+    ).fetchall()}
+    for word in [*before, *([at.group(0)] if at else [])]:
+        if word.lower() in keywords - {"from", "where", "select", "as", "and", "or", "on"}:
+            return (f'{word!r} is an SQL keyword: as a column or table name, quote it ("{word}")\n'
+                    f"{message}")
+    return message
+
+
 def expected_failure(exc: Exception) -> tuple[str, int] | None:
     """The one-line message and exit code for a failure the user can act on, else None (a bug).
 
@@ -94,7 +118,7 @@ def expected_failure(exc: Exception) -> tuple[str, int] | None:
         return f"cannot reach the gateway{where} ({exc}); is it running (lakesync up)?", 1
     duckdb = sys.modules.get("duckdb")
     if duckdb is not None and isinstance(exc, duckdb.Error):
-        return str(exc), 1  # syntax errors, unknown columns: DuckDB's text names the spot
+        return _keyword_hint(str(exc), duckdb), 1  # DuckDB's text names the spot
     sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")
     if sqlalchemy_exc is not None and isinstance(exc, sqlalchemy_exc.OperationalError):
         reason = _first_line(exc.orig or exc)
@@ -210,10 +234,17 @@ def _root() -> None:
     telemetry.configure()  # OTLP export when the standard OTEL_* variables ask for it
 
 
+ADMIN_SUBJECT = "operator"
+"""The subject of an admin token minted without ``--sub``."""
+
+
 @app.command()
 def token(
-    sub: Annotated[str, typer.Option(help="Client id (the token's subject).")],
     gw: Annotated[str, typer.Option(help="Gateway id the token is valid for.")],
+    sub: Annotated[str | None, typer.Option(
+        help=f"Client id (the token's subject); needed but for an admin token (default "
+        f"{ADMIN_SUBJECT!r})."
+    )] = None,
     role: Annotated[str, typer.Option(
         help="client (syncs), admin (admin API and console too) or analyst (reads the lake "
         "through lakesync sql-server, nothing else)."
@@ -225,6 +256,12 @@ def token(
     ttl: Annotated[str, typer.Option(help="Lifetime, e.g. 30m, 1h, 7d.")] = "1h",
 ) -> None:
     """Mint a JWT signed with LAKESYNC_JWT_SECRET and print it."""
+    if sub is None:
+        if role != "admin":
+            raise typer.BadParameter(
+                f"a {role} token needs a subject: pass --sub CLIENT_ID", param_hint="--sub"
+            )
+        sub = ADMIN_SUBJECT
     claims: dict[str, str | list[str]] = {}
     for item in claim or []:
         key, sep, value = item.partition("=")
@@ -238,6 +275,9 @@ def token(
     config = load_config()
     if not config.jwt_secrets:
         raise ConfigError("LAKESYNC_JWT_SECRET is not set; export the gateway's secret first")
+    weak = weak_secret(config.jwt_secrets[0])
+    if weak is not None:
+        typer.echo(f"warning: {weak}", err=True)
     typer.echo(mint_client_token(config.jwt_secrets[0], sub, gw, claims, ttl, role=role))
 
 

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lakesync.cli.handover import Gateway, InProcessOption, find_gateway, hand_over
+from lakesync.cli.handover import InProcessOption, LakeJob, lake_job
 from lakesync.cli.output import hide_secrets, plain, print_table
 from lakesync.config import Config, load_config
 from lakesync.destinations.factory import open_destination
@@ -116,31 +116,33 @@ def ship(
     settings: LakeSettings,
     config: Config,
     lifecycle_only: bool = False,
-    gateway: Gateway | None = None,
+    job: LakeJob | None = None,
 ) -> None:
     """Ship every declared destination (then tier those with a ``hot_window``) and print what
     happened; raise :class:`MaterialiseError` naming the failures, after shipping everything
-    else. ``lifecycle_only`` runs the tiering alone (no Spark); ``gateway`` ships on that
-    gateway's warm worker instead of this process (see :mod:`lakesync.cli.handover`)."""
+    else. ``lifecycle_only`` runs the tiering alone (the ``tier`` job, no Spark); ``job`` says
+    where the ``ship`` job runs (:func:`lakesync.cli.handover.lake_job`; default: in this
+    process)."""
     if not config.destinations:
         Console(stderr=True).print(
             "no destinations declared: add a destinations: section to lakesync.yaml"
         )
         return
+    if job is None:
+        job = lake_job("tier" if lifecycle_only else "ship", settings.data_dir, config, True)
     started = time.monotonic()
     console = Console(stderr=True)
     with console.status("starting Spark …") as status:
         show = ShippingStatus(status)
-        if lifecycle_only:
-            results = shipping.tier(settings, config, on_result=show.shipped)
-        else:
-            reply = None if gateway is None else hand_over(gateway, "materialise", show.event)
-            if reply is not None:
-                results = show.results
-            else:
-                require_lake(settings)
-                results = shipping.ship(settings, config, on_result=show.shipped,
-                                        on_progress=show.building)
+
+        def here() -> list[ShipResult]:
+            if lifecycle_only:
+                return shipping.tier(settings, config, on_result=show.shipped)
+            require_lake(settings)
+            return shipping.ship(settings, config, on_result=show.shipped,
+                                 on_progress=show.building)
+
+        results = job.run(show.event, here, handed=lambda reply: show.results)
     if not console.is_terminal:  # the spinner said nothing: one line for the log
         failed = sum(1 for r in results if r.error)
         console.print(
@@ -202,10 +204,10 @@ def materialise_command(
     settings = LakeSettings.from_config(cfg, data_dir)
     # The gateway's data dir holds its lake; any other is checked (a mistyped --data-dir is an
     # error, even with nothing to ship).
-    gateway = None if lifecycle_only else find_gateway(settings.data_dir, cfg, in_process)
-    if gateway is None:
+    job = lake_job("tier" if lifecycle_only else "ship", settings.data_dir, cfg, in_process)
+    if job.runs_here and not lifecycle_only:
         require_lake(settings)
-    ship(settings, cfg, lifecycle_only, gateway)
+    ship(settings, cfg, lifecycle_only, job)
 
 
 def migrate_command(

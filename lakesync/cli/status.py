@@ -1,15 +1,17 @@
 """``lakesync status``: whether data is flowing, from a running gateway's ``/v1/admin/status``.
 
 Tables in a terminal (whole when piped), ``--json`` for scripts, ``--watch`` to refresh in
-place. Exits 1 when something is failing (a destination that cannot be read or whose last
-shipment failed, a failing connector, a failed last pipeline run), naming each on stderr, so
-cron jobs and CI checks can run it as is.
+place (one line per refresh when piped; its admin token renewed before it expires). Exits 1
+when something is failing (a destination that cannot be read or whose last shipment failed, a
+failing connector, a failed last pipeline run), naming each on stderr, so cron jobs and CI
+checks can run it as is.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
@@ -22,13 +24,18 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from lakesync.cli.connectors import AdminTokenOption, GatewayUrlOption, admin_access, admin_get
+from lakesync.cli.connectors import (
+    AdminTokenOption,
+    GatewayUrlOption,
+    admin_get,
+    admin_tokens,
+)
 from lakesync.cli.materialise import ConfigOption
-from lakesync.cli.output import plain, print_table
+from lakesync.cli.output import plain, print_table, printable
 from lakesync.errors import ValidationError
-from lakesync.status import Backlog, StatusResponse
+from lakesync.status import Backlog, GatewayStatus, StatusResponse
 
-__all__ = ["fetch_status", "status_command", "status_tables"]
+__all__ = ["fetch_status", "status_command", "status_line", "status_tables", "watch_status"]
 
 _ANY_GATEWAY = "lakesync"
 """The gateway a minted token names when every gateway is asked for (any id will do)."""
@@ -68,37 +75,52 @@ def _lag(b: Backlog) -> str:
     return f"{b.deltas}{'+' if b.capped else ''} deltas, oldest {_age(b.oldest_age_s)}"
 
 
+def _run(g: GatewayStatus, now: datetime) -> Text:
+    run = g.pipeline.runs[0] if g.pipeline.runs else None
+    if run is None:
+        return Text("none")
+    text = Text("ok" if run.ok else "failed", style="" if run.ok else "red")
+    return text + f" {_ago(run.started_at, now)}, {run.elapsed_s:.1f} s, {run.rows_merged} merged"
+
+
+def _gateway_facts(g: GatewayStatus, now: datetime) -> list[tuple[str, str | Text]]:
+    """What the status says of one gateway, as (heading, value) pairs."""
+    return [
+        ("hot log", f"{g.hot_log.entries}{'+' if g.hot_log.entries_capped else ''} entries, "
+                    f"{g.hot_log.unflushed_bytes} bytes unflushed"),
+        ("landing lag", _lag(g.landing.lag)),
+        ("last flush", _ago(g.landing.last_flush_at, now)),
+        ("last pipeline run", _run(g, now)),
+        ("freshness", _age(g.pipeline.freshness_s)),
+        ("pipeline lag", _lag(g.pipeline.lag)),
+        ("clients", f"{sum(c.connections for c in g.clients)} connected, {len(g.clients)} seen"),
+    ]
+
+
+def _table(title: str, *headings: str) -> Table:
+    """A table whose headings are never cut: a narrow terminal wraps the values instead."""
+    table = Table(title=title)
+    for heading in headings:
+        table.add_column(plain(heading), min_width=len(heading), overflow="fold")
+    return table
+
+
 def status_tables(status: StatusResponse) -> list[Table]:
-    """The status as tables: gateways, destinations, connectors, clients (those with rows)."""
+    """The status as tables: gateways (one column each, so the table fits 80 columns),
+    destinations, connectors, clients (those with rows)."""
     now = status.generated_at
-    gateways = Table(title=f"gateways at {now:%Y-%m-%d %H:%M:%SZ}")
-    for heading in ("gateway", "hot log", "landing lag", "last flush", "last pipeline run",
-                    "freshness", "pipeline lag", "clients"):
-        gateways.add_column(heading)
-    destinations = Table(title="destinations")
-    for heading in ("gateway", "destination", "kind", "lag", "last shipment", "error"):
-        destinations.add_column(heading)
-    connectors = Table(title="connectors")
-    for heading in ("gateway", "connector", "state", "last poll", "rows read", "last error"):
-        connectors.add_column(heading)
-    clients = Table(title="clients")
-    for heading in ("gateway", "client", "sockets", "last seen", "outbox", "dead letters"):
-        clients.add_column(heading)
+    gateways = _table(f"gateways at {now:%Y-%m-%d %H:%M:%SZ}", "gateway",
+                      *(g.gateway for g in status.gateways))
+    facts = [_gateway_facts(g, now) for g in status.gateways]
+    for i, (heading, _) in enumerate(facts[0] if facts else []):
+        gateways.add_row(heading, *(f[i][1] for f in facts))
+    destinations = _table("destinations", "gateway", "destination", "kind", "lag",
+                          "last shipment", "error")
+    connectors = _table("connectors", "gateway", "connector", "state", "last poll",
+                        "rows read", "last error")
+    clients = _table("clients", "gateway", "client", "sockets", "last seen", "outbox",
+                     "dead letters")
     for g in status.gateways:
-        run = g.pipeline.runs[0] if g.pipeline.runs else None
-        gateways.add_row(
-            plain(g.gateway),
-            f"{g.hot_log.entries}{'+' if g.hot_log.entries_capped else ''} entries, "
-            f"{g.hot_log.unflushed_bytes} bytes unflushed",
-            _lag(g.landing.lag),
-            _ago(g.landing.last_flush_at, now),
-            "none" if run is None else
-            f"{'ok' if run.ok else '[red]failed[/red]'} {_ago(run.started_at, now)}, "
-            f"{run.elapsed_s:.1f} s, {run.rows_merged} merged",
-            _age(g.pipeline.freshness_s),
-            _lag(g.pipeline.lag),
-            f"{sum(c.connections for c in g.clients)} connected, {len(g.clients)} seen",
-        )
         for d in g.destinations:
             error = d.error or d.last_error
             destinations.add_row(
@@ -122,10 +144,33 @@ def status_tables(status: StatusResponse) -> list[Table]:
     return [t for t in (gateways, destinations, connectors, clients) if t.row_count]
 
 
+def _refusals(status: StatusResponse) -> str:
+    r = status.refusals
+    return (
+        f"refused since the gateway started: {r.validation} bad input, "
+        f"{r.write_access} write access, {r.contract} contract"
+    )
+
+
 def _verdict(status: StatusResponse) -> Text:
     if not status.failing:
         return Text("all well: nothing is failing", style="green")
     return plain("\n".join(f"failing: {line}" for line in status.failing), style="red")
+
+
+def status_line(status: StatusResponse) -> str:
+    """The status in one line (what ``--watch`` prints per refresh when piped): the time,
+    each gateway's facts, the refusals and the verdict."""
+    now = status.generated_at
+    parts = [
+        f"{printable(g.gateway)}: "
+        + ", ".join(f"{heading} {printable(value)}" for heading, value in _gateway_facts(g, now))
+        for g in status.gateways
+    ]
+    parts.append(_refusals(status))
+    failing = "; ".join(printable(line) for line in status.failing)
+    parts.append(f"failing: {failing}" if failing else "all well")
+    return f"{now:%Y-%m-%dT%H:%M:%SZ} " + " | ".join(parts)
 
 
 def status_command(
@@ -147,18 +192,20 @@ def status_command(
     clients of a running gateway; exit 1 when something is failing, naming it."""
     if watch and as_json:
         raise typer.BadParameter("--watch shows tables; drop --json", param_hint="--watch")
-    url, token = admin_access(Path(config) if config else None, gw or _ANY_GATEWAY, url, token)
+    url, tokens = admin_tokens(Path(config) if config else None, gw or _ANY_GATEWAY, url, token)
     if watch:
-        status = _watch(url, token, gw, interval)
+        status = watch_status(lambda: fetch_status(url, tokens(), gw), url, interval, Console())
     else:
-        status = fetch_status(url, token, gw)
+        status = fetch_status(url, tokens(), gw)
         if as_json:
             sys.stdout.write(msgspec.json.encode(status).decode() + "\n")
         else:
             for table in status_tables(status):
                 print_table(table)
+            console = Console()
+            console.print(plain(_refusals(status)))
             if not status.failing:
-                Console().print(_verdict(status))
+                console.print(_verdict(status))
     if status is not None and status.failing:
         err = Console(stderr=True)
         for line in status.failing:
@@ -166,25 +213,48 @@ def status_command(
         raise typer.Exit(1)
 
 
-def _watch(url: str, token: str, gw: str | None, interval: float) -> StatusResponse | None:
-    """Refresh the tables in place every ``interval`` seconds until Ctrl-C; the last status
+def watch_status(
+    fetch: Callable[[], StatusResponse],
+    url: str,
+    interval: float,
+    console: Console,
+    sleep: Callable[[float], None] = time.sleep,
+) -> StatusResponse | None:
+    """Show ``fetch()`` every ``interval`` seconds until Ctrl-C: the tables refreshed in place
+    in a terminal, one line per refresh (:func:`status_line`) anywhere else. The last status
     read (None if none could be). A gateway that stops answering is shown, not fatal."""
     status: StatusResponse | None = None
 
-    def view() -> RenderableType:
+    def read() -> str | None:
+        """The error line when the gateway cannot be reached, else None (``status`` is new)."""
         nonlocal status
         try:
-            status = fetch_status(url, token, gw)
+            status = fetch()
         except httpx.TransportError as exc:
-            return plain(f"cannot reach the gateway at {url} ({exc}); retrying", style="red")
-        return Group(*status_tables(status), _verdict(status))
+            return f"cannot reach the gateway at {url} ({exc}); retrying"
+        return None
+
+    def view() -> RenderableType:
+        error = read()
+        if error is not None or status is None:
+            return plain(error, style="red")
+        return Group(*status_tables(status), plain(_refusals(status)), _verdict(status))
+
+    def line() -> None:
+        error = read()
+        console.print(plain(error if error is not None or status is None else status_line(status)),
+                      soft_wrap=True, highlight=False)
+        console.file.flush()
 
     try:
-        with Live(view(), auto_refresh=False, screen=False) as live:
+        if not console.is_terminal:
             while True:
-                time.sleep(interval)
+                line()
+                sleep(interval)
+        with Live(view(), console=console, auto_refresh=False, screen=False) as live:
+            while True:
+                sleep(interval)
                 live.update(view(), refresh=True)
     except KeyboardInterrupt:
         pass
     return status
-

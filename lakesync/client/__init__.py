@@ -12,7 +12,7 @@ from lakesync.client._actions import ActionRecord
 from lakesync.client._async import AsyncLakeSyncClient
 from lakesync.client._backoff import Backoff
 from lakesync.client._client import LakeSyncClient
-from lakesync.client._core import SyncProgress, SyncProgressHandler, SyncReport
+from lakesync.client._core import Rejection, SyncProgress, SyncProgressHandler, SyncReport
 from lakesync.client._store import DeadLetter
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watch
@@ -37,6 +37,7 @@ __all__ = [
     "Event",
     "HttpTransport",
     "LakeSyncClient",
+    "Rejection",
     "SyncProgress",
     "SyncProgressHandler",
     "SyncReport",

@@ -100,10 +100,14 @@ class AsyncLakeSyncClient:
         return self._session.store.schemas()
 
     async def sync(
-        self, retries: int | None = None, on_progress: SyncProgressHandler | None = None
+        self,
+        retries: int | None = None,
+        on_progress: SyncProgressHandler | None = None,
+        *,
+        raise_on_rejected: bool = False,
     ) -> SyncReport:
         """See :meth:`LakeSyncClient.sync` (``on_progress`` is called on this event loop)."""
-        return await self._session.sync(retries, on_progress)
+        return await self._session.sync(retries, on_progress, raise_on_rejected)
 
     async def execute_action(
         self,

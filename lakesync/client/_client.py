@@ -203,20 +203,27 @@ class LakeSyncClient:
         return BlockingDriver(self._session.driver(), self._loop)
 
     def sync(
-        self, retries: int | None = None, on_progress: SyncProgressHandler | None = None
+        self,
+        retries: int | None = None,
+        on_progress: SyncProgressHandler | None = None,
+        *,
+        raise_on_rejected: bool = False,
     ) -> SyncReport:
         """One full cycle: pull every page, push the whole outbox, then pull what the push
         changed in this replica's view (a row it gave away leaves it now).
 
         Transient failures are retried with exponential backoff and jitter; deltas the gateway
-        refuses for good are dead-lettered (event ``dead_letter``). Raises ``AuthError`` /
+        refuses for good are dead-lettered (event ``dead_letter``), listed in the returned
+        report's ``rejected`` and logged as one warning (logger ``lakesync.client``); with
+        ``raise_on_rejected=True`` the sync then raises :class:`ChangesRejectedError` (its
+        ``report`` holds them) once the rest is done. Raises ``AuthError`` /
         ``ForbiddenError`` for credentials the gateway rejects, and :class:`SyncFailedError`
         when retries run out (e.g. the gateway is unreachable). ``on_progress`` receives a
         :class:`SyncProgress` (rows applied and checkpoint bytes received so far) after each
         checkpoint frame or pulled page, on the client's loop thread: a first sync of a large
         replica can show a progress bar.
         """
-        return self._loop.run(self._session.sync(retries, on_progress))
+        return self._loop.run(self._session.sync(retries, on_progress, raise_on_rejected))
 
     def connect(self) -> None:
         """Open a WebSocket transport's connection now, to receive realtime changes."""

@@ -26,7 +26,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 from lakesync.client._backoff import Backoff, is_retryable, rejects_entries
 from lakesync.client._outbox import OutboxEntry
-from lakesync.client._types import Event, Origin
+from lakesync.client._types import Event, Origin, Rejection, SyncReport
 from lakesync.client.errors import (
     CursorExpiredError,
     LakeSyncError,
@@ -64,6 +64,7 @@ __all__ = [
     "ReadCursor",
     "ReadOutbox",
     "RecordFailure",
+    "Rejection",
     "ReportProgress",
     "SyncCore",
     "SyncProgress",
@@ -78,17 +79,6 @@ _log = logging.getLogger(__name__)
 
 # The gateway accepts at most 1 MiB per push body; stay well under it (JSON adds framing).
 PUSH_MAX_BYTES = 512 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class SyncReport:
-    """What one :meth:`LakeSyncClient.sync` did: deltas pulled, pushed and dead-lettered, and
-    the cursor it ended at."""
-
-    pulled: int
-    pushed: int
-    dead_lettered: int
-    cursor: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +360,7 @@ class SyncCore:
         self._schemas_adopted = False
         self._asked: set[tuple[str, str]] = set()
         self._rows = self._bytes = 0  # the running sync call's progress
+        self._rejected: list[Rejection] = []  # the running sync call's refused changes
 
     # -- calls ------------------------------------------------------------------------------
 
@@ -382,7 +373,7 @@ class SyncCore:
 
     def sync_once(self) -> Conversation[SyncReport]:
         """One pull-push-pull cycle without retries."""
-        return Conversation(self._cycle())
+        return Conversation(self._once())
 
     def pull(self) -> Conversation[int]:
         """Pull every page (no retries); ends with the deltas applied."""
@@ -400,9 +391,15 @@ class SyncCore:
 
     # -- sync -------------------------------------------------------------------------------
 
+    def _once(self) -> Steps[SyncReport]:
+        self._rejected = []
+        return (yield from self._cycle())
+
     def _sync(self, limit: int) -> Steps[SyncReport]:
         attempt = 0
         self._rows = self._bytes = 0
+        # Refusals of every attempt: a retried cycle does not push them again.
+        self._rejected = []
         while True:
             try:
                 report = yield from self._cycle()
@@ -434,13 +431,14 @@ class SyncCore:
             yield from self._adopt_schemas()
             self._schemas_adopted = True
         pulled = yield from self._pull_all()
-        pushed, dead = yield from self._push_all()
+        pushed, _ = yield from self._push_all()
         if pushed:
             # What the push did to this replica's view comes back in a pull (a row it gave
             # away leaves it): take it in this cycle, not the next.
             pulled += yield from self._pull_all()
         cursor: int = yield ReadCursor()
-        return SyncReport(pulled, pushed, dead, cursor)
+        rejected = tuple(self._rejected)
+        return SyncReport(pulled, pushed, len(rejected), cursor, rejected)
 
     # -- pull -------------------------------------------------------------------------------
 
@@ -562,6 +560,7 @@ class SyncCore:
                 return a[0] + b[0], a[1] + b[1]
             entry = entries[0]
             yield MoveToDeadLetters(entry, exc.code, exc.message)
+            self._rejected.append(Rejection(entry.delta, exc.code, exc.message))
             yield Emit(
                 Event(
                     "dead_letter",

@@ -11,6 +11,7 @@ from itertools import chain
 from typing import Any
 
 from lakesync.client._columns import decode_json, register_converters
+from lakesync.client._sql import insert_rows
 from lakesync.client.errors import ClientClosedError
 from lakesync.merge import Cell, RowState, encode_row_state_binary
 from lakesync.wire import decode_delta
@@ -21,6 +22,7 @@ _I64_MAX = (1 << 63) - 1
 # Row ids per IN (...) lookup; SQLite allows 32766 parameters, small chunks plan well.
 _IN_CHUNK = 500
 
+_ROWS_COLUMNS = ("tbl", "row_id", "state", "view_base")
 _ROWS_DDL = """CREATE TABLE IF NOT EXISTS _ls_rows (
     tbl TEXT NOT NULL, row_id TEXT NOT NULL, state BLOB NOT NULL, view_base INTEGER,
     PRIMARY KEY (tbl, row_id)) WITHOUT ROWID"""
@@ -51,17 +53,26 @@ CREATE TABLE IF NOT EXISTS _ls_cursors (gateway_id TEXT PRIMARY KEY, server_hlc 
 _ROWS_PER_INSERT = 100
 
 
-def _insert_rows(c: sqlite3.Connection, head: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    """Run ``head`` (``INSERT ... (cols) VALUES``) for ``rows`` (tuples of one width) as a few
-    multi-row statements, in order (a later row replaces an earlier one as executemany would)."""
+def _insert_rows(
+    c: sqlite3.Connection,
+    table: str,
+    columns: tuple[str, ...],
+    rows: Sequence[tuple[Any, ...]],
+    *,
+    replace: bool = False,
+) -> None:
+    """Insert (or replace) ``rows`` (tuples of ``columns``) into ``table`` as a few multi-row
+    statements, in order (a later row replaces an earlier one as executemany would)."""
     if not rows:
         return
-    width = len(rows[0])
+    width = len(columns)
     per = max(1, min(_ROWS_PER_INSERT, c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width))
-    group = "(" + ", ".join("?" * width) + ")"
     for i in range(0, len(rows), per):
         part = rows[i : i + per]
-        c.execute(f"{head} {', '.join([group] * len(part))}", list(chain.from_iterable(part)))
+        c.execute(
+            insert_rows(table, columns, len(part), replace=replace),
+            list(chain.from_iterable(part)),
+        )
 
 
 def _hlc_in(ts: int) -> int:
@@ -71,11 +82,6 @@ def _hlc_in(ts: int) -> int:
 
 def _hlc_out(v: int) -> int:
     return v + _U64 if v < 0 else v
-
-
-def _q(name: str) -> str:
-    # Identifiers are validated against ^[a-zA-Z_][a-zA-Z0-9_]{0,63}$ before they get here.
-    return f'"{name}"'
 
 
 class ReplicaFile:
@@ -145,7 +151,8 @@ class ReplicaFile:
             conn.execute(_ROWS_DDL)
             _insert_rows(
                 conn,
-                "INSERT INTO _ls_rows (tbl, row_id, state, view_base) VALUES",
+                "_ls_rows",
+                _ROWS_COLUMNS,
                 [(t, r, encode_row_state_binary(st), vb) for (t, r), (st, vb) in states.items()],
             )
         except BaseException:

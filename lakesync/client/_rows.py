@@ -12,13 +12,14 @@ import msgspec
 from lakesync.client._columns import python_row, sql_converter, wire_values
 from lakesync.client._replica import (
     _IN_CHUNK,
+    _ROWS_COLUMNS,
     ReplicaFile,
     _hlc_in,
     _hlc_out,
     _insert_rows,
-    _q,
 )
 from lakesync.client._schemas import ReplicaSchemas
+from lakesync.client._sql import delete_row, select_in
 from lakesync.client._types import Change, Origin
 from lakesync.client.errors import RowExistsError, RowNotFoundError, ValidationError
 from lakesync.delta import Op, RowDelta, extract_delta, is_view_eviction, validate_row_id
@@ -87,10 +88,8 @@ class ReplicaRows:
             ).fetchone() is not None
             for i in range(0, len(ids) if held else 0, _IN_CHUNK):
                 chunk = ids[i : i + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
                 for rid, state, vb in c.execute(
-                    "SELECT row_id, state, view_base"
-                    f" FROM _ls_rows WHERE tbl = ? AND row_id IN ({marks})",
+                    select_in("_ls_rows", ("row_id", "state", "view_base"), len(chunk)),
                     (table, *chunk),
                 ):
                     states[(table, rid)] = decode_row_state(state)
@@ -113,10 +112,8 @@ class ReplicaRows:
         for table, ids in by_table.items():
             for i in range(0, len(ids), _IN_CHUNK):
                 chunk = ids[i : i + _IN_CHUNK]
-                marks = ",".join("?" * len(chunk))
                 for rid, body in c.execute(
-                    f"SELECT row_id, body FROM _ls_outbox WHERE tbl = ? AND row_id IN ({marks})"
-                    " ORDER BY seq",
+                    select_in("_ls_outbox", ("row_id", "body"), len(chunk), "seq"),
                     (table, *chunk),
                 ):
                     out.setdefault((table, rid), []).append(decode_delta(bytes(body)))
@@ -128,7 +125,8 @@ class ReplicaRows:
         """Write back acknowledged states, one encoded :class:`RowState` per row."""
         _insert_rows(
             c,
-            "INSERT OR REPLACE INTO _ls_rows (tbl, row_id, state, view_base) VALUES",
+            "_ls_rows",
+            _ROWS_COLUMNS,
             [
                 (
                     table,
@@ -138,6 +136,7 @@ class ReplicaRows:
                 )
                 for (table, row_id), t in touched.items()
             ],
+            replace=True,
         )
 
     def _show(self, c: sqlite3.Connection, touched: Mapping[tuple[str, str], _Touched]) -> None:
@@ -162,10 +161,10 @@ class ReplicaRows:
                 (row_id, *[f(after.get(n)) for n, f in convert])
             )
         for table, rows in deletes.items():
-            c.executemany(f"DELETE FROM {_q(table)} WHERE row_id = ?", rows)
+            c.executemany(delete_row(table), rows)
         for table, rows in upserts.items():
-            names = "".join(", " + _q(n) for n, _ in columns[table])
-            _insert_rows(c, f"INSERT OR REPLACE INTO {_q(table)} (row_id{names}) VALUES", rows)
+            names = ("row_id", *(n for n, _ in columns[table]))
+            _insert_rows(c, table, names, rows, replace=True)
 
     def refill(self, c: sqlite3.Connection, table: str) -> None:
         """Write every visible row of ``table`` to its SQL table again."""

@@ -16,7 +16,8 @@ from lakesync.client._columns import (
     encode_json,
     infer_type,
 )
-from lakesync.client._replica import _PREFIX, ReplicaFile, _q
+from lakesync.client._replica import _PREFIX, ReplicaFile
+from lakesync.client._sql import add_column, create_table, drop_column
 from lakesync.column_types import widening_allowed
 from lakesync.delta import RowDelta
 from lakesync.errors import SchemaError
@@ -86,11 +87,8 @@ class ReplicaSchemas:
                     f"table {schema.table!r} differs from local table {clash[0]!r} only in case; "
                     "SQLite table names are case-insensitive"
                 )
-            cols = ", ".join(f"{_q(s.name)} {SQL_TYPES[s.type]}" for s in schema.columns)
-            c.execute(
-                f"CREATE TABLE IF NOT EXISTS {_q(schema.table)} "
-                f"(row_id TEXT PRIMARY KEY{', ' if cols else ''}{cols})"
-            )
+            columns = [(s.name, SQL_TYPES[s.type]) for s in schema.columns]
+            c.execute(create_table(schema.table, columns))
             self._store_schema(c, schema, 1)
             return
         # Columns learned from remote deltas stay even when the app's schema omits them.
@@ -123,11 +121,9 @@ class ReplicaSchemas:
         ]
         if added or schema_to_wire(merged) != schema_to_wire(old):
             for s in widened:
-                c.execute(f"ALTER TABLE {_q(schema.table)} DROP COLUMN {_q(s.name)}")
+                c.execute(drop_column(schema.table, s.name))
             for s in [*widened, *added]:
-                c.execute(
-                    f"ALTER TABLE {_q(schema.table)} ADD COLUMN {_q(s.name)} {SQL_TYPES[s.type]}"
-                )
+                c.execute(add_column(schema.table, s.name, SQL_TYPES[s.type]))
             version = c.execute(
                 "SELECT version FROM _ls_schemas WHERE tbl = ?", (schema.table,)
             ).fetchone()[0]

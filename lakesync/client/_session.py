@@ -27,6 +27,7 @@ from lakesync.client._store import LocalStore
 from lakesync.client._types import Change, Event, SyncStatus
 from lakesync.client._watch import Watchers
 from lakesync.client.errors import (
+    ChangesRejectedError,
     ClientClosedError,
     ConfigError,
     LakeSyncError,
@@ -297,7 +298,10 @@ class ClientSession:
         return self._driver
 
     async def sync(
-        self, retries: int | None, on_progress: SyncProgressHandler | None = None
+        self,
+        retries: int | None,
+        on_progress: SyncProgressHandler | None = None,
+        raise_on_rejected: bool = False,
     ) -> SyncReport:
         """See :meth:`LakeSyncClient.sync`."""
         driver = self.driver()
@@ -309,6 +313,11 @@ class ClientSession:
             self.syncing = False
         self.last_synced_at = time.time()
         self.last_error = None
+        if report.rejected:
+            message = rejected_message(report)
+            _log.warning("%s", message)
+            if raise_on_rejected:
+                raise ChangesRejectedError(message, report)
         return report
 
     async def execute_action(
@@ -371,7 +380,9 @@ class ClientSession:
             while not self._auto_stop:
                 try:
                     self.syncing = True
-                    await driver.sync(retries=0)
+                    report = await driver.sync(retries=0)
+                    if report.rejected:
+                        _log.warning("%s", rejected_message(report))
                     self.last_synced_at = time.time()
                     self.last_error = None
                 except LakeSyncError as exc:
@@ -401,6 +412,17 @@ class ClientSession:
         self.watchers.cancel_all()
         if self._driver is not None and not self.store.closed:
             await self._driver.transport.aclose()
+
+
+def rejected_message(report: SyncReport) -> str:
+    """One line for a sync whose changes the gateway refused: how many, the first reason, and
+    where they went."""
+    n = len(report.rejected)
+    return (
+        f"the gateway refused {n} local change{'s' if n != 1 else ''} in this sync, moved to "
+        f"the dead letters (first: {report.rejected[0]}); see dead_letters(), and "
+        "requeue_dead_letters() once the cause is fixed"
+    )
 
 
 def _arrow_type(pa: Any, spec: ColumnSpec) -> Any:

@@ -1,11 +1,14 @@
-"""Small public value types of the client: row changes, sync events and sync status."""
+"""Small public value types of the client: row changes, sync events, sync status and what a
+sync did."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Change", "Event", "EventKind", "Origin", "SyncStatus"]
+from lakesync.delta import RowDelta
+
+__all__ = ["Change", "Event", "EventKind", "Origin", "Rejection", "SyncReport", "SyncStatus"]
 
 Origin = Literal["local", "remote", "realtime"]
 EventKind = Literal[
@@ -65,3 +68,32 @@ class SyncStatus:
     last_error: str | None
     auto_sync: bool
     connected: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A local change the gateway refused for good during a sync: it was moved to the dead
+    letters (``dead_letters()``; ``requeue_dead_letters()`` after fixing the cause)."""
+
+    delta: RowDelta
+    """The refused delta (its ``table``, ``row_id`` and ``columns``)."""
+    code: str
+    """The gateway's error code, e.g. ``FORBIDDEN`` (outside this client's view)."""
+    error: str
+    """The gateway's message."""
+
+    def __str__(self) -> str:
+        return f"{self.delta.table}/{self.delta.row_id}: {self.code} {self.error}"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What one :meth:`LakeSyncClient.sync` did: deltas pulled, pushed and dead-lettered, the
+    cursor it ended at, and the changes the gateway refused (``rejected``, oldest first; each
+    is one of the ``dead_lettered``)."""
+
+    pulled: int
+    pushed: int
+    dead_lettered: int
+    cursor: int
+    rejected: tuple[Rejection, ...] = ()

@@ -7,6 +7,8 @@ closed replica, a missing optional extra, an unreachable gateway, local row conf
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lakesync.errors import (
     AuthError,
     BackpressureError,
@@ -22,9 +24,13 @@ from lakesync.errors import (
     ValidationError,
 )
 
+if TYPE_CHECKING:
+    from lakesync.client._types import SyncReport
+
 __all__ = [
     "AuthError",
     "BackpressureError",
+    "ChangesRejectedError",
     "ClientClosedError",
     "ClockDriftError",
     "ConfigError",
@@ -90,3 +96,17 @@ class RowExistsError(ValidationError):
 
 class RowNotFoundError(NotFoundError):
     """``update`` or ``delete`` of a row id that is not live in the local replica."""
+
+
+class ChangesRejectedError(LakeSyncError):
+    """``sync(raise_on_rejected=True)`` finished, but the gateway refused some local changes
+    for good (outside the client's view, against the schema...): they are in the dead letters.
+    ``report`` is the sync's :class:`SyncReport` (``report.rejected`` lists them); everything
+    else in the sync was done."""
+
+    code = "CHANGES_REJECTED"
+    status = 422
+
+    def __init__(self, message: str, report: SyncReport) -> None:
+        super().__init__(message)
+        self.report = report

@@ -9,12 +9,24 @@ from __future__ import annotations
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
+
+from sqlglot import exp
+
+from lakesync.sql_ast import col, marks, table
 
 __all__ = ["SpilledKeys"]
 
 _BATCH = 500  # ids per IN (...) look-up: under SQLite's bound on variables
+
+
+@lru_cache(maxsize=8)
+def _select_in(n: int) -> str:
+    """``SELECT id FROM keys WHERE id IN`` ``n`` parameters."""
+    query = exp.select(col("id")).from_(table("keys")).where(col("id").isin(*marks(n)))
+    return query.sql(dialect="sqlite")
 
 
 class SpilledKeys:
@@ -39,8 +51,7 @@ class SpilledKeys:
         found: set[str] = set()
         for i in range(0, len(ids), _BATCH):
             part = ids[i : i + _BATCH]
-            marks = ",".join("?" * len(part))
-            rows = self._db.execute(f"SELECT id FROM keys WHERE id IN ({marks})", part)
+            rows = self._db.execute(_select_in(len(part)), part)
             found.update(r for (r,) in rows)
         return [i for i in ids if i not in found]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lakesync.config import StoreConfig
 from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog
@@ -14,13 +15,19 @@ from lakesync.hotlog.sqlite import SqliteHotLog
 __all__ = ["open_store"]
 
 
-def open_store(url: str, data_dir: Path, clock: HLC, pg_schema: str = "lakesync") -> HotLog:
+def open_store(
+    url: str,
+    data_dir: Path,
+    clock: HLC,
+    pg_schema: str = "lakesync",
+    limits: StoreConfig = StoreConfig(),  # noqa: B008 (frozen: one shared default is safe)
+) -> HotLog:
     """Open the store named by ``url``: ``sqlite`` (a file in ``data_dir``), ``sqlite:///path``
-    or a ``postgresql://`` DSN (tables in ``pg_schema``)."""
+    or a ``postgresql://`` DSN (tables in ``pg_schema``, sessions under ``limits``)."""
     if url == "sqlite":
         return SqliteHotLog(data_dir / "hotlog.sqlite3", clock)
     if url.startswith("sqlite:///"):
         return SqliteHotLog(Path(url.removeprefix("sqlite:///")), clock)
     if url.startswith(("postgresql://", "postgres://")):
-        return PostgresHotLog(url, clock, schema=pg_schema)
+        return PostgresHotLog(url, clock, schema=pg_schema, limits=limits)
     raise ConfigError(f"unknown store url {url!r}; use 'sqlite', 'sqlite:///path' or postgresql://")

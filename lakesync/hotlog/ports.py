@@ -204,8 +204,9 @@ class LogMaintenance(Protocol):
     def trim_log(self, gateway_id: str, upto: int, limit: int = 10_000) -> int:
         """Delete up to ``limit`` of the gateway's oldest log entries ingested at or before
         ``upto``, never past its checkpoint's position nor past the flushed position, and move
-        its horizon (:attr:`CheckpointInfo.trimmed`) in the same transaction. Returns how many
-        went (call again while it returns ``limit``). Merged row states stay."""
+        its horizon (:attr:`CheckpointInfo.trimmed`) to the last entry deleted in the same
+        transaction; with nothing to delete the horizon stays. Returns how many went (call
+        again while it returns ``limit``). Merged row states stay."""
 
 
 # -- checkpoints (:mod:`lakesync.checkpoint_chunks`) -----------------------------------------

@@ -7,11 +7,20 @@ Within a process the writes go through one writer thread that commits whatever i
 transaction (group commit, :mod:`lakesync.hotlog._group`): one lock and one commit for many
 pushes. Each append sends a ``NOTIFY`` (delivered on commit) that the other processes turn into
 WebSocket broadcasts.
+
+Every session carries the limits of :class:`~lakesync.config.StoreConfig`: a process that stops
+answering while it holds the write lock (frozen, cut off) is ended by the server once it has been
+idle in its transaction for ``pg_idle_in_transaction_timeout``, which releases the lock; its
+transaction fails, so none of its pushes is acknowledged. Lock waits and statements are bounded,
+and TCP keepalives on both ends notice a peer that went away. Pooled connections are checked
+before each use, so connections a server restart broke are replaced without failing a request.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +32,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolClosed
 
+from lakesync.config import StoreConfig
 from lakesync.hlc import HLC
 from lakesync.hotlog._group import GroupCommit
 from lakesync.hotlog._sql import (
@@ -30,11 +40,12 @@ from lakesync.hotlog._sql import (
     AFTER_COLUMNS_DDL,
     LOG_COLUMNS,
     SqlHotLog,
+    add_column,
     schema_ddl,
 )
 from lakesync.hotlog.base import LogNotice, RowKey, RowRecord, decode_state
 
-__all__ = ["PostgresHotLog"]
+__all__ = ["PostgresHotLog", "connection_params", "session_settings"]
 
 _CHANNEL = "lakesync_hotlog"
 
@@ -70,37 +81,87 @@ probes the primary key once per key, however many rows the client wrote."""
 _DDL = schema_ddl(integer="BIGINT", blob="BYTEA")
 
 
+class _QuietReconnects(logging.Filter):
+    """Drop the pool's line per failed connection attempt (several a second while the server is
+    down, each with libpq's multi-line text): a request that finds the store down logs one
+    line naming it (:mod:`lakesync.api.errors`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(
+            ("error connecting in", "reconnection attempt in pool", "discarding closed")
+        )
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def connection_params(limits: StoreConfig) -> dict[str, Any]:
+    """libpq's connection parameters for ``limits``' client side: TCP keepalives and
+    ``tcp_user_timeout`` (a limit of 0 is left to the operating system)."""
+    params: dict[str, Any] = {"keepalives": 1}
+    for key, value in (
+        ("keepalives_idle", round(limits.pg_keepalives_idle)),
+        ("keepalives_interval", round(limits.pg_keepalives_interval)),
+        ("keepalives_count", limits.pg_keepalives_count),
+        ("tcp_user_timeout", _ms(limits.pg_tcp_user_timeout)),
+    ):
+        if value > 0:
+            params[key] = value
+    return params
+
+
+def session_settings(limits: StoreConfig) -> dict[str, str]:
+    """The server settings of a store session under ``limits`` (0 turns a limit off): its
+    timeouts and the server side's TCP keepalives."""
+    return {
+        "idle_in_transaction_session_timeout": f"{_ms(limits.pg_idle_in_transaction_timeout)}ms",
+        "lock_timeout": f"{_ms(limits.pg_lock_timeout)}ms",
+        "statement_timeout": f"{_ms(limits.pg_statement_timeout)}ms",
+        "tcp_keepalives_idle": str(round(limits.pg_keepalives_idle)),
+        "tcp_keepalives_interval": str(round(limits.pg_keepalives_interval)),
+        "tcp_keepalives_count": str(limits.pg_keepalives_count),
+        "tcp_user_timeout": str(_ms(limits.pg_tcp_user_timeout)),
+    }
+
+
 class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
     """The PostgreSQL implementation of :class:`HotLog` (see module docstring)."""
 
     _for_update = " FOR UPDATE"
 
-    def __init__(self, dsn: str, clock: HLC, schema: str = "lakesync", pool_size: int = 8) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        clock: HLC,
+        schema: str = "lakesync",
+        pool_size: int = 8,
+        limits: StoreConfig = StoreConfig(),  # noqa: B008 (frozen: one shared default is safe)
+    ) -> None:
         super().__init__(clock)
         self._dsn = dsn
         self._schema = schema
+        self._params = connection_params(limits)
+        self._settings = session_settings(limits)
         self.origin = uuid.uuid4().hex
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("SELECT pg_advisory_lock(hashtext('lakesync-ddl'))")
-            try:
-                ident = sql.Identifier(schema)
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-                conn.execute(_DDL)
-                for table, column, typ in ADDED_COLUMNS:
-                    conn.execute(
-                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}"
-                        f" {typ.format(integer='BIGINT')}"
-                    )
-                for statement in AFTER_COLUMNS_DDL:
-                    conn.execute(statement)
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(hashtext('lakesync-ddl'))")
+        with psycopg.connect(dsn, autocommit=True, **self._params) as conn:
+            if not _schema_is_current(conn, schema):
+                _create_schema(conn, schema)
         self._pool = ConnectionPool(
             dsn,
+            kwargs=self._params,
             min_size=1,
             max_size=pool_size,
             configure=self._configure,
+            check=ConnectionPool.check_connection,
+            timeout=limits.pg_pool_timeout,
+            # Give a failed reconnection up after a second, not after the pool's backoff has
+            # grown through an outage: the next request then connects at once, so the first
+            # requests after a restart do not wait out a backoff and fail.
+            reconnect_timeout=1.0,
             open=True,
             name=f"hotlog-{schema}",
         )
@@ -124,6 +185,15 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
         # Autocommit: every transaction below is explicit (_write() or _snapshot()).
         conn.autocommit = True
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
+        self._limit(conn)
+
+    def _limit(self, conn: psycopg.Connection[Any]) -> None:
+        """Put the session under the store's limits (see module docstring)."""
+        names, values = list(self._settings), list(self._settings.values())
+        conn.execute(
+            "SELECT set_config(n, v, false) FROM unnest(%s::text[], %s::text[]) AS s(n, v)",
+            (names, values),
+        )
 
     @contextmanager
     def _snapshot(self) -> Iterator[psycopg.Connection[Any]]:
@@ -243,7 +313,7 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
         def run() -> None:
             while not self._stop.is_set():
                 try:
-                    with psycopg.connect(self._dsn, autocommit=True) as conn:
+                    with psycopg.connect(self._dsn, autocommit=True, **self._params) as conn:
                         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(_CHANNEL)))
                         while not self._stop.is_set():
                             for n in conn.notifies(timeout=0.5):
@@ -275,7 +345,9 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
             conn, held = self._leads.get(role, (None, False))
             try:
                 if conn is None or conn.closed:
-                    conn, held = psycopg.connect(self._dsn, autocommit=True), False
+                    conn = psycopg.connect(self._dsn, autocommit=True, **self._params)
+                    self._limit(conn)
+                    held = False
                     self._leads[role] = (conn, held)
                 if held:
                     conn.execute("SELECT 1")  # the session lives, so it still holds the lock
@@ -293,8 +365,14 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
     @contextmanager
     def exclusive(self, name: str) -> Iterator[None]:
         """See :meth:`HotLog.exclusive`: a transaction-level advisory lock, released when the
-        block ends or its session dies."""
+        block ends or its session dies. The block may run long with the transaction idle (a
+        landing flush writes the lake meanwhile) and a waiter waits for it, so this transaction
+        alone is under none of the store's timeouts."""
         with self._pool.connection() as conn, conn.transaction():
+            conn.execute(
+                "SELECT set_config(n, '0', true) FROM unnest(%s::text[]) AS s(n)",
+                (["idle_in_transaction_session_timeout", "lock_timeout", "statement_timeout"],),
+            )
             key = f"lakesync-mutex:{self._schema}:{name}"
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
             yield
@@ -310,6 +388,45 @@ class PostgresHotLog(SqlHotLog[psycopg.Connection[Any]]):
             self._leads.clear()
         self._writes.close()
         self._pool.close()
+
+
+_RELATIONS = frozenset(
+    re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", _DDL + ";".join(AFTER_COLUMNS_DDL))
+)
+
+
+def _schema_is_current(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether the schema has every table, index and added column already. Then opening the
+    store runs no DDL: ``CREATE INDEX IF NOT EXISTS`` still locks its table and ``ALTER TABLE``
+    locks it exclusively even when there is nothing to do, so a process (re)starting while the
+    others write would queue behind their transactions, and they behind it (a deadlock)."""
+    relations = {
+        name for (name,) in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s", (schema,))
+    }
+    if not _RELATIONS.issubset(relations):
+        return False
+    columns = set(conn.execute(
+        "SELECT table_name, column_name FROM information_schema.columns"
+        " WHERE table_schema = %s", (schema,)).fetchall())
+    return all((table, column) in columns for table, column, _ in ADDED_COLUMNS)
+
+
+def _create_schema(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Create the schema's missing tables, columns and indexes, one process at a time."""
+    conn.execute("SELECT pg_advisory_lock(hashtext('lakesync-ddl'))")
+    try:
+        ident = sql.Identifier(schema)
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        conn.execute(_DDL)
+        for table, column, typ in ADDED_COLUMNS:
+            conn.execute(add_column(table, column, typ, integer="BIGINT", dialect="postgres"))
+        for statement in AFTER_COLUMNS_DDL:
+            conn.execute(statement)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(hashtext('lakesync-ddl'))")
 
 
 def _rollback(conn: psycopg.Connection[Any]) -> None:

@@ -23,7 +23,14 @@ from typing import Any, TypeVar
 
 from lakesync.hlc import HLC
 from lakesync.hotlog._group import GroupCommit
-from lakesync.hotlog._sql import ADDED_COLUMNS, AFTER_COLUMNS_DDL, SqlHotLog, schema_ddl
+from lakesync.hotlog._sql import (
+    ADDED_COLUMNS,
+    AFTER_COLUMNS_DDL,
+    SqlHotLog,
+    add_column,
+    schema_ddl,
+    table_info,
+)
 from lakesync.hotlog.base import RowKey, RowRecord, decode_state
 
 __all__ = ["SqliteHotLog"]
@@ -62,10 +69,10 @@ class SqliteHotLog(SqlHotLog[sqlite3.Connection]):
         self._writer_conn = _connect(path)
         self._writer_conn.executescript(_SCHEMA)
         for table, column, typ in ADDED_COLUMNS:
-            have = {row[1] for row in self._writer_conn.execute(f"PRAGMA table_info({table})")}
+            have = {row[1] for row in self._writer_conn.execute(table_info(table))}
             if column not in have:
                 self._writer_conn.execute(
-                    f"ALTER TABLE {table} ADD COLUMN {column} {typ.format(integer='INTEGER')}"
+                    add_column(table, column, typ, integer="INTEGER", dialect="sqlite")
                 )
         for statement in AFTER_COLUMNS_DDL:
             self._writer_conn.execute(statement)

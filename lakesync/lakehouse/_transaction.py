@@ -10,11 +10,12 @@ updates only ever replace), so the one built for a given base and staged updates
 
 from __future__ import annotations
 
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import TableUpdate, update_table_metadata
 
-__all__ = ["StagedTransaction"]
+__all__ = ["LandingTransaction", "StagedTransaction"]
 
 
 class StagedTransaction(Transaction):
@@ -32,3 +33,18 @@ class StagedTransaction(Transaction):
             staged = (base, updates, update_table_metadata(base, updates))
             self._staged = staged
         return staged[2]
+
+
+class LandingTransaction(StagedTransaction):
+    """A landing commit: never re-applied on top of a snapshot another process committed
+    meanwhile, as pyiceberg retries a conflicting append. The position it lands through was read
+    under the landing mutex; a flusher that lost the mutex with its session (a PostgreSQL restart
+    mid-flush) would land again what the other process landed. It fails instead (nothing
+    committed), and the next flush starts from the table's position. A retry that finds this
+    transaction's own snapshot committed (a lost answer) still ends as a success."""
+
+    def _rebuild_snapshot_updates(self) -> None:
+        raise CommitFailedException(
+            "the landing table moved while this flush committed: another process landed first"
+        )
+

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lakesync.errors import ConfigError, NotFoundError
+from lakesync.errors import ConfigError, NotFoundError, first_line, is_outage_sqlstate
 from lakesync.lakehouse.object_store import pyiceberg_s3_properties
 from lakesync.lakehouse.settings import CATALOG_NAME, LANDING_NAMESPACE, LANDING_TABLE, LakeSettings
 from lakesync.redaction import Redactor
@@ -50,6 +50,7 @@ __all__ = [
     "open_catalog",
     "remember_late_landings",
     "require_lake",
+    "sql_catalog_failure",
     "table_locations",
 ]
 
@@ -98,7 +99,8 @@ logging.getLogger("pyiceberg.catalog.sql").addFilter(_QuietV0Layout())
 
 class CatalogUnavailableError(ConfigError):
     """The lake's REST catalog could not be reached, refused the lake's credential or could not
-    be opened; the message names the URI and the key to check (never a secret). A
+    be opened, or the database of its JDBC catalog could not be reached; the message names the
+    URI and the key to check (never a secret). A
     :class:`~lakesync.errors.ConfigError` (the command line exits 2: a setting to check), but
     answered 502 by the gateway, whose flushes try again until the catalog is back."""
 
@@ -144,6 +146,9 @@ def open_catalog(settings: LakeSettings) -> Catalog:
         "uri": settings.sqlalchemy_uri(),
         "warehouse": settings.warehouse,
         "init_catalog_tables": "false",
+        # Check a pooled connection before use: after a database restart the pool's old
+        # connections are replaced instead of failing the next catalog call.
+        "pool_pre_ping": "true",
     }
     if settings.on_object_store:
         props.update(pyiceberg_s3_properties(settings.s3))
@@ -197,14 +202,47 @@ def _unreachable(uri: str) -> CatalogUnavailableError:
 
 
 def catalog_failure(exc: BaseException, catalog: Catalog) -> CatalogUnavailableError | None:
-    """``exc`` as the :class:`CatalogUnavailableError` of ``catalog`` (an open REST catalog)
+    """``exc`` as the :class:`CatalogUnavailableError` of ``catalog``: an open REST catalog
     that stopped answering, refused the credential, answered with an error (a 5xx, a 4xx
-    other than "no such table" or a conflict) or with something no catalog sends; None for any
+    other than "no such table" or a conflict) or with something no catalog sends, or a JDBC
+    catalog whose database cannot be reached (see :func:`sql_catalog_failure`); None for any
     other failure."""
     props = catalog.properties
-    if not str(props.get("uri", "")).startswith(("http://", "https://")):
-        return None
+    uri = str(props.get("uri", ""))
+    if not uri.startswith(("http://", "https://")):
+        return sql_catalog_failure(exc, uri)
     return _rest_failure(exc, props)
+
+
+def sql_catalog_failure(exc: BaseException, uri: str) -> CatalogUnavailableError | None:
+    """``exc``, raised by SQLAlchemy under pyiceberg's SQL catalog on the database at ``uri``,
+    as the :class:`CatalogUnavailableError` naming that database (never its password; ``uri``
+    may be empty when unknown) when it cannot serve now: unreachable, restarting, a connection
+    that broke, a pool exhausted, a timeout. None for any other failure (a bad statement is a
+    bug, not an outage)."""
+    sa = sys.modules.get("sqlalchemy.exc")  # loaded by pyiceberg's SQL catalog, if at all
+    if sa is None or not isinstance(exc, sa.SQLAlchemyError) or uri.startswith("sqlite"):
+        return None  # a busy embedded catalog file is no outage of a server
+    orig = getattr(exc, "orig", None)
+    down = (
+        isinstance(exc, sa.OperationalError | sa.InterfaceError | sa.TimeoutError)
+        or (isinstance(exc, sa.DBAPIError) and exc.connection_invalidated)
+        or is_outage_sqlstate(getattr(orig, "sqlstate", None))
+    )
+    if not down:
+        return None
+    reason = first_line(orig if orig is not None else exc)
+    at = f" at {_without_password(uri)}" if uri else ""
+    return CatalogUnavailableError(
+        f"cannot reach the lake's catalog database{at} ({reason}): is it running? check "
+        "lake.catalog_uri (LAKESYNC_CATALOG_URI)"
+    )
+
+
+def _without_password(uri: str) -> str:
+    """``uri`` with its user and password left out (an error names the host and database)."""
+    scheme, sep, rest = uri.partition("://")
+    return f"{scheme}{sep}{rest.rpartition('@')[2]}" if sep else uri
 
 
 def _rest_failure(exc: BaseException, props: dict[str, Any]) -> CatalogUnavailableError | None:
@@ -371,6 +409,17 @@ def require_lake(settings: LakeSettings) -> None:
         )
 
 
+_TABLES = (
+    "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables"
+    " WHERE catalog_name = ?"
+)
+# The newer layout also stores views: pyiceberg loads only tables (type TABLE or null).
+_TABLES_ONLY = (
+    "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables"
+    " WHERE catalog_name = ? AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
+)
+
+
 def table_locations(settings: LakeSettings) -> dict[str, str] | None:
     """Every table of an embedded (SQLite) catalog as ``{"namespace.table": metadata
     location}``, read straight from the catalog tables, as pyiceberg's ``load_table`` reads them
@@ -387,15 +436,8 @@ def table_locations(settings: LakeSettings) -> dict[str, str] | None:
         columns = {row[1] for row in con.execute("PRAGMA table_info(iceberg_tables)")}
         if not columns:
             return None
-        # The newer layout also stores views: pyiceberg loads only tables (type TABLE or null).
-        tables_only = " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)" * (
-            "iceberg_type" in columns
-        )
-        rows = con.execute(
-            "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables"
-            f" WHERE catalog_name = ?{tables_only}",
-            (CATALOG_NAME,),
-        ).fetchall()
+        query = _TABLES_ONLY if "iceberg_type" in columns else _TABLES
+        rows = con.execute(query, (CATALOG_NAME,)).fetchall()
     finally:
         con.close()
     if any(not location for _, _, location in rows):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from sqlglot import exp
 
 from lakesync.checkpoint_chunks import DEFAULT_CHUNK_BYTES, chunk_rows
 from lakesync.hotlog.ports import CheckpointSink
@@ -30,6 +31,8 @@ from lakesync.lakehouse.connection import connect
 from lakesync.lakehouse.lake_position import covered_positions
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 from lakesync.merge import Cell, RowState
+from lakesync.sql_ast import col
+from lakesync.sql_ast import table as sql_table
 from lakesync.views import RowKey, RowRecord
 
 __all__ = [
@@ -83,15 +86,33 @@ def write_checkpoint(
     return BuiltCheckpoint(gateway_id, position, chunks, total)
 
 
-_ROWS_SQL = f"""
-select r.table_name, r.row_id, r.write_hlc, r.write_client_id, r.delete_hlc,
-    r.delete_client_id, r.last_ingest_hlc, c.column_name, c.value_json, c.hlc, c.client_id
-from {LANDING_NAMESPACE}.int_rows_merged r
-left join {LANDING_NAMESPACE}.int_cells_merged c
-    on c.gateway_id = r.gateway_id and c.table_name = r.table_name and c.row_id = r.row_id
-where r.gateway_id = ?
-order by r.table_name, r.row_id
-"""
+_ROWS_MERGED = sql_table(LANDING_NAMESPACE, "int_rows_merged", alias="r")
+_ROWS_SQL = (
+    exp.select(
+        *(col(n, "r") for n in (
+            "table_name", "row_id", "write_hlc", "write_client_id", "delete_hlc",
+            "delete_client_id", "last_ingest_hlc",
+        )),
+        *(col(n, "c") for n in ("column_name", "value_json", "hlc", "client_id")),
+    )
+    .from_(_ROWS_MERGED)
+    .join(
+        sql_table(LANDING_NAMESPACE, "int_cells_merged", alias="c"),
+        on=exp.and_(*(
+            exp.EQ(this=col(n, "c"), expression=col(n, "r"))
+            for n in ("gateway_id", "table_name", "row_id")
+        )),
+        join_type="left",
+    )
+    .where(exp.EQ(this=col("gateway_id", "r"), expression=exp.Placeholder()))
+    .order_by(col("table_name", "r"), col("row_id", "r"))
+    .sql(dialect="duckdb")
+)
+_MERGED_GATEWAYS = (
+    exp.select(col("gateway_id")).distinct()
+    .from_(sql_table(LANDING_NAMESPACE, "int_rows_merged"))
+    .sql(dialect="duckdb")
+)
 
 
 def lake_rows(con: Any, gateway_id: str) -> Iterator[tuple[RowKey, RowRecord]]:
@@ -103,7 +124,7 @@ def lake_rows(con: Any, gateway_id: str) -> Iterator[tuple[RowKey, RowRecord]]:
     state = RowState()
     last = 0
     while batch := cursor.fetchmany(_FETCH):
-        for t, r, wh, wc, dh, dc, li, col, value, h, cid in batch:
+        for t, r, wh, wc, dh, dc, li, column, value, h, cid in batch:
             if (t, r) != key:
                 if key is not None:
                     yield key, RowRecord(state, last)
@@ -114,8 +135,8 @@ def lake_rows(con: Any, gateway_id: str) -> Iterator[tuple[RowKey, RowRecord]]:
                     None if dh is None else (int(dh), dc),
                 )
                 last = int(li)
-            if col is not None:
-                state.cells[col] = Cell(msgspec.json.decode(value), int(h), cid)
+            if column is not None:
+                state.cells[column] = Cell(msgspec.json.decode(value), int(h), cid)
     if key is not None:
         yield key, RowRecord(state, last)
 
@@ -134,9 +155,7 @@ def build_checkpoints(
     try:
         gateways = [
             str(g)
-            for (g,) in con.execute(
-                f"select distinct gateway_id from {LANDING_NAMESPACE}.int_rows_merged"
-            ).fetchall()
+            for (g,) in con.execute(_MERGED_GATEWAYS).fetchall()
         ]
         for gw in sorted(gateways):
             position = held.get(gw, default)

@@ -16,10 +16,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlglot import exp
+
 from lakesync.errors import NotFoundError
 from lakesync.lakehouse.catalog import ROWS_MERGED_IDENTIFIER, open_catalog, require_lake
 from lakesync.lakehouse.object_store import duckdb_s3_secret, vended_s3
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
+from lakesync.sql_ast import table as sql_table
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -29,6 +32,7 @@ __all__ = [
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DUCKDB = "duckdb"
 
 
 def _extension_path(module: Any, name: str, version: str) -> Path:
@@ -38,6 +42,11 @@ def _extension_path(module: Any, name: str, version: str) -> Path:
         / f"v{version}"
         / (f"{name}.duckdb_extension")
     )
+
+
+def _load(extension: Path) -> str:
+    # DuckDB's LOAD of a file: no sqlglot node, the path a quoted literal all the same.
+    return f"LOAD {exp.Literal.string(str(extension)).sql(dialect=_DUCKDB)}"
 
 
 def open_duckdb() -> Any:
@@ -57,30 +66,40 @@ def open_duckdb() -> Any:
         con.execute("SET TimeZone = 'UTC'")
         # The extension wheels ship the binaries; DuckDB cannot download them on these machines.
         for module, ext in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
-            con.execute(f"LOAD '{_extension_path(module, ext, duckdb.__version__)}'")
+            con.execute(_load(_extension_path(module, ext, duckdb.__version__)))
     except BaseException:
         con.close()
         raise
     return con
 
 
-def scan_sql(metadata_location: str, snapshot_id: int | None = None) -> str:
+def scan_sql(metadata_location: str, snapshot_id: int | None = None) -> exp.Select:
     """The SELECT of a table's rows as its metadata file says (at ``snapshot_id`` when given)."""
-    location = metadata_location.replace("'", "''")
-    if snapshot_id is None:
-        return f"SELECT * FROM iceberg_scan('{location}')"
-    return f"SELECT * FROM iceberg_scan('{location}', snapshot_from_id => {snapshot_id})"
+    args: list[exp.Expression] = [exp.Literal.string(metadata_location)]
+    if snapshot_id is not None:
+        args.append(
+            exp.Kwarg(this=exp.var("snapshot_from_id"), expression=exp.Literal.number(snapshot_id))
+        )
+    return exp.select(exp.Star()).from_(
+        exp.Table(this=exp.Anonymous(this="iceberg_scan", expressions=args))
+    )
 
 
-def create_view(con: Any, qualified: str, scan: str) -> None:
+def _create_schema(schema: str) -> str:
+    return exp.Create(this=sql_table(schema), kind="SCHEMA", exists=True).sql(dialect=_DUCKDB)
+
+
+def create_view(con: Any, qualified: str, scan: exp.Select) -> None:
     """Make the table ``qualified`` (``namespace.table``) a view of ``scan`` on ``con``, its
     schema created if missing; a table of the ``lakesync`` namespace is also visible
     unqualified (``landing``)."""
     schema, name = qualified.rsplit(".", 1)
-    con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
-    con.execute(f"CREATE VIEW {_quote(schema)}.{_quote(name)} AS {scan}")
-    if schema == LANDING_NAMESPACE:
-        con.execute(f"CREATE VIEW main.{_quote(name)} AS {scan}")
+    con.execute(_create_schema(schema))
+    views = [sql_table(schema, name)] + [sql_table("main", name)] * (schema == LANDING_NAMESPACE)
+    for view in views:
+        con.execute(
+            exp.Create(this=view, kind="VIEW", expression=scan.copy()).sql(dialect=_DUCKDB)
+        )
 
 
 def _read_s3(con: Any, settings: LakeSettings, tables: Iterable[Table]) -> None:
@@ -101,16 +120,12 @@ def _read_s3(con: Any, settings: LakeSettings, tables: Iterable[Table]) -> None:
     if chain and warehouse_wide:
         modules.append((duckdb_extension_aws, "aws"))
     for module, ext in modules:
-        con.execute(f"LOAD '{_extension_path(module, ext, duckdb.__version__)}'")
+        con.execute(_load(_extension_path(module, ext, duckdb.__version__)))
     if warehouse_wide:
         con.execute(duckdb_s3_secret(settings.s3, settings.warehouse))
     for n, (location, s3) in enumerate(vended):
         if s3 is not None:
             con.execute(duckdb_s3_secret(s3, location, name=f"lake_s3_{n}"))
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def utc(instant: datetime) -> datetime:
@@ -127,7 +142,9 @@ def _snapshot_list(table: Table) -> str:
     return f"newest snapshots: {listed}" if listed else "it has no snapshots"
 
 
-def _scan(name: str, table: Table, pin: int | None, as_of_ms: int | None) -> str | None:
+def _scan(
+    name: str, table: Table, pin: int | None, as_of_ms: int | None
+) -> exp.Select | None:
     """The SELECT behind ``name``'s view, or None when it had no snapshot at ``as_of_ms``."""
     if pin is not None:
         if table.snapshot_by_id(pin) is None:
@@ -149,7 +166,7 @@ class PinnedTable:
     was made (snapshots, properties) and the SELECT behind the view."""
 
     table: Table
-    scan: str
+    scan: exp.Select
 
 
 def pinned_connection(
@@ -177,7 +194,7 @@ def pinned_connection(
             _read_s3(con, settings, loaded.values())
         for qualified, table in loaded.items():
             schema = qualified.rsplit(".", 1)[0]
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote(schema)}")
+            con.execute(_create_schema(schema))
             scan = _scan(qualified, table, snapshots.get(qualified), as_of_ms)
             if scan is None:
                 absent.append(qualified)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+from sqlglot import exp
 
 from lakesync.canonical import canonical_json
 from lakesync.cells import decoder, hlc_to_timestamp
@@ -39,23 +40,57 @@ from lakesync.lakehouse.registry import registered_table_schemas
 from lakesync.lakehouse.settings import ANALYTICS_NAMESPACE, LakeSettings
 from lakesync.merge import RowState, apply_delta
 from lakesync.schema import ColumnSpec
+from lakesync.sql_ast import col, ident, marks
+from lakesync.sql_ast import table as sql_table
 
 __all__ = ["freshen"]
 
 Key = tuple[str, str, str]
 """``(gateway_id, table, row_id)``."""
 
+_DUCKDB = "duckdb"
 _DUCKDB_TYPE = {
     "number": "DOUBLE", "boolean": "BOOLEAN", "integer": "BIGINT", "timestamp": "TIMESTAMPTZ",
     "date": "DATE", "bytes": "BLOB",
 }
 
 
-def _duckdb_type(spec: ColumnSpec) -> str:
+def _duckdb_type(spec: ColumnSpec) -> exp.DataType:
     """A column's DuckDB type: what DuckDB reads the lake's (Iceberg) type as."""
     if spec.type == "decimal":
-        return "DECIMAL({},{})".format(*decimal_params(spec))
-    return _DUCKDB_TYPE.get(spec.type, "VARCHAR")
+        return exp.DataType.build("DECIMAL({},{})".format(*decimal_params(spec)), dialect=_DUCKDB)
+    return exp.DataType.build(_DUCKDB_TYPE.get(spec.type, "VARCHAR"), dialect=_DUCKDB)
+
+
+_LANDING = sql_table(*LANDING_IDENTIFIER.split("."))
+_ROWS_MERGED = sql_table(*ROWS_MERGED_IDENTIFIER.split("."))
+_LANDING_READ = (
+    exp.select(*(col(c) for c in (
+        "gateway_id", "ingest_hlc", "op", "table_name", "row_id", "client_id", "hlc",
+        "columns_json", "delta_id",
+    )))
+    .from_(_LANDING)
+    .where(exp.GT(this=col("ingest_hlc"), expression=exp.Placeholder()))
+    .order_by(col("ingest_hlc"))
+    .sql(dialect=_DUCKDB)
+)
+_GATEWAYS_OF_TABLES = (
+    exp.select(col("gateway_id")).distinct()
+    .from_(_ROWS_MERGED)
+    .where(exp.Anonymous(this="list_contains", expressions=[exp.Placeholder(), col("table_name")]))
+    .sql(dialect=_DUCKDB)
+)
+_CREATE_ANALYTICS = exp.Create(
+    this=sql_table(ANALYTICS_NAMESPACE), kind="SCHEMA", exists=True
+).sql(dialect=_DUCKDB)
+# The temporary table of the rows a fresh read changed: its own columns around the schema's.
+_FRESH_HEAD, _FRESH_TAIL = (
+    [exp.ColumnDef(this=ident(n), kind=exp.DataType.build(t, dialect=_DUCKDB)) for n, t in pairs]
+    for pairs in (
+        (("gateway_id", "VARCHAR"), ("row_id", "VARCHAR"), ("live", "BOOLEAN")),
+        (("_hlc", "DECIMAL(20,0)"), ("_changed_at", "TIMESTAMPTZ"), ("_ingest_hlc", "BIGINT")),
+    )
+)
 _cells = msgspec.json.Decoder(list[ColumnValue])
 
 
@@ -103,11 +138,7 @@ def _unmerged(
     out: list[tuple[str, int, RowDelta]] = []
     if landing:
         low = min([-1 if at.merged is None else at.merged, *at.merged_held.values()])
-        rows = con.execute(
-            "select gateway_id, ingest_hlc, op, table_name, row_id, client_id, hlc, columns_json,"
-            f" delta_id from {LANDING_IDENTIFIER} where ingest_hlc > ? order by ingest_hlc",
-            [low],
-        ).fetchall()
+        rows = con.execute(_LANDING_READ, [low]).fetchall()
         for gw, ingest, op, table, row_id, client, hlc, cols, delta_id in rows:
             if ingest > at.merged_through(gw):
                 delta = RowDelta(
@@ -133,11 +164,7 @@ def _model_rows(
     if tables:
         gateways.update(
             gw
-            for (gw,) in con.execute(
-                f"select distinct gateway_id from {ROWS_MERGED_IDENTIFIER}"
-                " where list_contains(?, table_name)",
-                [sorted(tables)],
-            ).fetchall()
+            for (gw,) in con.execute(_GATEWAYS_OF_TABLES, [sorted(tables)]).fetchall()
         )
     out: dict[Key, tuple[RowState, int]] = {}
     for gw in sorted(gateways):
@@ -174,7 +201,7 @@ def freshen(
         apply_delta(state, d)
         fresh[key] = (state, max(last, ingest))
     if unbuilt:
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {ANALYTICS_NAMESPACE}")
+        con.execute(_CREATE_ANALYTICS)
     for table, cols in columns.items():
         touched = {k: v for k, v in fresh.items() if k[1] == table}
         if touched or table in unbuilt:
@@ -191,14 +218,17 @@ def _replace_view(
 ) -> None:
     """``analytics.<table>`` as the stored rows (none when the table is not built yet) minus
     ``touched`` plus the live ones of it."""
-    ns = ANALYTICS_NAMESPACE
-    changed = f'"{table}__fresh"'
-    names = ", ".join(f'"{c.name}" {_duckdb_type(c)}' for c in cols)
-    con.execute(
-        f"CREATE TEMP TABLE {changed} (gateway_id VARCHAR, row_id VARCHAR, live BOOLEAN"
-        f"{', ' + names if names else ''}, _hlc DECIMAL(20,0), _changed_at TIMESTAMPTZ,"
-        " _ingest_hlc BIGINT)"
-    )
+    changed = f"{table}__fresh"
+    defs = [
+        *(d.copy() for d in _FRESH_HEAD),
+        *(exp.ColumnDef(this=ident(c.name), kind=_duckdb_type(c)) for c in cols),
+        *(d.copy() for d in _FRESH_TAIL),
+    ]
+    con.execute(exp.Create(
+        this=exp.Schema(this=sql_table(changed), expressions=defs),
+        kind="TABLE",
+        properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+    ).sql(dialect=_DUCKDB))
     rows = []
     for (gw, _, row_id), (state, last) in touched.items():
         values = state.visible()
@@ -209,35 +239,40 @@ def _replace_view(
         hlc = None if state.write is None or values is None else state.write[0]
         rows.append((gw, row_id, values is not None, *typed, hlc, hlc_to_timestamp(hlc), last))
     if rows:
-        marks = ", ".join("?" * (6 + len(cols)))
-        con.executemany(f"INSERT INTO {changed} VALUES ({marks})", rows)
-    keep = ", ".join(
-        ["gateway_id", "row_id", *(f'"{c.name}"' for c in cols), "_hlc", "_changed_at",
-         "_ingest_hlc"]
-    )
-    live = f"SELECT {keep} FROM {changed} WHERE live"
+        insert = exp.insert(exp.values([tuple(marks(len(defs)))]), sql_table(changed))
+        con.executemany(insert.sql(dialect=_DUCKDB), rows)
+    kept = ["gateway_id", "row_id", *(c.name for c in cols), "_hlc", "_changed_at", "_ingest_hlc"]
+    live = exp.select(*(col(n) for n in kept)).from_(sql_table(changed)).where(col("live"))
+    view = sql_table(ANALYTICS_NAMESPACE, table)
     if stored is None:
-        con.execute(f'CREATE OR REPLACE VIEW {ns}."{table}" AS {live}')
+        con.execute(exp.Create(
+            this=view, kind="VIEW", replace=True, expression=live
+        ).sql(dialect=_DUCKDB))
         return
     # A column added since the last run is not in the stored table yet: null there.
     has = set(stored.table.schema().column_names)
-    old = ", ".join(
-        [
-            "s.gateway_id",
-            "s.row_id",
-            *(
-                f'CAST(s."{c.name}" AS {_duckdb_type(c)}) AS "{c.name}"' if c.name in has
-                else f'CAST(NULL AS {_duckdb_type(c)}) AS "{c.name}"'
-                for c in cols
-            ),
-            "s._hlc",
-            "s._changed_at",
-            "s._ingest_hlc",
-        ]
+    old = exp.select(
+        col("gateway_id", "s"),
+        col("row_id", "s"),
+        *(
+            exp.alias_(
+                exp.Cast(this=col(c.name, "s") if c.name in has else exp.Null(),
+                         to=_duckdb_type(c)),
+                c.name, quoted=True,
+            )
+            for c in cols
+        ),
+        col("_hlc", "s"),
+        col("_changed_at", "s"),
+        col("_ingest_hlc", "s"),
+    ).from_(exp.Subquery(this=stored.scan.copy(), alias=exp.TableAlias(this=ident("s"))))
+    unmerged = exp.select(exp.Literal.number(1)).from_(sql_table(changed, alias="f")).where(
+        exp.and_(
+            exp.EQ(this=col("gateway_id", "f"), expression=col("gateway_id", "s")),
+            exp.EQ(this=col("row_id", "f"), expression=col("row_id", "s")),
+        )
     )
-    con.execute(
-        f'CREATE OR REPLACE VIEW {ns}."{table}" AS SELECT {old} FROM ({stored.scan}) s'
-        f" WHERE NOT EXISTS (SELECT 1 FROM {changed} f"
-        " WHERE f.gateway_id = s.gateway_id AND f.row_id = s.row_id)"
-        f" UNION ALL {live}"
-    )
+    old = old.where(exp.Not(this=exp.Exists(this=unmerged)))
+    con.execute(exp.Create(
+        this=view, kind="VIEW", replace=True, expression=exp.union(old, live, distinct=False)
+    ).sql(dialect=_DUCKDB))

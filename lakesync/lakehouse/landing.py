@@ -33,7 +33,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -43,7 +42,13 @@ from typing import TYPE_CHECKING, Any
 
 from lakesync import telemetry
 from lakesync.canonical import canonical_json
-from lakesync.errors import LakeSyncError
+from lakesync.errors import (
+    BackpressureError,
+    LakeSyncError,
+    StoreUnavailableError,
+    first_line,
+    is_store_outage,
+)
 from lakesync.hotlog.ports import HotLogSource
 from lakesync.hotlog.records import LogEntry
 from lakesync.lakehouse.catalog import (
@@ -57,7 +62,11 @@ from lakesync.lakehouse.catalog import (
     landing_schema,
     landing_state,
 )
-from lakesync.lakehouse.object_store import ObjectStoreError, object_store_failure
+from lakesync.lakehouse.object_store import (
+    ObjectStoreError,
+    object_store_failure,
+    warehouse_full,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,6 +77,7 @@ __all__ = [
     "CRASH_ENV",
     "FlushResult",
     "LandingFlusher",
+    "LandingRaceError",
     "landing_rows",
 ]
 
@@ -86,6 +96,12 @@ class FlushResult:
     commits: int
     position: int | None
     held: tuple[str, ...] = ()
+
+
+class LandingRaceError(BackpressureError):
+    """Another process landed the hot log while this flush was committing (this one's landing
+    mutex went with its session, e.g. a PostgreSQL restart mid-flush): nothing of this flush was
+    committed, and the next flush starts from the position the other one landed through."""
 
 
 def landing_rows(entries: Sequence[LogEntry], ingested_at: datetime) -> pa.Table:
@@ -205,9 +221,10 @@ class LandingFlusher:
         if self._opened is None:
             return None
         props = self._opened.properties
+        warehouse = str(props.get("warehouse", ""))
         return object_store_failure(
-            str(exc), str(props.get("warehouse", "")), props.get("s3.endpoint")
-        )
+            str(exc), warehouse, props.get("s3.endpoint")
+        ) or warehouse_full(exc, warehouse)
 
     def _state(self) -> tuple[int | None, dict[str, int]]:
         table = self._table = self._landing().refresh()
@@ -225,13 +242,25 @@ class LandingFlusher:
         Raises :class:`~lakesync.lakehouse.object_store.ObjectStoreError` when the lake's object
         store fails, :class:`~lakesync.lakehouse.catalog.CatalogUnavailableError` while the
         catalog cannot be opened or a REST catalog does not answer (nothing committed: the next
-        flush takes it up).
+        flush takes it up), :class:`~lakesync.errors.StoreUnavailableError` while the hot log's
+        server cannot serve.
         """
         try:
             return self._flush(max_batches)
         except LakeSyncError:  # says what failed already (the store's, the catalog's, ...)
             raise
         except Exception as exc:
+            from pyiceberg.exceptions import CommitFailedException  # noqa: PLC0415 -- loaded by now
+
+            if isinstance(exc, CommitFailedException):
+                raise LandingRaceError(
+                    "another gateway process landed the hot log while this flush committed; "
+                    f"nothing of this flush was committed ({first_line(exc)})"
+                ) from exc
+            if is_store_outage(exc):  # the hot log's server: one line, not a stack trace
+                raise StoreUnavailableError(
+                    f"the hot-log store is unavailable ({first_line(exc)})"
+                ) from exc
             failure = self._store_failure(exc) or (
                 None if self._opened is None else catalog_failure(exc, self._opened)
             )
@@ -377,9 +406,9 @@ class LandingFlusher:
         # The one first-party import here: the module subclasses pyiceberg's Transaction, so
         # importing it loads pyiceberg.table (heavy, ~1 s; optional, extra "pipeline"), which a
         # gateway without the lake and `lakesync query`'s start must not pay.
-        from lakesync.lakehouse._transaction import StagedTransaction  # noqa: PLC0415
+        from lakesync.lakehouse._transaction import LandingTransaction  # noqa: PLC0415
 
-        return StagedTransaction(self._landing())
+        return LandingTransaction(self._landing())
 
     def _finish(self, tx: Transaction, through: int) -> None:
         _crash_point("before_commit")
@@ -388,32 +417,22 @@ class LandingFlusher:
         if self._mark_flushed is not None:
             self._mark_flushed(through)
 
-    def run(
-        self,
-        stop: threading.Event,
-        *,
-        interval_s: float = 5.0,
-        lead: Callable[[], bool] = lambda: True,
-    ) -> None:
-        """Flush every ``interval_s`` seconds until ``stop`` is set (batching by age and size),
-        each time ``lead()`` says this process is the one to (several may share a hot log).
+    def scheduled_flush(self, retry_s: float) -> None:
+        """One scheduled flush (the lake runtime calls it every ``retry_s`` seconds while this
+        process leads the landing): a failed batch is not lost (the position did not move), so
+        a failure is logged and the next one retries.
 
         An outage of the store or the catalog is one log line saying what to check, not one a
         flush: a failure is logged when it differs from the last one, and the first flush that
         succeeds after it says so."""
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                if lead():
-                    self.flush()
-                    if self._failing is not None:
-                        _log.info("landing: the lake answers again, flushes go on")
-                        self._failing = None
-            except (ObjectStoreError, CatalogUnavailableError) as exc:  # says what to check
-                if str(exc) != self._failing:
-                    _log.error("landing flush failed: %s; retrying every %.0f s", exc, interval_s)
-                self._failing = str(exc)
-            except Exception:
-                # A failed batch is not lost (the position did not move): log it and retry later.
-                _log.exception("landing flush failed; retrying in %.0f s", interval_s)
-            stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
+        try:
+            self.flush()
+            if self._failing is not None:
+                _log.info("landing: the lake answers again, flushes go on")
+                self._failing = None
+        except (ObjectStoreError, CatalogUnavailableError, BackpressureError) as exc:
+            if str(exc) != self._failing:
+                _log.error("landing flush failed: %s; retrying every %.0f s", exc, retry_s)
+            self._failing = str(exc)
+        except Exception:
+            _log.exception("landing flush failed; retrying in %.0f s", retry_s)

@@ -39,6 +39,7 @@ __all__ = [
     "spark_s3_env",
     "store_failures_raised",
     "vended_s3",
+    "warehouse_full",
 ]
 
 S3FILEIO = "org.apache.iceberg.aws.s3.S3FileIO"
@@ -51,8 +52,9 @@ def is_object_store(warehouse: str) -> bool:
 
 
 class ObjectStoreError(LakeSyncError):
-    """The lake's object store could not be reached or refused the lake's credentials; the
-    message names the store and what to check (never a credential)."""
+    """The lake's storage failed: the object store could not be reached or refused the lake's
+    credentials, or the file system of a local warehouse is full or read-only; the message names
+    the store and what to check (never a credential)."""
 
     code = "OBJECT_STORE_ERROR"
     status = 502
@@ -99,6 +101,26 @@ def object_store_failure(
         f"the lake's object store ({store}) could not be reached: {cause}; check that it runs "
         "and answers at lake.s3_endpoint, and the network in between"
     )
+
+
+_NO_ROOM = re.compile(r"No space left on device|Disk quota exceeded|Read-only file system")
+
+
+def warehouse_full(exc: BaseException, location: str) -> ObjectStoreError | None:
+    """The :class:`ObjectStoreError` for ``exc`` when it says the file system holding the
+    warehouse at ``location`` takes no more writes (full, over quota, read-only), wherever in its
+    chain of causes it says so (pyarrow's and Python's file errors); None for any other failure."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        found = _NO_ROOM.search(str(seen))
+        if found is not None:
+            return ObjectStoreError(
+                f"the lake's warehouse ({location or 'its local folder'}) takes no more writes: "
+                f"{found.group(0)}; free space on its file system (or move lake.warehouse), and "
+                "the next flush lands what waits in the hot log"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 @contextlib.contextmanager

@@ -30,6 +30,8 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
+from sqlglot import exp
+
 from lakesync.errors import NotFoundError
 from lakesync.lakehouse.catalog import table_locations
 from lakesync.lakehouse.connection import (
@@ -162,8 +164,11 @@ def quick_query(settings: LakeSettings, sql: str) -> QueryResult | None:
     con = open_duckdb()
     try:
         # DuckDB's own parser says what the statement reads (it serialises SELECTs only).
-        literal = sql.replace("'", "''")  # inlined: a bound parameter makes DuckDB load pandas
-        tree = json.loads(con.execute(f"SELECT json_serialize_sql('{literal}')").fetchone()[0])
+        # The text inlined as a literal: a bound parameter makes DuckDB load pandas.
+        serialise = exp.select(
+            exp.Anonymous(this="json_serialize_sql", expressions=[exp.Literal.string(sql)])
+        )
+        tree = json.loads(con.execute(serialise.sql(dialect="duckdb")).fetchone()[0])
         named = statement_tables(tree, locations)
         if named is None:
             return None

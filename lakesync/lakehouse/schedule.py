@@ -1,5 +1,7 @@
 """The lake's scheduled jobs next to a gateway: landing flushes, pipeline runs, compaction,
-checkpoints and hot-log trimming.
+checkpoints and hot-log trimming (declared in :mod:`lakesync.lakehouse.jobs`, run by the one
+scheduler :class:`~lakesync.lakehouse.runtime.LakeRuntime`, three lanes: ``landing-flusher``,
+``pipeline`` and ``checkpoints``).
 
 ``lakesync up`` starts them with :func:`scheduled_lake_jobs` and stops them at shutdown (the
 gateway's edge is :mod:`lakesync.api.lake`); they reach the gateway's hot-log store through its
@@ -13,8 +15,8 @@ port :class:`~lakesync.hotlog.ports.LakeStore` only:
   ``compaction_interval`` seconds (default daily) a ``lakesync compact``, both in one warm
   worker subprocess (:mod:`lakesync.lakehouse.worker`: Spark stays out of the gateway process);
 - the runs ``lakesync pipeline run``, ``materialise`` and ``compact`` hand over
-  (:class:`WorkerJobs`, ``POST /v1/admin/lake/run``): on the same warm worker, one at a time,
-  each after the run going on;
+  (:class:`~lakesync.lakehouse.runtime.WorkerJobs`, ``POST /v1/admin/lake/run``): on the same
+  warm worker, one at a time, each after the run going on;
 - :class:`HotLogMaintenance`: after each pipeline run (scheduled here or run by hand) it
   publishes the gateways' new checkpoints from the lake's merged models into the store
   (:mod:`lakesync.lakehouse.checkpoint_builder`), then trims the hot log: a gateway's entries
@@ -33,18 +35,15 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lakesync.config import Config, ServerConfig
-from lakesync.errors import NotFoundError
 from lakesync.hlc import encode
 from lakesync.hotlog.ports import DocumentStore, LakeStore
 from lakesync.lakehouse.bootstrap import init_catalog_tables
@@ -56,18 +55,25 @@ from lakesync.lakehouse.catalog import (
     landing_state,
 )
 from lakesync.lakehouse.checkpoint_builder import build_checkpoints
+from lakesync.lakehouse.jobs import JOBS, JobName, JobSpec
 from lakesync.lakehouse.lake_position import covered_positions
 from lakesync.lakehouse.landing import LandingFlusher
 from lakesync.lakehouse.registry import publish_schemas
+from lakesync.lakehouse.runtime import (
+    LEAD_POLL_S,
+    AskedJob,
+    InProcess,
+    LakeRuntime,
+    Lane,
+    WorkerJobs,
+    describe,
+)
 from lakesync.lakehouse.settings import LANDING_NAMESPACE, LakeSettings
 from lakesync.lakehouse.worker import (
-    JobKind,
     PipelineWorker,
-    Queued,
     RunReply,
     RunRequest,
     WorkerDiedError,
-    WorkerEvent,
 )
 from lakesync.schema import parse_schema
 
@@ -77,10 +83,12 @@ if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
 
 __all__ = [
+    "LEAD_POLL_S",
     "AskedJob",
     "HotLogMaintenance",
     "LakeSchedule",
     "LeadFor",
+    "OnWorker",
     "RunHook",
     "SchemaPublisher",
     "WorkerJobs",
@@ -92,9 +100,6 @@ _TRIM_STEP = 10_000
 
 _log = logging.getLogger(__name__)
 
-LEAD_POLL_S = 5.0
-"""How often a process that does not run the pipeline checks whether it should take over."""
-
 RunHook = Callable[[float, RunReply], None]
 """Called after each scheduled pipeline run with its start (``time.time()``) and its reply (a
 worker that died is a failed reply), e.g. to record it for the gateway's status."""
@@ -102,89 +107,6 @@ worker that died is a failed reply), e.g. to record it for the gateway's status.
 LeadFor = Callable[[str, str], Callable[[], bool]]
 """``lead_for(role, job)``: a callable that says whether this process leads ``role`` now (among
 the processes sharing the store); ``job`` names it in the log."""
-
-
-_JOB_NAMES = {"pipeline": "pipeline run", "compact": "compaction", "materialise": "materialise"}
-
-
-@dataclass(slots=True)
-class AskedJob:
-    """A run handed to the gateway's worker (:meth:`WorkerJobs.submit`): what to run, who gets
-    its events, and its reply once it ended."""
-
-    kind: JobKind
-    full_refresh: bool = False
-    tests: bool = True
-    on_event: Callable[[WorkerEvent], None] | None = None
-    reply: Future[RunReply] = field(default_factory=Future)
-
-
-class WorkerJobs:
-    """The runs ``lakesync pipeline run``, ``materialise`` and ``compact`` hand to the gateway's
-    warm worker instead of starting a JVM of their own (``POST /v1/admin/lake/run``).
-
-    The loop that owns the worker (:func:`scheduled_lake_jobs`) takes them between its
-    scheduled runs: a run asked for while another runs (scheduled or asked) is queued behind it
-    and told so (a :class:`~lakesync.lakehouse.worker.Queued` event), and starts after it, so it
-    sees every row landed before it was asked for and runs with its own options (joining the
-    run going on would give neither). One run at a time: the worker holds one Spark session."""
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[AskedJob] = queue.Queue()
-        self._lock = threading.Lock()
-        self._serving = False
-        self._running: str | None = None
-
-    def submit(
-        self,
-        kind: JobKind,
-        *,
-        full_refresh: bool = False,
-        tests: bool = True,
-        on_event: Callable[[WorkerEvent], None] | None = None,
-    ) -> Future[RunReply]:
-        """Queue one run; its reply comes in the future (a failed reply if the gateway stops
-        first). ``on_event`` gets its events, from the worker loop's thread. Raises
-        :class:`~lakesync.errors.NotFoundError` when this process runs no worker (another
-        gateway process on the store leads the lake's jobs)."""
-        job = AskedJob(kind, full_refresh, tests, on_event)
-        with self._lock:
-            if not self._serving:
-                raise NotFoundError(
-                    "this gateway process runs no pipeline worker (another gateway process on "
-                    "its store runs the lake's jobs); run the command with --in-process"
-                )
-            busy = self._running or ("an earlier request" if not self._queue.empty() else None)
-            self._queue.put(job)
-        if busy is not None and on_event is not None:
-            on_event(Queued(busy))
-        return job.reply
-
-    def _serve(self, serving: bool, why: str = "") -> None:
-        """Take requests or not; not: the queued ones fail saying ``why``."""
-        with self._lock:
-            self._serving = serving
-            waiting: list[AskedJob] = []
-            while not serving and not self._queue.empty():
-                waiting.append(self._queue.get_nowait())
-        for job in waiting:
-            job.reply.set_result(RunReply(ok=False, error=why, error_code=NotFoundError.code))
-
-    def _next(self, stop: threading.Event, until: float) -> AskedJob | None:
-        """The next asked run, or None once ``until`` (monotonic) passed or ``stop`` is set."""
-        while not stop.is_set():
-            left = until - time.monotonic()
-            if left <= 0:
-                return None
-            try:
-                return self._queue.get(timeout=min(left, 0.25))  # stop is checked each 1/4 s
-            except queue.Empty:
-                continue
-        return None
-
-    def _mark(self, running: str | None) -> None:
-        with self._lock:
-            self._running = running
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,12 +177,23 @@ class HotLogMaintenance:
         self._gateways: list[str] = []
 
     def __call__(self) -> int:
-        """One round; returns the log entries trimmed."""
-        catalog = self._catalog()
-        covered = covered_positions(catalog)
+        """One round: :meth:`publish_checkpoints`, then :meth:`trim`; returns the log entries
+        trimmed."""
+        self.publish_checkpoints()
+        return self.trim()
+
+    def publish_checkpoints(self) -> None:
+        """Publish the gateways' checkpoints when a pipeline run moved the lake's covered
+        position since the last call (the ``checkpoint`` job)."""
+        covered = covered_positions(self._catalog())
         if covered != self._covered:
             self._gateways = build_checkpoints(self._lake, self._store).gateways
             self._covered = covered
+
+    def trim(self) -> int:
+        """Trim the hot log of each gateway the last checkpoints named (the ``trim`` job);
+        returns the log entries trimmed."""
+        catalog = self._catalog()
         # heavy, optional (extra "pipeline"): pyiceberg
         from pyiceberg.exceptions import NoSuchTableError  # noqa: PLC0415
 
@@ -281,19 +214,18 @@ class HotLogMaintenance:
                     break
         return trimmed
 
-    def run(self, stop: threading.Event, interval_s: float, lead: Callable[[], bool]) -> None:
-        """Run a round every ``interval_s`` seconds until ``stop`` while ``lead()`` holds."""
-        while not stop.wait(interval_s):
-            if not lead():
-                continue
-            try:
-                self()
-            except CatalogUnavailableError:
-                continue  # the landing flusher says why, once a flush
-            except Exception as exc:
-                if catalog_failure(exc, self._catalog()) is not None:
-                    continue  # the same: the REST catalog stopped answering
-                _log.exception("checkpoint/trim round failed; retrying in %.0f s", interval_s)
+    def scheduled(self, step: Callable[[], object], retry_s: float) -> None:
+        """Run ``step`` (:meth:`publish_checkpoints` or :meth:`trim`) as the scheduler does:
+        a catalog that does not answer is the landing flusher's to report (it says why, once
+        an outage); any other failure is logged, and the next round retries."""
+        try:
+            step()
+        except CatalogUnavailableError:
+            return
+        except Exception as exc:
+            if catalog_failure(exc, self._catalog()) is not None:
+                return  # the same: the REST catalog stopped answering
+            _log.exception("checkpoint/trim round failed; retrying in %.0f s", retry_s)
 
 
 class SchemaPublisher:
@@ -317,147 +249,78 @@ class SchemaPublisher:
         return changed
 
 
-def _lake_worker_loop(
-    schedule: LakeSchedule,
-    config: Config | None,
-    stop: threading.Event,
-    lead: Callable[[], bool],
-    shipping: DestinationMetrics | None = None,
-    on_run: RunHook | None = None,
-    asked: WorkerJobs | None = None,
-) -> None:
-    """Run the pipeline every ``pipeline_interval`` seconds and the compaction every
-    ``compaction_interval`` seconds (each after its previous run ended; 0 = off) until ``stop``,
-    while ``lead()`` says this process is the scheduler (the others check every few seconds
-    whether to take over), so two gateway processes never run or compact together. Both go to
-    one warm worker process, one at a time (:class:`~lakesync.lakehouse.worker.PipelineWorker`:
-    Spark stays out of the gateway process, and its session and dbt stay loaded between runs); a
-    run still going at shutdown is terminated (its Iceberg commits are atomic, so the next run picks
-    up where the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run
-    is logged with its error and the log's tail, and a worker that died is started again for the
+class OnWorker:
+    """The lake runtime's executor of the jobs that need Spark (``build``, ``ship``,
+    ``compact``): one warm worker process runs them one at a time
+    (:class:`~lakesync.lakehouse.worker.PipelineWorker`: Spark stays out of the gateway
+    process, and its session and dbt stay loaded between runs); a run still going when the
+    runtime stops is terminated (its Iceberg commits are atomic, so the next run picks up where
+    the last commit left off). Output goes to ``<data dir>/pipeline.log``; a failed run is
+    logged with its error and the log's tail, and a worker that died is started again for the
     next run. A run's failed writes to fan-out secondaries are added to ``shipping`` (the
-    gateway's ``/metrics``), and each pipeline run is handed to ``on_run``. Between them it runs
-    what the command line hands over through ``asked`` (a pipeline run asked for moves the next
-    scheduled one an interval on)."""
-    env = dict(os.environ)
-    if config is not None and config.source is not None:
-        env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
-    worker = PipelineWorker(schedule.data_dir, schedule.data_dir / "pipeline.log", env)
-    intervals = {
-        job: interval
-        for job, interval in (
-            ("pipeline", schedule.pipeline_interval),
-            ("compaction", schedule.compaction_interval),
-        )
-        if interval > 0
-    }
-    due: dict[str, float] = {}
-    others = "another gateway process on this store runs the lake's jobs"
-    try:
-        while True:
-            if not lead():
-                due = {}
-                if asked is not None:
-                    asked._serve(False, others)
-                worker.close()  # another process runs the lake jobs: free the JVM's memory
-                if stop.wait(LEAD_POLL_S):
-                    return
-                continue
-            if asked is not None:
-                asked._serve(True)
-            if not due:  # just took the lead: each job waits its interval first
-                due = {job: time.monotonic() + interval for job, interval in intervals.items()}
-            job = min(due, key=due.__getitem__) if due else None
-            until = due[job] if job is not None else time.monotonic() + LEAD_POLL_S
-            request = None
-            if asked is None:
-                if stop.wait(max(0.0, until - time.monotonic())):
-                    return
+    gateway's ``/metrics``), and each pipeline run is handed to ``on_run``."""
+
+    def __init__(
+        self,
+        worker: PipelineWorker,
+        shipping: DestinationMetrics | None = None,
+        on_run: RunHook | None = None,
+    ) -> None:
+        self._worker = worker
+        self._shipping = shipping
+        self._on_run = on_run
+
+    def release(self) -> None:
+        """Stop the worker process (freeing the JVM's memory); the next run starts it again."""
+        self._worker.close()
+
+    def run(self, spec: JobSpec, asked: AskedJob | None, stop: threading.Event) -> RunReply | None:
+        """Run one job on the worker (scheduled, or ``asked`` by the command line: its options,
+        its events), log its outcome, count its failed writes to fan-out secondaries and hand a
+        pipeline run to ``on_run``; returns its reply (a worker that died is a failed one),
+        None when ``stop`` was set meanwhile."""
+        worker = self._worker
+        kind = spec.worker_kind
+        assert kind is not None, f"{spec.name} does not run on the worker"
+        log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
+        started = time.time()
+        what = describe(spec, asked)
+        on_event = None if asked is None else asked.on_event
+        try:
+            if kind == "pipeline":
+                reply = worker.run(stop, full_refresh=asked is not None and asked.full_refresh,
+                                   tests=asked is None or asked.tests, on_event=on_event)
             else:
-                request = asked._next(stop, until)
-                if stop.is_set():
-                    if request is not None:
-                        request.reply.set_result(RunReply(ok=False, error="the gateway stopped"))
-                    return
-            if request is not None:
-                reply = _lake_job(worker, request.kind, stop, shipping, on_run, request, asked)
-                if reply is None:
-                    request.reply.set_result(
-                        RunReply(ok=False, error="the gateway stopped during the run")
-                    )
-                    return
-                request.reply.set_result(reply)
-                if request.kind == "pipeline" and "pipeline" in due:
-                    due["pipeline"] = time.monotonic() + intervals["pipeline"]
-                continue
-            if job is None or not lead():
-                continue
-            if _lake_job(worker, "compact" if job == "compaction" else "pipeline", stop,
-                         shipping, on_run, None, asked) is None:
-                return
-            due[job] = time.monotonic() + intervals[job]
-    finally:
-        if asked is not None:
-            asked._serve(False, "the gateway stopped")
-        worker.close()
-
-
-def _lake_job(
-    worker: PipelineWorker,
-    kind: JobKind,
-    stop: threading.Event,
-    shipping: DestinationMetrics | None = None,
-    on_run: RunHook | None = None,
-    asked: AskedJob | None = None,
-    jobs: WorkerJobs | None = None,
-) -> RunReply | None:
-    """Run one ``kind`` of job on ``worker`` (scheduled, or ``asked`` by the command line: its
-    options, its events), log its outcome, count its failed writes to fan-out secondaries in
-    ``shipping`` and hand a pipeline run to ``on_run``; returns its reply (a worker that died is
-    a failed one), None when ``stop`` was set meanwhile."""
-    log_size = worker.log_path.stat().st_size if worker.log_path.exists() else 0
-    started = time.time()
-    what = f"{'scheduled' if asked is None else 'requested'} {_JOB_NAMES[kind]}"
-    if jobs is not None:
-        jobs._mark(what)
-    on_event = None if asked is None else asked.on_event
-    try:
-        if kind == "pipeline":
-            reply = worker.run(stop, full_refresh=asked is not None and asked.full_refresh,
-                               tests=asked is None or asked.tests, on_event=on_event)
+                reply = worker.ask(RunRequest(kind=kind), stop, on_event)
+        except WorkerDiedError as exc:
+            reply = RunReply(ok=False, error=str(exc), elapsed_s=time.time() - started,
+                             error_code="INTERNAL_ERROR")
+        if reply is None:
+            return None
+        if self._on_run is not None and kind == "pipeline":
+            self._on_run(started, reply)
+        if self._shipping is not None:
+            for failed in reply.secondary_failures:
+                self._shipping.secondary_failed(failed.destination, failed.secondary,
+                                                failed.count)
+        if reply.ok and kind == "compact":
+            _log.info(
+                "%s done in %.1f s: %s (log: %s)", what, reply.elapsed_s,
+                ", ".join(f"{t.table} {t.files_before} → {t.files_after} files"
+                          for t in reply.compacted),
+                worker.log_path,
+            )
+        elif reply.ok:
+            _log.info(
+                "%s done: %d deltas merged, %d rows shipped in %.1f s (log: %s)", what,
+                reply.rows_merged, reply.rows_shipped, reply.elapsed_s, worker.log_path,
+            )
         else:
-            reply = worker.ask(RunRequest(kind=kind), stop, on_event)
-    except WorkerDiedError as exc:
-        reply = RunReply(ok=False, error=str(exc), elapsed_s=time.time() - started,
-                         error_code="INTERNAL_ERROR")
-    finally:
-        if jobs is not None:
-            jobs._mark(None)
-    if reply is None:
-        return None
-    if on_run is not None and kind == "pipeline":
-        on_run(started, reply)
-    if shipping is not None:
-        for failed in reply.secondary_failures:
-            shipping.secondary_failed(failed.destination, failed.secondary, failed.count)
-    if reply.ok and kind == "compact":
-        _log.info(
-            "%s done in %.1f s: %s (log: %s)", what, reply.elapsed_s,
-            ", ".join(f"{t.table} {t.files_before} → {t.files_after} files"
-                      for t in reply.compacted),
-            worker.log_path,
-        )
-    elif reply.ok:
-        _log.info(
-            "%s done: %d deltas merged, %d rows shipped in %.1f s (log: %s)", what,
-            reply.rows_merged, reply.rows_shipped, reply.elapsed_s, worker.log_path,
-        )
-    else:
-        with worker.log_path.open("rb") as log:
-            log.seek(max(log_size, worker.log_path.stat().st_size - 4000))
-            tail = log.read().decode(errors="replace")
-        _log.error("%s failed: %s\n%s", what, reply.error, tail)
-    return reply
+            with worker.log_path.open("rb") as log:
+                log.seek(max(log_size, worker.log_path.stat().st_size - 4000))
+                tail = log.read().decode(errors="replace")
+            _log.error("%s failed: %s\n%s", what, reply.error, tail)
+        return reply
 
 
 @contextmanager
@@ -479,57 +342,73 @@ def scheduled_lake_jobs(
     runs' failed writes to fan-out secondaries are counted in ``shipping``; ``on_flushed`` is
     called with the landing position after each flush marked it in the store, ``on_run`` after
     each pipeline run (the gateway records both for its status). ``asked`` takes the runs the
-    command line hands over (:class:`WorkerJobs`; the worker's loop then runs even with no
-    interval set). At the end of the block every job stops (a pipeline run still going is
+    command line hands over (:class:`~lakesync.lakehouse.runtime.WorkerJobs`; the worker's lane
+    then runs even with no interval set, and a pipeline run asked for moves the next scheduled
+    one an interval on). At the end of the block every job stops (a pipeline run still going is
     terminated)."""
     jobs = _landing_jobs(schedule, store, config, on_flushed)
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
-    flush: Callable[[], object] | None = None
-    if jobs is not None:
-        landing, maintenance = jobs
-        flush = landing.flush
-        if schedule.flush_interval > 0:
-            threads.append(
-                threading.Thread(
-                    target=landing.run,
-                    args=(stop,),
-                    kwargs={
-                        "interval_s": schedule.flush_interval,
-                        "lead": lead_for("landing", "scheduled landing flush"),
-                    },
-                    name="landing-flusher",
-                    daemon=True,
-                )
-            )
-        if schedule.pipeline_interval > 0 or schedule.compaction_interval > 0 \
-                or asked is not None:
-            lead = lead_for("pipeline", "scheduled pipeline and compaction")
-            threads.append(
-                threading.Thread(
-                    target=_lake_worker_loop,
-                    args=(schedule, config, stop, lead, shipping, on_run, asked),
-                    name="pipeline",
-                    daemon=True,
-                )
-            )
-        threads.append(
-            threading.Thread(
-                target=maintenance.run,
-                args=(
-                    stop,
-                    schedule.flush_interval or LEAD_POLL_S,
-                    lead_for("checkpoint", "checkpoints and hot-log trimming"),
-                ),
-                name="checkpoints",
-                daemon=True,
-            )
-        )
-    for t in threads:
-        t.start()
-    try:
-        yield flush
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=60)
+    if jobs is None:
+        yield None
+        return
+    landing, maintenance = jobs
+    with lake_runtime(schedule, config, lead_for, landing, maintenance, shipping, on_run,
+                      asked).running():
+        yield landing.flush
+
+
+def lake_runtime(
+    schedule: LakeSchedule,
+    config: Config | None,
+    lead_for: LeadFor,
+    landing: LandingFlusher,
+    maintenance: HotLogMaintenance,
+    shipping: DestinationMetrics | None = None,
+    on_run: RunHook | None = None,
+    asked: WorkerJobs | None = None,
+) -> LakeRuntime:
+    """The runtime of a gateway's lake jobs (:data:`~lakesync.lakehouse.jobs.JOBS`), each
+    scheduled by its interval setting in ``schedule`` (0: off), in three lanes: the landing
+    flush; checkpoints and trimming (every ``flush_interval``, or every few seconds with
+    scheduled flushes off); and the warm worker's jobs (pipeline runs, compaction, and the runs
+    ``asked`` for), each lane while ``lead_for`` its jobs' leader role says so."""
+    intervals = {
+        "flush_interval": schedule.flush_interval,
+        "pipeline_interval": schedule.pipeline_interval,
+        "compaction_interval": schedule.compaction_interval,
+    }
+
+    def every(*names: JobName) -> list[tuple[JobSpec, float]]:
+        specs = [JOBS[name] for name in names]
+        return [(spec, intervals[spec.interval]) for spec in specs
+                if spec.interval is not None and intervals[spec.interval] > 0]
+
+    def lead(spec: JobSpec, job: str) -> Callable[[], bool]:
+        assert spec.leader is not None
+        return lead_for(spec.leader, job)
+
+    retry_s = schedule.flush_interval or LEAD_POLL_S
+    lanes: list[Lane] = []
+    if schedule.flush_interval > 0:
+        lanes.append(Lane(
+            "landing-flusher", lead(JOBS["flush"], "scheduled landing flush"), every("flush"),
+            InProcess({"flush": lambda: landing.scheduled_flush(schedule.flush_interval)}),
+        ))
+    worker_jobs = every("build", "compact")
+    if worker_jobs or asked is not None:
+        env = dict(os.environ)
+        if config is not None and config.source is not None:
+            env["LAKESYNC_CONFIG"] = str(config.source.resolve())  # the gateway's own file
+        worker = PipelineWorker(schedule.data_dir, schedule.data_dir / "pipeline.log", env)
+        lanes.append(Lane(
+            "pipeline", lead(JOBS["build"], "scheduled pipeline and compaction"), worker_jobs,
+            OnWorker(worker, shipping, on_run), asked,
+        ))
+    lanes.append(Lane(
+        "checkpoints", lead(JOBS["checkpoint"], "checkpoints and hot-log trimming"),
+        [(JOBS["checkpoint"], retry_s), (JOBS["trim"], retry_s)],
+        InProcess({
+            "checkpoint": lambda: maintenance.scheduled(maintenance.publish_checkpoints, retry_s),
+            "trim": lambda: maintenance.scheduled(maintenance.trim, retry_s),
+        }),
+    ))
+    return LakeRuntime(lanes)

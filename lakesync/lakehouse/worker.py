@@ -86,6 +86,7 @@ __all__ = [
     "WorkerEvent",
     "decode_line",
     "encode_line",
+    "handle",
     "main",
 ]
 
@@ -234,8 +235,16 @@ def _serve(data_dir: Path | None, requests: IO[str], replies: IO[str]) -> None:
         except msgspec.DecodeError as exc:
             reply = RunReply(ok=False, error=f"bad request: {exc}", error_code="VALIDATION_ERROR")
         else:
-            reply = _JOBS[request.kind](data_dir, request, dbt, send if request.progress else None)
+            reply = handle(data_dir, request, dbt, send if request.progress else None)
         send(reply)
+
+
+def handle(
+    data_dir: Path | None, request: RunRequest, dbt: DbtInvoker, emit: Emit | None = None
+) -> RunReply:
+    """Run one request in this process, as the worker does for each line it reads: the job of
+    its ``kind`` on the worker's ``dbt``, its events to ``emit``; a failure is a failed reply."""
+    return _JOBS[request.kind](data_dir, request, dbt, emit)
 
 
 def _failed(exc: Exception) -> RunReply:

@@ -20,7 +20,7 @@ from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
 from lakesync.lakehouse.pipeline import NodeProgress, NodesPlanned
-from lakesync.lakehouse.schedule import WorkerJobs
+from lakesync.lakehouse.runtime import WorkerJobs
 from lakesync.lakehouse.worker import Queued, RunReply, decode_line
 from tests.api.helpers import auth, make_settings, token
 
@@ -80,15 +80,15 @@ def test_a_gateway_without_a_worker_answers_404(tmp_path: Path, client: TestClie
 def test_a_run_streams_its_events_then_its_reply_queued_behind_the_run_going_on(
     client: TestClient[Any], jobs: WorkerJobs
 ) -> None:
-    jobs._serve(True)
-    jobs._mark("scheduled pipeline run")  # the worker is busy: the run asked for waits
+    jobs.serve(True)
+    jobs.mark_running("scheduled pipeline run")  # the worker is busy: the run asked for waits
     taken: list[Any] = []
 
     def loop() -> None:  # what the worker loop does with a run asked for
         stop = threading.Event()
         asked = None
         while asked is None:
-            asked = jobs._next(stop, until=float("inf"))
+            asked = jobs.take(stop, until=float("inf"))
         taken.append((asked.kind, asked.full_refresh, asked.tests))
         assert asked.on_event is not None
         asked.on_event(NodesPlanned("build", 1))
@@ -112,8 +112,8 @@ def test_a_run_streams_its_events_then_its_reply_queued_behind_the_run_going_on(
 
 
 def test_runs_waiting_when_the_worker_stops_get_a_failed_reply(jobs: WorkerJobs) -> None:
-    jobs._serve(True)
+    jobs.serve(True)
     reply = jobs.submit("materialise")
-    jobs._serve(False, "the gateway stopped")
+    jobs.serve(False, "the gateway stopped")
     got = reply.result(timeout=5)
     assert (got.ok, got.error, got.error_code) == (False, "the gateway stopped", "NOT_FOUND")

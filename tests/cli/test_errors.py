@@ -31,10 +31,14 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var)
 
 
+SECRET = "cli-test-secret-long-enough-for-hs256-0123456789"
+
+
 def _lakesync(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).parent / "lakesync"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "lakesync.cli"]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
+    clean["PYTHONPATH"] = str(Path(__file__).parents[2])  # this tree's lakesync, not installed
     return subprocess.run(
         [*command, *args],
         capture_output=True,
@@ -205,6 +209,35 @@ def test_missing_config_file_given_to_up(tmp_path: Path) -> None:
     _one_error_line(out.stderr, 2, out.exit_code, "cannot read config file", "nope.yaml")
 
 
+def test_up_without_a_jwt_secret_refuses_to_start(tmp_path: Path) -> None:
+    proc = _lakesync("up", "--port", str(free_port()), "--data-dir", str(tmp_path / "d"))
+    _one_error_line(proc.stderr, 2, proc.returncode, "no JWT secret", "set LAKESYNC_JWT_SECRET",
+                    ". ./.env")
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_short_jwt_secret_is_one_warning_line_of_ours(tmp_path: Path) -> None:
+    proc = _lakesync("token", "--sub", "c", "--gw", "gw1", env={"LAKESYNC_JWT_SECRET": "change-me"})
+    assert proc.returncode == 0 and proc.stdout.count(".") == 2  # a JWT
+    assert proc.stderr.splitlines() == [
+        "warning: the JWT secret is 9 bytes, shorter than the 32 HS256 needs to be safe; make "
+        "one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    ]
+
+
+def test_documented_secrets_are_long_enough_for_hs256() -> None:
+    import re
+
+    from lakesync.tokens import MIN_SECRET_BYTES
+
+    root = Path(__file__).parents[2]
+    pages = [root / "README.md", *root.glob("docs/**/*.md"), *root.glob("*/README.md"),
+             *root.glob("lakesync/*/README.md")]
+    for page in pages:
+        for secret in re.findall(r"LAKESYNC_JWT_SECRET=([^\s$`'\"…]+)", page.read_text()):
+            assert len(secret) >= MIN_SECRET_BYTES, f"{page}: {secret}"
+
+
 def test_token_without_a_jwt_secret() -> None:
     proc = _lakesync("token", "--sub", "c", "--gw", "gw1")
     _one_error_line(proc.stderr, 2, proc.returncode, "LAKESYNC_JWT_SECRET is not set")
@@ -219,14 +252,16 @@ def test_token_with_a_bad_lifetime() -> None:
 
 def test_up_with_a_data_dir_that_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "afile").touch()
-    out = _invoke("up", "--data-dir", str(tmp_path / "afile" / "sub"))
+    out = _invoke("up", "--data-dir", str(tmp_path / "afile" / "sub"),
+                  env={"LAKESYNC_JWT_SECRET": SECRET})
     _one_error_line(out.stderr, 1, out.exit_code, "afile", "check that path")
 
 
 def test_up_when_the_postgresql_store_is_not_running(tmp_path: Path) -> None:
     pytest.importorskip("psycopg")
     url = f"postgresql://lakesync@127.0.0.1:{free_port()}/lakesync"
-    proc = _lakesync("up", "--data-dir", str(tmp_path / "d"), env={"LAKESYNC_STORE_URL": url})
+    env = {"LAKESYNC_STORE_URL": url, "LAKESYNC_JWT_SECRET": SECRET}
+    proc = _lakesync("up", "--data-dir", str(tmp_path / "d"), env=env)
     _one_error_line(
         proc.stderr, 1, proc.returncode, "PostgreSQL hot-log store", "Connection refused",
         "LAKESYNC_STORE_URL",
@@ -255,3 +290,30 @@ def test_a_gateway_that_is_not_listening_is_one_line_naming_it() -> None:
 def test_a_bug_is_not_an_expected_failure() -> None:
     assert expected_failure(KeyError("x")) is None
     assert expected_failure(TypeError("unsupported operand")) is None
+
+
+@pytest.mark.parametrize(("sql", "word"), [
+    ("select n, at, day from (select 1 as n)", "at"),
+    ("select at from (select 1 as n)", "at"),
+    ("select n, order from (select 1 as n)", "order"),
+])
+def test_a_keyword_used_as_a_name_says_to_quote_it(sql: str, word: str) -> None:
+    import duckdb
+
+    with pytest.raises(duckdb.ParserException) as raised:
+        duckdb.connect().execute(sql)
+    failure = expected_failure(raised.value)
+    assert failure is not None
+    message, code = failure
+    first, _, rest = message.partition("\n")
+    assert code == 1
+    assert first == f"{word!r} is an SQL keyword: as a column or table name, quote it (\"{word}\")"
+    assert str(raised.value) == rest  # DuckDB's text, with the spot, follows
+
+
+def test_other_syntax_errors_are_duckdbs_text() -> None:
+    import duckdb
+
+    with pytest.raises(duckdb.ParserException) as raised:
+        duckdb.connect().execute("selec 1")
+    assert expected_failure(raised.value) == (str(raised.value), 1)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lakesync.api.datadir import GATEWAY_FILE, GatewayAddress, advertise, running_gateway
-from lakesync.cli.handover import find_gateway, hand_over
+from lakesync.cli.handover import find_gateway, hand_over, lake_job
 from lakesync.config import load_config
 from tests.api.helpers import SECRET
 from tests.gateway_process import free_port
@@ -71,3 +71,23 @@ def test_a_command_runs_here_unless_the_gateway_serves_its_configuration(
         assert find_gateway(tmp_path, unsigned, in_process=False) is None
         assert "LAKESYNC_JWT_SECRET is not set" in capsys.readouterr().err
     assert find_gateway(tmp_path, config, in_process=False) is None  # no gateway: here
+
+
+def test_one_function_decides_where_a_commands_job_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config_file = tmp_path / "lakesync.yaml"
+    config_file.write_text("server:\n  port: 1\n", encoding="utf-8")
+    config = load_config(config_file, env={"LAKESYNC_JWT_SECRET": SECRET})
+    url = f"http://127.0.0.1:{free_port()}"
+    with advertise(tmp_path, GatewayAddress(url, 1, str(config_file.resolve()))):
+        # A job of the warm worker goes to the gateway serving the data dir ...
+        build = lake_job("build", tmp_path, config, in_process=False)
+        assert not build.runs_here and build.gateway is not None
+        # ... unless --in-process; tiering needs no Spark and always runs here.
+        assert lake_job("compact", tmp_path, config, in_process=True).runs_here
+        assert lake_job("tier", tmp_path, config, in_process=False).runs_here
+        # The gateway's address does not answer: the job runs here, saying why.
+        ran = build.run(lambda event: None, here=lambda: "here", handed=lambda reply: "there")
+        assert ran == "here"
+        assert "does not answer" in capsys.readouterr().err

@@ -120,6 +120,22 @@ def test_missing_required_option_is_a_usage_error() -> None:
     assert main(["token", "--gw", "gw1"]) == 2
 
 
+def test_the_console_sign_in_hint_mints_an_admin_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+    import shlex
+
+    page = (Path(__file__).parents[2] / "lakesync/api/console/index.html").read_text()
+    hint = re.search(r"<code>(lakesync token [^<]*)</code>", page)
+    assert hint is not None
+    argv = shlex.split(hint.group(1).replace("GATEWAY_ID", "gw1"))[1:]
+    monkeypatch.setenv("LAKESYNC_JWT_SECRET", SECRET)
+    assert main(argv) == 0
+    claims = verify_token(capsys.readouterr().out.strip(), [SECRET], "gw1")
+    assert claims == {"sub": "operator", "gw": "gw1", "role": "admin"}
+
+
 def _command_paths(cmd: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Every command and sub-command path (typer vendors click, so duck-type groups); the root's
     lazily loaded commands loaded."""

@@ -7,6 +7,8 @@ when the gateway is missing they are skipped with a message saying so.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import signal
 import subprocess
 import sys
@@ -22,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakesync.client import Backoff, Event, LakeSyncClient
+from lakesync.client import Backoff, Event, LakeSyncClient, SyncReport
 from lakesync.client._auth import TokenProvider
-from lakesync.client.errors import ForbiddenError, SchemaError
+from lakesync.client.errors import ChangesRejectedError, ForbiddenError, SchemaError
 from lakesync.client.transport import HttpTransport, Transport, WebSocketTransport
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
@@ -232,6 +234,85 @@ def test_refused_delta_is_dead_lettered(
         assert [e.detail["row_id"] for e in events] == ["bad"]
         assert a.dead_letters()[0].code == SchemaError.code
         assert set(gateway_state(gateway, gw_id)) == {("todos", "ok1"), ("todos", "ok2")}
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "async"])
+def test_refused_changes_are_reported_warned_and_raise_on_request(
+    gateway: ServerProcess, gw_id: str, flavour: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    import httpx
+
+    from lakesync.client import AsyncLakeSyncClient
+
+    # Register the table on the gateway without the column this client also writes.
+    admin = gateway.token("admin", gw_id, role="admin")
+    table = {"table": "refusals", "columns": TODOS["columns"][:2]}
+    resp = httpx.post(
+        f"{gateway.url}/v1/admin/schema/{gw_id}",
+        json=table,
+        headers={"Authorization": f"Bearer {admin}"},
+    )
+    assert resp.status_code == 200, resp.text
+    mine = {**table, "columns": TODOS["columns"][:3]}
+    kw: dict[str, Any] = {"url": gateway.url, "gateway_id": gw_id, "schemas": [mine]}
+
+    async def run() -> tuple[SyncReport, ChangesRejectedError]:
+        token = gateway.token(f"refused-{flavour}", gw_id)
+        if flavour == "blocking":
+            with LakeSyncClient(":memory:", token=token, **kw) as c:
+                c.insert("refusals", "ok", {"title": "fine"})
+                c.insert("refusals", "bad1", {"title": "x", "prio": 1})
+                report = c.sync()
+                c.insert("refusals", "bad2", {"title": "y", "prio": 2})
+                with pytest.raises(ChangesRejectedError) as raised:
+                    c.sync(raise_on_rejected=True)
+                return report, raised.value
+        async with AsyncLakeSyncClient(":memory:", token=token, **kw) as a:
+            await a.insert("refusals", "ok", {"title": "fine"})
+            await a.insert("refusals", "bad1", {"title": "x", "prio": 1})
+            report = await a.sync()
+            await a.insert("refusals", "bad2", {"title": "y", "prio": 2})
+            with pytest.raises(ChangesRejectedError) as raised:
+                await a.sync(raise_on_rejected=True)
+            return report, raised.value
+
+    with caplog.at_level(logging.WARNING, logger="lakesync.client"):
+        report, error = asyncio.run(run())
+    assert (report.pushed, report.dead_lettered) == (1, 1)
+    assert [(r.delta.row_id, r.code) for r in report.rejected] == [("bad1", SchemaError.code)]
+    assert [(r.delta.row_id, r.code) for r in error.report.rejected] == [
+        ("bad2", SchemaError.code)
+    ]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2
+    assert all(r.name.startswith("lakesync.client") for r in warnings)
+    assert "refused 1 local change" in warnings[0].getMessage()
+    assert "refusals/bad1" in warnings[0].getMessage()
+    assert "refusals/bad2" in str(error)
+
+
+def test_auto_sync_warns_of_refused_changes(
+    gateway: ServerProcess, gw_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import httpx
+
+    admin = gateway.token("admin", gw_id, role="admin")
+    table = {"table": "refused_auto", "columns": TODOS["columns"][:1]}
+    resp = httpx.post(f"{gateway.url}/v1/admin/schema/{gw_id}", json=table,
+                      headers={"Authorization": f"Bearer {admin}"})
+    assert resp.status_code == 200, resp.text
+    mine = {**table, "columns": TODOS["columns"][:2]}
+    with (
+        caplog.at_level(logging.WARNING, logger="lakesync.client"),
+        make(gateway, gw_id, "auto", schemas=[mine]) as c,
+    ):
+        c.start_auto_sync(interval=0.2)
+        c.insert("refused_auto", "bad", {"title": "x", "done": True})
+        wait_for(lambda: any("refused_auto/bad" in r.getMessage() for r in caplog.records), 60)
+        c.stop_auto_sync()
+        assert [d.delta.row_id for d in c.dead_letters()] == ["bad"]
 
 
 # -- acceptance ------------------------------------------------------------------------------
@@ -518,29 +599,74 @@ def test_three_clients_converge_to_the_gateway_state(
             c.close()
 
 
-def test_readme_example_runs_as_written(gateway: ServerProcess, tmp_path: Path) -> None:
+QUICKSTART_DOCS = ["README.md", "lakesync/client/README.md", "docs/guides/app-developer.md"]
+
+
+def test_documented_quickstart_runs_as_shown_against_lakesync_init(tmp_path: Path) -> None:
+    """The quickstart's shell lines (``lakesync init``, ``.env``, ``lakesync up``, a token) and
+    its Python snippet, as every page shows them, against a real gateway process."""
     import os
     import re
 
-    readme = (Path(__file__).parents[2] / "client" / "README.md").read_text()
-    code = re.search(r"```python\n(.*?)```", readme, re.S)
-    assert code is not None
-    # Only the port differs: the test gateway listens on a free one instead of 8787.
-    source = code.group(1).replace("http://127.0.0.1:8787", gateway.url)
-    env = {**os.environ, "LAKESYNC_TOKEN": gateway.token("alice", "gw1")}
-    for _ in range(2):  # twice: the example must also run against its own earlier state
-        out = subprocess.run(
-            [sys.executable, "-c", source],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        assert out.stdout.strip() == "[{'row_id': 'row-1', 'title': 'Buy milk', 'done': True}]"
-    lines = [ln for ln in code.group(1).splitlines() if ln.strip()]
+    from lakesync.lakehouse.process_env import free_loopback_port
+
+    root = Path(__file__).parents[2]
+    shown = set()
+    for doc in QUICKSTART_DOCS:
+        text = (root / doc).read_text()
+        shell_then_python = r"```sh\n(lakesync init [^`]*)```\n\n```python\n([^`]*)```"
+        found = re.search(shell_then_python, text)
+        assert found is not None, doc
+        shown.add((found.group(1), found.group(2)))
+    assert len(shown) == 1, "the pages show different quickstarts"
+    ((shell, snippet),) = shown
+    lines = [ln for ln in snippet.splitlines() if ln.strip()]
     assert len([ln for ln in lines if not ln.startswith(("import ", "from "))]) <= 10
+    # Only the port differs: the test gateway listens on a free one instead of 8787.
+    port = free_loopback_port()
+    assert "lakesync up &" in shell and "http://127.0.0.1:8787" in snippet
+    shell = shell.replace(
+        "lakesync up &", f"lakesync up --port {port} >up.log 2>&1 &\necho $! >up.pid"
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait = (
+        "import httpx, sys, time\n"
+        "deadline = time.monotonic() + 90\n"
+        "while time.monotonic() < deadline:\n"
+        "    try:\n"
+        f"        if httpx.get('{url}/health', timeout=1).status_code == 200: sys.exit(0)\n"
+        "    except httpx.HTTPError: pass\n"
+        "    time.sleep(0.2)\n"
+        "sys.exit('the gateway did not answer')\n"
+    )
+    script = (
+        f"set -e\n{shell}\n"
+        f'"{sys.executable}" -c "$WAIT"\n'
+        f'"{sys.executable}" -c "$SNIPPET"\n'
+        f'"{sys.executable}" -c "$SNIPPET"\n'  # again: it must also run against its own state
+    )
+    env = {**os.environ, "PYTHONPATH": str(root), "WAIT": wait}
+    env["SNIPPET"] = snippet.replace("http://127.0.0.1:8787", url)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    for name in ("LAKESYNC_CONFIG", "LAKESYNC_JWT_SECRET", "LAKESYNC_DATA_DIR", "LAKESYNC_TOKEN"):
+        env.pop(name, None)
+    try:
+        out = subprocess.run(
+            ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=180, check=False,
+        )
+    finally:
+        pid_file = tmp_path / "up.pid"
+        if pid_file.exists():
+            pid = int(pid_file.read_text())
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60)
+    log = (tmp_path / "up.log").read_text() if (tmp_path / "up.log").exists() else ""
+    assert out.returncode == 0, out.stderr + log
+    row = "[{'row_id': 'row-1', 'title': 'Buy milk', 'done': True, 'owner': 'alice'}]"
+    assert out.stdout.splitlines()[-2:] == [row, row], out.stderr
+    assert "refused" not in out.stderr
 
 
 def test_async_client_round_trip(gateway: ServerProcess, gw_id: str) -> None:

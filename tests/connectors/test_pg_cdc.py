@@ -8,12 +8,7 @@ binaries are missing (or fail under CI).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -29,52 +24,16 @@ from tests.conftest import PG_DSN, require_postgres
 from tests.connectors.conftest import GatewayUnderTest
 from tests.connectors.test_jira import CrashAfter
 from tests.connectors.test_source_types import PG_EXPECTED, PG_ROWS, PG_TABLE
-from tests.gateway_process import free_port
+from tests.pg_cluster import private_postgres
 
 pytestmark = pytest.mark.postgres
-
-
-def _bin() -> Path | None:
-    for version in sorted(Path("/usr/lib/postgresql").glob("*"), reverse=True):
-        if (version / "bin" / "initdb").exists():
-            return version / "bin"
-    return None
 
 
 @pytest.fixture(scope="module")
 def logical_dsn() -> Iterator[str]:
     """A private PostgreSQL with wal_level = logical, for this module."""
-    bindir = _bin()
-    if bindir is None or shutil.which("runuser") is None or os.geteuid() != 0:
-        reason = "needs the PostgreSQL server binaries and root (to run initdb as postgres)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    base = Path(tempfile.mkdtemp(prefix="lakesync-pg-logical-"))
-    shutil.chown(base, "postgres")
-    data, port = base / "data", free_port()
-
-    def as_postgres(*cmd: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", *cmd], check=True, capture_output=True)
-
-    as_postgres(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
-    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c wal_level=logical"
-    as_postgres(
-        str(bindir / "pg_ctl"),
-        "-D",
-        str(data),
-        "-w",
-        "-l",
-        str(base / "log"),
-        "-o",
-        options,
-        "start",
-    )
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        as_postgres(str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
-        shutil.rmtree(base, ignore_errors=True)
+    with private_postgres("-c wal_level=logical") as cluster:
+        yield cluster.dsn
 
 
 class Db:

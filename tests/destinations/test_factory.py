@@ -8,7 +8,7 @@ from typing import get_args
 
 import pytest
 
-from lakesync.destination_specs import DestinationKind, DestinationSpec
+from lakesync.destination_specs import COLD_TIER, DestinationKind, DestinationSpec
 from lakesync.destinations.base import DestinationError
 from lakesync.destinations.factory import KINDS, destination_kind, open_destination
 from lakesync.errors import ConfigError
@@ -19,6 +19,12 @@ def test_every_declarable_kind_is_registered() -> None:
     assert [k for k, entry in KINDS.items() if entry.type.lives_in_lake] == ["lake"]
     assert {k: entry.dialect for k, entry in KINDS.items()} == {
         "postgres": "postgres", "mysql": "mysql", "bigquery": "bigquery", "lake": None}
+
+
+def test_the_specs_cold_tier_is_the_registrys_lake_capability() -> None:
+    # The configuration (below the destinations) refuses a hot window on the cold tier from
+    # its own table; it must say what the registered adapters say.
+    assert {k: entry.type.lives_in_lake for k, entry in KINDS.items()} == COLD_TIER
 
 
 def test_an_unknown_kind_names_the_known_ones() -> None:

@@ -83,39 +83,13 @@ def replica_rows(replica: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 def seed_logs(endpoint: str) -> None:
-    import boto3
-
-    logs = boto3.client(
-        "logs", endpoint_url=endpoint, region_name="us-east-1",
-        aws_access_key_id="test", aws_secret_access_key="test",
-    )
-    group = "/examples/shop"
-    if logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]:
-        logs.delete_log_group(logGroupName=group)  # a fresh group for every run
-    logs.create_log_group(logGroupName=group)
-    now = int(time.time() * 1000) - 60_000
-    events = {
-        "shop-api/1": [
-            ("ERROR", "shop-api", "/checkout", "payment timeout"),
-            ("INFO", "shop-api", "/checkout", "ok"),
-            ("ERROR", "shop-api", "/checkout", "payment timeout"),
-            ("ERROR", "shop-api", "/cart", "stock service 503"),
-            ("WARN", "shop-api", "/cart", "slow"),
-            ("ERROR", "shop-api", "/checkout", "card declined twice"),
-        ],
-        "shop-billing/1": [
-            ("ERROR", "shop-billing", "/invoice", "pdf render failed"),
-            ("INFO", "shop-billing", "/invoice", "ok"),
-            ("ERROR", "shop-billing", "/invoice", "pdf render failed"),
-        ],
-    }
-    for stream, rows in events.items():
-        logs.create_log_stream(logGroupName=group, logStreamName=stream)
-        logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=[
-            {"timestamp": now + i * 1000, "message": json.dumps(
-                {"level": level, "service": svc, "path": path, "status": 500, "msg": msg})}
-            for i, (level, svc, path, msg) in enumerate(rows)
-        ])
+    """The example's seed step, run as its README shows."""
+    env = {**os.environ, "LOGS_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": "test",
+           "AWS_SECRET_ACCESS_KEY": "test"}
+    seeded = subprocess.run([sys.executable, str(EXAMPLES / "logs_agent" / "seed.py")], env=env,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert seeded.returncode == 0, seeded.stderr
+    assert seeded.stdout.strip() == "9 events in log group /examples/shop"
 
 
 def test_the_logs_agent_flow(tmp_path: Path, pg_url: str) -> None:

@@ -67,6 +67,24 @@ def test_trimming_needs_a_checkpoint_and_the_flush(store: HotLog) -> None:
     assert store.trimmed_through("gw2") == 0
 
 
+def test_the_horizon_moves_only_as_far_as_entries_were_deleted(store: HotLog) -> None:
+    # Another gateway's entries move the flushed position past this gateway's checkpoint.
+    other = store.append("gw2", [insert(f"x{i}", 10 + i) for i in range(3)]).stored
+    _publish(store, "gw1", other[1].ingest_hlc, [b"c"])
+    store.mark_flushed(other[-1].ingest_hlc)
+    assert store.trim_log("gw1", other[-1].ingest_hlc) == 0
+    assert store.trimmed_through("gw1") == 0  # nothing went: a first pull (since=0) still works
+    mine = store.append("gw1", [insert("r0", 40)]).stored
+    later = store.append("gw2", [insert("y", 50)]).stored
+    _publish(store, "gw1", later[0].ingest_hlc, [b"d"])
+    store.mark_flushed(later[0].ingest_hlc)
+    assert store.trim_log("gw1", later[0].ingest_hlc) == 1
+    # Through the entry deleted, not through the checkpoint's position beyond it.
+    assert store.trimmed_through("gw1") == mine[0].ingest_hlc
+    assert store.trim_log("gw1", later[0].ingest_hlc) == 0
+    assert store.trimmed_through("gw1") == mine[0].ingest_hlc
+
+
 def test_trimming_goes_in_bounded_steps(store: HotLog) -> None:
     stored = store.append("gw1", [insert(f"r{i}", 10 + i) for i in range(7)]).stored
     last = stored[-1].ingest_hlc

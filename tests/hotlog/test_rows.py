@@ -154,7 +154,8 @@ def test_postgres_looks_up_a_chunks_writers_by_row_on_a_log_never_analysed(
         execute, caller = psycopg.Connection.execute, threading.get_ident()
 
         def recorded(conn: Any, query: Any, params: Any = None, **kw: Any) -> Any:
-            if threading.get_ident() == caller:  # not the store's writer or listener
+            # Not the store's writer or listener, nor the pool's check (an empty statement).
+            if threading.get_ident() == caller and query:
                 statements.append((query, params))
             return execute(conn, query, params, **kw)
 

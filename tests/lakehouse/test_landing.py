@@ -21,10 +21,11 @@ from lakesync.canonical import canonical_json
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.records import LogEntry
 from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, flushed_position, open_catalog
-from lakesync.lakehouse.landing import CRASH_ENV, LandingFlusher, landing_rows
+from lakesync.lakehouse.landing import CRASH_ENV, LandingFlusher, LandingRaceError, landing_rows
 from lakesync.lakehouse.settings import LakeSettings
 
 from .conftest import append_in_order
@@ -275,3 +276,33 @@ def test_a_gateway_that_cannot_land_is_held_back_and_blocks_no_other(
     assert sorted(r["ingest_hlc"] for r in rows if r["gateway_id"] == "gw3") == gw3
     assert "landed late" in caplog.text
     assert LandingFlusher(open_catalog(settings), log).flush().commits == 0
+
+
+def test_a_flush_overtaken_by_another_process_commits_nothing(
+    settings: LakeSettings, store: HotLog
+) -> None:
+    """A flusher that lost its landing mutex with its session (a PostgreSQL restart mid-flush)
+    finds at its commit that another process landed the same entries: it lands nothing (no
+    commit retried on top of the other's snapshot) and fails retryably; the next flush starts
+    from the other's position."""
+    entries = _deltas(6)
+    append_in_order(store, entries)
+    other = LandingFlusher(open_catalog(settings), store)
+    overtaken: list[int] = []
+
+    class Overtaken:  # the hot log as the slow flusher reads it: the other lands meanwhile
+        def read_log(self, after: int, limit: int, gateway_id: str | None = None) -> list[LogEntry]:
+            read = store.read_log(after, limit, gateway_id)
+            if not overtaken:
+                overtaken.append(other.flush().rows)
+            return read
+
+    slow = LandingFlusher(open_catalog(settings), Overtaken())
+    with pytest.raises(LandingRaceError) as raised:
+        slow.flush()
+    assert raised.value.status == 503
+    assert overtaken == [6]
+    assert sorted(str(r["delta_id"]) for r in _landed(settings)) == sorted(
+        d.delta_id for _, d in entries
+    )
+    assert slow.flush().commits == 0

@@ -17,6 +17,7 @@ from lakesync.lakehouse.object_store import (
     duckdb_s3_secret,
     object_store_failure,
     pyiceberg_s3_properties,
+    warehouse_full,
 )
 from lakesync.lakehouse.query import run_query
 from lakesync.lakehouse.settings import LakeSettings
@@ -183,3 +184,30 @@ def test_a_store_failure_names_the_store_and_what_to_check(
 ])
 def test_other_failures_are_not_the_stores(error: str, location: str) -> None:
     assert object_store_failure(error, location, None) is None
+
+
+def _raised_from(cause: BaseException) -> RuntimeError:
+    try:
+        try:
+            raise cause
+        except OSError as exc:
+            raise RuntimeError("the landing commit failed") from exc
+    except RuntimeError as wrapped:
+        return wrapped
+
+
+@pytest.mark.parametrize("cause", [
+    OSError(28, "No space left on device"),
+    OSError("[Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on device"),
+    OSError(30, "Read-only file system"),
+])
+def test_a_full_or_read_only_warehouse_says_so_in_one_line(cause: OSError) -> None:
+    failure = warehouse_full(_raised_from(cause), "file:///data/warehouse")
+    assert failure is not None and failure.status == 502
+    assert failure.code == "OBJECT_STORE_ERROR"
+    assert "file:///data/warehouse" in failure.message and "\n" not in failure.message
+    assert "free space" in failure.message
+
+
+def test_other_file_errors_are_not_a_full_warehouse() -> None:
+    assert warehouse_full(_raised_from(OSError(2, "No such file or directory")), "/w") is None

@@ -85,7 +85,7 @@ def test_the_demo_the_cli_and_the_worker_share_one_run_and_leave_the_environment
 
     monkeypatch.setenv("LAKESYNC_CONFIG", str(config))  # the gateway hands the worker its file
     environment = _environment()
-    reply = worker._run(data_dir, worker.RunRequest(), DbtInvoker(), None)
+    reply = worker.handle(data_dir, worker.RunRequest(), DbtInvoker())
     assert reply.ok, reply.error
     assert _environment() == environment
     assert len(runs) == 3

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 import msgspec
@@ -24,15 +24,13 @@ from lakesync.api.services.connectors import ConnectorService
 from lakesync.api.services.status import StatusService
 from lakesync.api.services.sync import SyncService
 from lakesync.errors import NotFoundError, ValidationError
+from lakesync.lakehouse.runtime import WorkerJobs
 from lakesync.lakehouse.worker import RunReply, WorkerEvent, encode_line
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
 from lakesync.status import StatusResponse
 from lakesync.tokens import Claims
 from lakesync.wire import decode_json_object
-
-if TYPE_CHECKING:
-    from lakesync.lakehouse.schedule import WorkerJobs
 
 __all__ = ["AdminController"]
 
@@ -309,7 +307,7 @@ class AdminController(Controller):
         self,
         data: JSONBody[LakeRun],
         claims: NamedDependency[Claims],
-        request: Request[Any, Any, Any],
+        worker_jobs: NamedDependency[WorkerJobs | None],
     ) -> Stream:
         """Run ``lakesync pipeline run``, ``materialise`` or ``compact`` on this gateway's warm
         pipeline worker (what those commands do when ``lakesync up`` runs on their data dir),
@@ -317,8 +315,7 @@ class AdminController(Controller):
         the run's progress (dbt nodes, tables shipped or compacted; ``queued`` while it waits),
         then one ``reply``. The run goes on if the client goes away. 404 when this process runs
         no pipeline worker."""
-        jobs: WorkerJobs | None = getattr(request.app.state, "worker_jobs", None)
-        if jobs is None:
+        if worker_jobs is None:
             raise NotFoundError(
                 "this gateway runs no pipeline worker (it needs the pipeline extra: pip install "
                 "'lakesync[pipeline]'); run the command with --in-process"
@@ -338,7 +335,7 @@ class AdminController(Controller):
             put(encode_line(reply.result()))
             put(None)
 
-        jobs.submit(
+        worker_jobs.submit(
             data.job, full_refresh=data.full_refresh, tests=data.tests, on_event=event
         ).add_done_callback(ended)
 

@@ -65,10 +65,7 @@ from lakesync.destinations.statements._build import (
     WATERMARKS,
     Columns,
     TableLayout,
-    col,
     column_spec,
-    ident,
-    param,
 )
 from lakesync.destinations.statements._ddl import (
     WIDEN_SUFFIX,
@@ -90,6 +87,7 @@ from lakesync.destinations.statements._storable import (
     mysql_keeps_text,
     storable_value,
 )
+from lakesync.sql_ast import col, ident, param
 
 __all__ = [
     "DELETED",

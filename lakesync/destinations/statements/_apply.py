@@ -10,18 +10,16 @@ from lakesync.destinations.statements._build import (
     DELETED,
     POSITION,
     TableLayout,
-    col,
     coldef,
     create_node,
-    ident,
     key_def,
     own_type,
-    param,
     render,
     table_node,
     value_type,
 )
 from lakesync.schema import ColumnSpec
+from lakesync.sql_ast import col, ident, param
 
 
 def drop_staging(layout: TableLayout, dialect: Dialect) -> str:

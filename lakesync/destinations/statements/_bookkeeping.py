@@ -12,16 +12,14 @@ from lakesync.destinations.statements._build import (
     TIERING,
     WATERMARKS,
     TableLayout,
-    col,
     coldef,
     create_node,
-    ident,
     key_def,
     own_type,
-    param,
     render,
     table_node,
 )
+from lakesync.sql_ast import col, ident, param
 
 
 def _bookkeeping(name: str, qualifier: Sequence[str]) -> TableLayout:

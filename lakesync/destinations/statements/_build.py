@@ -24,6 +24,7 @@ from lakesync.schema import (
     ColumnSpec,
     ColumnType,
 )
+from lakesync.sql_ast import ident, table
 
 WATERMARKS = WATERMARKS_TABLE
 """Bookkeeping table in each destination: per (gateway, table) the lake position shipped."""
@@ -139,20 +140,8 @@ def check_qualifier(part: str) -> None:
         raise ValueError(f"{part!r} is not a valid dataset, schema or project name")
 
 
-def ident(name: str) -> exp.Identifier:
-    return exp.to_identifier(name, quoted=True)
-
-
 def table_node(layout: TableLayout, name: str | None = None, alias: str | None = None) -> exp.Table:
-    parts = [*layout.qualifier, name or layout.table]
-    table = exp.Table(this=ident(parts[-1]))
-    if len(parts) >= 2:
-        table.set("db", ident(parts[-2]))
-    if len(parts) >= 3:
-        table.set("catalog", ident(parts[-3]))
-    if alias:
-        table.set("alias", exp.TableAlias(this=ident(alias)))
-    return table
+    return table(*layout.qualifier, name or layout.table, alias=alias)
 
 
 def own_type(dialect: Dialect, kind: str) -> exp.DataType:
@@ -162,14 +151,6 @@ def own_type(dialect: Dialect, kind: str) -> exp.DataType:
 def value_type(spec: ColumnSpec, dialect: Dialect) -> exp.DataType:
     """A schema column's type in ``dialect`` (one mapping: :mod:`lakesync.column_types`)."""
     return exp.DataType.build(sql_type(spec, dialect), dialect=DIALECTS[dialect])
-
-
-def col(name: str, table: str | None = None) -> exp.Column:
-    return exp.column(ident(name), table=ident(table) if table else None)
-
-
-def param(name: str) -> exp.Placeholder:
-    return exp.Placeholder(this=name)
 
 
 def render(node: exp.Expression, dialect: Dialect) -> str:

@@ -13,19 +13,17 @@ from lakesync.destinations.statements._build import (
     MYSQL_KEY,
     TableLayout,
     check_qualifier,
-    col,
     coldef,
     create_node,
-    ident,
     key_def,
     own_type,
-    param,
     render,
     table_node,
     value_def,
     value_type,
 )
 from lakesync.schema import ColumnSpec
+from lakesync.sql_ast import col, ident, param
 
 
 def create_table(layout: TableLayout, dialect: Dialect) -> str:

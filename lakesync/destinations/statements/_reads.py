@@ -7,12 +7,10 @@ from sqlglot import exp
 from lakesync.column_types import Dialect
 from lakesync.destinations.statements._build import (
     TableLayout,
-    col,
-    ident,
-    param,
     render,
     table_node,
 )
+from lakesync.sql_ast import col, ident, param
 
 
 def select_rows(layout: TableLayout, dialect: Dialect) -> str:

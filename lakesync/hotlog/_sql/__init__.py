@@ -14,7 +14,9 @@ from lakesync.hotlog._sql.core import (
     AFTER_COLUMNS_DDL,
     LOG_COLUMNS,
     C,
+    add_column,
     schema_ddl,
+    table_info,
 )
 from lakesync.hotlog._sql.docs import SqlDocumentStore
 from lakesync.hotlog._sql.log import SqlDeltaLog
@@ -23,7 +25,15 @@ from lakesync.hotlog._sql.rules import SqlRulesStore
 from lakesync.hotlog._sql.views import SqlViewHistoryStore
 from lakesync.hotlog.base import HotLog
 
-__all__ = ["ADDED_COLUMNS", "AFTER_COLUMNS_DDL", "LOG_COLUMNS", "SqlHotLog", "schema_ddl"]
+__all__ = [
+    "ADDED_COLUMNS",
+    "AFTER_COLUMNS_DDL",
+    "LOG_COLUMNS",
+    "SqlHotLog",
+    "add_column",
+    "schema_ddl",
+    "table_info",
+]
 
 
 class SqlHotLog(

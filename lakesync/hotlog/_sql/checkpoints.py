@@ -118,8 +118,12 @@ class SqlCheckpointStore(SqlCore[C]):
                 " LIMIT ?",
                 (gateway_id, bound, limit),
             )
-            if len(raw) == limit:
-                bound = int(raw[-1][0])
+            if not raw:
+                return 0  # nothing to delete: the horizon stays, so no cursor expires
+            # The horizon is the last entry deleted, not the bound asked for: a cursor at or
+            # after it misses nothing, and a first pull (cursor 0) stays valid until an entry
+            # really went.
+            bound = int(raw[-1][0])
             if bound <= cp.trimmed:
                 return 0
             self._keep_trimmed(conn, gateway_id, [body for _, body in raw])

@@ -13,11 +13,15 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
+from sqlglot import exp
+
 from lakesync.hlc import HLC
 from lakesync.hotlog._batch import next_ingest
 from lakesync.hotlog.base import RowKey, RowRecord, decode_delta, decode_state
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules
+from lakesync.sql_ast import ident
+from lakesync.sql_ast import table as sql_table
 
 __all__ = [
     "ADDED_COLUMNS",
@@ -87,6 +91,26 @@ ADDED_COLUMNS = (
 """Columns added to a table after its first release: ``(table, column, type)``; a driver adds the
 missing ones to an existing store when it opens it, runs :data:`AFTER_COLUMNS_DDL`, then
 :meth:`SqlCore.fill_added_columns`."""
+
+
+
+def add_column(table: str, column: str, typ: str, *, integer: str, dialect: str) -> str:
+    """The ``ALTER TABLE`` adding one of :data:`ADDED_COLUMNS` in ``dialect`` (``sqlite`` or
+    ``postgres``, which adds it only if missing), ``{integer}`` typed as ``integer``."""
+    definition = exp.ColumnDef(
+        this=ident(column),
+        kind=exp.DataType(this=exp.DataType.Type.USERDEFINED, kind=typ.format(integer=integer)),
+        exists=dialect == "postgres",
+    )
+    return exp.Alter(this=sql_table(table), kind="TABLE", actions=[definition]).sql(dialect=dialect)
+
+
+def table_info(table: str) -> str:
+    """SQLite's ``PRAGMA table_info`` of ``table`` (its columns)."""
+    return exp.Pragma(
+        this=exp.Anonymous(this="table_info", expressions=[exp.Literal.string(table)])
+    ).sql(dialect="sqlite")
+
 
 AFTER_COLUMNS_DDL = (
     # Deduplication finds a stored deltaId by its client id and HLC (both part of the deltaId):

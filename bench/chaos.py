@@ -1,0 +1,52 @@
+"""The long chaos run: three ``python -m lakesync.api`` processes on a PostgreSQL of the run's
+own, raw pushers and library clients (HTTP and WebSocket, sync rules on), and a fault schedule
+from ``--seed`` (gateway SIGKILL and SIGSTOP, PostgreSQL restarts ``-m fast`` and
+``-m immediate``, one gateway cut from PostgreSQL, clients cut from one gateway, library clients
+killed mid-sync, client clocks set minutes back); see ``tests/chaos/harness.py``.
+
+Run from the repository root, as root (the PostgreSQL cluster is initialised as ``postgres``):
+``.venv/bin/python -m bench.chaos --minutes 30 --seed 1 [--gateways 3]``. Prints the figures
+(faults by kind, deltas acknowledged, longest stall with one process faulted, convergence time
+after healing); on a broken invariant it keeps the run's directory (gateway, client and
+PostgreSQL logs), prints its path and exits 1. The same seed replays the same schedule.
+
+Measured 2026-12-02 on the shared 2-core machine (other engineers' suites running),
+``--minutes 10 --seed 1``: 89 faults (pause 20, cut_pg 18, kill 13, client_kill 12, cut_clients 8,
+pg_immediate 6, skew 5, pg_fast 4, disk_full 3), 29,060 deltas acknowledged by the raw pushers,
+longest stall with one process faulted 7.6 s, convergence 11.3 s after the load stopped. No
+acknowledged delta lost or duplicated (hot log and landing table), every process and replica
+equal to the reference merge, no row outside a view. Broken: 12 admin flushes answered 500 (the
+gateways logged 14 unhandled errors on that route: 8 after a PostgreSQL restart, the Iceberg SQL
+catalog's pooled connection raising ``sqlalchemy.exc.OperationalError``, and 6 ENOSPC on the
+full warehouse disk, pyiceberg's ``OSError``; neither is classified as an outage); exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tests.chaos.harness import ChaosRun
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--gateways", type=int, default=3)
+    args = parser.parse_args()
+    run = ChaosRun(args.seed, args.minutes * 60, gateways=args.gateways)
+    failed = True
+    try:
+        result = run.run()
+        failed = bool(result.violations)
+        print(result.figures())
+    finally:
+        run.close(keep=failed)
+        if failed:
+            print(f"logs kept in {run.base}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
