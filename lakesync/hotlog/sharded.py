@@ -2,28 +2,31 @@
 
 :class:`ShardedHotLog` is a :class:`~lakesync.hotlog.base.HotLog` over one store per shard
 (:mod:`lakesync.shard_specs`), opened by :func:`open_sharded`: the default store holds every
-table no shard lists, the gateways' documents, leaders and mutexes. Its positions (``after``,
-``head``, an entry's ``ingest_hlc``) are cursors of :mod:`lakesync.cursors`, holding a position
-in each store, so its callers page through it as through one store:
+table no shard lists, the gateways' documents, leaders and mutexes.
+
+One ingest order across the stores: a position (a cursor, ``head``, an entry's ``ingest_hlc``)
+is one ingest HLC, the same position in every store. What is served is bounded by the *visible
+bound* (:meth:`ShardedHotLog.bound`): each store's committed head is read, the greatest is the
+target, and every store below it raises its floor to it (:meth:`~lakesync.hotlog.ports.PushLog.
+raise_floor`, one write serialised with the store's appends; concurrent callers share one).
+Then every entry at or below the bound, in any store, is committed, and no later commit in any
+store gets a stamp at or below it: a reader that has seen position ``h`` never finds a new
+entry at or below ``h`` in any store, as with one store.
 
 - a push is split by table and each store appends its part (skipping the deltaIds it already
-  holds, as every store does); it is acknowledged once every part is durable, and a part that
-  fails fails the push with that store's error (an outage: retryable), so the client's retry
-  lands each delta once: the stores that kept their part skip it;
-- a page reads each store after its own position and merges the entries by ingest HLC (the
-  stores share one clock); each entry's position is the cursor after it, so a page cut at
-  ``limit`` resumes exactly where it stopped, and ``has_more`` says whether any store has more.
-  A store that fails fails the read: no store is silently left out.
-
-An entry returned by :meth:`ShardedHotLog.append` (or a notice of another process's append) is
-placed at its own store's position and 0 in the others: a cursor that holds it is behind in the
-other stores (read again, never skipped).
+  holds, as every store does); it is acknowledged once every part is durable, its ``head`` the
+  bound after them (safe for a client that sets its cursor to it; the last bound known when
+  a store the push did not touch is down). A part that fails fails the
+  push with that store's error (an outage: retryable), so the client's retry lands each delta
+  once: the stores that kept their part skip it;
+- a page reads each store after the same position, keeps what is at or below the bound and
+  merges by ingest HLC; it is cut at an HLC boundary (entries of one stamp in two stores stay
+  on one page) and ``has_more`` is exact. A store that fails fails the read (the bound needs
+  every store): no store is silently left out.
 
 Not served across stores yet, and refused rather than served wrong: sync rules (setting them,
 or a gateway whose default store holds some: a client would see rows they hide) and building
-checkpoints (none is served: a fresh client pulls from 0). A cursor of several stores exceeds
-64 bits, which WebSocket frames and the Python client's replica do not hold: the gateway does not
-serve this store yet (``lakesync up`` refuses ``shards:``).
+checkpoints (none is served: a fresh client pulls from 0).
 """
 
 from __future__ import annotations
@@ -31,14 +34,13 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from lakesync import cursors
 from lakesync.delta import RowDelta
-from lakesync.errors import ConfigError
+from lakesync.errors import ConfigError, is_store_outage
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog
 from lakesync.hotlog.factory import open_store
@@ -62,33 +64,84 @@ _NO_CHECKPOINTS = "checkpoints are not built on a sharded hot log yet"
 _NO_RULES = "sync rules are not served on a sharded hot log yet; remove shards: or the rules"
 
 
+def clip(entries: Sequence[LogEntry], bound: int, limit: int) -> tuple[list[LogEntry], bool]:
+    """One store's read of up to ``limit + 1`` entries (ingest order) as what is visible: those
+    at or below ``bound``, at most ``limit``, and whether it holds more at or below ``bound``
+    (exact: the extra entry read says so). Pure."""
+    visible = [e for e in entries if e.ingest_hlc <= bound]
+    return visible[:limit], len(visible) > limit
+
+
 def merge_pages(
-    positions: Sequence[int],
-    pages: Sequence[tuple[Sequence[LogEntry], bool]],
-    limit: int,
-) -> tuple[list[LogEntry], tuple[int, ...], bool]:
-    """Merge one page per store into one page of at most ``limit`` entries, oldest ingest HLC
-    first (ties by store order). ``positions`` are the stores' cursors the pages were read
-    after, ``pages`` each store's entries (ingest order) and whether it has more. Returns the
-    entries placed at the cursor after each (:mod:`lakesync.cursors`), the stores' positions
-    after the last one taken, and whether any store holds more. Pure."""
-    at = list(positions)
-    merged = heapq.merge(
-        *[[(e.ingest_hlc, i, e) for e in entries] for i, (entries, _) in enumerate(pages)]
-    )
-    taken: list[LogEntry] = []
-    for ingest, store, entry in merged:
-        if len(taken) == limit:
-            return taken, tuple(at), True
-        at[store] = ingest
-        taken.append(entry._replace(ingest_hlc=cursors.encode(at)))
-    return taken, tuple(at), any(more for _, more in pages)
+    pages: Sequence[tuple[Sequence[LogEntry], bool]], limit: int
+) -> tuple[list[LogEntry], bool]:
+    """Merge one page per store (its entries in ingest order, whether it holds more) into one
+    page of about ``limit`` entries, oldest ingest HLC first (ties in store order), and whether
+    anything is left. Nothing past the last entry of a store that holds more is taken (that
+    store's next entries may come before it), and the page ends at an HLC boundary: entries of
+    the last stamp taken are all taken (the page passes ``limit`` only when cutting back would
+    leave it empty). Pure."""
+    stop = min((e[-1].ingest_hlc for e, more in pages if more and e), default=None)
+    merged = [
+        entry
+        for _, _, entry in heapq.merge(
+            *[[(e.ingest_hlc, i, e) for e in entries] for i, (entries, _) in enumerate(pages)]
+        )
+    ]
+    candidates = merged if stop is None else [e for e in merged if e.ingest_hlc <= stop]
+    taken = candidates[:limit]
+    if taken and len(taken) < len(candidates) and candidates[len(taken)].ingest_hlc == (
+        last := taken[-1].ingest_hlc
+    ):
+        whole = [e for e in taken if e.ingest_hlc < last]
+        taken = whole or [e for e in candidates if e.ingest_hlc <= last]
+    return taken, len(taken) < len(merged) or any(more for _, more in pages)
+
+
+class _Floor:
+    """One store's floor raises, single-flight: concurrent callers share the raise under way,
+    and a raise that reached a target serves every caller asking for no more."""
+
+    def __init__(self, store: HotLog) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._reached = 0
+        self._flight: Future[int] | None = None
+        self._flight_target = 0
+
+    def raise_to(self, target: int) -> None:
+        while True:
+            with self._lock:
+                if self._reached >= target:
+                    return
+                flight = self._flight
+                mine = flight is None
+                if flight is None:
+                    flight = self._flight = Future()
+                    self._flight_target = target
+                elif self._flight_target >= target:
+                    mine = False
+            if not mine:
+                flight.result()  # the raise under way (its error is this caller's too)
+                continue
+            try:
+                reached = self._store.raise_floor(target)
+            except BaseException as exc:
+                with self._lock:
+                    self._flight = None
+                flight.set_exception(exc)
+                raise
+            with self._lock:
+                self._reached = max(self._reached, reached)
+                self._flight = None
+            flight.set_result(reached)
+            return
 
 
 class ShardedHotLog(HotLog):
     """One store per shard served as one (see the module): pushes split by table, pages merged
-    by ingest HLC, positions that are cursors across the stores. ``stores`` are the default
-    store then one per shard of ``shards``, in that order, all sharing one clock."""
+    by ingest HLC up to the visible bound. ``stores`` are the default store then one per shard
+    of ``shards``, in that order, all sharing one clock."""
 
     def __init__(self, stores: Sequence[HotLog], shards: Sequence[ShardSpec]) -> None:
         if len(stores) != len(shards) + 1:
@@ -99,16 +152,8 @@ class ShardedHotLog(HotLog):
         self._stores = list(stores)
         self.names = [DEFAULT_SHARD, *(s.name for s in shards)]
         self._route = {t: i for i, s in enumerate(shards, start=1) for t in s.tables}
-        self._heads = [0 for _ in stores]
-        self._heads_lock = threading.Lock()
-
-    def _seen(self, heads: Mapping[int, int]) -> list[int]:
-        """Note the stores' ``heads`` just read; every store's latest head known. A push reply
-        names the head of the stores it did not touch without asking them (one may be down)."""
-        with self._heads_lock:
-            for i, head in heads.items():
-                self._heads[i] = max(self._heads[i], head)
-            return list(self._heads)
+        self._floors = [_Floor(s) for s in stores]
+        self._last_bound = 0
 
     @property
     def stores(self) -> Mapping[str, HotLog]:
@@ -118,12 +163,27 @@ class ShardedHotLog(HotLog):
     def _index(self, table: str) -> int:
         return self._route.get(table, 0)
 
-    def _positions(self, value: int, field: str = "since") -> tuple[int, ...]:
-        return cursors.decode(value, len(self._stores), field)
+    # -- the visible bound ----------------------------------------------------------------------
+    def bound(self) -> int:
+        """The visible bound (see the module): every store's committed head read, those below
+        the greatest raised to it. A store that cannot be reached fails it (an outage)."""
+        heads = [s.committed_head() for s in self._stores]
+        target = max(heads)
+        for floor, head in zip(self._floors, heads, strict=True):
+            if head < target:
+                floor.raise_to(target)
+        self._last_bound = max(self._last_bound, target)
+        return target
 
-    def _at(self, store: int, position: int) -> int:
-        """The cursor at ``position`` in one store and 0 in the others."""
-        return cursors.encode([*(0 for _ in range(store)), position])
+    def committed_head(self) -> int:
+        """See :meth:`~lakesync.hotlog.ports.PushLog.committed_head`: the visible bound."""
+        return self.bound()
+
+    def raise_floor(self, stamp: int) -> int:
+        """See :meth:`~lakesync.hotlog.ports.PushLog.raise_floor`: every store's floor."""
+        for floor in self._floors:
+            floor.raise_to(stamp)
+        return self.bound()
 
     # -- the push path --------------------------------------------------------------------------
     def append(
@@ -134,10 +194,9 @@ class ShardedHotLog(HotLog):
         for delta in deltas:
             parts.setdefault(self._index(delta.table), []).append(delta)
         results = {i: self._stores[i].append(gateway_id, part, check) for i, part in parts.items()}
-        heads = self._seen({i: r.head for i, r in results.items()})
-        # In ingest order across the stores (they share one clock), ties in store order.
+        # In ingest order across the stores, ties in store order.
         ordered = sorted((e.ingest_hlc, i, e) for i, r in results.items() for e in r.stored)
-        stored = [e._replace(ingest_hlc=self._at(i, at)) for at, i, e in ordered]
+        stored = [e for _, _, e in ordered]
         rows: dict[RowKey, RowRecord] = {}
         before: dict[RowKey, RowState] = {}
         for r in results.values():
@@ -145,10 +204,18 @@ class ShardedHotLog(HotLog):
             before.update(r.before)
         # What the append was judged under, as this store serves it (:meth:`get_rules`).
         rules = RulesRecord(None, 0) if stored else None
+        try:
+            head = self.bound()
+        except Exception as exc:
+            if not is_store_outage(exc):
+                raise
+            # The push is durable: acknowledged with the last bound known (a bound never stops
+            # being safe), as a store it did not touch is down.
+            head = self._last_bound
         return AppendResult(
             stored=stored,
             accepted=sum(r.accepted for r in results.values()),
-            head=cursors.encode(heads),
+            head=head,
             rows=rows,
             before=before,
             rules=rules,
@@ -156,42 +223,36 @@ class ShardedHotLog(HotLog):
 
     # -- the pull path --------------------------------------------------------------------------
     def read_page(self, gateway_id: str, after: int, limit: int, with_rows: bool) -> Page:
-        """Each store's entries after its own position, merged (see :func:`merge_pages`)."""
-        positions = self._positions(after)
-        pages = [
-            store.read_page(gateway_id, at, limit, with_rows)
-            for store, at in zip(self._stores, positions, strict=True)
-        ]
-        entries, _, more = merge_pages(
-            positions, [(p.entries, p.has_more) for p in pages], limit
-        )
-        return self._merged(pages, entries, more)
+        """Each store's entries after ``after`` up to the bound, merged (:func:`merge_pages`)."""
+        bound = self.bound()
+        if after >= bound:
+            return Page([], {}, bound, False)
+        pages = [s.read_page(gateway_id, after, limit + 1, with_rows) for s in self._stores]
+        entries, more = merge_pages([clip(p.entries, bound, limit) for p in pages], limit)
+        return self._merged(pages, entries, bound, more)
 
     def read_range(self, gateway_id: str, after: int, upto: int) -> Page:
-        """Each store's entries in its own range, merged."""
-        lows, highs = self._positions(after), self._positions(upto, "upto")
-        pages = [
-            store.read_range(gateway_id, low, high)
-            for store, low, high in zip(self._stores, lows, highs, strict=True)
-        ]
-        entries, _, _ = merge_pages(
-            lows, [(p.entries, False) for p in pages], sum(len(p.entries) for p in pages)
-        )
-        return self._merged(pages, entries, False)
+        """Each store's entries in the range, up to the bound, merged; ``head`` the range's
+        end as served."""
+        upto = min(upto, self.bound())
+        pages = [s.read_range(gateway_id, after, upto) for s in self._stores]
+        whole = sum(len(p.entries) for p in pages)
+        entries, _ = merge_pages([(p.entries, False) for p in pages], whole)
+        return self._merged(pages, entries, upto, False)
 
-    def _merged(self, pages: Sequence[Page], entries: list[LogEntry], more: bool) -> Page:
-        """One page of the merged ``entries``, the rows they touch and the stores' heads."""
+    @staticmethod
+    def _merged(pages: Sequence[Page], entries: list[LogEntry], head: int, more: bool) -> Page:
+        """One page of the merged ``entries`` and the rows they touch."""
         keys = {(e.delta.table, e.delta.row_id) for e in entries}
         rows = {k: v for p in pages for k, v in p.rows.items() if k in keys}
-        heads = self._seen(dict(enumerate(p.head for p in pages)))
-        return Page(entries, rows, cursors.encode(heads), more)
+        return Page(entries, rows, head, more)
 
     def read_all_rows(self, gateway_id: str) -> Page:
-        """Every store's rows of the gateway, and the stores' heads."""
-        pages = [store.read_all_rows(gateway_id) for store in self._stores]
-        rows = {k: v for p in pages for k, v in p.rows.items()}
-        heads = self._seen(dict(enumerate(p.head for p in pages)))
-        return Page([], rows, cursors.encode(heads), False)
+        """Every store's rows of the gateway, and the bound (taken first: the rows read after
+        it hold every entry at or below it)."""
+        bound = self.bound()
+        rows = {k: v for s in self._stores for k, v in s.read_all_rows(gateway_id).rows.items()}
+        return Page([], rows, bound, False)
 
     def read_matching(
         self, gateway_id: str, lookups: Sequence[tuple[str, Sequence[str]]], keys: Sequence[RowKey]
@@ -202,13 +263,10 @@ class ShardedHotLog(HotLog):
     def row_history(
         self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int
     ) -> dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]]:
-        """Each row's history from its own store, between that store's positions."""
-        lows, highs = self._positions(since), self._positions(upto, "upto")
+        """Each row's history from its own store."""
         out: dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]] = {}
         for i, mine in self._by_store(keys).items():
-            found = self._stores[i].row_history(gateway_id, mine, lows[i], highs[i])
-            for key, (state, later) in found.items():
-                out[key] = (state, [(self._at(i, at), d) for at, d in later])
+            out.update(self._stores[i].row_history(gateway_id, mine, since, upto))
         return out
 
     def _by_store(self, keys: Sequence[RowKey]) -> dict[int, list[RowKey]]:
@@ -246,15 +304,14 @@ class ShardedHotLog(HotLog):
     def view_stamp(
         self, gateway_id: str, client_id: str, claims_hash: str, claims: Mapping[str, Any]
     ) -> int:
-        """The client's claims stamp, kept in the default store (a cursor in the others' 0)."""
+        """The client's claims stamp, kept in the default store."""
         return self._stores[0].view_stamp(gateway_id, client_id, claims_hash, claims)
 
     def view_history(
         self, gateway_id: str, client_id: str, since: int
     ) -> tuple[list[tuple[int, SyncRules | None]], list[tuple[int, dict[str, Any]]]]:
         """The client's view history, kept in the default store."""
-        own = self._positions(since)[0]
-        return self._stores[0].view_history(gateway_id, client_id, own)
+        return self._stores[0].view_history(gateway_id, client_id, since)
 
     # -- the initial sync -----------------------------------------------------------------------
     def checkpoint(self, gateway_id: str) -> CheckpointInfo | None:
@@ -275,17 +332,13 @@ class ShardedHotLog(HotLog):
 
     # -- what the lake's jobs write back ------------------------------------------------------
     def mark_flushed(self, position: int) -> None:
-        """Mark each store flushed through its own position in the cursor ``position``."""
-        for store, at in zip(self._stores, self._positions(position, "position"), strict=True):
-            store.mark_flushed(at)
+        """Mark every store flushed through ``position`` (one position in all of them)."""
+        for store in self._stores:
+            store.mark_flushed(position)
 
     def trim_log(self, gateway_id: str, upto: int, limit: int = 10_000) -> int:
-        """Trim each store through its own position in ``upto`` (each at most ``limit``)."""
-        positions = self._positions(upto, "upto")
-        return sum(
-            store.trim_log(gateway_id, at, limit)
-            for store, at in zip(self._stores, positions, strict=True)
-        )
+        """Trim each store through ``upto`` (each at most ``limit``)."""
+        return sum(store.trim_log(gateway_id, upto, limit) for store in self._stores)
 
     # -- rows by key ------------------------------------------------------------------------------
     def read_rows(self, gateway_id: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
@@ -301,14 +354,10 @@ class ShardedHotLog(HotLog):
 
     # -- coordination (leaders and mutexes in the default store) ----------------------------------
     def listen(self, callback: Callable[[LogNotice], None]) -> None:
-        """Every store's notices, their positions as cursors (0 in the other stores)."""
-        for i, store in enumerate(self._stores):
-            store.listen(partial(self._relay, i, callback))
-
-    def _relay(self, store: int, callback: Callable[[LogNotice], None], notice: LogNotice) -> None:
-        callback(
-            notice._replace(after=self._at(store, notice.after), upto=self._at(store, notice.upto))
-        )
+        """Every store's notices of other processes' appends (their positions are ingest HLCs of
+        the one order; a reader serves them up to the bound)."""
+        for store in self._stores:
+            store.listen(callback)
 
     def lead(self, role: str) -> bool:
         """See :meth:`~lakesync.hotlog.ports.Coordination.lead` (held in the default store)."""
@@ -325,30 +374,30 @@ class ShardedHotLog(HotLog):
             store.ping()
 
     def head(self) -> int:
-        """Every store's head, as one cursor."""
-        return cursors.encode([s.head() for s in self._stores])
+        """The visible bound: no position past it is served."""
+        return self.bound()
 
     def flushed_position(self) -> int:
-        """Every store's flushed position, as one cursor."""
-        return cursors.encode([s.flushed_position() for s in self._stores])
+        """The least flushed position of the stores (a flush marks them all in turn)."""
+        return min(s.flushed_position() for s in self._stores)
 
     def unflushed_bytes(self) -> int:
         """What waits to land, in every store together."""
         return sum(s.unflushed_bytes() for s in self._stores)
 
     def trimmed_through(self, gateway_id: str) -> int:
-        """Every store's horizon for the gateway, as one cursor."""
-        return cursors.encode([s.trimmed_through(gateway_id) for s in self._stores])
+        """The greatest horizon of the stores: a cursor below any store's horizon missed what
+        that store deleted."""
+        return max(s.trimmed_through(gateway_id) for s in self._stores)
 
     def read_log(self, after: int, limit: int, gateway_id: str | None = None) -> list[LogEntry]:
-        """Every store's entries after its own position, merged by ingest HLC."""
-        positions = self._positions(after, "after")
-        reads = [
-            store.read_log(at, limit + 1, gateway_id)
-            for store, at in zip(self._stores, positions, strict=True)
-        ]
-        pages = [(entries[:limit], len(entries) > limit) for entries in reads]
-        return merge_pages(positions, pages, limit)[0]
+        """Every store's entries after ``after`` up to the bound, merged by ingest HLC (a
+        batch ends at an HLC boundary, so the next one resumes after its last entry)."""
+        bound = self.bound()
+        if after >= bound:
+            return []
+        reads = [s.read_log(after, limit + 1, gateway_id) for s in self._stores]
+        return merge_pages([clip(r, bound, limit) for r in reads], limit)[0]
 
     # -- rules and documents (the default store) ------------------------------------------------
     def get_rules(self, gateway_id: str) -> RulesRecord:

@@ -17,14 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lakesync import cursors
 from lakesync.delta import RowDelta
 from lakesync.errors import ConfigError, ForbiddenError
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import AppendResult, HotLog, LogEntry
 from lakesync.hotlog.ports import HotLogSource, SyncStore
 from lakesync.hotlog.postgres import PostgresHotLog
-from lakesync.hotlog.sharded import ShardedHotLog, merge_pages, open_sharded
+from lakesync.hotlog.sharded import ShardedHotLog, clip, merge_pages, open_sharded
 from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.merge import RowState
 from lakesync.shard_specs import ShardSpec
@@ -81,7 +80,9 @@ def test_a_push_is_split_by_table(sharded: ShardedHotLog, stores: list[HotLog]) 
     assert [e.delta.row_id for e in result.stored] == ["t1", "t2", "e1", "l1"]
     held = [[e.delta.table for e in s.read_page("gw1", 0, 100, False).entries] for s in stores]
     assert held == [["todos", "todos"], ["events", "logs"]]
-    assert cursors.decode(result.head, 2) == (stores[0].head(), stores[1].head())
+    # The answer's head is a position in both stores: neither stamps at or below it any more.
+    assert result.head == max(s.head() for s in stores) == sharded.bound()
+    assert all(s.committed_head() == result.head for s in stores)
     assert set(result.rows) == {("todos", "t1"), ("todos", "t2"), ("events", "e1"), ("logs", "l1")}
 
 
@@ -194,29 +195,54 @@ def test_the_stores_must_share_a_clock(tmp_path: Path) -> None:
 stamps = st.lists(st.integers(1, 10_000), unique=True).map(sorted)
 
 
-@given(st.lists(stamps, min_size=1, max_size=4), st.integers(1, 5))
-def test_merged_pages_take_a_prefix_of_each_store(logs: list[list[int]], limit: int) -> None:
-    """Paging the merge of whole logs: every entry once, in ingest order within each store."""
-    positions = tuple(0 for _ in logs)
+@given(st.lists(stamps, min_size=1, max_size=4), st.integers(1, 10_000), st.integers(1, 5))
+def test_merged_pages_take_every_visible_entry_once_in_order(
+    logs: list[list[int]], bound: int, limit: int
+) -> None:
+    """Paging the merge of whole logs up to a bound, each store read as the store does (limit + 1
+    entries after the position): every entry at or below the bound once, in ingest order, every
+    page ending at an HLC boundary, ``more`` exact."""
+    after = 0
     seen: list[tuple[int, int]] = []
     for _ in range(sum(map(len, logs)) + 1):
-        pages = []
-        for store, log in enumerate(logs):
-            rest = [h for h in log if h > positions[store]]
-            entries = [LogEntry(h, "gw", delta("t", f"{store}-{h}", h)) for h in rest[:limit]]
-            pages.append((entries, len(rest) > limit))
-        taken, positions, more = merge_pages(positions, pages, limit)
-        for entry in taken:
-            store_, hlc = entry.delta.row_id.split("-")
-            seen.append((int(store_), int(hlc)))
-        assert more == any(h > positions[i] for i, log in enumerate(logs) for h in log)
+        reads = [
+            [LogEntry(h, "gw", delta("t", f"{i}-{h}", h)) for h in log if h > after][: limit + 1]
+            for i, log in enumerate(logs)
+        ]
+        taken, more = merge_pages([clip(r, bound, limit) for r in reads], limit)
+        seen += [(int(e.delta.row_id.split("-")[0]), e.ingest_hlc) for e in taken]
+        if taken:
+            after = taken[-1].ingest_hlc
+        assert more == any(after < h <= bound for log in logs for h in log)
         if not more:
             break
-        assert len(taken) == limit
-        assert cursors.decode(taken[-1].ingest_hlc, len(logs)) == positions
-    assert sorted(seen) == sorted((i, h) for i, log in enumerate(logs) for h in log)
-    for store in range(len(logs)):
-        assert [h for s, h in seen if s == store] == logs[store]
+        assert taken  # a page that has more is never empty
+    assert [h for _, h in seen] == sorted(h for _, h in seen)
+    assert sorted(seen) == sorted((i, h) for i, log in enumerate(logs) for h in log if h <= bound)
+
+
+def test_a_page_ends_at_an_hlc_boundary() -> None:
+    """Two stores may stamp alike (each its own clock): one stamp's entries share a page."""
+    a = [LogEntry(h, "gw", delta("t", f"a{h}", h)) for h in (1, 2, 3)]
+    b = [LogEntry(h, "gw", delta("t", f"b{h}", h)) for h in (2, 5)]
+    taken, more = merge_pages([(a, False), (b, False)], 2)
+    assert ([e.delta.row_id for e in taken], more) == (["a1"], True)
+    taken, more = merge_pages([(a[1:], False), (b, False)], 1)
+    assert ([e.delta.row_id for e in taken], more) == (["a2", "b2"], True)
+
+
+def test_the_bound_raises_the_floor_of_stores_behind(
+    sharded: ShardedHotLog, stores: list[HotLog]
+) -> None:
+    sharded.append("gw1", [delta("events", "e1", 1)])
+    ahead = stores[1].committed_head()
+    assert stores[0].committed_head() == ahead  # raised by the push's bound
+    # A store's next stamp exceeds its floor even when its clock is behind it.
+    assert stores[0].raise_floor(ahead + 1_000_000) == ahead + 1_000_000
+    assert sharded.append("gw1", [delta("todos", "t1", 2)]).stored[0].ingest_hlc > ahead + 1_000_000
+    assert sharded.bound() == stores[0].head() == stores[1].committed_head()
+    # A raise below the floor keeps it.
+    assert stores[1].raise_floor(1) == stores[1].committed_head()
 
 
 # -- a store refusing connections (PostgreSQL) -------------------------------------------------
