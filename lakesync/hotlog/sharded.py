@@ -39,6 +39,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from lakesync.config import StoreConfig
 from lakesync.delta import RowDelta
 from lakesync.errors import ConfigError, is_store_outage
 from lakesync.hlc import HLC
@@ -58,7 +59,7 @@ from lakesync.rules import SyncRules
 from lakesync.shard_specs import DEFAULT_SHARD, ShardSpec
 from lakesync.views import RowKey, RowRecord
 
-__all__ = ["ShardedHotLog", "merge_pages", "open_sharded"]
+__all__ = ["ShardedHotLog", "clip", "merge_pages", "open_hot_log", "open_sharded"]
 
 _NO_CHECKPOINTS = "checkpoints are not built on a sharded hot log yet"
 _NO_RULES = "sync rules are not served on a sharded hot log yet; remove shards: or the rules"
@@ -382,8 +383,16 @@ class ShardedHotLog(HotLog):
         return min(s.flushed_position() for s in self._stores)
 
     def unflushed_bytes(self) -> int:
-        """What waits to land, in every store together."""
-        return sum(s.unflushed_bytes() for s in self._stores)
+        """What waits to land, in every store together; a store that is down counts nothing
+        (it takes no push either: the push backpressure guards goes to the others)."""
+        total = 0
+        for store in self._stores:
+            try:
+                total += store.unflushed_bytes()
+            except Exception as exc:
+                if not is_store_outage(exc):
+                    raise
+        return total
 
     def trimmed_through(self, gateway_id: str) -> int:
         """The greatest horizon of the stores: a cursor below any store's horizon missed what
@@ -460,8 +469,28 @@ class ShardedHotLog(HotLog):
 
 
 
+def open_hot_log(
+    url: str,
+    shards: Sequence[ShardSpec],
+    data_dir: Path,
+    clock: HLC,
+    pg_schema: str = "lakesync",
+    limits: StoreConfig = StoreConfig(),  # noqa: B008 (frozen: one shared default is safe)
+) -> HotLog:
+    """The gateway's hot log: the store ``url`` names (:func:`~lakesync.hotlog.factory.
+    open_store`) or, with ``shards``, every shard's store served as one (:func:`open_sharded`)."""
+    if not shards:
+        return open_store(url, data_dir, clock, pg_schema, limits)
+    return open_sharded(url, shards, data_dir, clock, pg_schema, limits)
+
+
 def open_sharded(
-    url: str, shards: Sequence[ShardSpec], data_dir: Path, clock: HLC, pg_schema: str = "lakesync"
+    url: str,
+    shards: Sequence[ShardSpec],
+    data_dir: Path,
+    clock: HLC,
+    pg_schema: str = "lakesync",
+    limits: StoreConfig = StoreConfig(),  # noqa: B008 (frozen: one shared default is safe)
 ) -> ShardedHotLog:
     """Open the default store ``url`` and each shard's store (as
     :func:`~lakesync.hotlog.factory.open_store` does; a shard's ``sqlite`` is its own file in
@@ -470,7 +499,7 @@ def open_sharded(
     opened: list[HotLog] = []
     where = {_location(url, DEFAULT_SHARD, data_dir): DEFAULT_SHARD}
     try:
-        opened.append(open_store(url, data_dir, clock, pg_schema))
+        opened.append(open_store(url, data_dir, clock, pg_schema, limits))
         for shard in shards:
             location = _location(shard.store_url, shard.name, data_dir)
             if location in where:
@@ -478,7 +507,7 @@ def open_sharded(
                                   f"{where[location]!r}'s store (each shard needs its own)")
             where[location] = shard.name
             own = location if location.startswith("sqlite:///") else shard.store_url
-            opened.append(_open_shard(shard, own, data_dir, clock, pg_schema))
+            opened.append(_open_shard(shard, own, data_dir, clock, pg_schema, limits))
         return ShardedHotLog(opened, shards)
     except BaseException:
         for store in opened:
@@ -500,10 +529,10 @@ def _location(url: str, name: str, data_dir: Path) -> str:
 
 
 def _open_shard(
-    shard: ShardSpec, url: str, data_dir: Path, clock: HLC, pg_schema: str
+    shard: ShardSpec, url: str, data_dir: Path, clock: HLC, pg_schema: str, limits: StoreConfig
 ) -> HotLog:
     try:
-        return open_store(url, data_dir, clock, pg_schema)
+        return open_store(url, data_dir, clock, pg_schema, limits)
     except ConfigError as exc:
         raise ConfigError(f"shard {shard.name!r}: {exc.message}") from None
     except Exception as exc:
