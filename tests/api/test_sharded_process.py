@@ -3,7 +3,8 @@ PostgreSQL databases (tables ``events`` in the shard, every other table in the d
 
 Concurrent pushers on both stores through two processes and concurrent pullers paging in small
 pages see every acknowledged delta exactly once, each client's in push order, never a skip (the
-stores' floors: without them a puller's cursor passes an entry another store commits later);
+stores' floors: without them a puller's cursor passes an entry another store commits later,
+which commits slowed down on purpose make frequent);
 each store holds only its tables' deltas; a WebSocket client hears of both stores' pushes, in
 order; a shard refusing connections fails the pushes and pulls that need it (503), not the
 others, and a retry after it is back lands once."""
@@ -113,10 +114,26 @@ def _allow_connections(url: str, allow: bool) -> None:
             )
 
 
+def _slow_commits(url: str) -> None:
+    """Make each append of the store take up to 30 ms between stamping its entries and its
+    commit (as under load): another store's later stamps then often commit first."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "create function lakesync.slow_commit() returns trigger language plpgsql as"
+            " $$ begin perform pg_sleep(random() * 0.03); return null; end $$"
+        )
+        conn.execute(
+            "create trigger slow_commit after insert on lakesync.log"
+            " for each statement execute function lakesync.slow_commit()"
+        )
+
+
 def test_concurrent_pushes_on_two_stores_reach_every_puller_once_in_order(
     deployment: Deployment,
 ) -> None:
     servers = deployment.servers
+    _slow_commits(deployment.default_url)
+    _slow_commits(deployment.shard_url)
     acked: dict[str, list[str]] = {}  # pusher -> its acknowledged deltaIds, in push order
     failures: list[str] = []
     done = threading.Event()

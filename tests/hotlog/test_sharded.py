@@ -7,6 +7,7 @@ refuses connections fails the reads and pushes that need it, and only those."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -356,3 +357,69 @@ def test_rows_are_looked_up_in_the_store_holding_their_table(sharded: ShardedHot
     history = sharded.row_history("gw1", keys[:3], 0, sharded.head())
     assert {k: [d.row_id for _, d in later] for k, (_, later) in history.items()} == {
         ("todos", "t1"): ["t1"], ("events", "e1"): ["e1"], ("logs", "l1"): ["l1"]}
+
+
+def _slow_commits(url: str) -> None:
+    """Make each append of the store take up to 30 ms between stamping its entries and its
+    commit (as under load): another store's later stamps then often commit first."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "create function lakesync.slow_commit() returns trigger language plpgsql as"
+            " $$ begin perform pg_sleep(random() * 0.03); return null; end $$"
+        )
+        conn.execute(
+            "create trigger slow_commit after insert on lakesync.log"
+            " for each statement execute function lakesync.slow_commit()"
+        )
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_concurrent_pushes_and_small_pages_never_skip_a_later_commit() -> None:
+    """Pushes to two stores whose commits are slow, and pullers paging as clients do: each puller
+    sees every delta once. Without the floors a page's cursor passes a stamp that a store commits
+    later, and every puller misses some."""
+    clock = HLC()
+    urls = [fresh_pg_database(), fresh_pg_database()]
+    made: list[HotLog] = [PostgresHotLog(url, clock) for url in urls]
+    sharded = ShardedHotLog(made, SHARDS)
+    try:
+        for url in urls:
+            _slow_commits(url)
+        pushed: list[str] = []
+        done = threading.Event()
+
+        def push(n: int) -> None:
+            for i in range(40):
+                d = delta(("todos", "events")[n % 2], f"{n}-{i}", i, client=f"c{n}")
+                sharded.append("gw1", [d])
+                pushed.append(d.delta_id)
+
+        seen: list[list[str]] = [[], [], []]
+
+        def pull(mine: list[str]) -> None:
+            since = 0
+            while True:
+                finished = done.is_set()
+                page = sharded.read_page("gw1", since, 3, False)
+                mine += [e.delta.delta_id for e in page.entries]
+                since = page.entries[-1].ingest_hlc if page.has_more else max(page.head, since)
+                if finished and not page.has_more:
+                    return
+
+        pushers = [threading.Thread(target=push, args=(n,)) for n in range(4)]
+        pullers = [threading.Thread(target=pull, args=(mine,)) for mine in seen]
+        for t in [*pushers, *pullers]:
+            t.start()
+        for t in pushers:
+            t.join()
+        done.set()
+        for t in pullers:
+            t.join()
+        for mine in seen:
+            assert len(mine) == len(set(mine)) == len(pushed)
+            assert set(mine) == set(pushed)
+    finally:
+        sharded.close()
+        for url in urls:
+            drop_pg_database(url)

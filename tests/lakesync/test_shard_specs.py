@@ -93,12 +93,16 @@ def test_up_refuses_a_bad_shard_with_one_line_and_exit_2(tmp_path: Path) -> None
     assert out.exit_code == 2
 
 
-def test_up_refuses_valid_shards_it_does_not_serve_yet(tmp_path: Path) -> None:
+def test_up_refuses_a_shard_on_the_default_stores_file(tmp_path: Path) -> None:
     config = tmp_path / "lakesync.yaml"
-    config.write_text("shards:\n  - {name: events, store_url: sqlite, tables: [events]}\n")
-    out = CliRunner().invoke(app, ["up", "--config", str(config), "--data-dir", str(tmp_path)])
+    shared = tmp_path / "hotlog.sqlite3"
+    config.write_text(f"shards:\n  - {{name: events, store_url: 'sqlite:///{shared}', tables: [events]}}\n")
+    out = CliRunner().invoke(
+        app,
+        ["up", "--config", str(config), "--data-dir", str(tmp_path)],
+        env={"LAKESYNC_JWT_SECRET": "s" * 40},
+    )
     lines = out.stderr.splitlines()
     assert len(lines) == 1, out.stderr
-    assert "does not serve a sharded hot log yet" in lines[0]
+    assert "shard 'events'" in lines[0] and "shard 'default'" in lines[0]
     assert out.exit_code == 2
-    assert not (tmp_path / "hotlog.sqlite3").exists()  # refused before opening any store
