@@ -96,7 +96,9 @@ def test_up_refuses_a_bad_shard_with_one_line_and_exit_2(tmp_path: Path) -> None
 def test_up_refuses_a_shard_on_the_default_stores_file(tmp_path: Path) -> None:
     config = tmp_path / "lakesync.yaml"
     shared = tmp_path / "hotlog.sqlite3"
-    config.write_text(f"shards:\n  - {{name: events, store_url: 'sqlite:///{shared}', tables: [events]}}\n")
+    config.write_text(
+        f"shards:\n  - {{name: events, store_url: 'sqlite:///{shared}', tables: [events]}}\n"
+    )
     out = CliRunner().invoke(
         app,
         ["up", "--config", str(config), "--data-dir", str(tmp_path)],
