@@ -115,12 +115,12 @@ def _allow_connections(url: str, allow: bool) -> None:
 
 
 def _slow_commits(url: str) -> None:
-    """Make each append of the store take up to 30 ms between stamping its entries and its
+    """Make each append of the store take up to 100 ms between stamping its entries and its
     commit (as under load): another store's later stamps then often commit first."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "create function lakesync.slow_commit() returns trigger language plpgsql as"
-            " $$ begin perform pg_sleep(random() * 0.03); return null; end $$"
+            " $$ begin perform pg_sleep(random() * 0.1); return null; end $$"
         )
         conn.execute(
             "create trigger slow_commit after insert on lakesync.log"
