@@ -24,9 +24,11 @@ entry at or below ``h`` in any store, as with one store.
   on one page) and ``has_more`` is exact. A store that fails fails the read (the bound needs
   every store): no store is silently left out.
 
-Not served across stores yet, and refused rather than served wrong: sync rules (setting them,
-or a gateway whose default store holds some: a client would see rows they hide) and building
-checkpoints (none is served: a fresh client pulls from 0).
+Checkpoints are kept in the default store (built from the lake, they cover every store); the
+other stores record each one's position, which bounds their trimming, and a cursor below any
+store's horizon is expired. Not served across stores yet, and refused rather than served
+wrong: sync rules (setting them, or a gateway whose default store holds some: a client would
+see rows they hide).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from lakesync.config import StoreConfig
 from lakesync.delta import RowDelta
@@ -61,7 +65,6 @@ from lakesync.views import RowKey, RowRecord
 
 __all__ = ["ShardedHotLog", "clip", "merge_pages", "open_hot_log", "open_sharded"]
 
-_NO_CHECKPOINTS = "checkpoints are not built on a sharded hot log yet"
 _NO_RULES = "sync rules are not served on a sharded hot log yet; remove shards: or the rules"
 
 
@@ -314,22 +317,31 @@ class ShardedHotLog(HotLog):
         """The client's view history, kept in the default store."""
         return self._stores[0].view_history(gateway_id, client_id, since)
 
-    # -- the initial sync -----------------------------------------------------------------------
+    # -- the initial sync (checkpoints in the default store) -----------------------------------
     def checkpoint(self, gateway_id: str) -> CheckpointInfo | None:
-        """No checkpoint is served across stores yet: a fresh client pulls from 0."""
-        return None
+        """The default store's checkpoint (it covers every store: it is built from the lake,
+        which lands every store up to the bound), with the greatest horizon of the stores."""
+        info = self._stores[0].checkpoint(gateway_id)
+        if info is None:
+            return None
+        return msgspec.structs.replace(info, trimmed=self.trimmed_through(gateway_id))
 
     def checkpoint_chunk(self, gateway_id: str, upto: int, seq: int) -> bytes | None:
-        """No checkpoint is served across stores yet."""
-        return None
+        """A chunk of the checkpoint, from the default store."""
+        return self._stores[0].checkpoint_chunk(gateway_id, upto, seq)
 
     def stage_checkpoint_chunk(self, gateway_id: str, upto: int, seq: int, body: bytes) -> None:
-        """Refused: checkpoints are not built across stores yet."""
-        raise ConfigError(_NO_CHECKPOINTS)
+        """Staged in the default store."""
+        self._stores[0].stage_checkpoint_chunk(gateway_id, upto, seq, body)
 
     def publish_checkpoint(self, gateway_id: str, upto: int, chunks: int, rows: int) -> bool:
-        """Refused: checkpoints are not built across stores yet."""
-        raise ConfigError(_NO_CHECKPOINTS)
+        """Published in the default store; each other store then records the position without
+        chunks (it serves none), which bounds its own trimming as the checkpoint does."""
+        published = self._stores[0].publish_checkpoint(gateway_id, upto, chunks, rows)
+        if published:
+            for store in self._stores[1:]:
+                store.publish_checkpoint(gateway_id, upto, 0, 0)
+        return published
 
     # -- what the lake's jobs write back ------------------------------------------------------
     def mark_flushed(self, position: int) -> None:

@@ -423,3 +423,29 @@ def test_concurrent_pushes_and_small_pages_never_skip_a_later_commit() -> None:
         sharded.close()
         for url in urls:
             drop_pg_database(url)
+
+
+def test_checkpoints_live_in_the_default_store_and_bound_each_stores_trim(
+    sharded: ShardedHotLog, stores: list[HotLog]
+) -> None:
+    sharded.append("gw1", [delta("todos", "t1", 1), delta("events", "e1", 2)])
+    upto = sharded.head()
+    sharded.append("gw1", [delta("events", "e2", 3), delta("todos", "t2", 4)])
+    sharded.stage_checkpoint_chunk("gw1", upto, 0, b"chunk")
+    assert sharded.publish_checkpoint("gw1", upto, 1, 2)
+    info = sharded.checkpoint("gw1")
+    assert info is not None and (info.position, info.chunks, info.trimmed) == (upto, 1, 0)
+    assert sharded.checkpoint_chunk("gw1", upto, 0) == b"chunk"
+    assert stores[1].checkpoint_chunk("gw1", upto, 0) is None  # chunks in the default store
+    # Trimming stops at the checkpoint and at what landed, in every store.
+    sharded.mark_flushed(sharded.head())
+    assert sharded.trim_log("gw1", sharded.head()) == 2
+    assert [[e.delta.row_id for e in s.read_page("gw1", 0, 9, False).entries] for s in stores] == [
+        ["t2"], ["e2"]]
+    horizon = sharded.trimmed_through("gw1")
+    assert horizon == max(s.trimmed_through("gw1") for s in stores) > 0
+    checkpoint = sharded.checkpoint("gw1")
+    assert checkpoint is not None and checkpoint.trimmed == horizon
+    # An older checkpoint is refused, and records nothing in the other stores.
+    assert not sharded.publish_checkpoint("gw1", upto - 1, 0, 0)
+    assert [s.checkpoint("gw1").position for s in stores] == [upto, upto]  # type: ignore[union-attr]
