@@ -8,6 +8,8 @@ overridden by its environment variable; an empty variable counts as unset:
 - ``data_dir`` / ``LAKESYNC_DATA_DIR``: data directory (default ``./.lakesync``)
 - ``store_url`` / ``LAKESYNC_STORE_URL``: hot-log store, ``sqlite`` (default) or a
   ``postgresql://`` DSN; ``pg_schema`` / ``LAKESYNC_PG_SCHEMA``: its PostgreSQL schema
+- ``shards:``: further hot-log stores, each holding the tables it lists
+  (:mod:`lakesync.shard_specs`); every other table stays in ``store_url``
 - ``store:`` (:class:`StoreConfig`, the PostgreSQL hot-log store's session limits),
   ``server:`` (:class:`ServerConfig`, the gateway) and ``lake:`` (:class:`LakeConfig`): each key
   is overridden by ``LAKESYNC_`` + the key in capitals, e.g. ``server.rate_limit`` by
@@ -43,6 +45,7 @@ from lakesync.hints import explain
 from lakesync.rules import SyncRules, parse_rules
 from lakesync.schema import TableSchema, parse_schema
 from lakesync.secrets import resolved_values
+from lakesync.shard_specs import ShardSpec, parse_shards
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
@@ -280,6 +283,8 @@ class Config(msgspec.Struct, frozen=True):
     materialised."""
     connectors: dict[str, ConnectorSpec] = {}
     """``connectors:`` (:mod:`lakesync.connector_specs`): outside systems the gateway polls."""
+    shards: list[ShardSpec] = []
+    """``shards:`` (:mod:`lakesync.shard_specs`): further hot-log stores and their tables."""
 
 
 class _GatewayFile(msgspec.Struct, forbid_unknown_fields=True):
@@ -316,6 +321,9 @@ class _File(msgspec.Struct, forbid_unknown_fields=True):
     """Where synced tables are materialised, by destination name."""
     connectors: dict[str, Any] = {}
     """Outside systems polled into a gateway, by connector name."""
+    shards: list[Any] = []
+    """Further hot-log stores, each with the tables it holds (parsed one shard at a time, so
+    an error names the shard)."""
 
 
 _Section = TypeVar("_Section", ServerConfig, LakeConfig, StoreConfig)
@@ -435,6 +443,7 @@ def load_config(path: Path | None = None, env: Mapping[str, str] | None = None) 
         source=path,
         destinations=parse_destinations(file.destinations, str(path)),
         connectors=parse_connectors(file.connectors, str(path)),
+        shards=parse_shards(file.shards, str(path)),
     )
     return apply_environment(from_file, env)
 

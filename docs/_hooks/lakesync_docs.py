@@ -216,7 +216,7 @@ def config_reference() -> str:
     """Every ``lakesync.yaml`` section as a table."""
     _import_checkout()
     from lakesync import config as cfg
-    from lakesync import connector_specs, destination_specs
+    from lakesync import connector_specs, destination_specs, shard_specs
 
     with tempfile.TemporaryDirectory() as tmp:
         empty = Path(tmp) / "lakesync.yaml"
@@ -249,6 +249,9 @@ def config_reference() -> str:
         struct_table(
             destination_specs.DestinationSpec, docs, prefix="destinations.NAME.", env=no_env
         ),
+        "## `shards:`",
+        _class_doc(shard_specs.ShardSpec),
+        struct_table(shard_specs.ShardSpec, docs, prefix="shards[].", env=no_env),
         "## `connectors:`",
     ]
     for spec in _union_members(connector_specs.ConnectorSpec):

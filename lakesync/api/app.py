@@ -38,7 +38,7 @@ from lakesync.api.services.sync import SyncService
 from lakesync.api.settings import GatewaySettings
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog, LogNotice
-from lakesync.hotlog.factory import open_store
+from lakesync.hotlog.sharded import open_hot_log
 
 if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
@@ -74,8 +74,9 @@ def create_app(
         hot = store
         if hot is None:
             hot = await anyio.to_thread.run_sync(
-                open_store,
+                open_hot_log,
                 settings.store_url,
+                settings.shards,
                 settings.data_dir,
                 HLC(),
                 settings.pg_schema,

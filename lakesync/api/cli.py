@@ -39,7 +39,7 @@ from lakesync.config import Config, load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import ConfigError
 from lakesync.hlc import HLC
-from lakesync.hotlog.factory import open_store
+from lakesync.hotlog.sharded import open_hot_log
 from lakesync.lakehouse.runtime import WorkerJobs
 from lakesync.lakehouse.settings import LakeSettings
 from lakesync.tokens import weak_secret
@@ -117,11 +117,17 @@ def up(
 
         # Registered first, so it runs last: once the lake jobs, the store and the lock are done.
         stack.callback(stopped)
-        if not settings.store_url.startswith(("postgresql://", "postgres://")):
-            # The embedded store serves one process: refuse a second one on this data dir.
+        urls = [settings.store_url, *(s.store_url for s in settings.shards)]
+        if not all(u.startswith(("postgresql://", "postgres://")) for u in urls):
+            # An embedded store serves one process: refuse a second one on this data dir.
             stack.enter_context(hold_data_dir(settings.data_dir))
-        store = open_store(
-            settings.store_url, settings.data_dir, HLC(), settings.pg_schema, settings.store
+        store = open_hot_log(
+            settings.store_url,
+            settings.shards,
+            settings.data_dir,
+            HLC(),
+            settings.pg_schema,
+            settings.store,
         )
         stack.enter_context(contextlib.closing(store))
         apply_declared(store, settings.gateways, settings.connectors)  # a mistake: exit 2

@@ -23,6 +23,7 @@ from lakesync.config import (
 )
 from lakesync.connector_specs import ConnectorSpec
 from lakesync.destination_specs import DestinationSpec
+from lakesync.shard_specs import ShardSpec
 
 __all__ = ["GatewaySettings"]
 
@@ -39,6 +40,9 @@ class GatewaySettings:
     pg_schema: str = "lakesync"
     store: StoreConfig = field(default_factory=StoreConfig)
     """Session limits of a PostgreSQL hot-log store (``store:``)."""
+    shards: tuple[ShardSpec, ...] = ()
+    """Further hot-log stores and the tables each holds (``shards:``), served with the
+    default store as one (:mod:`lakesync.hotlog.sharded`)."""
     gateways: Mapping[str, GatewayConfig] = field(default_factory=dict)
     connectors: Mapping[str, ConnectorSpec] = field(default_factory=dict)
     """Declared connectors by name (``${VAR}`` references unresolved)."""
@@ -94,6 +98,7 @@ class GatewaySettings:
             store_url=config.store_url,
             pg_schema=config.pg_schema,
             store=config.store,
+            shards=tuple(config.shards),
             gateways=dict(config.gateways),
             connectors=dict(config.connectors),
             destinations=dict(config.destinations),

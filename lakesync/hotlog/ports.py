@@ -117,6 +117,19 @@ class PushLog(Protocol):
         ``check`` (if given) judges the new deltas first, in the same transaction: no write of
         another process can come between it and the append."""
 
+    @abc.abstractmethod
+    def committed_head(self) -> int:
+        """The greatest ingest HLC handed out and committed (an entry, a rules or view stamp, or
+        the floor :meth:`raise_floor` set; 0 when none): every entry at or below it is
+        committed. A cheap read that takes no lock."""
+
+    @abc.abstractmethod
+    def raise_floor(self, stamp: int) -> int:
+        """Make every later ingest HLC of this store exceed ``stamp``, durably (its own committed
+        write, serialised with every append), and return :meth:`committed_head` as of then (at
+        least ``stamp``). Stores served as one (:mod:`lakesync.hotlog.sharded`) keep one ingest
+        order across them with it; a single store never needs it."""
+
 
 class PullLog(Protocol):
     """The pull path: pages of one gateway's log with the merged state (``lakesync.merge.

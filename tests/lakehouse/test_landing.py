@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,11 +23,13 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog
 from lakesync.hotlog.records import LogEntry
+from lakesync.hotlog.sharded import ShardedHotLog
 from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.lakehouse.bootstrap import init_catalog_tables
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, flushed_position, open_catalog
 from lakesync.lakehouse.landing import CRASH_ENV, LandingFlusher, LandingRaceError, landing_rows
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.shard_specs import ShardSpec
 
 from .conftest import append_in_order
 
@@ -306,3 +309,39 @@ def test_a_flush_overtaken_by_another_process_commits_nothing(
         d.delta_id for _, d in entries
     )
     assert slow.flush().commits == 0
+
+
+def test_a_sharded_store_lands_every_tables_deltas_once(
+    settings: LakeSettings, tmp_path: Path
+) -> None:
+    """Pushes to two stores (served as one) while flushes in small batches run: every delta lands
+    once, and both stores are marked flushed through the one position."""
+    clock = HLC()
+    stores: list[HotLog] = [SqliteHotLog(tmp_path / f"{n}.sqlite3", clock) for n in ("a", "b")]
+    sharded = ShardedHotLog(stores, [ShardSpec("events", "unused", ["events"])])
+    try:
+        flusher = LandingFlusher(
+            open_catalog(settings), sharded, batch_size=3, mark_flushed=sharded.mark_flushed
+        )
+        pushed: list[str] = []
+
+        def push(n: int) -> None:
+            for i in range(15):
+                table = ("todos", "events")[(n + i) % 2]
+                d = RowDelta.create("INSERT", table, f"{n}-{i}", f"c{n}", {"i": i}, 1000 + i)
+                sharded.append("gw1", [d])
+                pushed.append(d.delta_id)
+
+        threads = [threading.Thread(target=push, args=(n,)) for n in range(3)]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            flusher.flush()
+        for t in threads:
+            t.join()
+        flusher.flush()
+        landed = [str(r["delta_id"]) for r in _landed(settings)]
+        assert sorted(landed) == sorted(pushed)  # each once
+        assert {s.flushed_position() for s in stores} == {sharded.head()}
+    finally:
+        sharded.close()

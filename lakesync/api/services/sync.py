@@ -7,9 +7,10 @@ entries to the :class:`~lakesync.api.services.hub.Hub`. Store calls run in worke
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -31,6 +32,7 @@ from lakesync.errors import (
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import (
     AppendResult,
+    LogEntry,
     LogNotice,
     Page,
     RowKey,
@@ -39,6 +41,7 @@ from lakesync.hotlog.base import (
     WriteCheck,
 )
 from lakesync.hotlog.ports import SyncStore
+from lakesync.hotlog.sharded import ShardedHotLog
 from lakesync.merge import RowState
 from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
@@ -99,6 +102,16 @@ def _write_access(claims: Mapping[str, Any], batch: Sequence[RowDelta]) -> Write
     return check
 
 
+@dataclass
+class _Fanout:
+    """Where a gateway's in-order broadcasts stand (a store of several stores)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    at: int | None = None
+    origins: dict[str, tuple[int, Connection | None]] = field(default_factory=dict)
+    """The sender of each pushed entry not broadcast yet, by deltaId, with its ingest HLC."""
+
+
 class SyncService:
     """The gateway's behaviour, shared by every gateway (tenant) the app serves."""
 
@@ -119,6 +132,10 @@ class SyncService:
         self.clients = ClientActivity()
         """When each client was last seen here, and the backlog it reported (the status)."""
         self._snapshot_caches: dict[str, SnapshotCache] = {}
+        # A store of several (sharded) stores broadcasts in one order (see _fan_out).
+        self._fanouts: dict[str, _Fanout] | None = (
+            {} if isinstance(store, ShardedHotLog) else None
+        )
 
     def snapshots(self, gateway_id: str) -> SnapshotCache:
         """The row-snapshot memo of one gateway."""
@@ -203,6 +220,9 @@ class SyncService:
         self.metrics.count(gateway_id, "pushes")
         self.metrics.count(gateway_id, "deltas", len(result.stored))
         if not result.stored or self.hub.count_for(gateway_id) == 0:
+            return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
+        if self._fanouts is not None:
+            await self._fan_out(gateway_id, result.stored, origin)
             return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
         # The batch is atomic: the states inside it were never visible, so all its deltas count
         # as of its last ingest stamp.
@@ -354,6 +374,9 @@ class SyncService:
         if self.hub.count_for(notice.gateway_id) == 0:
             return
         gw = notice.gateway_id
+        if self._fanouts is not None:
+            await self._fan_out(gw, [], None, notice.after)
+            return
         page = await _run(self.store.read_range, gw, notice.after, notice.upto)
         rules = await _run(self.store.get_rules, gw)
         history = None
@@ -362,6 +385,48 @@ class SyncService:
                 self.store.row_history, gw, list(page.rows), notice.after, page.head
             )
         self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw), history)
+
+    async def _fan_out(
+        self,
+        gw: str,
+        stored: Sequence[LogEntry],
+        origin: Connection | None,
+        after: int | None = None,
+    ) -> None:
+        """Broadcast, on a store of several stores, everything up to the visible bound not
+        broadcast yet, in ingest order: two stores' pushes commit independently, so each push
+        or notice (of ``stored``, from ``origin``; or a notice of entries after ``after``)
+        reads the gateway's log from where the last broadcast ended up to the bound. A push's
+        own entries still skip their sender."""
+        assert self._fanouts is not None
+        fan = self._fanouts.setdefault(gw, _Fanout())
+        for e in stored:
+            fan.origins[e.delta.delta_id] = (e.ingest_hlc, origin)
+        async with fan.lock:
+            if self.hub.count_for(gw) == 0:
+                self._fanouts.pop(gw, None)
+                return
+            if fan.at is None:
+                fan.at = stored[0].ingest_hlc - 1 if stored else (after or 0)
+            bound = await _run(self.store.head)
+            if bound <= fan.at:
+                return
+            page = await _run(self.store.read_range, gw, fan.at, bound)
+            rules = await _run(self.store.get_rules, gw)
+            runs: list[tuple[Connection | None, list[LogEntry]]] = []
+            for e in page.entries:
+                sender = fan.origins.pop(e.delta.delta_id, (0, None))[1]
+                if runs and runs[-1][0] is sender:
+                    runs[-1][1].append(e)
+                else:
+                    runs.append((sender, [e]))
+            cache = self.snapshots(gw)
+            for sender, entries in runs:
+                self.hub.publish(gw, entries, page.rows, rules, sender, cache)
+            fan.at = bound
+            # A push that registered once its entries were broadcast by another's fan-out.
+            for key in [k for k, (at, _) in fan.origins.items() if at <= bound]:
+                del fan.origins[key]
 
     # -- admin ----------------------------------------------------------------------------------
     async def knows(self, gateway_id: str) -> bool:

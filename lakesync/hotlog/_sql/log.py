@@ -157,6 +157,27 @@ class SqlDeltaLog(SqlRulesIndex[C]):
         rows = {k: RowRecord(states[k], last_ingest[k]) for k in keys}
         return AppendResult(entries, len(deltas), head, rows, before, record)
 
+    def committed_head(self) -> int:
+        """See :meth:`HotLog.committed_head`: writers are serialised, so whatever one read sees
+        committed, every stamp below it was committed before."""
+        with self._connection() as conn:
+            return self._last(conn)
+
+    def raise_floor(self, stamp: int) -> int:
+        """See :meth:`HotLog.raise_floor`: the floor is the stamp counter that rules and view
+        stamps keep (:meth:`_last` reads it), so an append's next ingest exceeds it."""
+
+        def op(conn: C) -> int:
+            self._lock(conn)
+            self._execute(
+                conn,
+                "UPDATE counters SET value = ? WHERE name = 'stamp' AND value < ?",
+                (stamp, stamp),
+            )
+            return self._last(conn)
+
+        return self._write(op)
+
     # -- pull -----------------------------------------------------------------------------------
     def read_page(self, gateway_id: str, after: int, limit: int, with_rows: bool) -> Page:
         """See :meth:`HotLog.read_page`."""
