@@ -1,8 +1,8 @@
 """The original TypeScript client (run under bun over HTTP, tests/js/lakesync_ts_probe.ts,
 ``scriptScenario``) under the rules ``lakesync init`` writes (``owner = jwt:sub``): its first sync
 on a gateway with a published checkpoint, and a row it hands to another user, which must leave
-its replica although it sets its cursor to a push answer's ``serverHlc`` and pulls one page per
-sync (docs/protocol.md §6, §8 and §12)."""
+its replica although it sets its cursor to a push answer's or a broadcast's ``serverHlc`` and
+pulls one page per sync (docs/protocol.md §6, §8, §9 and §12)."""
 
 from __future__ import annotations
 
@@ -146,3 +146,29 @@ def test_a_row_handed_to_another_user_leaves_the_typescript_replica(
     assert [r["id"] for r in alice] == [f"n{i:05}" for i in range(others)]  # r1 went
     assert row("r1", "bob") | {"title": "t-r1"} in bob
     assert len(bob) == others + 1
+
+
+def test_a_broadcast_after_a_handover_does_not_skip_its_eviction(
+    served: tuple[str, Gateway],
+) -> None:
+    """Over WebSocket the client moves its cursor to each broadcast's ``serverHlc``: a broadcast
+    of a later row it sees must not carry it past the eviction of the row it gave away."""
+    url, _ = served
+    steps = [
+        {"op": "sync", "client": "alice"},
+        {"op": "insert", "client": "alice", "rowId": "r1",
+         "data": {"title": "t-r1", "owner": "alice"}},
+        {"op": "sync", "client": "alice"},
+        {"op": "update", "client": "alice", "rowId": "r1", "data": {"owner": "bob"}},
+        {"op": "sync", "client": "alice"},  # pushes the handover
+        {"op": "post", "path": f"/v1/sync/{GW}/push", "token": ADMIN,
+         "body": push_body("root", [("n1", "alice")])},
+        {"op": "until", "client": "alice", "rowId": "n1"},  # by broadcast
+        *[{"op": "sync", "client": "alice"}] * 2,
+        {"op": "rows", "client": "alice"},
+    ]
+
+    result = script(url, steps, ws=True)
+
+    (alice,) = (read["rows"] for read in result["rows"])
+    assert alice == [row("n1", "alice")]

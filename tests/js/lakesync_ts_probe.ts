@@ -194,6 +194,8 @@ export async function websocketScenario(s: WebSocketScenario) {
 export type Step =
 	| { op: "sync" | "rows"; client: string }
 	| { op: "insert" | "update"; client: string; rowId: string; data: Record<string, string> }
+	/** Wait until the client holds row `rowId` (a broadcast reaching it). */
+	| { op: "until"; client: string; rowId: string }
 	/** A request of the test's own (e.g. another client's push), which must answer 2xx. */
 	| { op: "post"; path: string; token: string; body: unknown };
 
@@ -238,6 +240,11 @@ export async function scriptScenario(s: ScriptScenario) {
 			await (await client(step.client)).sync();
 		} else if (step.op === "rows") {
 			rows.push({ client: step.client, rows: await (await client(step.client)).rows() });
+		} else if (step.op === "until") {
+			const c = await client(step.client);
+			await until(`steps[${i}]: ${step.client} holding ${step.rowId}`, async () => {
+				return (await c.rows()).some((r) => r.id === step.rowId);
+			});
 		} else if (step.op === "insert") {
 			await (await client(step.client)).insert(step.rowId, step.data);
 		} else {
