@@ -33,6 +33,7 @@ from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog
 from lakesync.hotlog.postgres import PostgresHotLog
 from lakesync.hotlog.sqlite import SqliteHotLog
+from tests.wheel_venv import build_wheel_venv, session_dir
 
 PG_DSN = os.environ.get("LAKESYNC_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -160,6 +161,13 @@ def s3_lake_env(bucket: str, prefix: str = "lake") -> dict[str, str]:
         "LAKESYNC_S3_ACCESS_KEY_ID": S3_ACCESS_KEY_ID,
         "LAKESYNC_S3_SECRET_ACCESS_KEY": S3_SECRET_ACCESS_KEY,
     }
+
+
+@pytest.fixture(scope="session")
+def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new venv holding only the wheel built from this checkout (:mod:`tests.wheel_venv`),
+    one per test session."""
+    return build_wheel_venv(session_dir(tmp_path_factory.getbasetemp()))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

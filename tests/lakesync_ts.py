@@ -60,9 +60,21 @@ def probe_in_package() -> Path:
 def run_websocket_scenario(scenario: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
     """Run ``websocketScenario`` of the probe under bun; its result, or a failure with the
     probe's error."""
+    return _run_probe(scenario, timeout)
+
+
+def run_script(scenario: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
+    """Run ``scriptScenario`` of the probe under bun (``scenario["steps"]``: clients syncing
+    over HTTP, step by step); its result (``rows``: what each ``rows`` step read; ``cursors``:
+    each client's cursor at the end), or a failure with the probe's error."""
+    assert "steps" in scenario
+    return _run_probe(scenario, timeout)
+
+
+def _run_probe(scenario: dict[str, Any], timeout: float) -> dict[str, Any]:
     bun = require_ts_client()
     proc = subprocess.run(
-        [str(bun), "run", str(probe_in_package()), json.dumps(scenario)],
+        [str(bun), "run", str(probe_in_package())], input=json.dumps(scenario),
         capture_output=True, text=True, timeout=timeout, check=False, cwd=CLIENT_PACKAGE,
     )
     assert proc.returncode == 0, f"the TypeScript client failed:\n{proc.stderr[-4000:]}"

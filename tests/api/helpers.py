@@ -89,9 +89,17 @@ class Gateway:
     def __init__(self, client: TestClient[Any] | httpx.Client) -> None:
         self.http = client
 
-    def push(self, tok: str, client_id: str, deltas: list[RowDelta], gw: str = "gw1") -> Any:
+    def push(
+        self,
+        tok: str,
+        client_id: str,
+        deltas: list[RowDelta],
+        gw: str = "gw1",
+        evictions: bool = False,
+    ) -> Any:
+        """A push, by default as a LakeSync v1 client (without ``X-LakeSync-Features``)."""
         body = {"clientId": client_id, "deltas": [as_json(d) for d in deltas]}
-        return self.http.post(f"/v1/sync/{gw}/push", json=body, headers=auth(tok))
+        return self.http.post(f"/v1/sync/{gw}/push", json=body, headers=auth(tok, evictions))
 
     def pull_page(
         self,

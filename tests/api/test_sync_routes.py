@@ -35,7 +35,7 @@ def error(r: Any, status: int, code: str) -> None:
 
 def test_push_then_pull_round_trip(gateway: Gateway) -> None:
     d1 = delta("INSERT", "r1", "alice", title="a", done=False)
-    r = gateway.push(ALICE, "alice", [d1])
+    r = gateway.push(ALICE, "alice", [d1], evictions=True)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["accepted"] == 1 and body["deltas"] == [as_json(d1)]
@@ -45,6 +45,28 @@ def test_push_then_pull_round_trip(gateway: Gateway) -> None:
     assert pulled["serverHlc"] == body["serverHlc"] and pulled["hasMore"] is False
     again = gateway.pull_page(ALICE, "alice", int(pulled["serverHlc"])).json()
     assert again["deltas"] == [] and again["serverHlc"] == pulled["serverHlc"]
+
+
+def test_a_v1_client_is_answered_a_push_cursor_that_skips_nothing(gateway: Gateway) -> None:
+    """A client without ``X-LakeSync-Features`` sets its cursor to a push answer's serverHlc
+    (LakeSync v1 does): it is answered the cursor it holds, or the point before its batch,
+    never the head (docs/protocol.md §6)."""
+    bob = token("bob")
+    d1 = delta("INSERT", "r1", "alice", title="a")
+    r = gateway.push(ALICE, "alice", [d1])  # never pulled: answered the point before its batch
+    assert r.status_code == 200, r.text
+    assert gateway.pull_page(ALICE, "alice", int(r.json()["serverHlc"]), evictions=False).json()[
+        "deltas"] == [as_json(d1)]
+    pulled = gateway.pull_page(ALICE, "alice", 0, evictions=False).json()
+    d2, d3 = delta("INSERT", "r2", "bob", title="b"), delta("INSERT", "r3", "alice", title="c")
+    assert gateway.push(bob, "bob", [d2]).status_code == 200
+    r = gateway.push(ALICE, "alice", [d3])
+    assert r.status_code == 200, r.text
+    assert r.json()["serverHlc"] == pulled["serverHlc"]  # the cursor its pull gave it
+    after = gateway.pull_page(ALICE, "alice", int(r.json()["serverHlc"]), evictions=False).json()
+    assert after["deltas"] == [as_json(d2), as_json(d3)]  # bob's delta is not skipped
+    r = gateway.push(ALICE, "alice", [d3], evictions=True)  # with the header: the head
+    assert r.json()["serverHlc"] == after["serverHlc"]
 
 
 def test_repush_is_accepted_but_applied_once(gateway: Gateway) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -22,22 +20,10 @@ def _run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProc
     return done
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new venv holding only the wheel built from this checkout; its dependencies come from the
-    project's environment (a path entry to its site-packages, which the editable install's finder
-    does not reach, so ``lakesync`` can only come from the wheel)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", tmp / "dist", ROOT)
-    wheel = next((tmp / "dist").glob("lakesync-*.whl"))
-    venv = tmp / "venv"
-    _run(sys.executable, "-m", "venv", venv)
-    site = Path(_run(venv / "bin" / "python", "-c",
-                     "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
-    (site / "lakesync_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run(venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel)
-    return venv
+@pytest.fixture
+def installed(wheel_venv: Path) -> Path:
+    """A new venv holding only the wheel built from this checkout (one per test session)."""
+    return wheel_venv
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.merge import merge_state
 from tests.gateway_process import ServerProcess
+from tests.quickstart import documented_quickstart
 
 pytestmark = pytest.mark.slow
 
@@ -599,27 +600,15 @@ def test_three_clients_converge_to_the_gateway_state(
             c.close()
 
 
-QUICKSTART_DOCS = ["README.md", "lakesync/client/README.md", "docs/guides/app-developer.md"]
-
-
 def test_documented_quickstart_runs_as_shown_against_lakesync_init(tmp_path: Path) -> None:
     """The quickstart's shell lines (``lakesync init``, ``.env``, ``lakesync up``, a token) and
     its Python snippet, as every page shows them, against a real gateway process."""
     import os
-    import re
 
     from lakesync.lakehouse.process_env import free_loopback_port
 
     root = Path(__file__).parents[2]
-    shown = set()
-    for doc in QUICKSTART_DOCS:
-        text = (root / doc).read_text()
-        shell_then_python = r"```sh\n(lakesync init [^`]*)```\n\n```python\n([^`]*)```"
-        found = re.search(shell_then_python, text)
-        assert found is not None, doc
-        shown.add((found.group(1), found.group(2)))
-    assert len(shown) == 1, "the pages show different quickstarts"
-    ((shell, snippet),) = shown
+    shell, snippet = documented_quickstart()
     lines = [ln for ln in snippet.splitlines() if ln.strip()]
     assert len([ln for ln in lines if not ln.startswith(("import ", "from "))]) <= 10
     # Only the port differs: the test gateway listens on a free one instead of 8787.

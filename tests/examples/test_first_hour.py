@@ -1,6 +1,8 @@
-"""The first-hour examples, each run as a user would: the todo app (sync, watch, asyncio) and
-the analyst's notebook against a real gateway process; with Spark, the data-engineering
-configuration shipping the same todos to PostgreSQL and MariaDB."""
+"""The first hour, as a new user spends it: the journey from the wheel installed in a fresh venv
+outside the repository (``lakesync init``, the docs' quickstart, a pipeline run, ``lakesync
+query``, the console) as one test; then the first-hour examples, each run as a user would: the
+todo app (sync, watch, asyncio) and the analyst's notebook against a real gateway process; with
+Spark, the data-engineering configuration shipping the same todos to PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
@@ -22,12 +24,97 @@ import pytest
 
 from lakesync.destinations.factory import mysql_params
 from tests.destinations.conftest import MYSQL_DSN, require_mysql
-from tests.gateway_process import ROOT, ServerProcess
+from tests.gateway_process import ROOT, ServerProcess, free_port
+from tests.netns import wait_for
+from tests.quickstart import documented_quickstart
 
 pytestmark = [pytest.mark.slow]
 
 EXAMPLES = ROOT / "examples"
 GATEWAY = "todos_app"
+
+
+class Terminal:
+    """A user's shell in ``cwd``: only the venv's commands on top of the system's, no
+    ``PYTHONPATH`` and no ``LAKESYNC_*`` variable but those the user exported."""
+
+    def __init__(self, venv: Path, cwd: Path) -> None:
+        self.cwd = cwd
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("LAKESYNC_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        self.env["PATH"] = f"{venv / 'bin'}{os.pathsep}{self.env['PATH']}"
+
+    def run(self, *args: str, timeout: float = 120) -> str:
+        """Run a command; its stdout (it must exit 0)."""
+        done = subprocess.run(list(args), cwd=self.cwd, env=self.env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        assert done.returncode == 0, f"{args}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        return done.stdout
+
+
+@pytest.mark.spark
+@pytest.mark.dbt
+def test_the_first_hour_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
+    """``lakesync init`` in an empty folder; the gateway it configures; the quickstart snippet
+    as the docs show it; a pipeline run (handed to the gateway's worker); ``lakesync query``
+    reading the merged table; the console's page, sign-in with ``lakesync token --role admin``
+    and the admin data it reads."""
+    user = Terminal(wheel_venv, tmp_path / "project")
+    user.cwd.mkdir()
+    assert "wrote lakesync.yaml" in user.run("lakesync", "init")
+    # set -a; . ./.env; set +a
+    for line in (user.cwd / ".env").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.partition("=")
+            user.env[name] = value
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "up.log").open("wb")
+    up = subprocess.Popen(["lakesync", "up", "--port", str(port)], cwd=user.cwd, env=user.env,
+                          stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def healthy() -> bool:
+            assert up.poll() is None, (tmp_path / "up.log").read_text()[-3000:]
+            try:
+                return httpx.get(f"{url}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for("lakesync up to answer", healthy)
+        # The quickstart, as the docs show it (only the port differs).
+        _, snippet = documented_quickstart()
+        user.env["LAKESYNC_TOKEN"] = user.run("lakesync", "token", "--sub", "alice",
+                                              "--gw", "app").strip()
+        printed = user.run("python", "-c", snippet.replace("http://127.0.0.1:8787", url))
+        row = {"row_id": "row-1", "title": "Buy milk", "done": True, "owner": "alice"}
+        assert printed.splitlines()[-1] == str([row])
+
+        user.run("lakesync", "pipeline", "run", timeout=900)
+        found = json.loads(user.run(
+            "lakesync", "query", "--format", "json",
+            "select row_id, title, done, owner from analytics.todos",
+        ).splitlines()[0])
+        assert found == row
+
+        # The console: its page, then the sign-in its page makes with the token its hint
+        # names, then the admin data it reads with the session cookie.
+        admin = user.run("lakesync", "token", "--role", "admin", "--gw", "app").strip()
+        with httpx.Client(base_url=url, timeout=60) as browser:
+            page = browser.get("/console/")
+            assert page.status_code == 200 and "lakesync token --role admin" in page.text
+            signed = browser.post("/console/session", json={"token": admin},
+                                  headers={"Origin": url, "Sec-Fetch-Site": "same-origin"})
+            assert signed.status_code == 204, signed.text
+            status = browser.get("/console/api/status")
+            assert status.status_code == 200, status.text
+            assert status.json()["failing"] == []
+            app = browser.get("/console/api/gateways/app")
+            assert app.status_code == 200, app.text
+            assert "todos" in app.text
+    finally:
+        up.terminate()
+        up.wait(timeout=120)
+        log.close()
 
 
 def _run(script: Path, env: dict[str, str]) -> dict[str, Any]:

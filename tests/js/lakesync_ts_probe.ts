@@ -3,8 +3,8 @@
 // installed monorepo (its imports resolve there), then runs it under bun or bundles it for the
 // browser (`bun build --target browser`), where it is `globalThis.lakesyncProbe`.
 //
-// Under bun, `bun run <this> '<json>'` runs the WebSocket scenario the JSON describes and prints
-// its result as one JSON line.
+// Under bun, `bun run <this> '<json>'` (or the JSON on stdin) runs the scenario the JSON describes (`websocketScenario`,
+// or `scriptScenario` when it has `steps`) and prints its result as one JSON line.
 
 import { unwrapOrThrow } from "@lakesync/core";
 import {
@@ -16,13 +16,8 @@ import {
 	WebSocketTransport,
 } from "./src/index";
 
-const SCHEMA = {
-	table: "todos",
-	columns: [
-		{ name: "title", type: "string" as const },
-		{ name: "team", type: "string" as const },
-	],
-};
+/** The string columns of the one table, `todos`, unless a config names others. */
+const COLUMNS = ["title", "team"];
 
 export interface ClientConfig {
 	/** The gateway's base URL, e.g. http://127.0.0.1:8787 */
@@ -34,9 +29,12 @@ export interface ClientConfig {
 	ws?: boolean;
 	/** Where sql.js finds its sql-wasm.wasm (the browser bundle serves it beside itself). */
 	wasmUrl?: string;
+	/** The string columns of `todos` (default: title, team). */
+	columns?: string[];
 }
 
-export type Row = { id: string; title: string | null; team: string | null };
+/** A row of `todos`: its id and its columns. */
+export type Row = { id: string } & Record<string, string | null>;
 
 /** Wait for a condition (polled), failing with `what` after `timeoutMs`. */
 export async function until(
@@ -73,6 +71,7 @@ export class ProbeClient {
 		readonly db: LocalDB,
 		readonly transport: HttpTransport | WebSocketTransport,
 		readonly coordinator: SyncCoordinator,
+		readonly columns: string[],
 	) {
 		coordinator.on("onError", (e) => this.errors.push(e.message));
 	}
@@ -81,7 +80,9 @@ export class ProbeClient {
 		const db = unwrapOrThrow(
 			await LocalDB.open({ name: cfg.clientId, backend: "memory", wasmUrl: cfg.wasmUrl }),
 		);
-		unwrapOrThrow(await registerSchema(db, SCHEMA));
+		const columns = cfg.columns ?? COLUMNS;
+		const schema = { table: "todos", columns: columns.map((name) => ({ name, type: "string" as const })) };
+		unwrapOrThrow(await registerSchema(db, schema));
 		const http = { baseUrl: cfg.url, gatewayId: cfg.gw, token: cfg.token };
 		let transport: HttpTransport | WebSocketTransport;
 		if (cfg.ws) {
@@ -95,7 +96,7 @@ export class ProbeClient {
 			clientId: cfg.clientId,
 			autoSyncIntervalMs: 0,
 		});
-		const client = new ProbeClient(cfg.clientId, db, transport, coordinator);
+		const client = new ProbeClient(cfg.clientId, db, transport, coordinator, columns);
 		if (transport instanceof WebSocketTransport) {
 			transport.onBroadcast((deltas, serverHlc) => {
 				client.broadcasts += 1;
@@ -111,6 +112,10 @@ export class ProbeClient {
 		unwrapOrThrow(await this.coordinator.tracker.insert("todos", rowId, data));
 	}
 
+	async update(rowId: string, data: Record<string, string>): Promise<void> {
+		unwrapOrThrow(await this.coordinator.tracker.update("todos", rowId, data));
+	}
+
 	/** One sync cycle (first: checkpoint, then pull; push), failing if it hangs or errs. */
 	async sync(): Promise<void> {
 		await within(`${this.clientId}: sync`, this.coordinator.syncOnce());
@@ -118,7 +123,8 @@ export class ProbeClient {
 	}
 
 	async rows(): Promise<Row[]> {
-		const sql = 'SELECT _rowId AS id, title, team FROM "todos" ORDER BY _rowId';
+		const cols = this.columns.map((c) => `"${c}"`).join(", ");
+		const sql = `SELECT _rowId AS id, ${cols} FROM "todos" ORDER BY _rowId`;
 		return unwrapOrThrow(await this.db.query<Row>(sql));
 	}
 
@@ -184,14 +190,85 @@ export async function websocketScenario(s: WebSocketScenario) {
 	return result;
 }
 
+/** One step of a {@link ScriptScenario}. */
+export type Step =
+	| { op: "sync" | "rows"; client: string }
+	| { op: "insert" | "update"; client: string; rowId: string; data: Record<string, string> }
+	/** Wait until the client holds row `rowId` (a broadcast reaching it). */
+	| { op: "until"; client: string; rowId: string }
+	/** A request of the test's own (e.g. another client's push), which must answer 2xx. */
+	| { op: "post"; path: string; token: string; body: unknown };
+
+export interface ScriptScenario {
+	url: string;
+	gw: string;
+	/** Tokens by client id. */
+	tokens: Record<string, string>;
+	columns?: string[];
+	/** Sync over the WebSocket transport instead of HTTP. */
+	ws?: boolean;
+	steps: Step[];
+}
+
+/**
+ * Runs the steps in order, each client opened (fresh, in memory) at its first step. Returns
+ * what each `rows` step read, in order, and each client's cursor at the end.
+ */
+export async function scriptScenario(s: ScriptScenario) {
+	const clients = new Map<string, ProbeClient>();
+	const client = async (id: string) => {
+		let c = clients.get(id);
+		if (c === undefined) {
+			const token = s.tokens[id];
+			if (token === undefined) throw new Error(`no token for client ${id}`);
+			const cfg = { url: s.url, gw: s.gw, token, clientId: id, columns: s.columns, ws: s.ws };
+			c = await ProbeClient.open(cfg);
+			clients.set(id, c);
+		}
+		return c;
+	};
+	const rows: { client: string; rows: Row[] }[] = [];
+	for (const [i, step] of s.steps.entries()) {
+		if (step.op === "post") {
+			const r = await fetch(`${s.url}${step.path}`, {
+				method: "POST",
+				headers: { Authorization: `Bearer ${step.token}`, "Content-Type": "application/json" },
+				body: JSON.stringify(step.body),
+			});
+			if (!r.ok) throw new Error(`steps[${i}]: POST ${step.path} answered ${r.status}: ${await r.text()}`);
+		} else if (step.op === "sync") {
+			await (await client(step.client)).sync();
+		} else if (step.op === "rows") {
+			rows.push({ client: step.client, rows: await (await client(step.client)).rows() });
+		} else if (step.op === "until") {
+			const c = await client(step.client);
+			await until(`steps[${i}]: ${step.client} holding ${step.rowId}`, async () => {
+				return (await c.rows()).some((r) => r.id === step.rowId);
+			});
+		} else if (step.op === "insert") {
+			await (await client(step.client)).insert(step.rowId, step.data);
+		} else {
+			await (await client(step.client)).update(step.rowId, step.data);
+		}
+	}
+	const cursors: Record<string, string> = {};
+	for (const [id, c] of clients) {
+		cursors[id] = String(c.coordinator.engine.lastSyncedHlc);
+		c.close();
+	}
+	return { rows, cursors };
+}
+
 declare global {
 	var lakesyncProbe: unknown;
 }
-globalThis.lakesyncProbe = { ProbeClient, HttpTransport, until, websocketScenario };
+globalThis.lakesyncProbe = { ProbeClient, HttpTransport, until, websocketScenario, scriptScenario };
 
 if (import.meta.main) {
-	const scenario = JSON.parse(process.argv[2] ?? "{}") as WebSocketScenario;
-	websocketScenario(scenario).then(
+	const input = process.argv[2] ?? (await Bun.stdin.text()); // a long scenario comes on stdin
+	const scenario = JSON.parse(input) as WebSocketScenario | ScriptScenario;
+	const run = "steps" in scenario ? scriptScenario(scenario) : websocketScenario(scenario);
+	run.then(
 		(result) => {
 			console.log(JSON.stringify(result));
 			process.exit(0);

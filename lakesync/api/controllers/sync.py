@@ -119,13 +119,17 @@ class SyncController(Controller):
         data: JSONBody[PushRequest],
         claims: NamedDependency[Claims],
         service: NamedDependency[SyncService],
+        features: Features = None,
         outbox: Outbox = None,
         dead_letters: DeadLetters = None,
     ) -> PushResponse:
-        """Store a batch of deltas atomically (known deltaIds count as accepted, applied once)."""
+        """Store a batch of deltas atomically (known deltaIds count as accepted, applied once);
+        a client without view evictions is answered the cursor to pull on from, not the head
+        (docs/protocol.md §6)."""
         service.check_rate(gw, str(claims["sub"]))
         deltas, _ = push_deltas(data)  # the service checks the client id and the batch size
-        result = await service.push(gw, claims, data.client_id, deltas)
+        whole_rows = not knows_view_evictions(features)
+        result = await service.push(gw, claims, data.client_id, deltas, whole_rows=whole_rows)
         _note_reported(service, gw, claims, outbox, dead_letters)
         return push_response(result.server_hlc, result.accepted, result.stored)
 
@@ -159,6 +163,8 @@ class SyncController(Controller):
         whole_rows = not knows_view_evictions(features)
         result = await service.pull(gw, claims, cursor, n, whole_rows=whole_rows)
         await check_cursor(service, gw, cursor)
+        if whole_rows:
+            service.cursors.answered(gw, str(claims["sub"]), result.server_hlc)
         _note_reported(service, gw, claims, outbox, dead_letters)
         return pull_response(result.deltas, result.server_hlc, result.has_more)
 

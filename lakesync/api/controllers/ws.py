@@ -111,7 +111,9 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
                 frame = decode_client_frame(data)
                 service.check_client(claims, frame.client_id or sub)
                 if isinstance(frame, SyncPushMsg):
-                    result = await service.push(gw, claims, sub, frame.deltas, origin=conn)
+                    result = await service.push(
+                        gw, claims, sub, frame.deltas, origin=conn, whole_rows=whole_rows
+                    )
                     reply = encode_response([], result.server_hlc, False)
                 else:
                     limit = frame.max_deltas or service.settings.pull_default_limit
@@ -119,6 +121,8 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
                     since = parse_cursor(frame.since_hlc, "since_hlc")
                     page = await service.pull(gw, claims, since, limit, whole_rows=whole_rows)
                     await check_cursor(service, gw, since)
+                    if whole_rows:
+                        service.cursors.answered(gw, sub, page.server_hlc)
                     reply = encode_response(page.deltas, page.server_hlc, page.has_more)
             except LakeSyncError as exc:
                 await close(_close_code(exc), client_message(exc))

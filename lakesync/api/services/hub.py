@@ -306,29 +306,40 @@ class Hub:
         history: RowHistory | None = None,
     ) -> None:
         """Queue a broadcast of newly stored entries to every other connection of the gateway:
-        computed and encoded once per distinct view, the same bytes queued to its members."""
+        computed and encoded once per distinct view, the same bytes queued to its members.
+
+        A connection without view evictions gets ``serverHlc`` 0: LakeSync v1 moves its cursor
+        to a broadcast's ``serverHlc`` (never back), which would carry it past what it has not
+        pulled yet (the rest of a page, the evictions its own push caused); with 0 it keeps its
+        cursor, and its next pull brings the broadcast's rows again (docs/protocol.md §9)."""
         conns = self._by_gw.get(gateway_id)
         if not conns or not entries:
             return
         server_hlc = entries[-1].ingest_hlc
         deltas = [e.delta for e in entries]
         if rules.stamp == 0:  # never had rules: the log as it is, to everyone
-            frame = encode_response(deltas, server_hlc, False, True)
+            by_kind: dict[bool, bytes] = {}  # encoded once per kind of client, when needed
             for conn in list(conns):
-                if conn is not origin:
-                    self._offer(conn, frame)
+                if conn is origin:
+                    continue
+                frame = by_kind.get(conn.whole_rows)
+                if frame is None:
+                    at = 0 if conn.whole_rows else server_hlc
+                    frame = by_kind[conn.whole_rows] = encode_response(deltas, at, False, True)
+                self._offer(conn, frame)
             return
         since = entries[0].ingest_hlc - 1
         batch = BroadcastView(deltas, rows, since, cache, history)
-        frames: dict[tuple[tuple[str, str], ...], bytes] = {}
+        frames: dict[tuple[object, ...], bytes] = {}
         for group in list(self._grouped(gateway_id, rules).reached(batch)):
             for reader, members in self._readers(group, batch, rules.stamp, since):
                 view = batch.view(reader)
                 if not view:
                     continue  # nothing this view may see
-                ident = tuple((d.op, d.delta_id) for d in view)
+                ident = (reader.whole_rows, *((d.op, d.delta_id) for d in view))
                 if ident not in frames:
-                    frames[ident] = encode_response(view, server_hlc, False, True)
+                    at = 0 if reader.whole_rows else server_hlc
+                    frames[ident] = encode_response(view, at, False, True)
                 frame = frames[ident]
                 for conn in list(members):  # an offer may drop a member
                     if conn is not origin:

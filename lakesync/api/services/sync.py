@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -58,17 +59,53 @@ from lakesync.views import (
     resync_view,
 )
 
-__all__ = ["PullResult", "PushResult", "SyncService"]
+__all__ = ["HeldCursors", "PullResult", "PushResult", "SyncService"]
 
 T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class PushResult:
-    """A stored push: the ingest HLC after it, deltas counted as accepted, newly stored ones."""
+    """A stored push: the ingest HLC after it, deltas counted as accepted, newly stored ones,
+    and the ingest HLC just before its first newly stored delta (the head when none was new)."""
 
     server_hlc: int
     accepted: int
     stored: list[RowDelta]
+    before: int = 0
+
+
+class HeldCursors:
+    """The cursor each client without view evictions holds, as far as this process saw it: the
+    ``serverHlc`` of the last pull or push answered to it; at most ``per_gateway`` clients per
+    gateway (the least recent go).
+
+    Such a client (LakeSync v1, the TypeScript one) sets its cursor to a push answer's
+    ``serverHlc`` and pulls one page per sync. Answering its push with the ingest head would
+    skip what it has not pulled yet: the rest of a page it paged into, other clients' deltas
+    stored since its pull, and the evictions of rows its own batch gave away. Its push is
+    answered with :meth:`push_answer` instead (docs/protocol.md §6)."""
+
+    def __init__(self, per_gateway: int = 10_000) -> None:
+        self._per_gateway = per_gateway
+        self._held: dict[str, OrderedDict[str, int]] = {}
+
+    def answered(self, gateway: str, client: str, cursor: int) -> None:
+        """Note the ``serverHlc`` a pull or a push answered ``client``."""
+        held = self._held.setdefault(gateway, OrderedDict())
+        held.pop(client, None)
+        held[client] = cursor
+        while len(held) > self._per_gateway:
+            held.popitem(last=False)
+
+    def push_answer(self, gateway: str, client: str, before: int) -> int:
+        """The ``serverHlc`` for a push of ``client`` stored after ingest HLC ``before``: never
+        past the cursor it was last answered, nor past its own batch (whose evictions and
+        snapshots its next pull then brings); noted as its cursor."""
+        gateway_held = self._held.get(gateway)
+        held = None if gateway_held is None else gateway_held.get(client)
+        cursor = before if held is None else min(held, before)
+        self.answered(gateway, client, cursor)
+        return cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +168,8 @@ class SyncService:
         self.draining = False
         self.clients = ClientActivity()
         """When each client was last seen here, and the backlog it reported (the status)."""
+        self.cursors = HeldCursors()
+        """The cursors of the clients without view evictions, for their push answers."""
         self._snapshot_caches: dict[str, SnapshotCache] = {}
         # A store of several (sharded) stores broadcasts in one order (see _fan_out).
         self._fanouts: dict[str, _Fanout] | None = (
@@ -169,12 +208,20 @@ class SyncService:
         client_id: str,
         deltas: Sequence[RowDelta],
         origin: Connection | None = None,
+        *,
+        whole_rows: bool = False,
     ) -> PushResult:
-        """Validate and store a batch; broadcast what is new. Nothing is stored on any error."""
+        """Validate and store a batch; broadcast what is new. Nothing is stored on any error.
+        For a client without view evictions (``whole_rows``) ``server_hlc`` is the cursor
+        :meth:`HeldCursors.push_answer` gives it, not the head."""
         with self.metrics.push_seconds.time():
             sub = self.check_client(claims, client_id)
             self.clients.seen(gateway_id, sub, time.time())
-            return await self._push(gateway_id, claims, sub, deltas, origin)
+            result = await self._push(gateway_id, claims, sub, deltas, origin)
+        if not whole_rows:
+            return result
+        cursor = self.cursors.push_answer(gateway_id, sub, result.before)
+        return PushResult(cursor, result.accepted, result.stored, result.before)
 
     async def push_from_connector(
         self, gateway_id: str, client_id: str, deltas: Sequence[RowDelta]
@@ -209,7 +256,8 @@ class SyncService:
         if self.draining:
             raise BackpressureError("the gateway is shutting down; retry on another instance")
         if not deltas:
-            return PushResult(await _run(self.store.head), 0, [])
+            head = await _run(self.store.head)
+            return PushResult(head, 0, [], head)
         with telemetry.span("lakesync.push", {"lakesync.gateway": gateway_id,
                                               "lakesync.deltas": len(deltas)}):
             with telemetry.span("lakesync.hotlog.append"):
@@ -219,11 +267,14 @@ class SyncService:
                 telemetry.remember_push(result.stored[-1].ingest_hlc)
         self.metrics.count(gateway_id, "pushes")
         self.metrics.count(gateway_id, "deltas", len(result.stored))
+        stored = [e.delta for e in result.stored]
+        # Ingest HLCs are integers read as "after": one below the first is before the batch.
+        before = result.stored[0].ingest_hlc - 1 if result.stored else result.head
         if not result.stored or self.hub.count_for(gateway_id) == 0:
-            return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
+            return PushResult(result.head, result.accepted, stored, before)
         if self._fanouts is not None:
             await self._fan_out(gateway_id, result.stored, origin)
-            return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
+            return PushResult(result.head, result.accepted, stored, before)
         # The batch is atomic: the states inside it were never visible, so all its deltas count
         # as of its last ingest stamp.
         end = result.stored[-1].ingest_hlc
@@ -241,7 +292,7 @@ class SyncService:
             self.snapshots(gateway_id),
             history,
         )
-        return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
+        return PushResult(result.head, result.accepted, stored, before)
 
     def _check_and_append(
         self, gateway_id: str, claims: Mapping[str, Any], deltas: Sequence[RowDelta]
@@ -305,13 +356,18 @@ class SyncService:
             history = await self._history(gateway_id, snap.rows, reader, snap.head)
             deltas = resync_view(snap.rows, reader, cache, history)
             return PullResult(deltas, max(snap.head, stamp, since), False)
-        page = await _run(self.store.read_page, gateway_id, since, limit, True)
-        history = await self._history(gateway_id, page.rows, reader, page.head)
-        return self._page_result(
-            page_view([e.delta for e in page.entries], page.rows, reader, False, cache, history),
-            page,
-            since,
-        )
+        cursor = since
+        while True:
+            page = await _run(self.store.read_page, gateway_id, cursor, limit, True)
+            history = await self._history(gateway_id, page.rows, reader, page.head)
+            deltas = page_view(
+                [e.delta for e in page.entries], page.rows, reader, False, cache, history
+            )
+            # A client without view evictions keeps its cursor on an empty page (LakeSync v1
+            # does): it would ask for the same page for ever, so it gets the next one.
+            if deltas or not page.has_more or not whole_rows:
+                return self._page_result(deltas, page, cursor)
+            cursor = page.entries[-1].ingest_hlc
 
     async def _resync_rows(self, gateway_id: str, reader: Reader) -> Page:
         """The rows a resync must look at: for a fresh client under rules with an equality

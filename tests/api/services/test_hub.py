@@ -131,6 +131,44 @@ def test_broadcasts_are_computed_and_encoded_once_per_view() -> None:
     asyncio.run(scenario())
 
 
+def test_a_client_without_view_evictions_gets_broadcasts_at_server_hlc_0() -> None:
+    """LakeSync v1 moves its cursor to a broadcast's serverHlc: a client without view evictions
+    gets 0 (it keeps its cursor), the others the ingest stamp; with rules and without."""
+
+    async def scenario() -> None:
+        hub = Hub(0)
+        got: dict[str, list[bytes]] = {}
+
+        def connect(sub: str, whole_rows: bool) -> Connection:
+            async def send(frame: bytes) -> None:
+                got.setdefault(sub, []).append(frame)
+
+            async def close(code: int, reason: str) -> None:
+                raise AssertionError(f"{sub} closed: {code} {reason}")
+
+            claims = {"sub": sub, "team": "red"}
+            conn = Connection("gw1", sub, claims, 0, send, close, whole_rows)
+            hub.add(conn)
+            conn.accepted.set()
+            return conn
+
+        connect("v1", True)
+        connect("py", False)
+        for ingest, rules in ((1000, EVERYTHING), (2000, TEAMS)):
+            d = delta("INSERT", f"r{ingest}", "writer", hlc=ingest - 1, team="red")
+            hub.publish("gw1", *_stored(ingest, d), rules, None, SnapshotCache())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        for sub, stamps in (("v1", [0, 0]), ("py", [1000, 2000])):
+            frames = [decode_server_frame(f) for f in got[sub]]
+            assert [f.server_hlc for f in frames] == stamps
+            assert [{x.row_id for x in f.deltas} for f in frames] == [{"r1000"}, {"r2000"}]
+        for conn in list(hub._by_gw["gw1"]):
+            await hub.remove(conn)
+
+    asyncio.run(scenario())
+
+
 def test_a_send_queue_is_bounded_in_bytes_and_its_receiver_dropped_with_4408() -> None:
     """A receiver whose queued bytes would pass ``send_queue_bytes`` is dropped at once: it is
     closed with 4408, unregistered, its queue freed and sent nothing more; others go on."""
