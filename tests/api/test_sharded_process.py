@@ -24,6 +24,7 @@ import pytest
 from websockets.sync.client import connect
 
 from lakesync.delta import RowDelta
+from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
 from lakesync.wsframes import decode_server_frame
 from tests.api.helpers import auth, delta, token
 from tests.conftest import PG_DSN, drop_pg_database, fresh_pg_database
@@ -198,7 +199,8 @@ def test_concurrent_pushes_on_two_stores_reach_every_puller_once_in_order(
 def test_a_websocket_client_hears_of_both_stores_in_order(deployment: Deployment) -> None:
     one, two = deployment.servers
     url = f"{two.ws_url}/v1/sync/{GW}/ws?token={token('listener', GW)}"
-    with connect(url) as ws:
+    # A client that reads broadcast cursors (a v1 client's broadcasts carry none).
+    with connect(url, additional_headers={FEATURES_HEADER: VIEW_EVICTIONS_FEATURE}) as ws:
         pushes = [
             (one, [delta("INSERT", "t1", "a", table="todos", n=1)]),
             (two, [delta("INSERT", "e1", "b", table="events", n=2)]),
