@@ -22,7 +22,7 @@ from tests.pg_cluster import postgres_bin
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.xdist_group("chaos")]
 
-SEED = 3  # its 100 seconds hold every kind of fault
+SEED = 213  # its 100 seconds hold every kind of fault
 SECONDS = 100.0
 
 
