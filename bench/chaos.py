@@ -34,8 +34,9 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--gateways", type=int, default=3)
-    parser.add_argument("--pipeline", type=float, default=180.0,
-                        help="seconds between scheduled pipeline runs (default 180)")
+    parser.add_argument("--pipeline", type=float, default=60.0,
+                        help="seconds between pipeline runs, each asked for once the last "
+                        "ended (default 60)")
     parser.add_argument("--no-pipeline", action="store_true",
                         help="no pipeline: no checkpoint is published, nothing is trimmed")
     parser.add_argument("--retention", type=float, default=10.0,

@@ -3,10 +3,13 @@ run's own (the Iceberg catalog in the same PostgreSQL, one shared warehouse, the
 running, sync rules ``team = jwt:team`` on), under the faults of :func:`make_schedule`. The
 gateways' lake lanes run as an operator would run them, on short intervals: the landing flush
 every second, checkpoints and hot-log trimming every second with a hot-log retention of
-``retention`` seconds, and, when ``pipeline`` is set, the scheduled pipeline (Spark, on the
-leading process's warm worker) every ``pipeline`` seconds, whose runs publish the checkpoints
-the trimming waits for: pulls from before a trim answer 410 ``CURSOR_EXPIRED`` and clients
-re-sync from the checkpoint.
+``retention`` seconds, and, when ``pipeline`` is set, a pipeline run (Spark, on the warm worker
+of the process that leads the lake's jobs) every ``pipeline`` seconds, asked for as
+``lakesync pipeline run`` does (``POST /v1/admin/lake/run``, on each process in turn until the
+leader takes it; the scheduled pipeline would wait a whole interval again each time the lead
+moves, which a fault every few seconds does). Its runs publish the checkpoints the trimming
+waits for: pulls from before a trim answer 410 ``CURSOR_EXPIRED`` and clients re-sync from the
+checkpoint.
 
 A run's ports (its PostgreSQL's and its gateways', which stay the same across restarts) are
 :func:`~tests.gateway_process.reserved_port` ports and its files live in a directory of its
@@ -56,6 +59,7 @@ from lakesync.client import Backoff, LakeSyncClient
 from lakesync.delta import RowDelta
 from lakesync.lakehouse.catalog import LANDING_IDENTIFIER, open_catalog
 from lakesync.lakehouse.settings import LakeSettings
+from lakesync.lakehouse.worker import RunReply, decode_line
 from lakesync.merge import merge_state
 from tests.api.helpers import Gateway, Replica, auth, now_hlc, token
 from tests.chaos.checks import Rows, differences, longest_stall, lost_and_duplicated, outside_view
@@ -100,13 +104,16 @@ class ChaosResult:
     logs: Path | None = None
     skipped: dict[str, int] = field(default_factory=dict)
     """Faults of the schedule this host cannot inject, by kind (a disk without root)."""
+    check_seconds: float = 0.0
+    """How long the last convergence check took (the convergence time includes it)."""
     lake: dict[str, int] = field(default_factory=dict)
-    """What the gateways' lake lanes did: pipeline runs (done, failed), checkpoints published,
-    hot-log entries trimmed."""
+    """What the gateways' lake lanes did: pipeline runs by outcome, checkpoints published,
+    pulls answered 410 ``CURSOR_EXPIRED``, checkpoints downloaded, hot-log entries trimmed."""
 
     def figures(self) -> str:
         """The run's figures, one per line."""
-        converged = "never" if self.convergence is None else f"{self.convergence:.1f} s"
+        converged = "never" if self.convergence is None else (
+            f"{self.convergence:.1f} s (the last check took {self.check_seconds:.1f} s)")
         return "\n".join([
             f"seed {self.seed}: {len(self.faults)} faults {fault_counts(self.faults)}"
             + (f", skipped here {self.skipped}" if self.skipped else ""),
@@ -165,6 +172,8 @@ class ChaosRun:
         self.seed, self.duration, self.converge_within = seed, duration, converge_within
         self.stall_bound = stall_bound
         self.pipeline, self.retention = pipeline, retention
+        self.lake_runs: Counter[str] = Counter()
+        self.check_seconds = 0.0  # how long the last convergence check took
         self.schedule = make_schedule(seed, duration, gateways=gateways, clients=clients,
                                       pushers=pushers)
         self.base = Path(tempfile.mkdtemp(prefix=f"lakesync-chaos-{seed}-"))
@@ -201,7 +210,7 @@ class ChaosRun:
             "LAKESYNC_CATALOG_USER": "postgres",
             "LAKESYNC_WAREHOUSE": f"file://{self.base / 'warehouse'}",
             "LAKESYNC_FLUSH_INTERVAL": "1",
-            "LAKESYNC_PIPELINE_INTERVAL": str(self.pipeline),
+            "LAKESYNC_PIPELINE_INTERVAL": "0",
             "LAKESYNC_HOT_LOG_RETENTION": str(self.retention),
         }
         self._lake_env = {**env, "LAKESYNC_CATALOG_URI": f"jdbc:postgresql://127.0.0.1:"
@@ -292,6 +301,53 @@ class ChaosRun:
                     self._violation(AVAILABILITY, f"admin flush on gw{g} answered "
                                     f"{r.status_code} at {self._now():.1f} s (fault in "
                                     f"effect: {self.active}; {self._since_pg_restart()})")
+
+    def _pipeline_loop(self) -> None:
+        """Every ``pipeline`` seconds, ask for a pipeline run (without dbt's data tests) on each
+        process in turn until one leads the lake's jobs and runs it; counts the outcomes."""
+        headers = auth(token("ops", role="admin"))
+        at = 0
+        while not self._stop.wait(self.pipeline):
+            for _ in range(2 * len(self.gateways)):
+                if self._stop.is_set():
+                    return
+                g = self.gateways[at]
+                outcome = self._lake_run(g.server.url, headers, at)
+                if outcome is not None:
+                    self.lake_runs[outcome] += 1
+                    break
+                at = (at + 1) % len(self.gateways)
+                self._stop.wait(1.0)
+
+    def _lake_run(self, url: str, headers: dict[str, str], n: int) -> str | None:
+        """One ``POST /v1/admin/lake/run`` of a pipeline run: ``ok``, ``failed``, or
+        ``interrupted`` (the request failed: its process faulted meanwhile); None when another
+        process leads the lake's jobs."""
+        reply: RunReply | None = None
+        try:
+            with httpx.stream("POST", f"{url}/v1/admin/lake/run", headers=headers,
+                              json={"job": "pipeline", "tests": False},
+                              timeout=httpx.Timeout(10.0, read=900.0)) as r:
+                if r.status_code >= 500 and r.status_code not in (502, 503):
+                    self._violation(AVAILABILITY, f"pipeline run on gw{n} answered "
+                                    f"{r.status_code} at {self._now():.1f} s (fault in effect: "
+                                    f"{self.active})")
+                    return "interrupted"
+                if r.status_code == 404:  # this process runs no worker: another leads
+                    return None
+                if r.status_code != 200:
+                    return "interrupted"
+                for line in r.iter_lines():
+                    item = decode_line(line) if line.strip() else None
+                    if isinstance(item, RunReply):
+                        reply = item
+        except (httpx.HTTPError, ValueError):
+            return "interrupted"
+        if reply is None:
+            return "interrupted"
+        if not reply.ok and "another gateway process" in (reply.error or ""):
+            return None  # the lead moved while the run waited
+        return "ok" if reply.ok else "failed"
 
     def _since_pg_restart(self) -> str:
         if not self.pg_healed:
@@ -392,6 +448,8 @@ class ChaosRun:
         threads = [threading.Thread(target=self._push_loop, args=(p,), daemon=True)
                    for p in range(self.pushers)]
         threads.append(threading.Thread(target=self._operator_loop, daemon=True))
+        if self.pipeline > 0:  # not waited for at the end: a run may be going on
+            threading.Thread(target=self._pipeline_loop, daemon=True).start()
         for n in range(len(self.clients)):
             self._start_worker(n)
         self.t0 = time.monotonic()
@@ -420,15 +478,17 @@ class ChaosRun:
                             f"process was faulted (bound {self.stall_bound:.0f} s)")
         return ChaosResult(self.seed, self.schedule, len(self.acked), stall, convergence,
                            list(self.violations), self.base if self.violations else None,
-                           dict(self.skipped), self._lake_figures())
+                           dict(self.skipped), self.check_seconds, self._lake_figures())
 
     def _lake_figures(self) -> dict[str, int]:
         """What the lake lanes did, from the gateways' logs and the hot log."""
         text = "".join(g.server.log_path.read_text(errors="replace") for g in self.gateways)
         return {
-            "pipeline runs done": text.count("pipeline run done"),
-            "pipeline runs failed": text.count("pipeline run failed"),
+            **{f"pipeline runs {k}": v for k, v in sorted(self.lake_runs.items())},
             "checkpoints published": text.count("checkpoint of 'gw1' published"),
+            "pulls answered 410": text.count('"path": "/v1/sync/gw1/pull", "status": 410'),
+            "checkpoints downloaded": text.count(
+                '"path": "/v1/sync/gw1/checkpoint", "status": 200'),
             "hot-log entries trimmed": max(0, self._landed_count - sum(self._stored().values())),
         }
 
@@ -546,17 +606,22 @@ class ChaosRun:
 
     def _converge(self, healed: float) -> float | None:
         """Check until every invariant holds or ``converge_within`` seconds after ``healed``
-        (every fault healed and the load stopped); returns how long it took, or None."""
+        (every fault healed and the load stopped); returns how long it took (to the end of the
+        check that found everything converged), or None. The checks themselves take seconds
+        on a loaded machine (:attr:`check_seconds`): a check that started within the bound
+        and passes is in time."""
         deadline = healed + self.converge_within
         problems: list[Violation] = []
         while True:
+            started = self._now()
             try:
                 problems = self._problems()
             except Exception as e:  # a check that cannot run yet is retried
                 problems = [(CONVERGENCE, f"checks failed: {type(e).__name__}: {e}")]
-            if not problems:
+            self.check_seconds = self._now() - started
+            if not problems and started <= deadline:
                 return self._now() - healed
-            if self._now() > deadline:
+            if started > deadline:
                 self.violations.extend(problems[:20])
                 self._violation(CONVERGENCE, f"no convergence within "
                                 f"{self.converge_within:.0f} s of the last fault healing")
