@@ -9,7 +9,9 @@ of the process that leads the lake's jobs) every ``pipeline`` seconds, asked for
 leader takes it; the scheduled pipeline would wait a whole interval again each time the lead
 moves, which a fault every few seconds does). Its runs publish the checkpoints the trimming
 waits for: pulls from before a trim answer 410 ``CURSOR_EXPIRED`` and clients re-sync from the
-checkpoint.
+checkpoint. Without the pipeline, ``models`` rebuilds its merged models with a stand-in
+(:mod:`tests.chaos.lake_models`) every ``models`` seconds, so the checkpoint and trimming lanes
+have something to publish.
 
 A run's ports (its PostgreSQL's and its gateways', which stay the same across restarts) are
 :func:`~tests.gateway_process.reserved_port` ports and its files live in a directory of its
@@ -64,6 +66,7 @@ from lakesync.merge import merge_state
 from tests.api.helpers import Gateway, Replica, auth, now_hlc, token
 from tests.chaos.checks import Rows, differences, longest_stall, lost_and_duplicated, outside_view
 from tests.chaos.client_worker import COLUMNS, SCHEMAS
+from tests.chaos.lake_models import write_models
 from tests.chaos.schedule import GATEWAY_FAULTS, Fault, fault_counts, make_schedule
 from tests.gateway_process import ROOT, ServerProcess, reserved_port
 from tests.pg_cluster import PgCluster, started_cluster
@@ -161,17 +164,19 @@ class ChaosRun:
     ``converge_within``: seconds from the last fault healing (and the load stopping) by which
     every process and replica must equal the reference merge; ``stall_bound``: the longest
     time with no acknowledged write allowed while one gateway process is faulted;
-    ``pipeline``: seconds between scheduled pipeline runs (0: none, so no checkpoint is
-    published and nothing is trimmed); ``retention``: the hot-log retention, seconds.
+    ``pipeline``: seconds between pipeline runs (0: none); ``models``: seconds between
+    rebuilds of the merged models by the stand-in instead (0: none; with neither, no
+    checkpoint is published and nothing is trimmed); ``retention``: the hot-log retention,
+    seconds.
     """
 
     def __init__(self, seed: int, duration: float, *, gateways: int = 3, pushers: int = 4,
                  clients: int = 2, converge_within: float = 30.0,
                  stall_bound: float = 10.0, pipeline: float = 0.0,
-                 retention: float = 10.0) -> None:
+                 retention: float = 10.0, models: float = 0.0) -> None:
         self.seed, self.duration, self.converge_within = seed, duration, converge_within
         self.stall_bound = stall_bound
-        self.pipeline, self.retention = pipeline, retention
+        self.pipeline, self.retention, self.models = pipeline, retention, models
         self.lake_runs: Counter[str] = Counter()
         self.check_seconds = 0.0  # how long the last convergence check took
         self.schedule = make_schedule(seed, duration, gateways=gateways, clients=clients,
@@ -319,6 +324,16 @@ class ChaosRun:
                 at = (at + 1) % len(self.gateways)
                 self._stop.wait(1.0)
 
+    def _models_loop(self) -> None:
+        """Every ``models`` seconds, the stand-in's merged models (a rebuild that fails under a
+        fault is counted and tried again next time)."""
+        settings = LakeSettings.from_env(self.base / "lake", env=self._lake_env)
+        while not self._stop.wait(self.models):
+            try:
+                self.lake_runs["stand-in ok" if write_models(settings) else "stand-in idle"] += 1
+            except Exception:
+                self.lake_runs["stand-in failed"] += 1
+
     def _lake_run(self, url: str, headers: dict[str, str], n: int) -> str | None:
         """One ``POST /v1/admin/lake/run`` of a pipeline run: ``ok``, ``failed``, or
         ``interrupted`` (the request failed: its process faulted meanwhile); None when another
@@ -450,6 +465,8 @@ class ChaosRun:
         threads.append(threading.Thread(target=self._operator_loop, daemon=True))
         if self.pipeline > 0:  # not waited for at the end: a run may be going on
             threading.Thread(target=self._pipeline_loop, daemon=True).start()
+        elif self.models > 0:
+            threading.Thread(target=self._models_loop, daemon=True).start()
         for n in range(len(self.clients)):
             self._start_worker(n)
         self.t0 = time.monotonic()
@@ -484,7 +501,8 @@ class ChaosRun:
         """What the lake lanes did, from the gateways' logs and the hot log."""
         text = "".join(g.server.log_path.read_text(errors="replace") for g in self.gateways)
         return {
-            **{f"pipeline runs {k}": v for k, v in sorted(self.lake_runs.items())},
+            **{f"models rebuilt ({k})" if k.startswith("stand-in") else f"pipeline runs {k}": v
+               for k, v in sorted(self.lake_runs.items())},
             "checkpoints published": text.count("checkpoint of 'gw1' published"),
             "pulls answered 410": text.count('"path": "/v1/sync/gw1/pull", "status": 410'),
             "checkpoints downloaded": text.count(

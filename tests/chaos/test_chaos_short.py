@@ -35,7 +35,7 @@ def chaos() -> Iterator[ChaosResult]:
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    run = ChaosRun(SEED, SECONDS)
+    run = ChaosRun(SEED, SECONDS, models=5.0)
     result = None
     try:
         result = run.run()
