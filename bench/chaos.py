@@ -39,12 +39,16 @@ def main() -> int:
                         "ended (default 60)")
     parser.add_argument("--no-pipeline", action="store_true",
                         help="no pipeline: no checkpoint is published, nothing is trimmed")
+    parser.add_argument("--models", type=float, default=0.0,
+                        help="with --no-pipeline: seconds between rebuilds of the merged models "
+                        "by the suite's stand-in (tests/chaos/lake_models.py), so checkpoints "
+                        "are published and the hot log trimmed without Spark (default 0: off)")
     parser.add_argument("--retention", type=float, default=10.0,
                         help="the gateways' hot-log retention, seconds (default 10)")
     args = parser.parse_args()
     run = ChaosRun(args.seed, args.minutes * 60, gateways=args.gateways,
                    pipeline=0.0 if args.no_pipeline else args.pipeline,
-                   retention=args.retention)
+                   retention=args.retention, models=args.models)
     failed = True
     try:
         result = run.run()
