@@ -24,9 +24,15 @@ full warehouse disk, pyiceberg's ``OSError``; neither is classified as an outage
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+from types import FrameType
 
 from tests.chaos.harness import ChaosRun
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main() -> int:
@@ -46,6 +52,10 @@ def main() -> int:
     parser.add_argument("--retention", type=float, default=10.0,
                         help="the gateways' hot-log retention, seconds (default 10)")
     args = parser.parse_args()
+    # SIGTERM (and SIGINT, which a shell leaves ignored for a job it puts in the background)
+    # end the run through its cleanup: gateways, PostgreSQL and the warehouse mount stopped.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupted)
     run = ChaosRun(args.seed, args.minutes * 60, gateways=args.gateways,
                    pipeline=0.0 if args.no_pipeline else args.pipeline,
                    retention=args.retention, models=args.models)

@@ -659,7 +659,12 @@ class ChaosRun:
             assert g.server.proc is not None
             with contextlib.suppress(OSError):
                 g.server.proc.send_signal(signal.SIGCONT)
-            g.server.stop()
+            children = g.server.children()  # its pipeline worker, if it runs one
+            with contextlib.suppress(subprocess.TimeoutExpired):  # killed then: go on
+                g.server.stop()
+            for pid in children:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
             g.client_proxy.close()
             g.pg_proxy.close()
         with contextlib.suppress(subprocess.CalledProcessError):
