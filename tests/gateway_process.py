@@ -3,7 +3,9 @@ end-to-end tests and the benchmarks."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -42,6 +44,40 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_RESERVED_RANGE = (20_000, 32_000)  # below Linux's ephemeral range (32768-60999)
+_RESERVATIONS = Path("/tmp/lakesync-test-ports")
+_held: list[Any] = []  # the lock files of this process's reserved ports, open while it lives
+
+
+def reserved_port() -> int:
+    """A loopback port free now and kept for this process while it lives, for a server that
+    stops and starts again on the same port (a killed gateway, a restarted PostgreSQL).
+
+    :func:`free_port` draws from the ephemeral range, where any outgoing connection, of this
+    process or of another test run on the machine, may take the port while its server is down.
+    This one comes from below that range and is locked (``flock`` on a file per port) so that
+    concurrent runs never pick the same one; the lock goes with the process."""
+    _RESERVATIONS.mkdir(exist_ok=True)
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(*_RESERVED_RANGE)
+        lock = (_RESERVATIONS / str(port)).open("a")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                lock.close()
+                continue
+        _held.append(lock)
+        return port
+    raise RuntimeError("no free port to reserve")
+
+
 @contextmanager
 def serve_in_thread(app: Any) -> Iterator[str]:
     """Serve an ASGI app (a gateway on a store the test also holds) over real HTTP from a
@@ -66,13 +102,15 @@ class ServerProcess:
     """``python -m lakesync.api`` with its own data dir; ``env`` adds or overrides variables (the
     JWT
     secret is :data:`SECRET` unless ``env`` sets ``LAKESYNC_JWT_SECRET``), ``config`` is passed
-    as ``--config``. The port stays the same across :meth:`restart`."""
+    as ``--config``. The port (``port``, else a :func:`free_port`) stays the same across
+    :meth:`restart`."""
 
     def __init__(
-        self, data_dir: Path, env: dict[str, str] | None = None, config: Path | None = None
+        self, data_dir: Path, env: dict[str, str] | None = None, config: Path | None = None,
+        port: int | None = None,
     ) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.extra_env = env or {}
         self.config = config
         self.proc: subprocess.Popen[bytes] | None = None

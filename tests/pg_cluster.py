@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway_process import free_port
+from tests.gateway_process import free_port, reserved_port
 
 __all__ = ["PgCluster", "postgres_bin", "private_postgres", "started_cluster"]
 
@@ -31,12 +31,14 @@ def postgres_bin() -> Path | None:
 
 class PgCluster:
     """A PostgreSQL server in ``base`` (its data dir and socket dir) on ``port``, with the
-    ``-c`` settings of ``options``; trust authentication for ``postgres`` on loopback."""
+    ``-c`` settings of ``options``; trust authentication for ``postgres`` on loopback. ``port``:
+    a :func:`~tests.gateway_process.free_port` unless given."""
 
-    def __init__(self, bindir: Path, base: Path, options: str = "") -> None:
+    def __init__(self, bindir: Path, base: Path, options: str = "", port: int | None = None
+                 ) -> None:
         self._bindir = bindir
         self._base = base
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self._options = f"-p {self.port} -k {base} -c listen_addresses=127.0.0.1 {options}"
 
     @property
@@ -78,15 +80,17 @@ def private_postgres(options: str = "") -> Iterator[PgCluster]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def started_cluster(base: Path, options: str = "") -> PgCluster:
+def started_cluster(base: Path, options: str = "", *, reserve: bool = False) -> PgCluster:
     """A :class:`PgCluster` made (initdb) in ``base`` and started; raises RuntimeError where the
-    PostgreSQL binaries or root are missing."""
+    PostgreSQL binaries or root are missing. ``reserve``: on a
+    :func:`~tests.gateway_process.reserved_port`, which no other process takes while the server
+    restarts."""
     bindir = postgres_bin()
     if bindir is None or shutil.which("runuser") is None or os.geteuid() != 0:
         raise RuntimeError("needs the PostgreSQL server binaries and root (initdb as postgres)")
     base.mkdir(parents=True, exist_ok=True)
     shutil.chown(base, "postgres")
-    cluster = PgCluster(bindir, base, options)
+    cluster = PgCluster(bindir, base, options, reserved_port() if reserve else None)
     cluster.init()
     cluster.start()
     return cluster

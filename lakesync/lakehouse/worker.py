@@ -396,13 +396,32 @@ _JOBS: dict[str, Callable[[Path | None, RunRequest, DbtInvoker, Emit | None], Ru
 }
 
 
+def exit_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """End this process (and so its Spark JVM, which exits when its driver does) within
+    ``poll_s`` seconds of the death of ``parent``, the process that started it: a gateway that
+    was SIGKILLed mid-run leaves no worker running on with a whole JVM's memory (stdin's end
+    is seen only between runs). Named by the starter, not read here, so a parent that died
+    before this call is noticed too."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:  # reparented: the gateway is gone
+                _log.warning("the gateway process (pid %d) is gone: the worker stops", parent)
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m lakesync.lakehouse.worker [--data-dir D]``: serve run requests until stdin
-    closes."""
+    closes or the process that started it is gone."""
     parser = argparse.ArgumentParser(
         prog="python -m lakesync.lakehouse.worker", description=__doc__
     )
     parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--parent", type=int, default=None,
+                        help="pid of the process that started it (default: its parent now)")
     args = parser.parse_args(argv)
     telemetry.configure()
     # Replies get their own copy of fd 1; fd 1 itself (print, dbt, the JVM) goes to stderr.
@@ -412,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr, level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    exit_with_parent(os.getppid() if args.parent is None else args.parent)
     try:
         _serve(args.data_dir, sys.stdin, replies)
     except KeyboardInterrupt:
@@ -442,7 +462,7 @@ class PipelineWorker:
             self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
         proc = subprocess.Popen(
             [sys.executable, "-m", "lakesync.lakehouse.worker",
-             "--data-dir", str(self._data_dir)],
+             "--data-dir", str(self._data_dir), "--parent", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=self._env, text=True, encoding="utf-8", errors="replace", bufsize=1,
         )

@@ -13,7 +13,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
-__all__ = ["GATEWAY_FAULTS", "KINDS", "Fault", "fault_counts", "make_schedule"]
+__all__ = ["GATEWAY_FAULTS", "KINDS", "SKEWS", "Fault", "fault_counts", "make_schedule"]
 
 GATEWAY_FAULTS = frozenset({"kill", "pause", "cut_pg", "cut_clients"})
 """Faults of one gateway process (the others should keep acknowledging writes)."""
@@ -27,19 +27,23 @@ KINDS: dict[str, tuple[float, float]] = {
     "pg_immediate": (0.5, 3.0),  # pg_ctl stop -m immediate (a crash), likewise
     "client_kill": (0.5, 3.0),  # a library client's process SIGKILLed, restarted after
     "skew": (5.0, 20.0),  # a raw pusher's clock set minutes back
+    "client_skew": (5.0, 20.0),  # a library client's wall clock set minutes back
     "disk_full": (2.0, 8.0),  # the lake's warehouse disk filled up, freed after the duration
 }
 """Each fault kind and the range its duration is drawn from, in seconds."""
 
 _WEIGHTS = {"kill": 3, "pause": 3, "cut_pg": 3, "cut_clients": 2, "pg_fast": 1,
-            "pg_immediate": 1, "client_kill": 2, "skew": 1, "disk_full": 1}
+            "pg_immediate": 1, "client_kill": 2, "skew": 1, "client_skew": 1, "disk_full": 1}
+
+SKEWS = frozenset({"skew", "client_skew"})
+"""Faults that set a clock back (by ``arg`` minutes)."""
 
 
 @dataclass(frozen=True)
 class Fault:
     """One fault: at ``t`` seconds into the run, ``kind`` hits ``target`` (a gateway, client or
     pusher index; 0 for PostgreSQL and the disk) for ``duration`` seconds; ``arg`` is the clock
-    skew in minutes for ``skew`` (0 otherwise)."""
+    skew in minutes for the kinds of :data:`SKEWS` (0 otherwise)."""
 
     t: float
     kind: str
@@ -70,9 +74,10 @@ def make_schedule(
         length = round(rng.uniform(low, high), 2)
         if t + length > duration:
             return faults
-        count = {"client_kill": clients, "skew": pushers}.get(kind, gateways)
+        count = {"client_kill": clients, "client_skew": clients, "skew": pushers}.get(
+            kind, gateways)
         target = 0 if kind.startswith("pg_") or kind == "disk_full" else rng.randrange(count)
-        arg = rng.randint(1, 10) if kind == "skew" else 0
+        arg = rng.randint(1, 10) if kind in SKEWS else 0
         faults.append(Fault(round(t, 2), kind, target, length, arg))
         t += length + rng.uniform(*gap)
 

@@ -9,7 +9,7 @@ from collections import Counter
 from lakesync.merge import merge_state
 from tests.api.helpers import delta
 from tests.chaos.checks import differences, longest_stall, lost_and_duplicated, outside_view
-from tests.chaos.schedule import GATEWAY_FAULTS, KINDS, fault_counts, make_schedule
+from tests.chaos.schedule import GATEWAY_FAULTS, KINDS, SKEWS, fault_counts, make_schedule
 
 
 def test_a_seed_replays_its_schedule_and_another_seed_differs() -> None:
@@ -26,9 +26,9 @@ def test_faults_follow_each_other_within_the_run_and_their_ranges() -> None:
     for f in faults:
         low, high = KINDS[f.kind]
         assert low <= f.duration <= high and f.end <= 1800
-        limit = {"client_kill": 2, "skew": 4}.get(f.kind, 3)
+        limit = {"client_kill": 2, "client_skew": 2, "skew": 4}.get(f.kind, 3)
         assert 0 <= f.target < limit
-        assert (f.arg > 0) == (f.kind == "skew")
+        assert (f.arg > 0) == (f.kind in SKEWS)
     assert set(KINDS) >= GATEWAY_FAULTS
 
 

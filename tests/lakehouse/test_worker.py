@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -34,6 +36,7 @@ from lakesync.lakehouse.worker import (
 )
 from lakesync.schema import parse_schema
 from lakesync.status import Shipment
+from tests.gateway_process import process_running
 
 NOTES = parse_schema({"table": "notes", "columns": [{"name": "body", "type": "string"}]})
 
@@ -170,3 +173,34 @@ def test_a_scheduled_run_ships_to_the_declared_destinations(tmp_path: Path) -> N
         worker.close()
         store.close()
         drop_pg_database(url)
+
+
+def test_a_worker_whose_gateway_was_killed_stops_though_its_stdin_stays_open() -> None:
+    """A gateway SIGKILLed mid-run cannot close its worker: the worker notices its parent is
+    gone and stops (its stdin, held open here by the test, would keep it reading for ever)."""
+    # The stand-in gateway: a shell that starts the worker on its own stdin and stdout, prints
+    # its pid and waits; the test keeps the write end of that stdin.
+    parent = subprocess.Popen(
+        ["bash", "-c", f"{sys.executable} -m lakesync.lakehouse.worker <&0 & echo $!; wait"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    assert parent.stdin is not None and parent.stdout is not None
+    worker = int(parent.stdout.readline())
+    try:
+        parent.stdin.write("not a request\n")
+        parent.stdin.flush()
+        assert decode_line(parent.stdout.readline()).ok is False  # type: ignore[union-attr]
+        parent.kill()  # the worker serves: it would read its stdin for ever
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while _running(worker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(worker), "the worker runs on after its gateway was killed"
+    finally:
+        if _running(worker):
+            os.kill(worker, signal.SIGKILL)
+        parent.stdin.close()
+
+
+def _running(pid: int) -> bool:
+    return process_running(pid)

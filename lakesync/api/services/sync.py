@@ -8,6 +8,7 @@ entries to the :class:`~lakesync.api.services.hub.Hub`. Store calls run in worke
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +29,10 @@ from lakesync.errors import (
     ForbiddenError,
     RateLimitedError,
     SchemaError,
+    StoreUnavailableError,
     ValidationError,
+    first_line,
+    is_store_outage,
 )
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import (
@@ -115,6 +119,9 @@ class PullResult:
     deltas: list[RowDelta]
     server_hlc: int
     has_more: bool
+
+
+_log = logging.getLogger(__name__)
 
 
 async def _run(fn: Callable[..., T], *args: Any) -> T:
@@ -426,7 +433,25 @@ class SyncService:
 
     # -- cross-process broadcasts ---------------------------------------------------------------
     async def relay(self, notice: LogNotice) -> None:
-        """Broadcast entries another process stored (PostgreSQL NOTIFY) to local sockets."""
+        """Broadcast entries another process stored (PostgreSQL NOTIFY) to local sockets.
+
+        A store outage while it reads them skips the broadcast with one log line: broadcasts
+        never move a receiver's cursor, so its next pull brings what it missed. Any other
+        failure is logged with its traceback (the task has no one to raise to)."""
+        try:
+            await self._relay(notice)
+        except Exception as exc:
+            if is_store_outage(exc) or isinstance(exc, StoreUnavailableError):
+                _log.warning(
+                    "broadcast of entries %d..%d of %r skipped (receivers pull them): hot-log "
+                    "store unavailable: %s", notice.after, notice.upto, notice.gateway_id,
+                    first_line(exc),
+                )
+            else:
+                _log.exception("broadcast of entries %d..%d of %r failed", notice.after,
+                               notice.upto, notice.gateway_id)
+
+    async def _relay(self, notice: LogNotice) -> None:
         if self.hub.count_for(notice.gateway_id) == 0:
             return
         gw = notice.gateway_id
