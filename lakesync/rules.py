@@ -60,18 +60,23 @@ __all__ = [
     "Bucket",
     "Filter",
     "FilterOp",
+    "RelationRows",
     "Subquery",
     "SyncRules",
     "bind_relations",
     "buckets_for",
     "check_rules",
+    "claim_holds",
     "claim_keys",
     "claim_values",
     "index_entries",
     "lookups",
+    "moved_lookups",
     "parse_rules",
+    "relation_claims",
     "relation_lookups",
     "relation_name",
+    "relation_reader",
     "relation_values",
     "rules_to_wire",
     "subqueries",
@@ -120,6 +125,14 @@ class Bucket(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tables: list[str] = []
     filters: list[Filter] = []
     handover: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+RelationRows = Callable[
+    [str, Sequence[tuple[str, Sequence[str]]] | None], Mapping[tuple[str, str], RowState]
+]
+"""A store's rows of a table, by ``(table, row_id)``: at least those the rules' filter-column
+index finds for the lookups (as :func:`relation_lookups` makes them), every row of the table
+for None."""
 
 
 class SyncRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -544,6 +557,70 @@ def relation_lookups(
     return [(usable.column, [_index_key(v) for v in rhs])]
 
 
+def relation_claims(
+    rules: SyncRules, table: str, row: Mapping[str, Any] | None
+) -> set[tuple[str, str]] | None:
+    """``(jwt:<claim>, value)`` pairs naming the clients whose bound subqueries a row of
+    ``table`` in this state can count in: per subquery of a bucket's filters over ``table``,
+    its first ``eq``/``in`` filter on a claim with the row's value (empty for an absent row).
+    None when some subquery reading ``table`` has no such filter or is nested (a change may
+    move any client's view)."""
+    out: set[tuple[str, str]] = set()
+    top = {
+        relation_name(f.value)
+        for b in rules.buckets
+        for f in b.filters
+        if isinstance(f.value, Subquery)
+    }
+    for sub in subqueries(rules):
+        if sub.table != table:
+            continue
+        f = next(
+            (
+                f
+                for f in sub.where
+                if f.op in ("eq", "in")
+                and isinstance(f.value, str)
+                and f.value.startswith(JWT_PREFIX)
+            ),
+            None,
+        )
+        if f is None or relation_name(sub) not in top:
+            return None
+        if row is not None:
+            assert isinstance(f.value, str)
+            out.add((f.value, _js_string(row.get(f.column))))
+    return out
+
+
+def claim_holds(claims: Mapping[str, Any], name: str, value: str) -> bool:
+    """Whether ``jwt:<claim>`` ``name`` resolves, under ``claims``, to a list holding
+    ``value`` (as :func:`relation_claims` pairs name clients)."""
+    return value in (_resolve(name, claims) or ())
+
+
+def moved_lookups(
+    rules: SyncRules, before: Mapping[str, Any], after: Mapping[str, Any]
+) -> list[tuple[str, list[str]]] | None:
+    """Index lookups (as :func:`lookups` makes them) whose matches include every row whose
+    visibility differs between two bindings of one client's claims (:func:`bind_relations`;
+    the same token): the rows whose filter column holds a value one binding of a subquery has
+    and the other lacks. None when some subquery filter is not ``eq``/``in`` (only a scan
+    tells which rows moved)."""
+    out: list[tuple[str, list[str]]] = []
+    for b in rules.buckets:
+        for f in b.filters:
+            if not isinstance(f.value, Subquery):
+                continue
+            if f.op not in ("eq", "in"):  # only these columns are indexed
+                return None
+            old = set(_resolve(f.value, before) or ())
+            new = set(_resolve(f.value, after) or ())
+            if old != new:
+                out.append((f.column, [_index_key(v) for v in sorted(old ^ new)]))
+    return out
+
+
 def _covers(bucket: Bucket, table: str) -> bool:
     return not bucket.tables or table in bucket.tables
 
@@ -582,29 +659,55 @@ def claim_keys(
     return out
 
 
+def relation_reader(
+    rows: RelationRows, overlay: Mapping[tuple[str, str], RowState] | None = None
+) -> Callable[[Subquery, Mapping[str, Any]], list[Mapping[str, Any] | None]]:
+    """A ``read`` for :func:`bind_relations` over a store's ``rows`` (looked up by index when
+    the subquery allows it), with the states of ``overlay`` (rows a batch is changing) in place
+    of the stored ones."""
+
+    def read(sub: Subquery, claims: Mapping[str, Any]) -> list[Mapping[str, Any] | None]:
+        found = dict(rows(sub.table, relation_lookups(sub, claims)))
+        found.update({k: s for k, s in (overlay or {}).items() if k[0] == sub.table})
+        return [s.visible() for s in found.values()]
+
+    return read
+
+
 def write_refusal(
     rules: SyncRules | None,
     claims: Mapping[str, Any],
     deltas: Sequence[RowDelta],
     states: Mapping[tuple[str, str], RowState],
+    relations: RelationRows | None = None,
 ) -> tuple[int, str] | None:
     """The first of ``deltas`` this client may not write, as ``(position, reason)``, or None
     when it may write them all (see the module docstring). ``states`` holds the merged state of
     every stored row the deltas touch (left out: never written); each delta is checked against
     its row's state just before it, with the earlier deltas of the sequence merged in, so a
-    batch is judged as the same deltas pushed one at a time. The reason names the table and
-    the buckets that cover it."""
+    batch is judged as the same deltas pushed one at a time. Subqueries are bound through
+    ``relations`` (left out: they match nothing), again after each delta of a table they read.
+    The reason names the table and the buckets that cover it."""
     if rules is None:
         return None
+    subs = subqueries(rules)
+    read = {s.table for s in subs}
     current: dict[tuple[str, str], RowState] = {}
+    bound: Mapping[str, Any] = claims
+    stale = bool(subs) and relations is not None
     for i, d in enumerate(deltas):
         key = (d.table, d.row_id)
         if key not in current:
             stored = states.get(key) or RowState()
             current[key] = RowState(dict(stored.cells), stored.write, stored.tombstone)
-        reason = _refusal(rules, claims, d, current[key])
+        if stale:
+            assert relations is not None
+            bound = bind_relations(rules, claims, relation_reader(relations, current))
+            stale = False
+        reason = _refusal(rules, bound, d, current[key])
         if reason is not None:
             return i, reason
+        stale = d.table in read and relations is not None
     return None
 
 

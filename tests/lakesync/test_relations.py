@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lakesync.delta import RowDelta
 from lakesync.errors import SchemaError, ValidationError
+from lakesync.merge import RowState, join_delta
 from lakesync.rules import (
     MAX_SUBQUERY_DEPTH,
     RELATIONS_CLAIM,
@@ -28,6 +30,7 @@ from lakesync.rules import (
     subqueries,
     visible,
     visible_among,
+    write_refusal,
 )
 from lakesync.schema import parse_schema
 
@@ -312,3 +315,44 @@ def test_visibility_through_relations_matches_a_brute_force_reference(
             if shown:
                 entries = index_entries(rules, row)
                 assert any((c, k) in entries for c, keys in plan for k in keys), (table, row)
+
+
+def test_writes_are_judged_through_the_relation_one_delta_at_a_time() -> None:
+    """A batch is judged as its deltas pushed one at a time: a membership it adds (or removes)
+    counts for the writes after it."""
+    rules = parse_rules(
+        {
+            "version": 1,
+            "buckets": [
+                rules_to_wire(shared_lists())["buckets"][0],
+                {"name": "own", "tables": ["list_members"],
+                 "filters": [{"column": "user_id", "op": "eq", "value": "jwt:sub"}]},
+            ],
+        }
+    )
+    stored = {("list_members", "m1"): state_of("m1", user_id="u1", list_id="l1")}
+
+    def relations(table: str, _plan: object) -> dict[tuple[str, str], RowState]:
+        return {k: v for k, v in stored.items() if k[0] == table}
+
+    claims = {"sub": "u1"}
+    into = RowDelta.create("INSERT", "todos", "t1", "u1", {"list_id": "l1"}, 1 << 16)
+    elsewhere = RowDelta.create("INSERT", "todos", "t2", "u1", {"list_id": "l2"}, 2 << 16)
+    join = RowDelta.create("INSERT", "list_members", "m2", "u1",
+                           {"user_id": "u1", "list_id": "l2"}, 3 << 16)
+    leave = RowDelta.create("DELETE", "list_members", "m1", "u1", {}, 4 << 16)
+    assert write_refusal(rules, claims, [into], {}, relations) is None
+    refused = write_refusal(rules, claims, [elsewhere], {}, relations)
+    assert refused is not None and "WITH CHECK" in refused[1]
+    assert write_refusal(rules, claims, [join, elsewhere], {}, relations) is None
+    states = dict(stored)
+    refused = write_refusal(rules, claims, [leave, into], states, relations)
+    assert refused is not None and refused[0] == 1
+    # Without a reader, subqueries match nothing: the write is refused, never let through.
+    assert write_refusal(rules, claims, [into], {}) is not None
+
+
+def state_of(row_id: str, **values: Any) -> RowState:
+    state = RowState()
+    join_delta(state, RowDelta.create("INSERT", "list_members", row_id, "root", values, 1))
+    return state

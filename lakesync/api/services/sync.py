@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -40,7 +41,21 @@ from lakesync.hotlog.base import (
 )
 from lakesync.hotlog.ports import SyncStore
 from lakesync.merge import RowState
-from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
+from lakesync.rules import (
+    RelationRows,
+    SyncRules,
+    bind_relations,
+    check_rules,
+    claim_holds,
+    claim_values,
+    lookups,
+    moved_lookups,
+    relation_claims,
+    relation_reader,
+    subqueries,
+    visible,
+    write_refusal,
+)
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
 from lakesync.status import ClientActivity
 from lakesync.views import (
@@ -54,6 +69,7 @@ from lakesync.views import (
     page_view,
     resync_view,
 )
+from lakesync.wsframes import encode_response
 
 __all__ = ["PullResult", "PushResult", "SyncService"]
 
@@ -88,9 +104,12 @@ def _write_access(claims: Mapping[str, Any], batch: Sequence[RowDelta]) -> Write
     position in ``batch``."""
 
     def check(
-        rules: SyncRules | None, new: Sequence[RowDelta], states: Mapping[RowKey, RowState]
+        rules: SyncRules | None,
+        new: Sequence[RowDelta],
+        states: Mapping[RowKey, RowState],
+        relations: RelationRows,
     ) -> None:
-        refused = write_refusal(effective_rules(rules, claims), claims, new, states)
+        refused = write_refusal(effective_rules(rules, claims), claims, new, states, relations)
         if refused is not None:
             i, reason = refused
             at = next(j for j, d in enumerate(batch) if d.delta_id == new[i].delta_id)
@@ -221,6 +240,8 @@ class SyncService:
             self.snapshots(gateway_id),
             history,
         )
+        changed = {k: (result.before.get(k), r.state) for k, r in result.rows.items()}
+        await self._move_views(gateway_id, result.rules.rules, changed, end)
         return PushResult(result.head, result.accepted, [e.delta for e in result.stored])
 
     def _check_and_append(
@@ -274,6 +295,7 @@ class SyncService:
             page = await _run(self.store.read_page, gateway_id, since, limit, False)
             return self._page_result([e.delta for e in page.entries], page, since)
         client_id = str(claims["sub"])
+        claims = await _run(self.bind, gateway_id, rules.rules, claims)
         view = await _run(
             self.store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
         )
@@ -342,11 +364,29 @@ class SyncService:
             return {}
         return await _run(self.store.row_history, gateway_id, keys, reader.since, upto)
 
-    async def view_stamp(self, gateway_id: str, claims: Mapping[str, Any]) -> int:
-        """Register a client's claims (WebSocket connect) and return its view stamp."""
-        return await _run(
-            self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(claims), claims
+    def bind(
+        self, gateway_id: str, rules: SyncRules | None, claims: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        """A client's claims with the subqueries of the rules that apply to it resolved on the
+        gateway's merged state (:func:`~lakesync.rules.bind_relations`): what, with the rules,
+        decides its view; ``claims`` themselves under rules without subqueries."""
+        applied = effective_rules(rules, claims)
+        if not subqueries(applied):
+            return claims
+        rows = partial(self.store.read_relation, gateway_id)
+        return bind_relations(applied, claims, relation_reader(rows))
+
+    async def view(
+        self, gateway_id: str, claims: Mapping[str, Any]
+    ) -> tuple[int, Mapping[str, Any]]:
+        """Register a client's view (WebSocket connect): its view stamp and its claims as
+        bound (:meth:`bind`)."""
+        rules = await _run(self.store.get_rules, gateway_id)
+        bound = await _run(self.bind, gateway_id, rules.rules, claims)
+        stamp = await _run(
+            self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(bound), bound
         )
+        return stamp, bound
 
     # -- cross-process broadcasts ---------------------------------------------------------------
     async def relay(self, notice: LogNotice) -> None:
@@ -362,6 +402,89 @@ class SyncService:
                 self.store.row_history, gw, list(page.rows), notice.after, page.head
             )
         self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw), history)
+        if history is not None and page.entries:
+            changed = {k: (history[k][0] if k in history else None, r.state)
+                       for k, r in page.rows.items()}
+            await self._move_views(gw, rules.rules, changed, page.entries[-1].ingest_hlc)
+
+    async def _move_views(
+        self,
+        gateway_id: str,
+        rules: SyncRules | None,
+        changed: Mapping[RowKey, tuple[RowState | None, RowState]],
+        server_hlc: int,
+    ) -> None:
+        """Move the views of the gateway's sockets that a change of rows their subqueries read
+        may have moved (``changed``: each row's state before and after): rebind each, and when
+        its bound claims changed, record them as a new version of its claims and send it the
+        snapshots of the rows that entered or left its view, in a broadcast frame at the
+        batch's ``server_hlc`` (a pull after it resyncs, as after any claims change)."""
+        if rules is None or not subqueries(rules):
+            return
+        conns = self._rebinding(gateway_id, rules, changed)
+        for conn in conns:
+            if effective_rules(rules, conn.claims) is None:
+                continue  # an admin sees everything
+            bound = await _run(self.bind, gateway_id, rules, conn.claims)
+            if claim_values(rules, bound) == claim_values(rules, conn.claims):
+                continue
+            stamp = await _run(
+                self.store.view_stamp, gateway_id, conn.client_id, claims_hash(bound), bound
+            )
+            deltas = await _run(self._moved, gateway_id, rules, conn, bound, stamp)
+            self.hub.rebind(conn, bound, stamp)
+            if deltas:
+                self.hub.offer(conn, encode_response(deltas, server_hlc, False, True))
+
+    def _rebinding(
+        self,
+        gateway_id: str,
+        rules: SyncRules,
+        changed: Mapping[RowKey, tuple[RowState | None, RowState]],
+    ) -> list[Connection]:
+        """The sockets whose bound subqueries ``changed`` may touch: those whose claims name
+        a changed relation row (:func:`~lakesync.rules.relation_claims`), or all when the
+        rules do not narrow it down."""
+        read = {s.table for s in subqueries(rules)}
+        pairs: set[tuple[str, str]] = set()
+        for (table, _), states in changed.items():
+            if table not in read:
+                continue
+            for state in states:
+                found = relation_claims(rules, table, None if state is None else state.visible())
+                if found is None:
+                    return self.hub.connections(gateway_id)
+                pairs |= found
+        return [
+            c
+            for c in self.hub.connections(gateway_id)
+            if any(claim_holds(c.claims, name, value) for name, value in pairs)
+        ]
+
+    def _moved(
+        self,
+        gateway_id: str,
+        rules: SyncRules,
+        conn: Connection,
+        bound: Mapping[str, Any],
+        stamp: int,
+    ) -> list[RowDelta]:
+        """Snapshots of the rows whose visibility to ``conn`` differs between its claims as
+        bound before and ``bound``: the rows the index finds for the values that changed
+        (:func:`~lakesync.rules.moved_lookups`), every row when it cannot tell."""
+        plan = moved_lookups(rules, conn.claims, bound)
+        page = None if plan is None else self.store.read_matching(gateway_id, plan, [])
+        rows = (page or self.store.read_all_rows(gateway_id)).rows
+        cache = self.snapshots(gateway_id)
+        out: list[RowDelta] = []
+        for key, rec in rows.items():
+            values = rec.state.visible()
+            shown = visible(rules, bound, key[0], values)
+            if shown == visible(rules, conn.claims, key[0], values):
+                continue
+            base = max(rec.last_ingest, stamp)
+            out.extend(cache.snapshot(key, rec, shown, base, conn.whole_rows))
+        return out
 
     # -- admin ----------------------------------------------------------------------------------
     async def knows(self, gateway_id: str) -> bool:
