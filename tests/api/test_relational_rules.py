@@ -11,8 +11,11 @@ import pytest
 
 from lakesync.hotlog.base import HotLog
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
+from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
+from lakesync.wsframes import decode_server_frame, encode_pull
 from tests.api.conftest import Served
 from tests.api.helpers import Gateway, PlainReplica, Replica, WholeRowReplica, delta, token
+from tests.wire_json import as_json
 
 MEMBERS_RULES = {
     "version": 1,
@@ -166,3 +169,47 @@ def test_rules_naming_unknown_tables_or_columns_in_a_subquery_are_refused(
     r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=column)
     assert r.status_code == 422 and "did you mean 'user_id'?" in r.json()["error"]
     set_rules(gateway, MEMBERS_RULES)
+
+
+@pytest.mark.parametrize("evictions", [True, False])
+def test_sockets_receive_the_moves_live(gateway: Gateway, evictions: bool) -> None:
+    """A membership change moves the rows it concerns into or out of a connected client's view
+    at once, as a client of either kind applies them (the pull after it agrees)."""
+    set_rules(gateway, MEMBERS_RULES)
+    member(gateway, "m1", "alice", "l1")
+    ok = gateway.push(ADMIN, "root", [delta("INSERT", "t1", "root", list_id="l1", title="a"),
+                                      delta("INSERT", "t2", "root", list_id="l2", title="b")])
+    assert ok.status_code == 200, ok.text
+    live: Replicas = Replica() if evictions else WholeRowReplica()
+    features = {FEATURES_HEADER: VIEW_EVICTIONS_FEATURE} if evictions else {}
+    path = f"/v1/sync/gw1/ws?token={ALICE}"
+    with gateway.http.websocket_connect(path, headers=features) as sock:
+        sock.send_bytes(encode_pull("alice", 0, 100))
+        page = decode_server_frame(sock.receive_bytes())
+        live.apply([as_json(d) for d in page.deltas])
+        assert todos(live) == {"t1"}
+
+        def heard_until(done: Any) -> None:
+            for _ in range(20):
+                frame = decode_server_frame(sock.receive_bytes())
+                assert frame.broadcast
+                live.apply([as_json(d) for d in frame.deltas])
+                if done():
+                    return
+            raise AssertionError(f"never converged: {live.rows()}")
+
+        member(gateway, "m2", "alice", "l2")  # she joins l2: t2 arrives
+        heard_until(lambda: todos(live) == {"t1", "t2"})
+        assert live.rows()[("todos", "t2")] == {"list_id": "l2", "title": "b"}
+        ok = gateway.push(ADMIN, "root", [delta("DELETE", "m1", "root", table="list_members")])
+        assert ok.status_code == 200, ok.text  # she leaves l1: t1 leaves
+        heard_until(lambda: todos(live) == {"t2"})
+        member(gateway, "m9", "bob", "l1")  # someone else's membership: nothing for her
+        ok = gateway.push(ADMIN, "root", [delta("UPDATE", "t2", "root", title="c")])
+        assert ok.status_code == 200, ok.text
+        frame = decode_server_frame(sock.receive_bytes())
+        assert {(d.table, d.row_id) for d in frame.deltas} == {("todos", "t2")}
+        live.apply([as_json(d) for d in frame.deltas])
+    pulled: Replicas = Replica() if evictions else WholeRowReplica()
+    gateway.sync(ALICE, "alice", pulled)
+    assert live.rows() == pulled.rows()

@@ -24,7 +24,9 @@ from lakesync.rules import (
     claim_values,
     index_entries,
     lookups,
+    moved_lookups,
     parse_rules,
+    relation_claims,
     relation_lookups,
     rules_to_wire,
     subqueries,
@@ -356,3 +358,49 @@ def state_of(row_id: str, **values: Any) -> RowState:
     state = RowState()
     join_delta(state, RowDelta.create("INSERT", "list_members", row_id, "root", values, 1))
     return state
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=_ROWS, after=_ROWS, rows=_ROWS, sub=st.sampled_from(_NAMES),
+       op=st.sampled_from(["eq", "in", "neq"]))
+def test_moved_lookups_find_every_row_whose_visibility_a_rebinding_changes(
+    before: list[tuple[str, dict[str, Any]]],
+    after: list[tuple[str, dict[str, Any]]],
+    rows: list[tuple[str, dict[str, Any]]],
+    sub: str,
+    op: str,
+) -> None:
+    """Two states of the relation (``before``, ``after``): the rows whose visibility differs
+    are found by the index lookups of the values that changed (or a scan is asked for)."""
+    rules = parse_rules({"version": 1, "buckets": [{"name": "b", "tables": ["todos"], "filters": [
+        {"column": "x", "op": op, "value": {"table": "members", "select": "x",
+                                            "where": [{"column": "y", "op": "eq",
+                                                       "value": "jwt:sub"}]}}]}]})
+    old = bind_relations(rules, {"sub": sub}, rows_reader(_tables(before)))
+    new = bind_relations(rules, {"sub": sub}, rows_reader(_tables(after)))
+    plan = moved_lookups(rules, old, new)
+    if op == "neq":
+        assert plan is None
+        return
+    assert plan is not None
+    for table, row in rows:
+        if visible(rules, old, table, row) != visible(rules, new, table, row):
+            entries = index_entries(rules, row)
+            assert any((c, k) in entries for c, keys in plan for k in keys), row
+    # Who may be concerned: the clients a relation row names through its claim.
+    for table, row in before + after:
+        pairs = relation_claims(rules, table, row)
+        assert pairs == ({("jwt:sub", row.get("y", "null"))} if table == "members" else set())
+
+
+def _tables(rows: list[tuple[str, dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for table, row in rows:
+        out.setdefault(table, []).append(row)
+    return out
+
+
+def test_a_nested_relation_may_concern_any_client() -> None:
+    rules = shared_lists(nested(2))
+    assert relation_claims(rules, "t", {"c": "x"}) is None
+    assert relation_claims(shared_lists(), "list_members", None) == set()
