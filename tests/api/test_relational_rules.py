@@ -88,6 +88,9 @@ def test_membership_changes_move_rows_on_the_next_pull(
     assert set(alice.rows()) == {("todos", "t1"), ("list_members", "m1")}
 
     member(lists, "m3", "alice", "l2")  # alice joins l2: its todos enter her view
+    r = lists.pull_page(ALICE, "alice", alice.cursor, evictions=alice.evictions)
+    # What moved and what changed since her cursor, not her whole view again.
+    assert {d["rowId"] for d in r.json()["deltas"]} == {"t2", "m3"}
     lists.sync(ALICE, "alice", alice)
     assert todos(alice) == {"t1", "t2"}
     assert alice.rows()[("todos", "t2")] == {"list_id": "l2", "title": "b"}

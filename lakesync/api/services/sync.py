@@ -67,6 +67,7 @@ from lakesync.views import (
     effective_rules,
     hidden_changed,
     page_view,
+    relation_moves,
     resync_view,
 )
 from lakesync.wsframes import encode_response
@@ -74,6 +75,9 @@ from lakesync.wsframes import encode_response
 __all__ = ["PullResult", "PushResult", "SyncService"]
 
 T = TypeVar("T")
+
+_NEVER = 2**63 - 1
+"""An ingest stamp past every real one (read to the head of the log)."""
 
 @dataclass(frozen=True, slots=True)
 class PushResult:
@@ -303,7 +307,7 @@ class SyncService:
         reader = await self._reader(gateway_id, claims, rules.rules, stamp, since, whole_rows)
         cache = self.snapshots(gateway_id)
         if since < stamp:
-            snap = await self._resync_rows(gateway_id, reader)
+            snap = await self._resync_rows(gateway_id, reader, rules.stamp)
             history = await self._history(gateway_id, snap.rows, reader, snap.head)
             deltas = resync_view(snap.rows, reader, cache, history)
             return PullResult(deltas, max(snap.head, stamp, since), False)
@@ -315,10 +319,18 @@ class SyncService:
             since,
         )
 
-    async def _resync_rows(self, gateway_id: str, reader: Reader) -> Page:
+    async def _resync_rows(self, gateway_id: str, reader: Reader, rules_stamp: int) -> Page:
         """The rows a resync must look at: for a fresh client under rules with an equality
         filter in every bucket, only the rows the filter-column index finds (its first sync
-        costs its view, not the gateway); otherwise every row."""
+        costs its view, not the gateway); for a client whose view moved only because its bound
+        relations did, the rows that moved and those changed since its cursor; otherwise every
+        row."""
+        if reader.since > 0 and rules_stamp <= reader.since:
+            moved = relation_moves(reader.rules, reader.history)
+            if moved is not None:
+                found = await _run(self._moved_rows, gateway_id, moved, reader.since)
+                if found is not None:
+                    return found
         plan = None
         if reader.since == 0 and reader.rules is not None:
             plan = lookups(reader.rules, reader.claims)
@@ -329,6 +341,17 @@ class SyncService:
             if found is not None:
                 return found
         return await _run(self.store.read_all_rows, gateway_id)
+
+    def _moved_rows(
+        self, gateway_id: str, moved: list[tuple[str, list[str]]], since: int
+    ) -> Page | None:
+        """The rows the log touched after ``since`` and those ``moved`` finds, with the head
+        of the log read (None when the index does not follow the rules)."""
+        changed = self.store.read_range(gateway_id, since, _NEVER)
+        found = self.store.read_matching(gateway_id, moved, list(changed.rows))
+        if found is None:
+            return None
+        return Page([], found.rows, changed.head, False)
 
     @staticmethod
     def _page_result(deltas: list[RowDelta], page: Page, since: int) -> PullResult:
