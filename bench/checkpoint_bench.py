@@ -101,9 +101,8 @@ from lakesync.hotlog.postgres import PostgresHotLog
 from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from lakesync.merge import Cell, RowState
 from lakesync.views import RowKey, RowRecord
-from tests.api.conftest import drop_pg_schema, fresh_pg_schema
 from tests.api.helpers import auth, now_hlc, token
-from tests.conftest import PG_DSN
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json
 
