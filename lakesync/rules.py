@@ -70,6 +70,7 @@ __all__ = [
     "claim_keys",
     "claim_values",
     "index_entries",
+    "is_bound",
     "lookups",
     "moved_lookups",
     "parse_rules",
@@ -591,6 +592,19 @@ def relation_claims(
             assert isinstance(f.value, str)
             out.add((f.value, _js_string(row.get(f.column))))
     return out
+
+
+def is_bound(rules: SyncRules, claims: Mapping[str, Any]) -> bool:
+    """Whether ``claims`` hold a binding (:func:`bind_relations`) of every subquery of the
+    buckets of ``rules`` (claims bound under other rules may lack some)."""
+    found = claims.get(RELATIONS_CLAIM)
+    names = found if isinstance(found, Mapping) else {}
+    return all(
+        relation_name(f.value) in names
+        for b in rules.buckets
+        for f in b.filters
+        if isinstance(f.value, Subquery)
+    )
 
 
 def claim_holds(claims: Mapping[str, Any], name: str, value: str) -> bool:

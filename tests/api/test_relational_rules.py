@@ -194,7 +194,7 @@ def test_sockets_receive_the_moves_live(gateway: Gateway, evictions: bool) -> No
 
         def heard_until(done: Any) -> None:
             for _ in range(20):
-                frame = decode_server_frame(sock.receive_bytes())
+                frame = decode_server_frame(sock.receive_bytes(timeout=60))
                 assert frame.broadcast
                 live.apply([as_json(d) for d in frame.deltas])
                 if done():
@@ -210,9 +210,28 @@ def test_sockets_receive_the_moves_live(gateway: Gateway, evictions: bool) -> No
         member(gateway, "m9", "bob", "l1")  # someone else's membership: nothing for her
         ok = gateway.push(ADMIN, "root", [delta("UPDATE", "t2", "root", title="c")])
         assert ok.status_code == 200, ok.text
-        frame = decode_server_frame(sock.receive_bytes())
+        frame = decode_server_frame(sock.receive_bytes(timeout=60))
         assert {(d.table, d.row_id) for d in frame.deltas} == {("todos", "t2")}
         live.apply([as_json(d) for d in frame.deltas])
     pulled: Replicas = Replica() if evictions else WholeRowReplica()
     gateway.sync(ALICE, "alice", pulled)
     assert live.rows() == pulled.rows()
+
+
+def test_a_socket_connected_before_the_rules_hears_its_view_under_them(gateway: Gateway) -> None:
+    member(gateway, "m1", "alice", "l1")
+    live = Replica()
+    features = {FEATURES_HEADER: VIEW_EVICTIONS_FEATURE}
+    with gateway.http.websocket_connect(f"/v1/sync/gw1/ws?token={ALICE}", headers=features) as s:
+        set_rules(gateway, MEMBERS_RULES)
+        s.send_bytes(encode_pull("alice", 0, 100))
+        live.apply([as_json(d) for d in decode_server_frame(s.receive_bytes()).deltas])
+        assert set(live.rows()) == {("list_members", "m1")}
+        ok = gateway.push(ADMIN, "root", [delta("INSERT", "t1", "root", list_id="l1")])
+        assert ok.status_code == 200, ok.text  # a todo of her list, no membership change
+        for _ in range(5):
+            frame = decode_server_frame(s.receive_bytes(timeout=60))
+            live.apply([as_json(d) for d in frame.deltas])
+            if todos(live) == {"t1"}:
+                break
+        assert todos(live) == {"t1"}

@@ -48,6 +48,7 @@ from lakesync.rules import (
     check_rules,
     claim_holds,
     claim_values,
+    is_bound,
     lookups,
     moved_lookups,
     relation_claims,
@@ -467,8 +468,10 @@ class SyncService:
     ) -> list[Connection]:
         """The sockets whose bound subqueries ``changed`` may touch: those whose claims name
         a changed relation row (:func:`~lakesync.rules.relation_claims`), or all when the
-        rules do not narrow it down."""
+        rules do not narrow it down; and those not bound for these rules yet (connected
+        under other rules)."""
         read = {s.table for s in subqueries(rules)}
+        unbound = [c for c in self.hub.connections(gateway_id) if not is_bound(rules, c.claims)]
         pairs: set[tuple[str, str]] = set()
         for (table, _), states in changed.items():
             if table not in read:
@@ -478,10 +481,11 @@ class SyncService:
                 if found is None:
                     return self.hub.connections(gateway_id)
                 pairs |= found
-        return [
+        return unbound + [
             c
             for c in self.hub.connections(gateway_id)
-            if any(claim_holds(c.claims, name, value) for name, value in pairs)
+            if is_bound(rules, c.claims)
+            and any(claim_holds(c.claims, name, value) for name, value in pairs)
         ]
 
     def _moved(
