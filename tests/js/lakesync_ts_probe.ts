@@ -3,8 +3,8 @@
 // installed monorepo (its imports resolve there), then runs it under bun or bundles it for the
 // browser (`bun build --target browser`), where it is `globalThis.lakesyncProbe`.
 //
-// Under bun, `bun run <this> '<json>'` runs the WebSocket scenario the JSON describes and prints
-// its result as one JSON line.
+// Under bun, `bun run <this> '<json>'` runs the scenario the JSON describes (the WebSocket one,
+// or with `"kind": "relations"` the relational rules one) and prints its result as one JSON line.
 
 import { unwrapOrThrow } from "@lakesync/core";
 import {
@@ -184,14 +184,61 @@ export async function websocketScenario(s: WebSocketScenario) {
 	return result;
 }
 
+export interface RelationsScenario {
+	kind: "relations";
+	url: string;
+	gw: string;
+	/** The client's token (it sees the todos whose `team` is a list it is a member of). */
+	token: string;
+	adminToken: string;
+	/** Push bodies the admin sends: a membership that adds a list, then one that removes one. */
+	join: unknown;
+	leave: unknown;
+}
+
+/**
+ * A WebSocket client under relational rules: it syncs, then the admin adds a membership (the
+ * list's todos must arrive by broadcast) and removes another (its todos must leave); a sync
+ * after that must not change what it holds. Returns what it held at each step.
+ */
+export async function relationsScenario(s: RelationsScenario) {
+	const client = await ProbeClient.open({
+		url: s.url, gw: s.gw, token: s.token, clientId: "alice", ws: true,
+	});
+	await client.sync();
+	const first = await client.rows();
+	const admin = async (body: unknown) => {
+		const r = await fetch(`${s.url}/v1/sync/${s.gw}/push`, {
+			method: "POST",
+			headers: { Authorization: `Bearer ${s.adminToken}`, "Content-Type": "application/json" },
+			body: JSON.stringify(body),
+		});
+		if (!r.ok) throw new Error(`admin push: ${r.status} ${await r.text()}`);
+	};
+	const ids = async () => (await client.rows()).map((r) => r.id).join(",");
+	await admin(s.join);
+	await until("the joined list's todos by broadcast", async () => (await ids()) === "r1,r2");
+	const joined = await client.rows();
+	await admin(s.leave);
+	await until("the left list's todos evicted by broadcast", async () => (await ids()) === "r2");
+	const left = await client.rows();
+	await client.sync();
+	const synced = await client.rows();
+	client.close();
+	return { first, joined, left, synced, broadcasts: client.broadcasts };
+}
+
 declare global {
 	var lakesyncProbe: unknown;
 }
-globalThis.lakesyncProbe = { ProbeClient, HttpTransport, until, websocketScenario };
+globalThis.lakesyncProbe = {
+	ProbeClient, HttpTransport, until, websocketScenario, relationsScenario,
+};
 
 if (import.meta.main) {
-	const scenario = JSON.parse(process.argv[2] ?? "{}") as WebSocketScenario;
-	websocketScenario(scenario).then(
+	const scenario = JSON.parse(process.argv[2] ?? "{}") as WebSocketScenario | RelationsScenario;
+	const run = "kind" in scenario ? relationsScenario(scenario) : websocketScenario(scenario);
+	run.then(
 		(result) => {
 			console.log(JSON.stringify(result));
 			process.exit(0);
