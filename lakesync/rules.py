@@ -22,6 +22,16 @@ write (``WITH CHECK``: its merged state after is visible, or the row is deleted)
 writer may give such a row away (say, set its ``owner`` to someone else). No rules at all means
 every write is allowed.
 
+Relations: a filter's value may be a :class:`Subquery` over another table of the same gateway
+(``{"table": "list_members", "select": "list_id", "where": [...]}``): the set of the ``select``
+column's values (nulls left out) of that table's live rows matching every ``where`` filter, read
+from merged state. ``where`` filters take the same values, a subquery again included, to a
+nesting depth of :data:`MAX_SUBQUERY_DEPTH`. A client's subqueries are resolved (bound) before its
+rows are judged: :func:`bind_relations` puts their values into the client's claims under
+:data:`RELATIONS_CLAIM`, so what decides a view is still "the rules and the (bound) claims", and
+a membership change is a change of the affected clients' claims. An unbound subquery matches
+nothing: a view never shows a row through a relation nobody resolved.
+
 List semantics, where the protocol is silent: with a list on the right, ``eq`` and ``in`` match when
 the row value equals any element, ``neq`` when it equals none, and the ordering operators when
 they hold for any element.
@@ -32,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -45,18 +55,32 @@ from lakesync.merge import RowState, join_delta
 from lakesync.schema import TableSchema
 
 __all__ = [
+    "MAX_SUBQUERY_DEPTH",
+    "RELATIONS_CLAIM",
     "Bucket",
     "Filter",
     "FilterOp",
+    "RelationRows",
+    "Subquery",
     "SyncRules",
+    "bind_relations",
     "buckets_for",
     "check_rules",
+    "claim_holds",
     "claim_keys",
     "claim_values",
     "index_entries",
+    "is_bound",
     "lookups",
+    "moved_lookups",
     "parse_rules",
+    "relation_claims",
+    "relation_lookups",
+    "relation_name",
+    "relation_reader",
+    "relation_values",
     "rules_to_wire",
+    "subqueries",
     "tables_for",
     "visible",
     "visible_among",
@@ -66,6 +90,13 @@ __all__ = [
 FilterOp = Literal["eq", "neq", "in", "gt", "lt", "gte", "lte"]
 _NUMERIC = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
 JWT_PREFIX = "jwt:"
+RELATION_PREFIX = "rel:"
+RELATIONS_CLAIM = "lakesync:relations"
+"""The claims key :func:`bind_relations` fills: each top-level subquery's name
+(:func:`relation_name`) with its resolved values. Binding replaces whatever a token put there."""
+MAX_SUBQUERY_DEPTH = 3
+"""How deeply subqueries may nest: a subquery in a bucket's filter is at depth 1, one in its
+``where`` at depth 2, and so on."""
 
 
 class Filter(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -73,7 +104,16 @@ class Filter(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     column: str
     op: FilterOp
-    value: str | list[str]
+    value: str | list[str] | Subquery
+
+
+class Subquery(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A filter value read from another table: the ``select`` column of the table's live rows
+    that match every ``where`` filter (ANDed), nulls left out, in their string form."""
+
+    table: str
+    select: str
+    where: list[Filter] = []
 
 
 class Bucket(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -86,6 +126,14 @@ class Bucket(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tables: list[str] = []
     filters: list[Filter] = []
     handover: bool | msgspec.UnsetType = msgspec.UNSET
+
+
+RelationRows = Callable[
+    [str, Sequence[tuple[str, Sequence[str]]] | None], Mapping[tuple[str, str], RowState]
+]
+"""A store's rows of a table, by ``(table, row_id)``: at least those the rules' filter-column
+index finds for the lookups (as :func:`relation_lookups` makes them), every row of the table
+for None."""
 
 
 class SyncRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -114,11 +162,25 @@ def parse_rules(obj: object) -> SyncRules:
         try:
             for j, table in enumerate(bucket.tables):
                 validate_identifier(table, f"`{where}.tables[{j}]`")
-            for j, f in enumerate(bucket.filters):
-                validate_identifier(f.column, f"`{where}.filters[{j}].column`")
+            _check_filters(bucket.filters, f"{where}.filters", 0)
         except SchemaError as exc:
             raise ValidationError(f"invalid sync rules: {exc.message}") from None
     return rules
+
+
+def _check_filters(filters: Sequence[Filter], where: str, depth: int) -> None:
+    """Identifiers and nesting of filters at ``depth`` subqueries deep (``where``: their path)."""
+    for j, f in enumerate(filters):
+        validate_identifier(f.column, f"`{where}[{j}].column`")
+        sub = f.value
+        if not isinstance(sub, Subquery):
+            continue
+        at = f"{where}[{j}].value"
+        if depth + 1 > MAX_SUBQUERY_DEPTH:
+            raise SchemaError(f"`{at}` nests subqueries deeper than {MAX_SUBQUERY_DEPTH} levels")
+        validate_identifier(sub.table, f"`{at}.table`")
+        validate_identifier(sub.select, f"`{at}.select`")
+        _check_filters(sub.where, f"{at}.where", depth + 1)
 
 
 def check_rules(
@@ -144,6 +206,8 @@ def check_rules(
                     "rules that name it)"
                 )
         for f in bucket.filters:
+            if isinstance(f.value, Subquery):
+                _check_subquery(where, f.value, schemas, pending)
             if bucket.tables:
                 for table in (t for t in bucket.tables if t in schemas and t not in pending):
                     columns = schemas[table].column_types()
@@ -159,6 +223,33 @@ def check_rules(
                     f"{where} (every table) filters on column {f.column!r}, which no registered "
                     f"table has{suggestion(f.column, everywhere, 'columns')}"
                 )
+
+
+def _check_subquery(
+    where: str, sub: Subquery, schemas: Mapping[str, TableSchema], pending: Collection[str]
+) -> None:
+    """:func:`check_rules` of a subquery: its table is registered (or pending) and has the
+    columns it selects and filters on; nested subqueries likewise."""
+    if sub.table in pending:
+        columns: Collection[str] | None = None
+    elif sub.table in schemas:
+        columns = schemas[sub.table].column_types()
+    else:
+        raise SchemaError(
+            f"{where} has a subquery over table {sub.table!r}, which has no registered schema"
+            f"{suggestion(sub.table, schemas, 'tables')} (register a table's schema before "
+            "rules that name it)"
+        )
+    for role, column in [("selects", sub.select), *(("filters on", f.column) for f in sub.where)]:
+        if columns is not None and column not in columns:
+            raise SchemaError(
+                f"{where} has a subquery over table {sub.table!r} that {role} column "
+                f"{column!r}, which its schema does not have"
+                f"{suggestion(column, columns, 'columns')}"
+            )
+    for f in sub.where:
+        if isinstance(f.value, Subquery):
+            _check_subquery(where, f.value, schemas, pending)
 
 
 def rules_to_wire(rules: SyncRules) -> dict[str, Any]:
@@ -188,10 +279,17 @@ def _as_number(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _resolve(value: str | list[str], claims: Mapping[str, Any]) -> list[str] | None:
-    """The filter's right-hand side as a list of strings; None when a claim is missing."""
+def _resolve(value: str | list[str] | Subquery, claims: Mapping[str, Any]) -> list[str] | None:
+    """The filter's right-hand side as a list of strings; None when a claim is missing or a
+    subquery is not bound (:func:`bind_relations`)."""
     if isinstance(value, list):
         return value
+    if isinstance(value, Subquery):
+        found = claims.get(RELATIONS_CLAIM)
+        if not isinstance(found, Mapping):
+            return None
+        bound = found.get(relation_name(value))
+        return None if bound is None else list(bound)
     if not value.startswith(JWT_PREFIX):
         return [value]
     claim = claims.get(value[len(JWT_PREFIX) :])
@@ -206,19 +304,88 @@ def claim_values(
     rules: SyncRules, claims: Mapping[str, Any]
 ) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
     """What of ``claims`` the filters of ``rules`` read: each ``jwt:<claim>`` they name with
-    its resolved value (None when missing), in name order. Visibility under ``rules`` depends
-    on the claims through this alone, so tokens with equal values see the same rows."""
-    names = {
-        f.value
-        for b in rules.buckets
-        for f in b.filters
-        if isinstance(f.value, str) and f.value.startswith(JWT_PREFIX)
-    }
+    its resolved value (None when missing), and each subquery of a bucket's filters by its
+    :func:`relation_name` with its bound values (None when unbound), in name order. Visibility
+    under ``rules`` depends on the claims through this alone, so tokens with equal values see
+    the same rows."""
+    named: dict[str, str | Subquery] = {}
+    for b in rules.buckets:
+        for f in b.filters:
+            if isinstance(f.value, Subquery):
+                named[relation_name(f.value)] = f.value
+            elif isinstance(f.value, str) and f.value.startswith(JWT_PREFIX):
+                named[f.value] = f.value
     out = []
-    for name in sorted(names):
-        resolved = _resolve(name, claims)
+    for name in sorted(named):
+        resolved = _resolve(named[name], claims)
         out.append((name, None if resolved is None else tuple(resolved)))
     return tuple(out)
+
+
+def relation_name(sub: Subquery) -> str:
+    """A subquery's name: ``rel:`` and its canonical JSON (equal subqueries, equal names)."""
+    return RELATION_PREFIX + msgspec.json.encode(sub).decode()
+
+
+def subqueries(rules: SyncRules | None) -> list[Subquery]:
+    """Every distinct subquery of ``rules``, nested ones before those whose ``where`` holds
+    them (the order :func:`bind_relations` resolves them in)."""
+    out: dict[str, Subquery] = {}
+
+    def walk(filters: Sequence[Filter]) -> None:
+        for f in filters:
+            if isinstance(f.value, Subquery):
+                walk(f.value.where)
+                out.setdefault(relation_name(f.value), f.value)
+
+    for b in rules.buckets if rules is not None else ():
+        walk(b.filters)
+    return list(out.values())
+
+
+def relation_values(
+    sub: Subquery, claims: Mapping[str, Any], rows: Iterable[Mapping[str, Any] | None]
+) -> list[str]:
+    """The values of ``sub`` among ``rows`` (live rows of its table, or more: those that do
+    not match are left out; None = absent): the sorted distinct string forms of the ``select``
+    column of those matching every ``where`` filter under ``claims``, nulls left out. Nested
+    subqueries read ``claims`` as bound so far."""
+    out: set[str] = set()
+    for row in rows:
+        if row is None:
+            continue
+        value = row.get(sub.select)
+        if value is not None and all(_matches(f, claims, row) for f in sub.where):
+            out.add(_js_string(value))
+    return sorted(out)
+
+
+def bind_relations(
+    rules: SyncRules | None,
+    claims: Mapping[str, Any],
+    read: Callable[[Subquery, Mapping[str, Any]], Iterable[Mapping[str, Any] | None]],
+) -> dict[str, Any]:
+    """``claims`` with every subquery of ``rules`` resolved under :data:`RELATIONS_CLAIM`
+    (the top-level ones: nested ones only decide those). ``read(sub, claims so far)`` gives the
+    merged visible state of (at least) every live row of ``sub.table`` that may match it; the
+    I/O edge reads them (by index, when ``sub`` has an equality filter)."""
+    bound: dict[str, Any] = {k: v for k, v in claims.items() if k != RELATIONS_CLAIM}
+    subs = subqueries(rules)
+    if not subs:
+        return bound
+    values: dict[str, list[str]] = {}
+    bound[RELATIONS_CLAIM] = values
+    for sub in subs:
+        values[relation_name(sub)] = relation_values(sub, bound, read(sub, bound))
+    assert rules is not None
+    top = {
+        relation_name(f.value)
+        for b in rules.buckets
+        for f in b.filters
+        if isinstance(f.value, Subquery)
+    }
+    bound[RELATIONS_CLAIM] = {k: v for k, v in values.items() if k in top}
+    return bound
 
 
 def _ordered(op: str, left: Any, right: str) -> bool:
@@ -340,7 +507,12 @@ def tables_for(rules: SyncRules | None, claims: Mapping[str, Any]) -> set[str] |
 
 
 def _index_columns(rules: SyncRules) -> set[str]:
-    return {f.column for b in rules.buckets for f in b.filters if f.op in ("eq", "in")}
+    """The columns of the buckets' ``eq``/``in`` filters and of their subqueries' (binding
+    a client's subqueries then reads its relation rows by index too)."""
+    columns = {f.column for b in rules.buckets for f in b.filters if f.op in ("eq", "in")}
+    for sub in subqueries(rules):
+        columns.update(f.column for f in sub.where if f.op in ("eq", "in"))
+    return columns
 
 
 def _index_key(text: str) -> str:
@@ -373,6 +545,96 @@ def lookups(rules: SyncRules, claims: Mapping[str, Any]) -> list[tuple[str, list
     return out
 
 
+def relation_lookups(
+    sub: Subquery, claims: Mapping[str, Any]
+) -> list[tuple[str, list[str]]] | None:
+    """Index lookups (as :func:`lookups` makes them) whose matches include every row of
+    ``sub.table`` that matches ``sub.where`` under ``claims`` (bound so far): its first
+    ``eq``/``in`` filter. None when it has none: only a scan of the table finds them."""
+    usable = next((f for f in sub.where if f.op in ("eq", "in")), None)
+    if usable is None:
+        return None
+    rhs = _resolve(usable.value, claims) or []
+    return [(usable.column, [_index_key(v) for v in rhs])]
+
+
+def relation_claims(
+    rules: SyncRules, table: str, row: Mapping[str, Any] | None
+) -> set[tuple[str, str]] | None:
+    """``(jwt:<claim>, value)`` pairs naming the clients whose bound subqueries a row of
+    ``table`` in this state can count in: per subquery of a bucket's filters over ``table``,
+    its first ``eq``/``in`` filter on a claim with the row's value (empty for an absent row).
+    None when some subquery reading ``table`` has no such filter or is nested (a change may
+    move any client's view)."""
+    out: set[tuple[str, str]] = set()
+    top = {
+        relation_name(f.value)
+        for b in rules.buckets
+        for f in b.filters
+        if isinstance(f.value, Subquery)
+    }
+    for sub in subqueries(rules):
+        if sub.table != table:
+            continue
+        f = next(
+            (
+                f
+                for f in sub.where
+                if f.op in ("eq", "in")
+                and isinstance(f.value, str)
+                and f.value.startswith(JWT_PREFIX)
+            ),
+            None,
+        )
+        if f is None or relation_name(sub) not in top:
+            return None
+        if row is not None:
+            assert isinstance(f.value, str)
+            out.add((f.value, _js_string(row.get(f.column))))
+    return out
+
+
+def is_bound(rules: SyncRules, claims: Mapping[str, Any]) -> bool:
+    """Whether ``claims`` hold a binding (:func:`bind_relations`) of every subquery of the
+    buckets of ``rules`` (claims bound under other rules may lack some)."""
+    found = claims.get(RELATIONS_CLAIM)
+    names = found if isinstance(found, Mapping) else {}
+    return all(
+        relation_name(f.value) in names
+        for b in rules.buckets
+        for f in b.filters
+        if isinstance(f.value, Subquery)
+    )
+
+
+def claim_holds(claims: Mapping[str, Any], name: str, value: str) -> bool:
+    """Whether ``jwt:<claim>`` ``name`` resolves, under ``claims``, to a list holding
+    ``value`` (as :func:`relation_claims` pairs name clients)."""
+    return value in (_resolve(name, claims) or ())
+
+
+def moved_lookups(
+    rules: SyncRules, before: Mapping[str, Any], after: Mapping[str, Any]
+) -> list[tuple[str, list[str]]] | None:
+    """Index lookups (as :func:`lookups` makes them) whose matches include every row whose
+    visibility differs between two bindings of one client's claims (:func:`bind_relations`;
+    the same token): the rows whose filter column holds a value one binding of a subquery has
+    and the other lacks. None when some subquery filter is not ``eq``/``in`` (only a scan
+    tells which rows moved)."""
+    out: list[tuple[str, list[str]]] = []
+    for b in rules.buckets:
+        for f in b.filters:
+            if not isinstance(f.value, Subquery):
+                continue
+            if f.op not in ("eq", "in"):  # only these columns are indexed
+                return None
+            old = set(_resolve(f.value, before) or ())
+            new = set(_resolve(f.value, after) or ())
+            if old != new:
+                out.append((f.column, [_index_key(v) for v in sorted(old ^ new)]))
+    return out
+
+
 def _covers(bucket: Bucket, table: str) -> bool:
     return not bucket.tables or table in bucket.tables
 
@@ -382,8 +644,9 @@ def claim_keys(
 ) -> set[tuple[str, str]] | None:
     """``(jwt:<claim>, value)`` pairs, one of which a token's claims must resolve to (as in
     :func:`claim_values`) for the row to be visible to it: per bucket covering the table, its
-    first ``eq``/``in`` filter on a claim, with the row's value. Empty for an absent row; None
-    when some bucket covering the table has no such filter (no claim narrows who sees it)."""
+    first ``eq``/``in`` filter on a claim or a subquery (named as :func:`claim_values` names
+    it), with the row's value. Empty for an absent row; None when some bucket covering the
+    table has no such filter (no claim narrows who sees it)."""
     if row is None:
         return set()
     out = set()
@@ -395,16 +658,34 @@ def claim_keys(
                 f
                 for f in b.filters
                 if f.op in ("eq", "in")
-                and isinstance(f.value, str)
-                and f.value.startswith(JWT_PREFIX)
+                and (
+                    isinstance(f.value, Subquery)
+                    or (isinstance(f.value, str) and f.value.startswith(JWT_PREFIX))
+                )
             ),
             None,
         )
         if f is None:
             return None
-        assert isinstance(f.value, str)
-        out.add((f.value, _js_string(row.get(f.column))))
+        name = relation_name(f.value) if isinstance(f.value, Subquery) else f.value
+        assert isinstance(name, str)
+        out.add((name, _js_string(row.get(f.column))))
     return out
+
+
+def relation_reader(
+    rows: RelationRows, overlay: Mapping[tuple[str, str], RowState] | None = None
+) -> Callable[[Subquery, Mapping[str, Any]], list[Mapping[str, Any] | None]]:
+    """A ``read`` for :func:`bind_relations` over a store's ``rows`` (looked up by index when
+    the subquery allows it), with the states of ``overlay`` (rows a batch is changing) in place
+    of the stored ones."""
+
+    def read(sub: Subquery, claims: Mapping[str, Any]) -> list[Mapping[str, Any] | None]:
+        found = dict(rows(sub.table, relation_lookups(sub, claims)))
+        found.update({k: s for k, s in (overlay or {}).items() if k[0] == sub.table})
+        return [s.visible() for s in found.values()]
+
+    return read
 
 
 def write_refusal(
@@ -412,24 +693,35 @@ def write_refusal(
     claims: Mapping[str, Any],
     deltas: Sequence[RowDelta],
     states: Mapping[tuple[str, str], RowState],
+    relations: RelationRows | None = None,
 ) -> tuple[int, str] | None:
     """The first of ``deltas`` this client may not write, as ``(position, reason)``, or None
     when it may write them all (see the module docstring). ``states`` holds the merged state of
     every stored row the deltas touch (left out: never written); each delta is checked against
     its row's state just before it, with the earlier deltas of the sequence merged in, so a
-    batch is judged as the same deltas pushed one at a time. The reason names the table and
-    the buckets that cover it."""
+    batch is judged as the same deltas pushed one at a time. Subqueries are bound through
+    ``relations`` (left out: they match nothing), again after each delta of a table they read.
+    The reason names the table and the buckets that cover it."""
     if rules is None:
         return None
+    subs = subqueries(rules)
+    read = {s.table for s in subs}
     current: dict[tuple[str, str], RowState] = {}
+    bound: Mapping[str, Any] = claims
+    stale = bool(subs) and relations is not None
     for i, d in enumerate(deltas):
         key = (d.table, d.row_id)
         if key not in current:
             stored = states.get(key) or RowState()
             current[key] = RowState(dict(stored.cells), stored.write, stored.tombstone)
-        reason = _refusal(rules, claims, d, current[key])
+        if stale:
+            assert relations is not None
+            bound = bind_relations(rules, claims, relation_reader(relations, current))
+            stale = False
+        reason = _refusal(rules, bound, d, current[key])
         if reason is not None:
             return i, reason
+        stale = d.table in read and relations is not None
     return None
 
 

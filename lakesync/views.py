@@ -44,6 +44,12 @@ What is kept for this (by the store, for as long as the hot log holds its histor
 version of a gateway's rules with the stamp it took effect, and every set of claims each client
 has presented with the stamp it was first seen (a claims change is rare: new team, new role).
 
+**Relations.** A client's subqueries are bound into its claims
+(:func:`lakesync.rules.bind_relations`), so a change of the rows they read is a change of its
+claims, recorded as such; when only that changed since a cursor, the rows that moved are found
+by index from the values that changed (:func:`relation_moves`) and a resync costs them and the
+log since the cursor, not the gateway.
+
 **Writes** are checked by :func:`lakesync.rules.write_refusal` (USING / WITH CHECK, as
 PostgreSQL's row-level security), inside the append's transaction under the writers' lock.
 """
@@ -51,6 +57,7 @@ PostgreSQL's row-level security), inside the append's transaction under the writ
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,7 +68,7 @@ import msgspec
 from lakesync.canonical import canonical_json
 from lakesync.delta import VIEW_ENTRY_CLIENT, VIEW_EVICTION_CLIENT, Op, RowDelta
 from lakesync.merge import Clock, RowState, apply_delta
-from lakesync.rules import SyncRules, claim_values, visible
+from lakesync.rules import RELATIONS_CLAIM, SyncRules, claim_values, moved_lookups, visible
 
 __all__ = [
     "BroadcastView",
@@ -76,6 +83,7 @@ __all__ = [
     "hidden_changed",
     "may_hold",
     "page_view",
+    "relation_moves",
     "resync_view",
     "row_snapshot",
     "row_state_deltas",
@@ -144,6 +152,30 @@ class ViewHistory:
             return False
         rules = _in_effect(self.rules, at)
         return sees(rules, claims, table, state)
+
+
+def relation_moves(
+    rules: SyncRules | None, history: ViewHistory
+) -> list[tuple[str, list[str]]] | None:
+    """Index lookups (as :func:`~lakesync.rules.lookups` makes them) whose matches include
+    every row whose visibility changed over ``history`` when only the client's bound relations
+    changed (one rules version; the claims versions differ only in what
+    :func:`~lakesync.rules.bind_relations` resolved): the rows that moved between each version
+    and the next (:func:`~lakesync.rules.moved_lookups`). None otherwise: a resync must look
+    at every row."""
+    if rules is None or len(history.rules) != 1:
+        return None
+    versions = [claims for _, claims in history.claims]
+    token = [{k: v for k, v in c.items() if k != RELATIONS_CLAIM} for c in versions]
+    if any(t != token[0] for t in token):
+        return None
+    out: list[tuple[str, list[str]]] = []
+    for before, after in itertools.pairwise(versions):
+        moved = moved_lookups(rules, before, after)
+        if moved is None:
+            return None
+        out.extend(moved)
+    return out
 
 
 def _in_effect(versions: Sequence[tuple[int, V]], at: int) -> V | None:

@@ -160,6 +160,15 @@ class PullLog(Protocol):
         rules change and kept up to date by every append."""
 
     @abc.abstractmethod
+    def read_relation(
+        self, gateway_id: str, table: str, lookups: Sequence[tuple[str, Sequence[str]]] | None
+    ) -> dict[RowKey, RowState]:
+        """The merged states of (at least) the rows of ``table`` the rules' filter-column index
+        finds for ``lookups`` (as :func:`lakesync.rules.relation_lookups` makes them), read
+        consistently: what binding a client's subqueries reads. Every row of the table when
+        ``lookups`` is None or the index does not follow the current rules."""
+
+    @abc.abstractmethod
     def row_history(
         self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int
     ) -> dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]]:

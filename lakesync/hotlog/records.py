@@ -11,7 +11,7 @@ import msgspec
 
 from lakesync.delta import RowDelta
 from lakesync.merge import RowState
-from lakesync.rules import SyncRules
+from lakesync.rules import RelationRows, SyncRules
 from lakesync.views import RowKey, RowRecord
 
 __all__ = [
@@ -95,8 +95,12 @@ class LogNotice(NamedTuple):
     origin: str
 
 
-WriteCheck = Callable[[SyncRules | None, Sequence[RowDelta], Mapping[RowKey, RowState]], None]
+WriteCheck = Callable[
+    [SyncRules | None, Sequence[RowDelta], Mapping[RowKey, RowState], RelationRows], None
+]
 """A push's write access, judged by :meth:`HotLog.append` inside its transaction, under the
 writers' lock: called with the gateway's current rules, the deltas the append is about to store
-(known deltaIds left out) and the stored states of the rows they touch (a row never written is
-left out). Raising stores nothing and reaches the caller of the append."""
+(known deltaIds left out), the stored states of the rows they touch (a row never written is
+left out) and a reader of other tables' rows in the same transaction (as
+:meth:`HotLog.read_relation`), which relational rules judge through. Raising stores nothing
+and reaches the caller of the append."""

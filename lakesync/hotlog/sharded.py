@@ -264,6 +264,12 @@ class ShardedHotLog(HotLog):
         """Not served across stores (only rules ask for it): every row is read instead."""
         return None
 
+    def read_relation(
+        self, gateway_id: str, table: str, lookups: Sequence[tuple[str, Sequence[str]]] | None
+    ) -> dict[RowKey, RowState]:
+        """The table's rows from the one store that holds it."""
+        return self._stores[self._index(table)].read_relation(gateway_id, table, lookups)
+
     def row_history(
         self, gateway_id: str, keys: Sequence[RowKey], since: int, upto: int
     ) -> dict[RowKey, tuple[RowState, list[tuple[int, RowDelta]]]]:

@@ -15,15 +15,17 @@ from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
 from lakesync.config import GatewayConfig
+from lakesync.delta import RowDelta
 from lakesync.destination_specs import DestinationSpec
 from lakesync.destinations.base import Destination, typed_change
 from lakesync.lakehouse.catalog import lake_catalog
 from lakesync.rules import parse_rules, rules_to_wire
 from lakesync.schema import parse_schema
 from lakesync.sources import source_client_id
-from tests.api.helpers import auth, make_settings, token
+from tests.api.helpers import auth, make_settings, now_hlc, token
 from tests.destinations.conftest import _drop, open_fresh
 from tests.gateway_process import ServerProcess
+from tests.wire_json import as_json
 
 SCHEMA = parse_schema({"table": "contacts", "columns": [
     {"name": "owner", "type": "string"},
@@ -144,6 +146,34 @@ def test_sync_rules_give_each_client_only_its_rows(tmp_path: Path, crm: Destinat
         # bob's cursor passed alice's later rows too: nothing more for him.
         _, again = pull_all_from(client, token("bob"), bob_cursor)
         assert again == bob_cursor
+
+
+def test_relational_rules_read_the_gateways_merged_state(
+    tmp_path: Path, crm: Destination
+) -> None:
+    """A subquery of a source pull's rules reads the gateway's own tables (the hot log): carol
+    leads alice, so she sees alice's contacts, as of her pull."""
+    team = parse_schema({"table": "team", "columns": [
+        {"name": "lead", "type": "string"}, {"name": "member", "type": "string"}]})
+    rules = parse_rules({"version": 1, "buckets": [{"name": "led", "tables": ["contacts"],
+        "filters": [{"column": "owner", "op": "in", "value": {
+            "table": "team", "select": "member",
+            "where": [{"column": "lead", "op": "eq", "value": "jwt:sub"}]}}]}]})
+    spec = DestinationSpec("postgres", crm.spec.url, "gw1", name="crm", tables=["contacts"])
+    settings = make_settings(
+        tmp_path, gateways={"gw1": GatewayConfig("gw1", [SCHEMA, team], rules)},
+        destinations={"crm": spec},
+    )
+    with TestClient(create_app(settings)) as client:
+        carol, _ = pull_all(client, token("carol"), "carol", limit=100)
+        assert summary(carol) == []
+        body = {"clientId": "root", "deltas": [as_json(RowDelta.create(
+            "INSERT", "team", "t1", "root", {"lead": "carol", "member": "alice"}, now_hlc()))]}
+        ok = client.post("/v1/sync/gw1/push", json=body, headers=auth(token("root", role="admin")))
+        assert ok.status_code == 200, ok.text
+        carol, _ = pull_all(client, token("carol"), "carol", limit=100)
+        assert [(op, row) for op, row, _ in summary(carol)] == [
+            ("INSERT", "a1"), ("INSERT", "a2"), ("DELETE", "a3")]
 
 
 def test_unknown_source_is_404_with_the_error_body(tmp_path: Path, crm: Destination) -> None:

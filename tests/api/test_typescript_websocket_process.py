@@ -11,9 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.helpers import auth, token
+from lakesync.delta import RowDelta
+from tests.api.helpers import auth, now_hlc, token
 from tests.gateway_process import ServerProcess
 from tests.lakesync_ts import require_ts_client, run_websocket_scenario
+from tests.wire_json import as_json
 
 pytestmark = pytest.mark.slow
 
@@ -58,3 +60,45 @@ def test_the_typescript_websocket_transport_syncs_from_an_empty_gateway(
     assert result["b"] == seen_by_red
     assert result["a"] == seen_by_red
     assert result["dora"] == ([DORA_ROW] if rules else [A_ROW, DORA_ROW])
+
+
+def test_the_typescript_client_holds_its_view_as_memberships_change(tmp_path: Path) -> None:
+    """Relational rules: the TypeScript client (WebSocket, no view evictions) receives the todos
+    of a list it joins and loses those of a list it leaves, live, and a sync agrees."""
+    require_ts_client()
+    rules = {"version": 1, "buckets": [{"name": "lists", "tables": ["todos"], "filters": [
+        {"column": "team", "op": "in", "value": {
+            "table": "list_members", "select": "team",
+            "where": [{"column": "user_id", "op": "eq", "value": "jwt:sub"}]}}]}]}
+
+    def body(*deltas: RowDelta) -> dict[str, Any]:
+        return {"clientId": "root", "deltas": [as_json(d) for d in deltas]}
+
+    with ServerProcess(tmp_path / "data", env={"LAKESYNC_FLUSH_INTERVAL": "0"}) as gateway:
+        admin = auth(token("root", role="admin"))
+        r = httpx.post(f"{gateway.url}/v1/admin/sync-rules/gw1", json=rules, headers=admin)
+        assert r.status_code == 200, r.text
+        seed = body(
+            RowDelta.create("INSERT", "list_members", "m1", "root",
+                            {"user_id": "alice", "team": "l1"}, now_hlc()),
+            RowDelta.create("INSERT", "todos", "r1", "root", {"title": "one", "team": "l1"},
+                            now_hlc()),
+            RowDelta.create("INSERT", "todos", "r2", "root", {"title": "two", "team": "l2"},
+                            now_hlc()),
+        )
+        r = httpx.post(f"{gateway.url}/v1/sync/gw1/push", json=seed, headers=admin)
+        assert r.status_code == 200, r.text
+        result = run_websocket_scenario({
+            "kind": "relations", "url": gateway.url, "gw": "gw1", "token": token("alice"),
+            "adminToken": token("root", role="admin"),
+            "join": body(RowDelta.create("INSERT", "list_members", "m2", "root",
+                                         {"user_id": "alice", "team": "l2"}, now_hlc())),
+            "leave": body(RowDelta.create("DELETE", "list_members", "m1", "root", {},
+                                          now_hlc(1))),
+        })
+    one = {"id": "r1", "title": "one", "team": "l1"}
+    two = {"id": "r2", "title": "two", "team": "l2"}
+    assert result["first"] == [one]
+    assert result["joined"] == [one, two]
+    assert result["left"] == [two]
+    assert result["synced"] == [two]

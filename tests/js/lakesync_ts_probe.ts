@@ -3,8 +3,9 @@
 // installed monorepo (its imports resolve there), then runs it under bun or bundles it for the
 // browser (`bun build --target browser`), where it is `globalThis.lakesyncProbe`.
 //
-// Under bun, `bun run <this> '<json>'` (or the JSON on stdin) runs the scenario the JSON describes (`websocketScenario`,
-// or `scriptScenario` when it has `steps`) and prints its result as one JSON line.
+// Under bun, `bun run <this> '<json>'` (or the JSON on stdin) runs the scenario the JSON describes
+// (`websocketScenario`; `scriptScenario` when it has `steps`; `relationsScenario` with
+// `"kind": "relations"`) and prints its result as one JSON line.
 
 import { unwrapOrThrow } from "@lakesync/core";
 import {
@@ -259,15 +260,66 @@ export async function scriptScenario(s: ScriptScenario) {
 	return { rows, cursors };
 }
 
+export interface RelationsScenario {
+	kind: "relations";
+	url: string;
+	gw: string;
+	/** The client's token (it sees the todos whose `team` is a list it is a member of). */
+	token: string;
+	adminToken: string;
+	/** Push bodies the admin sends: a membership that adds a list, then one that removes one. */
+	join: unknown;
+	leave: unknown;
+}
+
+/**
+ * A WebSocket client under relational rules: it syncs, then the admin adds a membership (the
+ * list's todos must arrive by broadcast) and removes another (its todos must leave); a sync
+ * after that must not change what it holds. Returns what it held at each step.
+ */
+export async function relationsScenario(s: RelationsScenario) {
+	const client = await ProbeClient.open({
+		url: s.url, gw: s.gw, token: s.token, clientId: "alice", ws: true,
+	});
+	await client.sync();
+	const first = await client.rows();
+	const admin = async (body: unknown) => {
+		const r = await fetch(`${s.url}/v1/sync/${s.gw}/push`, {
+			method: "POST",
+			headers: { Authorization: `Bearer ${s.adminToken}`, "Content-Type": "application/json" },
+			body: JSON.stringify(body),
+		});
+		if (!r.ok) throw new Error(`admin push: ${r.status} ${await r.text()}`);
+	};
+	const ids = async () => (await client.rows()).map((r) => r.id).join(",");
+	await admin(s.join);
+	await until("the joined list's todos by broadcast", async () => (await ids()) === "r1,r2");
+	const joined = await client.rows();
+	await admin(s.leave);
+	await until("the left list's todos evicted by broadcast", async () => (await ids()) === "r2");
+	const left = await client.rows();
+	await client.sync();
+	const synced = await client.rows();
+	client.close();
+	return { first, joined, left, synced, broadcasts: client.broadcasts };
+}
+
 declare global {
 	var lakesyncProbe: unknown;
 }
-globalThis.lakesyncProbe = { ProbeClient, HttpTransport, until, websocketScenario, scriptScenario };
+globalThis.lakesyncProbe = {
+	ProbeClient, HttpTransport, until, websocketScenario, scriptScenario, relationsScenario,
+};
 
 if (import.meta.main) {
 	const input = process.argv[2] ?? (await Bun.stdin.text()); // a long scenario comes on stdin
-	const scenario = JSON.parse(input) as WebSocketScenario | ScriptScenario;
-	const run = "steps" in scenario ? scriptScenario(scenario) : websocketScenario(scenario);
+	const scenario = JSON.parse(input) as WebSocketScenario | ScriptScenario | RelationsScenario;
+	const run =
+		"kind" in scenario
+			? relationsScenario(scenario)
+			: "steps" in scenario
+				? scriptScenario(scenario)
+				: websocketScenario(scenario);
 	run.then(
 		(result) => {
 			console.log(JSON.stringify(result));

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from litestar import WebSocket, websocket
 from litestar.exceptions import WebSocketDisconnect
@@ -70,8 +72,9 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
     sub = str(claims["sub"])
     refused = _refusal(service, gw, sub)  # before the store call, to spare it
     stamp = 0
+    bound: Mapping[str, Any] = claims
     if refused is None:
-        stamp = await service.view_stamp(gw, claims)
+        stamp, bound = await service.view(gw, claims)
         refused = _refusal(service, gw, sub)  # again: others may have joined meanwhile
     if refused is not None:
         await socket.accept()
@@ -85,7 +88,7 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
     # No await since the last check: concurrent handshakes cannot overshoot a cap.
     # A client says in its handshake whether it knows view evictions (lakesync.views).
     whole_rows = not knows_view_evictions(socket.headers.get(FEATURES_HEADER))
-    conn = Connection(gw, sub, claims, stamp, socket.send_bytes, close, whole_rows)
+    conn = Connection(gw, sub, bound, stamp, socket.send_bytes, close, whole_rows)
     service.hub.add(conn)
     try:
         await socket.accept()

@@ -261,6 +261,25 @@ class Hub:
             views.add(conn)
         conn.task = asyncio.create_task(conn.drain())
 
+    def connections(self, gateway_id: str) -> list[Connection]:
+        """The open connections of one gateway."""
+        return list(self._by_gw.get(gateway_id, ()))
+
+    def rebind(self, conn: Connection, claims: Mapping[str, Any], stamp: int) -> None:
+        """Regroup a connection under the claims its view now binds to (a relation its rules
+        read changed: :meth:`lakesync.api.services.sync.SyncService.bind`) and its new view
+        stamp."""
+        views = self._views.get(conn.gateway_id)
+        if views is not None:
+            views.discard(conn)
+        conn.claims, conn.view_stamp = claims, stamp
+        if views is not None and conn in self._by_gw.get(conn.gateway_id, ()):
+            views.add(conn)
+
+    def offer(self, conn: Connection, frame: bytes) -> None:
+        """Queue a frame made for one connection (dropping it if its queue cannot take it)."""
+        self._offer(conn, frame)
+
     async def remove(self, conn: Connection) -> None:
         """Unregister a connection and stop its sender (again for a dropped one: a no-op)."""
         self._forget(conn)

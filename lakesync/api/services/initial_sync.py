@@ -63,6 +63,7 @@ async def open_checkpoint(
     history = ViewHistory.fixed(None, claims)
     written: set[RowKey] | None = set()
     if not raw:
+        claims = await anyio.to_thread.run_sync(service.bind, gateway_id, rules.rules, claims)
         view = await anyio.to_thread.run_sync(
             store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
         )

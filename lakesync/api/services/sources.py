@@ -87,8 +87,10 @@ async def pull_source(
     """A page of source ``name``'s rows after ``since`` that this client may see; an unknown
     source is :class:`NotFoundError`, an unreachable one a ``DestinationError`` (502)."""
     spec = _source(service, gateway_id, name)
-    rules = effective_rules((await anyio.to_thread.run_sync(
-        service.store.get_rules, gateway_id)).rules, claims)
+    stored = (await anyio.to_thread.run_sync(service.store.get_rules, gateway_id)).rules
+    rules = effective_rules(stored, claims)
+    # Subqueries read the gateway's merged state (the hot log), as of this pull.
+    claims = await anyio.to_thread.run_sync(service.bind, gateway_id, stored, claims)
     readable = tables_for(rules, claims)
     # A table using a reserved name (registered before it was) is never shipped: it has
     # nothing to serve, and its name may be a destination's own staging table.

@@ -13,6 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -48,7 +49,22 @@ from lakesync.hotlog.base import (
 from lakesync.hotlog.ports import SyncStore
 from lakesync.hotlog.sharded import ShardedHotLog
 from lakesync.merge import RowState
-from lakesync.rules import SyncRules, check_rules, lookups, write_refusal
+from lakesync.rules import (
+    RelationRows,
+    SyncRules,
+    bind_relations,
+    check_rules,
+    claim_holds,
+    claim_values,
+    is_bound,
+    lookups,
+    moved_lookups,
+    relation_claims,
+    relation_reader,
+    subqueries,
+    visible,
+    write_refusal,
+)
 from lakesync.schema import TableSchema, check_delta, evolve, parse_schema, schema_to_wire
 from lakesync.status import ClientActivity
 from lakesync.views import (
@@ -60,12 +76,17 @@ from lakesync.views import (
     effective_rules,
     hidden_changed,
     page_view,
+    relation_moves,
     resync_view,
 )
+from lakesync.wsframes import encode_response
 
 __all__ = ["HeldCursors", "PullResult", "PushResult", "SyncService"]
 
 T = TypeVar("T")
+
+_NEVER = 2**63 - 1
+"""An ingest stamp past every real one (read to the head of the log)."""
 
 @dataclass(frozen=True, slots=True)
 class PushResult:
@@ -135,9 +156,12 @@ def _write_access(claims: Mapping[str, Any], batch: Sequence[RowDelta]) -> Write
     position in ``batch``."""
 
     def check(
-        rules: SyncRules | None, new: Sequence[RowDelta], states: Mapping[RowKey, RowState]
+        rules: SyncRules | None,
+        new: Sequence[RowDelta],
+        states: Mapping[RowKey, RowState],
+        relations: RelationRows,
     ) -> None:
-        refused = write_refusal(effective_rules(rules, claims), claims, new, states)
+        refused = write_refusal(effective_rules(rules, claims), claims, new, states, relations)
         if refused is not None:
             i, reason = refused
             at = next(j for j, d in enumerate(batch) if d.delta_id == new[i].delta_id)
@@ -299,6 +323,8 @@ class SyncService:
             self.snapshots(gateway_id),
             history,
         )
+        changed = {k: (result.before.get(k), r.state) for k, r in result.rows.items()}
+        await self._move_views(gateway_id, result.rules.rules, changed, end)
         return PushResult(result.head, result.accepted, stored, before)
 
     def _check_and_append(
@@ -352,6 +378,7 @@ class SyncService:
             page = await _run(self.store.read_page, gateway_id, since, limit, False)
             return self._page_result([e.delta for e in page.entries], page, since)
         client_id = str(claims["sub"])
+        claims = await _run(self.bind, gateway_id, rules.rules, claims)
         view = await _run(
             self.store.view_stamp, gateway_id, client_id, claims_hash(claims), claims
         )
@@ -359,7 +386,7 @@ class SyncService:
         reader = await self._reader(gateway_id, claims, rules.rules, stamp, since, whole_rows)
         cache = self.snapshots(gateway_id)
         if since < stamp:
-            snap = await self._resync_rows(gateway_id, reader)
+            snap = await self._resync_rows(gateway_id, reader, rules.stamp)
             history = await self._history(gateway_id, snap.rows, reader, snap.head)
             deltas = resync_view(snap.rows, reader, cache, history)
             return PullResult(deltas, max(snap.head, stamp, since), False)
@@ -376,10 +403,18 @@ class SyncService:
                 return self._page_result(deltas, page, cursor)
             cursor = page.entries[-1].ingest_hlc
 
-    async def _resync_rows(self, gateway_id: str, reader: Reader) -> Page:
+    async def _resync_rows(self, gateway_id: str, reader: Reader, rules_stamp: int) -> Page:
         """The rows a resync must look at: for a fresh client under rules with an equality
         filter in every bucket, only the rows the filter-column index finds (its first sync
-        costs its view, not the gateway); otherwise every row."""
+        costs its view, not the gateway); for a client whose view moved only because its bound
+        relations did, the rows that moved and those changed since its cursor; otherwise every
+        row."""
+        if reader.since > 0 and rules_stamp <= reader.since:
+            moved = relation_moves(reader.rules, reader.history)
+            if moved is not None:
+                found = await _run(self._moved_rows, gateway_id, moved, reader.since)
+                if found is not None:
+                    return found
         plan = None
         if reader.since == 0 and reader.rules is not None:
             plan = lookups(reader.rules, reader.claims)
@@ -390,6 +425,17 @@ class SyncService:
             if found is not None:
                 return found
         return await _run(self.store.read_all_rows, gateway_id)
+
+    def _moved_rows(
+        self, gateway_id: str, moved: list[tuple[str, list[str]]], since: int
+    ) -> Page | None:
+        """The rows the log touched after ``since`` and those ``moved`` finds, with the head
+        of the log read (None when the index does not follow the rules)."""
+        changed = self.store.read_range(gateway_id, since, _NEVER)
+        found = self.store.read_matching(gateway_id, moved, list(changed.rows))
+        if found is None:
+            return None
+        return Page([], found.rows, changed.head, False)
 
     @staticmethod
     def _page_result(deltas: list[RowDelta], page: Page, since: int) -> PullResult:
@@ -425,11 +471,29 @@ class SyncService:
             return {}
         return await _run(self.store.row_history, gateway_id, keys, reader.since, upto)
 
-    async def view_stamp(self, gateway_id: str, claims: Mapping[str, Any]) -> int:
-        """Register a client's claims (WebSocket connect) and return its view stamp."""
-        return await _run(
-            self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(claims), claims
+    def bind(
+        self, gateway_id: str, rules: SyncRules | None, claims: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        """A client's claims with the subqueries of the rules that apply to it resolved on the
+        gateway's merged state (:func:`~lakesync.rules.bind_relations`): what, with the rules,
+        decides its view; ``claims`` themselves under rules without subqueries."""
+        applied = effective_rules(rules, claims)
+        if not subqueries(applied):
+            return claims
+        rows = partial(self.store.read_relation, gateway_id)
+        return bind_relations(applied, claims, relation_reader(rows))
+
+    async def view(
+        self, gateway_id: str, claims: Mapping[str, Any]
+    ) -> tuple[int, Mapping[str, Any]]:
+        """Register a client's view (WebSocket connect): its view stamp and its claims as
+        bound (:meth:`bind`)."""
+        rules = await _run(self.store.get_rules, gateway_id)
+        bound = await _run(self.bind, gateway_id, rules.rules, claims)
+        stamp = await _run(
+            self.store.view_stamp, gateway_id, str(claims["sub"]), claims_hash(bound), bound
         )
+        return stamp, bound
 
     # -- cross-process broadcasts ---------------------------------------------------------------
     async def relay(self, notice: LogNotice) -> None:
@@ -466,6 +530,92 @@ class SyncService:
                 self.store.row_history, gw, list(page.rows), notice.after, page.head
             )
         self.hub.publish(gw, page.entries, page.rows, rules, None, self.snapshots(gw), history)
+        if history is not None and page.entries:
+            changed = {k: (history[k][0] if k in history else None, r.state)
+                       for k, r in page.rows.items()}
+            await self._move_views(gw, rules.rules, changed, page.entries[-1].ingest_hlc)
+
+    async def _move_views(
+        self,
+        gateway_id: str,
+        rules: SyncRules | None,
+        changed: Mapping[RowKey, tuple[RowState | None, RowState]],
+        server_hlc: int,
+    ) -> None:
+        """Move the views of the gateway's sockets that a change of rows their subqueries read
+        may have moved (``changed``: each row's state before and after): rebind each, and when
+        its bound claims changed, record them as a new version of its claims and send it the
+        snapshots of the rows that entered or left its view, in a broadcast frame at the
+        batch's ``server_hlc`` (a pull after it resyncs, as after any claims change)."""
+        if rules is None or not subqueries(rules):
+            return
+        conns = self._rebinding(gateway_id, rules, changed)
+        for conn in conns:
+            if effective_rules(rules, conn.claims) is None:
+                continue  # an admin sees everything
+            bound = await _run(self.bind, gateway_id, rules, conn.claims)
+            if claim_values(rules, bound) == claim_values(rules, conn.claims):
+                continue
+            stamp = await _run(
+                self.store.view_stamp, gateway_id, conn.client_id, claims_hash(bound), bound
+            )
+            deltas = await _run(self._moved, gateway_id, rules, conn, bound, stamp)
+            self.hub.rebind(conn, bound, stamp)
+            if deltas:
+                self.hub.offer(conn, encode_response(deltas, server_hlc, False, True))
+
+    def _rebinding(
+        self,
+        gateway_id: str,
+        rules: SyncRules,
+        changed: Mapping[RowKey, tuple[RowState | None, RowState]],
+    ) -> list[Connection]:
+        """The sockets whose bound subqueries ``changed`` may touch: those whose claims name
+        a changed relation row (:func:`~lakesync.rules.relation_claims`), or all when the
+        rules do not narrow it down; and those not bound for these rules yet (connected
+        under other rules)."""
+        read = {s.table for s in subqueries(rules)}
+        unbound = [c for c in self.hub.connections(gateway_id) if not is_bound(rules, c.claims)]
+        pairs: set[tuple[str, str]] = set()
+        for (table, _), states in changed.items():
+            if table not in read:
+                continue
+            for state in states:
+                found = relation_claims(rules, table, None if state is None else state.visible())
+                if found is None:
+                    return self.hub.connections(gateway_id)
+                pairs |= found
+        return unbound + [
+            c
+            for c in self.hub.connections(gateway_id)
+            if is_bound(rules, c.claims)
+            and any(claim_holds(c.claims, name, value) for name, value in pairs)
+        ]
+
+    def _moved(
+        self,
+        gateway_id: str,
+        rules: SyncRules,
+        conn: Connection,
+        bound: Mapping[str, Any],
+        stamp: int,
+    ) -> list[RowDelta]:
+        """Snapshots of the rows whose visibility to ``conn`` differs between its claims as
+        bound before and ``bound``: the rows the index finds for the values that changed
+        (:func:`~lakesync.rules.moved_lookups`), every row when it cannot tell."""
+        plan = moved_lookups(rules, conn.claims, bound)
+        page = None if plan is None else self.store.read_matching(gateway_id, plan, [])
+        rows = (page or self.store.read_all_rows(gateway_id)).rows
+        cache = self.snapshots(gateway_id)
+        out: list[RowDelta] = []
+        for key, rec in rows.items():
+            values = rec.state.visible()
+            shown = visible(rules, bound, key[0], values)
+            if shown == visible(rules, conn.claims, key[0], values):
+                continue
+            base = max(rec.last_ingest, stamp)
+            out.extend(cache.snapshot(key, rec, shown, base, conn.whole_rows))
+        return out
 
     async def _fan_out(
         self,

@@ -197,6 +197,12 @@ class SqlCore(Generic[C], metaclass=abc.ABCMeta):
     def _rows(self, conn: C, gw: str, keys: Sequence[RowKey]) -> dict[RowKey, RowRecord]:
         """The stored state of the given rows (missing rows are left out)."""
 
+    @abc.abstractmethod
+    def _relation(
+        self, conn: C, gw: str, table: str, lookups: Sequence[tuple[str, Sequence[str]]] | None
+    ) -> dict[RowKey, RowState]:
+        """The rows of ``table`` a write check's subqueries read (``HotLog.read_relation``)."""
+
     def fill_added_columns(self, conn: C) -> None:
         """Fill the client id and HLC of log entries stored before those columns existed (from
         their bodies), in a write transaction; a store opened before does nothing here."""

@@ -116,7 +116,7 @@ class SqlDeltaLog(SqlRulesIndex[C]):
         record = self._rules_record(conn, gw)
         rules = record.rules
         if check is not None:
-            check(rules, new, states)
+            check(rules, new, states, lambda t, plan: self._relation(conn, gw, t, plan))
         first = next_ingest(self.clock, last)
         entries = [LogEntry(first + i, gw, d) for i, d in enumerate(new)]
         bodies = [encode_delta(e.delta) for e in entries]

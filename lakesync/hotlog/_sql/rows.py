@@ -86,28 +86,59 @@ class SqlRowStore(SqlCore[C]):
     ) -> Page | None:
         """See :meth:`HotLog.read_matching`."""
         with self._snapshot() as conn:
-            built = self._fetch(
-                conn,
-                "SELECT b.stamp FROM row_index_built b JOIN gateway_rules r ON r.gw = b.gw"
-                " WHERE b.gw = ? AND b.stamp = r.stamp",
-                (gateway_id,),
-            )
-            if not built:
+            found = self._matching(conn, gateway_id, lookups)
+            if found is None:
                 return None
-            found: dict[RowKey, None] = dict.fromkeys(keys)
-            for col, vals in lookups:
-                for i in range(0, len(vals), 500):
-                    chunk = list(vals[i : i + 500])
-                    marks = ",".join("?" * len(chunk))
-                    for t, r in self._fetch(
-                        conn,
-                        "SELECT tbl, row_id FROM row_index WHERE gw = ? AND col = ?"
-                        f" AND val IN ({marks})",
-                        (gateway_id, col, *chunk),
-                    ):
-                        found[(str(t), str(r))] = None
-            rows = self._rows(conn, gateway_id, list(found))
+            rows = self._rows(conn, gateway_id, list(dict.fromkeys([*keys, *found])))
             return Page([], rows, self._head(conn), False)
+
+    def read_relation(
+        self, gateway_id: str, table: str, lookups: Sequence[tuple[str, Sequence[str]]] | None
+    ) -> dict[RowKey, RowState]:
+        """See :meth:`HotLog.read_relation`."""
+        with self._snapshot() as conn:
+            return self._relation(conn, gateway_id, table, lookups)
+
+    def _relation(
+        self, conn: C, gw: str, table: str, lookups: Sequence[tuple[str, Sequence[str]]] | None
+    ) -> dict[RowKey, RowState]:
+        """:meth:`read_relation` on ``conn`` (an append's write check reads it in its own
+        transaction): through the index when it follows the current rules, else the table."""
+        found = None if lookups is None else self._matching(conn, gw, lookups)
+        if found is None:
+            raw = self._fetch(
+                conn, "SELECT row_id, state FROM row_state WHERE gw = ? AND tbl = ?", (gw, table)
+            )
+            return {(table, str(r)): decode_state(s) for r, s in raw}
+        keys = [k for k in found if k[0] == table]
+        return {k: rec.state for k, rec in self._rows(conn, gw, keys).items()}
+
+    def _matching(
+        self, conn: C, gw: str, lookups: Sequence[tuple[str, Sequence[str]]]
+    ) -> list[RowKey] | None:
+        """The rows the rules' filter-column index finds for ``lookups``; None when the index
+        does not follow the gateway's current rules."""
+        built = self._fetch(
+            conn,
+            "SELECT b.stamp FROM row_index_built b JOIN gateway_rules r ON r.gw = b.gw"
+            " WHERE b.gw = ? AND b.stamp = r.stamp",
+            (gw,),
+        )
+        if not built:
+            return None
+        found: dict[RowKey, None] = {}
+        for col, vals in lookups:
+            for i in range(0, len(vals), 500):
+                chunk = list(vals[i : i + 500])
+                marks = ",".join("?" * len(chunk))
+                for t, r in self._fetch(
+                    conn,
+                    "SELECT tbl, row_id FROM row_index WHERE gw = ? AND col = ?"
+                    f" AND val IN ({marks})",
+                    (gw, col, *chunk),
+                ):
+                    found[(str(t), str(r))] = None
+        return list(found)
 
     def row_ids(self, gateway_id: str, table: str, after: str | None, limit: int) -> list[str]:
         """See :meth:`HotLog.row_ids`."""
