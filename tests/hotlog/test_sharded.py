@@ -93,7 +93,7 @@ def test_a_failed_part_fails_the_push_and_the_retry_lands_once(
     batch = [delta("todos", "t1", 1), delta("events", "e1", 2), delta("todos", "t2", 3)]
 
     def refuse_events(
-        rules: object, deltas: Sequence[RowDelta], states: Mapping[Any, RowState]
+        rules: object, deltas: Sequence[RowDelta], states: Mapping[Any, RowState], read: object
     ) -> None:
         if any(d.table == "events" for d in deltas):
             raise ForbiddenError("events refused")
