@@ -12,8 +12,11 @@ import pytest
 from litestar.testing import TestClient
 
 from lakesync.api.app import create_app
+from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog
+from lakesync.hotlog.postgres import PostgresHotLog
 from tests.api.helpers import Gateway, make_settings
+from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 from tests.gateway_process import serve_in_thread
 
 
@@ -22,6 +25,30 @@ def gateway(tmp_path: Path) -> Iterator[Gateway]:
     """A fresh app on an embedded SQLite store."""
     with TestClient(create_app(make_settings(tmp_path))) as client:
         yield Gateway(client)
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def shared_gateway(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """One app per module and store, for a state machine's many examples (each example works
+    under its own fresh gateway id)."""
+    path: Path = tmp_path_factory.mktemp("shared-gateway")
+    if request.param == "sqlite":
+        with TestClient(create_app(make_settings(path))) as client:
+            yield Gateway(client)
+        return
+    require_postgres()
+    schema = fresh_pg_schema()
+    store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
+    try:
+        with TestClient(create_app(make_settings(path), store=store)) as client:
+            yield Gateway(client)
+    finally:
+        store.close()
+        drop_pg_schema(schema)
 
 
 @dataclass(frozen=True)

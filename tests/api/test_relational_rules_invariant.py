@@ -14,24 +14,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
-from litestar.testing import TestClient
 
-from lakesync.api.app import create_app
 from lakesync.delta import RowDelta
-from lakesync.hlc import HLC
-from lakesync.hotlog.postgres import PostgresHotLog
 from lakesync.merge import merge_state
-from tests.api.helpers import Gateway, Replica, WholeRowReplica, auth, make_settings, token
+from tests.api.helpers import Gateway, Replica, WholeRowReplica, auth, token
 from tests.api.test_relational_rules import MEMBERS_RULES
-from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 
 CLIENTS = ["alice", "bob", "carol"]
 LISTS = ["l1", "l2", "l3"]
@@ -40,26 +33,6 @@ MEMBERSHIPS = ["m0", "m1", "m2", "m3"]
 Rows = dict[tuple[str, str], dict[str, Any]]
 
 
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
-def shared_gateway(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    path: Path = tmp_path_factory.mktemp("relations-sm")
-    if request.param == "sqlite":
-        with TestClient(create_app(make_settings(path))) as client:
-            yield Gateway(client)
-        return
-    require_postgres()
-    schema = fresh_pg_schema()
-    store = PostgresHotLog(PG_DSN, HLC(), schema=schema)
-    try:
-        with TestClient(create_app(make_settings(path), store=store)) as client:
-            yield Gateway(client)
-    finally:
-        store.close()
-        drop_pg_schema(schema)
 
 
 def model_view(client: str, rows: Rows) -> Rows:
