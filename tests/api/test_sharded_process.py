@@ -29,6 +29,7 @@ from lakesync.wsframes import decode_server_frame
 from tests.api.helpers import auth, delta, token
 from tests.conftest import PG_DSN, drop_pg_database, fresh_pg_database
 from tests.gateway_process import ServerProcess
+from tests.hotlog.common import slow_commits
 from tests.netns import wait_for
 from tests.wire_json import as_json
 
@@ -115,26 +116,12 @@ def _allow_connections(url: str, allow: bool) -> None:
             )
 
 
-def _slow_commits(url: str) -> None:
-    """Make each append of the store take up to 100 ms between stamping its entries and its
-    commit (as under load): another store's later stamps then often commit first."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "create function lakesync.slow_commit() returns trigger language plpgsql as"
-            " $$ begin perform pg_sleep(random() * 0.1); return null; end $$"
-        )
-        conn.execute(
-            "create trigger slow_commit after insert on lakesync.log"
-            " for each statement execute function lakesync.slow_commit()"
-        )
-
-
 def test_concurrent_pushes_on_two_stores_reach_every_puller_once_in_order(
     deployment: Deployment,
 ) -> None:
     servers = deployment.servers
-    _slow_commits(deployment.default_url)
-    _slow_commits(deployment.shard_url)
+    slow_commits(deployment.default_url, 0.1)
+    slow_commits(deployment.shard_url, 0.1)
     acked: dict[str, list[str]] = {}  # pusher -> its acknowledged deltaIds, in push order
     failures: list[str] = []
     done = threading.Event()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import psycopg
+
 from lakesync.delta import RowDelta
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog
@@ -39,3 +41,18 @@ def another(store: HotLog) -> HotLog:
         return SqliteHotLog(store._path, HLC())
     assert isinstance(store, PostgresHotLog)
     return PostgresHotLog(store._dsn, HLC(), schema=store._schema, pool_size=2)
+
+
+def slow_commits(url: str, up_to: float) -> None:
+    """Make each append of the PostgreSQL store at ``url`` take up to ``up_to`` seconds between
+    stamping its entries and its commit (as under load): another store's later stamps then
+    often commit first."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "create function lakesync.slow_commit() returns trigger language plpgsql as"
+            f" $$ begin perform pg_sleep(random() * {float(up_to)}); return null; end $$"
+        )
+        conn.execute(
+            "create trigger slow_commit after insert on lakesync.log"
+            " for each statement execute function lakesync.slow_commit()"
+        )

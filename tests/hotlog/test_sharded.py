@@ -30,7 +30,7 @@ from lakesync.merge import RowState
 from lakesync.shard_specs import ShardSpec
 from tests.conftest import PG_DSN, drop_pg_database, fresh_pg_database
 from tests.gateway_process import free_port
-from tests.hotlog.common import RULES
+from tests.hotlog.common import RULES, slow_commits
 from tests.netns import wait_for
 
 SHARDS = [ShardSpec("events", "unused", ["events", "logs"])]
@@ -359,20 +359,6 @@ def test_rows_are_looked_up_in_the_store_holding_their_table(sharded: ShardedHot
         ("todos", "t1"): ["t1"], ("events", "e1"): ["e1"], ("logs", "l1"): ["l1"]}
 
 
-def _slow_commits(url: str) -> None:
-    """Make each append of the store take up to 30 ms between stamping its entries and its
-    commit (as under load): another store's later stamps then often commit first."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "create function lakesync.slow_commit() returns trigger language plpgsql as"
-            " $$ begin perform pg_sleep(random() * 0.03); return null; end $$"
-        )
-        conn.execute(
-            "create trigger slow_commit after insert on lakesync.log"
-            " for each statement execute function lakesync.slow_commit()"
-        )
-
-
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_concurrent_pushes_and_small_pages_never_skip_a_later_commit() -> None:
@@ -385,7 +371,7 @@ def test_concurrent_pushes_and_small_pages_never_skip_a_later_commit() -> None:
     sharded = ShardedHotLog(made, SHARDS)
     try:
         for url in urls:
-            _slow_commits(url)
+            slow_commits(url, 0.03)
         pushed: list[str] = []
         done = threading.Event()
 
