@@ -5,7 +5,7 @@ receiving process's LISTEN session is killed."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +15,10 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from lakesync.delta import RowDelta
-from lakesync.wsframes import decode_server_frame
+from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
+from lakesync.wsframes import decode_server_frame, encode_pull
 from tests.api.helpers import Replica, auth, delta, token
+from tests.api.test_relational_rules import MEMBERS_RULES
 from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json
@@ -50,7 +52,7 @@ def subscribe(server: ServerProcess, gw: str, sub: str) -> ClientConnection:
 
 def next_broadcast(ws: ClientConnection) -> list[RowDelta]:
     """The deltas of the next broadcast this socket receives."""
-    frame = decode_server_frame(ws.recv(timeout=15))  # type: ignore[arg-type]
+    frame = decode_server_frame(ws.recv(timeout=60))  # type: ignore[arg-type]
     assert frame.broadcast
     return frame.deltas
 
@@ -146,3 +148,46 @@ def test_listen_reconnects_after_its_session_is_killed(
             time.sleep(0.1)
         push(one, "gw1", "alice", [delta("INSERT", "after", "alice", n=2)])
         assert [d.row_id for d in next_broadcast(bob)] == ["after"]
+
+
+def test_a_membership_change_on_one_process_moves_a_view_on_another(
+    two_processes: tuple[ServerProcess, ServerProcess],
+) -> None:
+    """Relational rules across processes: a membership pushed through one process moves the
+    rows of the lists it names into (and out of) a socket's view on the other, live."""
+    one, two = two_processes
+    admin = auth(token("ops", "relay", "admin"))
+    r = httpx.post(f"{one.url}/v1/admin/sync-rules/relay", json=MEMBERS_RULES, headers=admin)
+    assert r.status_code == 200, r.text
+
+    def push_as_admin(deltas: list[RowDelta]) -> None:
+        r = httpx.post(f"{one.url}/v1/sync/relay/push", headers=admin,
+                       json={"clientId": "ops", "deltas": [as_json(d) for d in deltas]})
+        assert r.status_code == 200, r.text
+
+    push_as_admin([delta("INSERT", "m1", "ops", table="list_members",
+                         user_id="alice", list_id="l1"),
+                   delta("INSERT", "t1", "ops", table="todos", list_id="l1"),
+                   delta("INSERT", "t2", "ops", table="todos", list_id="l2")])
+    live = Replica()
+    features = {FEATURES_HEADER: VIEW_EVICTIONS_FEATURE}
+    url = f"{two.ws_url}/v1/sync/relay/ws?token={token('alice', 'relay')}"
+    with connect(url, additional_headers=features) as ws:
+        ws.send(encode_pull("alice", 0, 100))
+        for d in decode_server_frame(ws.recv(timeout=60)).deltas:  # type: ignore[arg-type]
+            live.state.apply(d)
+
+        def todos() -> set[str]:
+            return {row for (table, row) in live.rows() if table == "todos"}
+
+        def hear_until(done: Callable[[], bool]) -> None:
+            while not done():
+                for d in next_broadcast(ws):
+                    live.state.apply(d)
+
+        assert todos() == {"t1"}
+        push_as_admin([delta("INSERT", "m2", "ops", table="list_members",
+                             user_id="alice", list_id="l2")])
+        hear_until(lambda: todos() == {"t1", "t2"})  # she joined l2 on the other process
+        push_as_admin([delta("DELETE", "m1", "ops", table="list_members")])
+        hear_until(lambda: todos() == {"t2"})  # and left l1
