@@ -24,9 +24,11 @@ def _push(tmp_path: Path, n: int = 1) -> list[int]:
         gw = Gateway(client)
         heads = []
         for i in range(n):
-            r = gw.push(token("alice"), "alice", [delta("INSERT", f"r{i}", "alice", title="x")])
+            # A client with view evictions is answered the head: this batch's position.
+            r = gw.push(token("alice"), "alice", [delta("INSERT", f"r{i}", "alice", title="x")],
+                        evictions=True)
             assert r.status_code == 200, r.text
-            heads.append(int(r.json()["serverHlc"]))  # the head: this batch's position
+            heads.append(int(r.json()["serverHlc"]))
         return heads
 
 
