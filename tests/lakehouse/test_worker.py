@@ -37,6 +37,7 @@ from lakesync.lakehouse.worker import (
 from lakesync.schema import parse_schema
 from lakesync.status import Shipment
 from tests.gateway_process import process_running
+from tests.netns import wait_for
 
 NOTES = parse_schema({"table": "notes", "columns": [{"name": "body", "type": "string"}]})
 
@@ -192,15 +193,9 @@ def test_a_worker_whose_gateway_was_killed_stops_though_its_stdin_stays_open() -
         assert decode_line(parent.stdout.readline()).ok is False  # type: ignore[union-attr]
         parent.kill()  # the worker serves: it would read its stdin for ever
         parent.wait()
-        deadline = time.monotonic() + 60
-        while _running(worker) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _running(worker), "the worker runs on after its gateway was killed"
+        wait_for("the worker to stop after its gateway was killed",
+                 lambda: not process_running(worker))
     finally:
-        if _running(worker):
+        if process_running(worker):
             os.kill(worker, signal.SIGKILL)
         parent.stdin.close()
-
-
-def _running(pid: int) -> bool:
-    return process_running(pid)

@@ -6,6 +6,7 @@ served on."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, settings
@@ -83,6 +84,17 @@ TEAMS = RulesRecord(
 )
 
 
+async def until(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Let the hub's sender tasks run until ``check`` holds; fail naming ``what`` after
+    ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
 def _stored(ingest: int, d: RowDelta) -> tuple[list[LogEntry], dict[RowKey, RowRecord]]:
     state = RowState()
     apply_delta(state, d)
@@ -116,8 +128,7 @@ def test_broadcasts_are_computed_and_encoded_once_per_view() -> None:
         hub.publish("gw1", *_stored(1000, red), TEAMS, writer, SnapshotCache())
         blue = delta("INSERT", "r2", "writer", hlc=200, team="blue")
         hub.publish("gw1", *_stored(2000, blue), TEAMS, writer, SnapshotCache())
-        for _ in range(3):
-            await asyncio.sleep(0)
+        await until("a frame at each receiver", lambda: all(got.get(s) for s in ("a1", "a2", "b1")))
         assert sorted(got) == ["a1", "a2", "b1"]  # no echo to the writer
         assert len(got["a1"]) == len(got["a2"]) == len(got["b1"]) == 1
         assert got["a1"][0] is got["a2"][0]  # one encoding for the view
@@ -157,8 +168,8 @@ def test_a_client_without_view_evictions_gets_broadcasts_at_server_hlc_0() -> No
         for ingest, rules in ((1000, EVERYTHING), (2000, TEAMS)):
             d = delta("INSERT", f"r{ingest}", "writer", hlc=ingest - 1, team="red")
             hub.publish("gw1", *_stored(ingest, d), rules, None, SnapshotCache())
-        for _ in range(3):
-            await asyncio.sleep(0)
+        await until("two frames at each receiver", lambda: all(
+            len(got.get(s, [])) == 2 for s in ("v1", "py")))
         for sub, stamps in (("v1", [0, 0]), ("py", [1000, 2000])):
             frames = [decode_server_frame(f) for f in got[sub]]
             assert [f.server_hlc for f in frames] == stamps
@@ -245,8 +256,7 @@ def test_a_view_member_that_wrote_the_batch_gets_its_own_deltas() -> None:
         moved = delta("INSERT", "r1", "w", hlc=100, team="blue")  # out of the red view
         history = {("todos", "r1"): (RowState(), [(1000, moved)])}  # as a push gives it
         hub.publish("gw1", *_stored(1000, moved), TEAMS, origin, SnapshotCache(), history)
-        for _ in range(3):
-            await asyncio.sleep(0)
+        await until("the other socket's frame", lambda: "w-other-socket" in got)
         assert sorted(got) == ["w-other-socket"]
         frame = decode_server_frame(got["w-other-socket"][0])
         assert [(x.op, x.row_id, x.columns) for x in frame.deltas] == [("DELETE", "r1", ())]
