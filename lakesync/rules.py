@@ -707,7 +707,10 @@ def write_refusal(
     subs = subqueries(rules)
     read = {s.table for s in subs}
     current: dict[tuple[str, str], RowState] = {}
-    bound: Mapping[str, Any] = claims
+    # Only binding decides subqueries: whatever a token put under the reserved claim goes.
+    bound: Mapping[str, Any] = (
+        {k: v for k, v in claims.items() if k != RELATIONS_CLAIM} if subs else claims
+    )
     stale = bool(subs) and relations is not None
     for i, d in enumerate(deltas):
         key = (d.table, d.row_id)

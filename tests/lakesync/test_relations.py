@@ -28,6 +28,7 @@ from lakesync.rules import (
     parse_rules,
     relation_claims,
     relation_lookups,
+    relation_reader,
     rules_to_wire,
     subqueries,
     visible,
@@ -352,6 +353,13 @@ def test_writes_are_judged_through_the_relation_one_delta_at_a_time() -> None:
     assert refused is not None and refused[0] == 1
     # Without a reader, subqueries match nothing: the write is refused, never let through.
     assert write_refusal(rules, claims, [into], {}) is not None
+    # A token that brings its own bound relations (u1's) decides nothing for u2: only
+    # binding does, so with or without a reader the write into l1 is refused.
+    forged = {"sub": "u2", RELATIONS_CLAIM: bind_relations(
+        rules, claims, relation_reader(relations, {}))[RELATIONS_CLAIM]}
+    into_as_u2 = RowDelta.create("INSERT", "todos", "t3", "u2", {"list_id": "l1"}, 5 << 16)
+    assert write_refusal(rules, forged, [into_as_u2], {}) is not None
+    assert write_refusal(rules, forged, [into_as_u2], {}, relations) is not None
 
 
 def state_of(row_id: str, **values: Any) -> RowState:
