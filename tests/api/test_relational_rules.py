@@ -4,7 +4,7 @@ view on its next pull, and writes are judged through the relation."""
 
 from __future__ import annotations
 
-import json
+import copy
 from typing import Any
 
 import pytest
@@ -160,17 +160,16 @@ def test_rules_naming_unknown_tables_or_columns_in_a_subquery_are_refused(
                                                                               "user_id"])]:
         schema = {"table": table, "columns": [{"name": c, "type": "string"} for c in columns]}
         assert gateway.admin("POST", "/v1/admin/schema/gw1", json=schema).status_code == 200
-    typo = json.loads(json.dumps(MEMBERS_RULES).replace('"list_members", "select"',
-                                                        '"list_member", "select"'))
+    typo = copy.deepcopy(MEMBERS_RULES)
+    typo["buckets"][0]["filters"][0]["value"]["table"] = "list_member"
     r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=typo)
     assert r.status_code == 422 and r.json()["code"] == "SCHEMA_ERROR"
-    assert "did you mean 'list_members'?" in r.json()["error"]
-    column = json.loads(json.dumps(MEMBERS_RULES).replace('"user_id", "op": "eq", "value": '
-                                                          '"jwt:sub"}]}',
-                                                          '"userid", "op": "eq", "value": '
-                                                          '"jwt:sub"}]}'))
+    assert "did you mean 'list_members'?" in r.json()["error"], r.json()
+    column = copy.deepcopy(MEMBERS_RULES)  # only inside the subquery's where
+    column["buckets"][0]["filters"][0]["value"]["where"][0]["column"] = "userid"
     r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=column)
-    assert r.status_code == 422 and "did you mean 'user_id'?" in r.json()["error"]
+    assert r.status_code == 422 and "did you mean 'user_id'?" in r.json()["error"], r.json()
+    assert "'shared'" in r.json()["error"], r.json()  # the bucket holding the subquery
     set_rules(gateway, MEMBERS_RULES)
 
 

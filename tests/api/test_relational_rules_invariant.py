@@ -33,8 +33,6 @@ MEMBERSHIPS = ["m0", "m1", "m2", "m3"]
 Rows = dict[tuple[str, str], dict[str, Any]]
 
 
-
-
 def model_view(client: str, rows: Rows) -> Rows:
     """The model: a client sees its memberships and the todos of the lists they name."""
     lists = {

@@ -65,8 +65,6 @@ RULESETS: list[dict[str, Any]] = [
 ]
 
 
-
-
 class RulesMachine(RuleBasedStateMachine):
     gateway: Gateway
 

@@ -63,3 +63,10 @@ def test_no_500_no_process_exits_and_writes_go_on_while_one_process_is_faulted(
 ) -> None:
     broken = _broken(chaos, {AVAILABILITY})
     assert broken == [], f"{chaos.figures()}\nlogs kept in {chaos.logs}"
+
+
+def test_the_lake_lanes_publish_checkpoints_and_trim_the_log_during_the_faults(
+    chaos: ChaosResult,
+) -> None:
+    assert chaos.lake["checkpoints published"] > 0, chaos.figures()
+    assert chaos.lake["hot-log entries trimmed"] > 0, chaos.figures()

@@ -10,6 +10,7 @@ from lakesync.merge import merge_state
 from tests.api.helpers import delta
 from tests.chaos.checks import differences, longest_stall, lost_and_duplicated, outside_view
 from tests.chaos.schedule import GATEWAY_FAULTS, KINDS, SKEWS, fault_counts, make_schedule
+from tests.chaos.test_chaos_short import SECONDS, SEED
 
 
 def test_a_seed_replays_its_schedule_and_another_seed_differs() -> None:
@@ -54,3 +55,7 @@ def test_the_longest_stall_is_measured_inside_the_windows_only() -> None:
     assert longest_stall(acks, [(1.5, 9.5)]) == 7.0
     assert longest_stall(acks, [(11.0, 12.0)]) == 1.0  # no ack at all: the whole window
     assert longest_stall(acks, []) == 0.0
+
+
+def test_the_short_runs_seed_holds_every_kind_of_fault() -> None:
+    assert {f.kind for f in make_schedule(SEED, SECONDS)} == set(KINDS)

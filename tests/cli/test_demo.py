@@ -20,38 +20,32 @@ def _run(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProc
     return done
 
 
-@pytest.fixture
-def installed(wheel_venv: Path) -> Path:
-    """A new venv holding only the wheel built from this checkout (one per test session)."""
-    return wheel_venv
-
-
 @pytest.mark.slow
-def test_the_wheel_installs_one_top_level_package(installed: Path, tmp_path: Path) -> None:
-    shown = _run(installed / "bin" / "python", "-m", "pip", "show", "-f", "lakesync").stdout
+def test_the_wheel_installs_one_top_level_package(wheel_venv: Path, tmp_path: Path) -> None:
+    shown = _run(wheel_venv / "bin" / "python", "-m", "pip", "show", "-f", "lakesync").stdout
     files = [line.strip() for line in shown.split("Files:")[1].splitlines() if line.strip()]
     tops = {f.split("/")[0] for f in files if not f.startswith("../")}
     assert tops == {"lakesync", "lakesync-0.1.0.dist-info"}, tops
     assert "lakesync/dbt_project/models/intermediate/int_cells_merged.sql" in files
     # Imported from the wheel, not the checkout, whatever the working directory.
-    where = _run(installed / "bin" / "python", "-c",
+    where = _run(wheel_venv / "bin" / "python", "-c",
                  "import lakesync.client, lakesync.lakehouse.settings as s;"
                  "print(lakesync.client.__file__); print(s.default_dbt_project_dir())",
                  cwd=tmp_path).stdout.split()
-    assert all(str(installed) in w for w in where), where
+    assert all(str(wheel_venv) in w for w in where), where
     assert (Path(where[1]) / "dbt_project.yml").is_file()
 
 
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.dbt
-def test_demo_runs_end_to_end_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+def test_demo_runs_end_to_end_from_the_wheel(wheel_venv: Path, tmp_path: Path) -> None:
     work = tmp_path / "empty"
     work.mkdir()
     env = {**os.environ, "LAKESYNC_JWT_SECRET": "demo-test-secret-0123456789abcdef0123"}
     env.pop("PYTHONPATH", None)
     done = subprocess.run(
-        [installed / "bin" / "lakesync", "demo", "--data-dir", "d"],
+        [wheel_venv / "bin" / "lakesync", "demo", "--data-dir", "d"],
         cwd=work,
         env=env,
         capture_output=True,
@@ -73,4 +67,4 @@ def test_demo_runs_end_to_end_from_the_wheel(installed: Path, tmp_path: Path) ->
     assert "Walk dog" in lake
     assert "Call mum" not in lake
     # Nothing was written into the installed package (generated models live in the data dir).
-    assert not list((installed / "lib").rglob("dbt_project/generated"))
+    assert not list((wheel_venv / "lib").rglob("dbt_project/generated"))
