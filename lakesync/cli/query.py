@@ -111,13 +111,13 @@ def _hot_log(data_dir: Path, stack: contextlib.ExitStack) -> HotLogSource | None
     """The gateway's hot log for a fresh read (None when this data dir has none)."""
     # The gateway's stores (psycopg, the hot log's schema): only a fresh read needs them.
     from lakesync.hlc import HLC  # noqa: PLC0415
-    from lakesync.hotlog.factory import open_store  # noqa: PLC0415
+    from lakesync.hotlog.sharded import open_hot_log  # noqa: PLC0415
 
     cfg = load_config()
     remote = cfg.store_url.startswith(("postgresql://", "postgres://"))
     if not remote and cfg.store_url == "sqlite" and not (data_dir / "hotlog.sqlite3").exists():
         return None
-    store = open_store(cfg.store_url, data_dir, HLC(), cfg.pg_schema)
+    store = open_hot_log(cfg.store_url, cfg.shards, data_dir, HLC(), cfg.pg_schema)
     stack.callback(store.close)
     return store
 

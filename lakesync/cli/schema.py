@@ -24,7 +24,7 @@ from lakesync.cli.materialise import ConfigOption
 from lakesync.config import load_config
 from lakesync.errors import NotFoundError, SchemaError
 from lakesync.hlc import HLC
-from lakesync.hotlog.factory import open_store
+from lakesync.hotlog.sharded import open_hot_log
 from lakesync.schema import (
     MIGRATABLE,
     ColumnSpec,
@@ -104,7 +104,8 @@ def migrate_command(
     spec = parse_schema({"table": table, "columns": [
         {"name": column, "type": type_, "precision": precision, "scale": scale}
     ]}, stored=True).columns[0]
-    store = open_store(loaded.store_url, data_dir or loaded.data_dir, HLC(), loaded.pg_schema)
+    store = open_hot_log(loaded.store_url, loaded.shards, data_dir or loaded.data_dir, HLC(),
+                         loaded.pg_schema)
     try:
         schema = migrate_column(store, gw, table, spec)
     finally:

@@ -8,12 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lakesync.cli.schema import migrate_column
+from lakesync.config import load_config
 from lakesync.delta import RowDelta
 from lakesync.errors import SchemaError
 from lakesync.hlc import HLC
 from lakesync.hotlog.factory import open_store
+from lakesync.hotlog.sharded import open_hot_log
 from lakesync.schema import ColumnSpec, parse_schema, schema_to_wire
 from tests.cli.test_main import run_cli
 
@@ -72,3 +75,24 @@ def test_only_number_columns_migrate_and_only_to_integer_or_decimal(tmp_path: Pa
     finally:
         store.close()
     assert migrated.columns[0] == ColumnSpec("qty", "integer")
+
+
+def test_values_of_a_table_held_by_a_shard_are_checked_too(tmp_path: Path) -> None:
+    """With ``shards:``, the command reads the table where it is stored, not the default store
+    (which holds none of its rows: every value would pass unchecked)."""
+    config = tmp_path / "lakesync.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(tmp_path),
+        "shards": [{"name": "sales", "store_url": "sqlite", "tables": ["orders"]}],
+    }), encoding="utf-8")
+    store = open_hot_log("sqlite", load_config(config).shards, tmp_path, HLC())
+    try:
+        store.put_doc("gw1", "schema", "orders", schema_to_wire(ORDERS))
+        store.append("gw1", [RowDelta.create("INSERT", "orders", "o1", "c1",
+                                             {"qty": 1.5, "note": "x"}, 100)])
+    finally:
+        store.close()
+    proc = run_cli("schema", "migrate", "orders", "qty", "--type", "integer", "--gw", "gw1",
+                   "--config", str(config), secret=None)
+    assert proc.returncode == 1, proc.stdout
+    assert "row 'o1': 1.5 is not an integer" in proc.stderr
