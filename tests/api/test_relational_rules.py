@@ -195,6 +195,8 @@ def test_sockets_receive_the_moves_live(gateway: Gateway, evictions: bool) -> No
             for _ in range(20):
                 frame = decode_server_frame(sock.receive_bytes(timeout=60))
                 assert frame.broadcast
+                # A client without view evictions keeps its cursor (serverHlc 0), moves too.
+                assert evictions or frame.server_hlc == 0, frame.server_hlc
                 live.apply([as_json(d) for d in frame.deltas])
                 if done():
                     return

@@ -22,10 +22,11 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from lakesync.delta import RowDelta
 from lakesync.hotlog.base import LogEntry, RowKey, RowRecord, RulesRecord
 from lakesync.rules import SyncRules, claim_keys
 from lakesync.views import (
@@ -39,7 +40,7 @@ from lakesync.views import (
 )
 from lakesync.wsframes import CLOSE_TOO_SLOW, encode_response
 
-__all__ = ["SEND_QUEUE_FRAMES", "Connection", "Hub"]
+__all__ = ["SEND_QUEUE_FRAMES", "Connection", "Hub", "broadcast_hlc"]
 
 K = TypeVar("K")
 
@@ -186,6 +187,15 @@ class _Views:
         return out
 
 
+def broadcast_hlc(whole_rows: bool, server_hlc: int) -> int:
+    """The ``serverHlc`` of a broadcast to a client: 0 for one without view evictions. LakeSync
+    v1 moves its cursor to a broadcast's ``serverHlc`` (never back), which would carry it past
+    what it has not pulled yet (the rest of a page, the evictions its own push caused); with 0
+    it keeps its cursor, and its next pull brings the broadcast's rows again
+    (docs/protocol.md §9)."""
+    return 0 if whole_rows else server_hlc
+
+
 def _unindex(index: dict[K, set[_View]], key: K, group: _View) -> None:
     found = index.get(key)
     if found is not None:
@@ -276,9 +286,12 @@ class Hub:
         if views is not None and conn in self._by_gw.get(conn.gateway_id, ()):
             views.add(conn)
 
-    def offer(self, conn: Connection, frame: bytes) -> None:
-        """Queue a frame made for one connection (dropping it if its queue cannot take it)."""
-        self._offer(conn, frame)
+    def offer(self, conn: Connection, deltas: Sequence[RowDelta], server_hlc: int) -> None:
+        """Queue a broadcast of ``deltas`` made for one connection, at the ``serverHlc`` its kind
+        of client takes (:func:`broadcast_hlc`), or drop the connection if its queue cannot
+        take it."""
+        at = broadcast_hlc(conn.whole_rows, server_hlc)
+        self._offer(conn, encode_response(deltas, at, False, True))
 
     async def remove(self, conn: Connection) -> None:
         """Unregister a connection and stop its sender (again for a dropped one: a no-op)."""
@@ -327,10 +340,7 @@ class Hub:
         """Queue a broadcast of newly stored entries to every other connection of the gateway:
         computed and encoded once per distinct view, the same bytes queued to its members.
 
-        A connection without view evictions gets ``serverHlc`` 0: LakeSync v1 moves its cursor
-        to a broadcast's ``serverHlc`` (never back), which would carry it past what it has not
-        pulled yet (the rest of a page, the evictions its own push caused); with 0 it keeps its
-        cursor, and its next pull brings the broadcast's rows again (docs/protocol.md §9)."""
+        Each connection gets its broadcasts at :func:`broadcast_hlc`."""
         conns = self._by_gw.get(gateway_id)
         if not conns or not entries:
             return
@@ -343,7 +353,7 @@ class Hub:
                     continue
                 frame = by_kind.get(conn.whole_rows)
                 if frame is None:
-                    at = 0 if conn.whole_rows else server_hlc
+                    at = broadcast_hlc(conn.whole_rows, server_hlc)
                     frame = by_kind[conn.whole_rows] = encode_response(deltas, at, False, True)
                 self._offer(conn, frame)
             return
@@ -357,7 +367,7 @@ class Hub:
                     continue  # nothing this view may see
                 ident = (reader.whole_rows, *((d.op, d.delta_id) for d in view))
                 if ident not in frames:
-                    at = 0 if reader.whole_rows else server_hlc
+                    at = broadcast_hlc(reader.whole_rows, server_hlc)
                     frames[ident] = encode_response(view, at, False, True)
                 frame = frames[ident]
                 for conn in list(members):  # an offer may drop a member

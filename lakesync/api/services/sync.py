@@ -79,7 +79,6 @@ from lakesync.views import (
     relation_moves,
     resync_view,
 )
-from lakesync.wsframes import encode_response
 
 __all__ = ["HeldCursors", "PullResult", "PushResult", "SyncService"]
 
@@ -202,6 +201,7 @@ class SyncService:
         self.cursors = HeldCursors()
         """The cursors of the clients without view evictions, for their push answers."""
         self._snapshot_caches: dict[str, SnapshotCache] = {}
+        self._moving: dict[str, asyncio.Lock] = {}  # per gateway: see _move_views
         # A store of several (sharded) stores broadcasts in one order (see _fan_out).
         self._fanouts: dict[str, _Fanout] | None = (
             {} if isinstance(store, ShardedHotLog) else None
@@ -549,6 +549,18 @@ class SyncService:
         batch's ``server_hlc`` (a pull after it resyncs, as after any claims change)."""
         if rules is None or not subqueries(rules):
             return
+        # One move at a time per gateway: each binds on the store as it then is, so two
+        # membership changes moving one socket leave it bound as of the later one.
+        async with self._moving.setdefault(gateway_id, asyncio.Lock()):
+            await self._move_each(gateway_id, rules, changed, server_hlc)
+
+    async def _move_each(
+        self,
+        gateway_id: str,
+        rules: SyncRules,
+        changed: Mapping[RowKey, tuple[RowState | None, RowState]],
+        server_hlc: int,
+    ) -> None:
         conns = self._rebinding(gateway_id, rules, changed)
         for conn in conns:
             if effective_rules(rules, conn.claims) is None:
@@ -562,7 +574,7 @@ class SyncService:
             deltas = await _run(self._moved, gateway_id, rules, conn, bound, stamp)
             self.hub.rebind(conn, bound, stamp)
             if deltas:
-                self.hub.offer(conn, encode_response(deltas, server_hlc, False, True))
+                self.hub.offer(conn, deltas, server_hlc)
 
     def _rebinding(
         self,
