@@ -210,6 +210,22 @@ def test_a_websocket_client_hears_of_both_stores_in_order(deployment: Deployment
     # In push order across the stores (each push acknowledged before the next was sent).
     assert heard.index("t1") < heard.index("e1") < min(heard.index("e2"), heard.index("t2"))
     assert heard.index("t3") == 4
+    # While nobody listens nothing is kept back for later: a socket that connects afterwards
+    # hears the pushes made after it, not the ones it pulls.
+    wait_for("the socket's close at the gateway", lambda: _sockets(two) == 0)
+    assert _push(two, "b", [delta("INSERT", "e3", "b", table="events", n=6)]).status_code == 200
+    with connect(url, additional_headers={FEATURES_HEADER: VIEW_EVICTIONS_FEATURE}) as ws:
+        wait_for("the new socket at the gateway", lambda: _sockets(two) == 1)
+        assert _push(two, "b", [delta("INSERT", "t4", "b", table="todos", n=7)]).status_code == 200
+        frame = decode_server_frame(ws.recv(timeout=30))  # type: ignore[arg-type]
+        assert [d.row_id for d in frame.deltas] == ["t4"]
+
+
+def _sockets(server: ServerProcess) -> int:
+    """The gateway process's open WebSocket connections, from its metrics."""
+    text = httpx.get(f"{server.url}/metrics", timeout=30).text
+    line = next(x for x in text.splitlines() if x.startswith("lakesync_ws_connections "))
+    return int(float(line.split()[1]))
 
 
 def test_a_shard_refusing_connections_fails_only_what_needs_it(deployment: Deployment) -> None:

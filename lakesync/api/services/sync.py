@@ -301,10 +301,12 @@ class SyncService:
         stored = [e.delta for e in result.stored]
         # Ingest HLCs are integers read as "after": one below the first is before the batch.
         before = result.stored[0].ingest_hlc - 1 if result.stored else result.head
-        if not result.stored or self.hub.count_for(gateway_id) == 0:
+        if not result.stored:
             return PushResult(result.head, result.accepted, stored, before)
         if self._fanouts is not None:
             await self._fan_out(gateway_id, result.stored, origin)
+            return PushResult(result.head, result.accepted, stored, before)
+        if self.hub.count_for(gateway_id) == 0:
             return PushResult(result.head, result.accepted, stored, before)
         # The batch is atomic: the states inside it were never visible, so all its deltas count
         # as of its last ingest stamp.
@@ -516,11 +518,11 @@ class SyncService:
                                notice.upto, notice.gateway_id)
 
     async def _relay(self, notice: LogNotice) -> None:
-        if self.hub.count_for(notice.gateway_id) == 0:
-            return
         gw = notice.gateway_id
         if self._fanouts is not None:
             await self._fan_out(gw, [], None, notice.after)
+            return
+        if self.hub.count_for(gw) == 0:
             return
         page = await _run(self.store.read_range, gw, notice.after, notice.upto)
         rules = await _run(self.store.get_rules, gw)
@@ -640,21 +642,25 @@ class SyncService:
         broadcast yet, in ingest order: two stores' pushes commit independently, so each push
         or notice (of ``stored``, from ``origin``; or a notice of entries after ``after``)
         reads the gateway's log from where the last broadcast ended up to the bound. A push's
-        own entries still skip their sender."""
+        own entries still skip their sender. With nobody listening the position is forgotten:
+        a socket that connects later pulls what it missed, and broadcasts start again from the
+        next push."""
         assert self._fanouts is not None
         fan = self._fanouts.setdefault(gw, _Fanout())
-        for e in stored:
+        for e in stored:  # before waiting: a fan-out running now may broadcast them
             fan.origins[e.delta.delta_id] = (e.ingest_hlc, origin)
         async with fan.lock:
             if self.hub.count_for(gw) == 0:
-                self._fanouts.pop(gw, None)
+                fan.at = None
+                fan.origins.clear()
                 return
             if fan.at is None:
                 fan.at = stored[0].ingest_hlc - 1 if stored else (after or 0)
-            bound = await _run(self.store.head)
+            # Read up to the visible bound (the page's head): one bound per fan-out.
+            page = await _run(self.store.read_range, gw, fan.at, _NEVER)
+            bound = page.head
             if bound <= fan.at:
                 return
-            page = await _run(self.store.read_range, gw, fan.at, bound)
             rules = await _run(self.store.get_rules, gw)
             runs: list[tuple[Connection | None, list[LogEntry]]] = []
             for e in page.entries:
