@@ -12,7 +12,7 @@ the tables it holds::
 
 The declaration applies to every gateway of the deployment (a table name means that table in
 each gateway). :func:`parse_shards` refuses a shard without tables, a name used twice and a
-table listed twice, each error naming the shard; :func:`shard_of` routes a table.
+table listed twice, each error naming the shard.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from lakesync.delta import validate_identifier
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.hints import explain
 
-__all__ = ["DEFAULT_SHARD", "ShardSpec", "parse_shards", "shard_of"]
+__all__ = ["DEFAULT_SHARD", "ShardSpec", "parse_shards"]
 
 DEFAULT_SHARD = "default"
 """The name the default store (``store_url``) goes by in errors, status and metrics."""
@@ -88,10 +88,3 @@ def _problem(shard: ShardSpec, earlier: Sequence[ShardSpec], owner: Mapping[str,
         seen.add(table)
     return ""
 
-
-def shard_of(shards: Sequence[ShardSpec], table: str) -> str:
-    """The name of the shard holding ``table``: the one listing it, else :data:`DEFAULT_SHARD`."""
-    for shard in shards:
-        if table in shard.tables:
-            return shard.name
-    return DEFAULT_SHARD

@@ -36,7 +36,6 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -103,43 +102,18 @@ def merge_pages(
 
 
 class _Floor:
-    """One store's floor raises, single-flight: concurrent callers share the raise under way,
-    and a raise that reached a target serves every caller asking for no more."""
+    """One store's floor raises, one at a time: a caller that waited for the raise under way
+    finds its target reached by it and writes nothing."""
 
     def __init__(self, store: HotLog) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._reached = 0
-        self._flight: Future[int] | None = None
-        self._flight_target = 0
 
     def raise_to(self, target: int) -> None:
-        while True:
-            with self._lock:
-                if self._reached >= target:
-                    return
-                flight = self._flight
-                mine = flight is None
-                if flight is None:
-                    flight = self._flight = Future()
-                    self._flight_target = target
-                elif self._flight_target >= target:
-                    mine = False
-            if not mine:
-                flight.result()  # the raise under way (its error is this caller's too)
-                continue
-            try:
-                reached = self._store.raise_floor(target)
-            except BaseException as exc:
-                with self._lock:
-                    self._flight = None
-                flight.set_exception(exc)
-                raise
-            with self._lock:
-                self._reached = max(self._reached, reached)
-                self._flight = None
-            flight.set_result(reached)
-            return
+        with self._lock:
+            if self._reached < target:
+                self._reached = max(self._reached, self._store.raise_floor(target))
 
 
 class ShardedHotLog(HotLog):
@@ -484,7 +458,6 @@ class ShardedHotLog(HotLog):
                 errors.append(exc)
         if errors:
             raise errors[0]
-
 
 
 def open_hot_log(

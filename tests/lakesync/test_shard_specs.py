@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from lakesync.cli.main import app
 from lakesync.config import load_config
 from lakesync.errors import ConfigError
-from lakesync.shard_specs import DEFAULT_SHARD, ShardSpec, parse_shards, shard_of
+from lakesync.shard_specs import ShardSpec, parse_shards
 
 EVENTS = {"name": "events", "store_url": "postgresql://db-events/lakesync", "tables": ["events"]}
 
@@ -43,9 +43,6 @@ def test_shards_are_read_from_the_file(tmp_path: Path) -> None:
         ShardSpec("events", "postgresql://db-events/lakesync", ["events", "logs"]),
         ShardSpec("audit", "sqlite:///tmp/audit.sqlite3", ["audit"]),
     ]
-    assert shard_of(shards, "logs") == "events"
-    assert shard_of(shards, "audit") == "audit"
-    assert shard_of(shards, "todos") == DEFAULT_SHARD
 
 
 @pytest.mark.parametrize(
