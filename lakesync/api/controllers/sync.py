@@ -162,9 +162,7 @@ class SyncController(Controller):
             return pull_response(page.deltas, page.server_hlc, page.has_more)
         whole_rows = not knows_view_evictions(features)
         result = await service.pull(gw, claims, cursor, n, whole_rows=whole_rows)
-        await check_cursor(service, gw, cursor)
-        if whole_rows:
-            service.cursors.answered(gw, str(claims["sub"]), result.server_hlc)
+        await check_cursor(service, gw, str(claims["sub"]), cursor, result, whole_rows=whole_rows)
         _note_reported(service, gw, claims, outbox, dead_letters)
         return pull_response(result.deltas, result.server_hlc, result.has_more)
 

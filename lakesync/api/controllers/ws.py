@@ -123,9 +123,7 @@ async def sync_socket(socket: WebSocket, gw: FromPath[str]) -> None:  # type: ig
                     limit = min(limit, service.settings.pull_max_limit)
                     since = parse_cursor(frame.since_hlc, "since_hlc")
                     page = await service.pull(gw, claims, since, limit, whole_rows=whole_rows)
-                    await check_cursor(service, gw, since)
-                    if whole_rows:
-                        service.cursors.answered(gw, sub, page.server_hlc)
+                    await check_cursor(service, gw, sub, since, page, whole_rows=whole_rows)
                     reply = encode_response(page.deltas, page.server_hlc, page.has_more)
             except LakeSyncError as exc:
                 await close(_close_code(exc), client_message(exc))

@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from lakesync.api.services.sync import SyncService
+from lakesync.api.services.sync import PullResult, SyncService
 from lakesync.checkpoint_chunks import serve_chunk
 from lakesync.errors import CursorExpiredError, NotFoundError
 from lakesync.views import Reader, RowKey, ViewHistory, claims_hash, effective_rules
@@ -122,12 +122,18 @@ async def open_checkpoint(
     return CheckpointStream(info.position, frames())
 
 
-async def check_cursor(service: SyncService, gateway_id: str, since: int) -> None:
-    """Refuse a pull page read from ``since`` if the hot log no longer holds what follows it
-    (call after reading the page)."""
+async def check_cursor(
+    service: SyncService, gateway_id: str, sub: str, since: int, page: PullResult,
+    *, whole_rows: bool,
+) -> None:
+    """Refuse a pull ``page`` read from ``since`` if the hot log no longer holds what follows it
+    (call after reading the page); else, for a client without view evictions, hold the cursor
+    it is answered for its push answers (:class:`~lakesync.api.services.sync.HeldCursors`)."""
     trimmed = await anyio.to_thread.run_sync(service.store.trimmed_through, gateway_id)
     if since < trimmed:
         raise CursorExpiredError(
             f"cursor {since} is older than the hot log of gateway {gateway_id!r} retains "
             f"(deltas through {trimmed} were trimmed); start again from the checkpoint"
         )
+    if whole_rows:
+        service.cursors.answered(gateway_id, sub, page.server_hlc)
