@@ -85,6 +85,18 @@ def test_the_horizon_moves_only_as_far_as_entries_were_deleted(store: HotLog) ->
     assert store.trimmed_through("gw1") == mine[0].ingest_hlc
 
 
+def test_trimming_the_whole_log_never_moves_its_head_back(store: HotLog) -> None:
+    """Ingest stamps only grow: with every entry trimmed, the store's head (from which the next
+    stamp is taken, whatever a writer's clock says) stays at the last entry deleted."""
+    stored = store.append("gw1", [insert(f"r{i}", 10 + i) for i in range(3)]).stored
+    last = stored[-1].ingest_hlc
+    _publish(store, "gw1", last, [b"c"])
+    store.mark_flushed(last)
+    assert store.trim_log("gw1", last) == 3
+    assert store.read_log(0, 100) == []
+    assert store.committed_head() >= last
+
+
 def test_trimming_goes_in_bounded_steps(store: HotLog) -> None:
     stored = store.append("gw1", [insert(f"r{i}", 10 + i) for i in range(7)]).stored
     last = stored[-1].ingest_hlc

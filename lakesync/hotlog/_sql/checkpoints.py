@@ -132,6 +132,13 @@ class SqlCheckpointStore(SqlCore[C]):
             self._execute(
                 conn, "UPDATE checkpoints SET trimmed = ? WHERE gw = ?", (bound, gateway_id)
             )
+            # The log's head may go with them: the stamp counter keeps it, so no later stamp
+            # (of a process whose clock is behind) falls at or below an entry already served.
+            self._execute(
+                conn,
+                "UPDATE counters SET value = ? WHERE name = 'stamp' AND value < ?",
+                (bound, bound),
+            )
             return self._execute(
                 conn, "DELETE FROM log WHERE gw = ? AND ingest <= ?", (gateway_id, bound)
             )
