@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import logging
 import re
 import sys
+import tempfile
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -71,7 +71,6 @@ attribute is a typer command function or a :class:`typer.Typer` group; the summa
 its help, tests/cli/test_main.py checks) is what ``lakesync --help`` lists."""
 
 
-_log = logging.getLogger(__name__)
 
 _SPOT = re.compile(r"^(LINE \d+: )(.*)\n( *)\^", re.MULTILINE)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -217,11 +216,21 @@ class _ErrorBoundary(TyperGroup):
                 raise
             message, code = failure
             shown = without_traces(message)
-            if shown != message.strip():  # a Java or Python stack trace: the log keeps it
-                _log.debug("%s failed: %s", ctx.invoked_subcommand, redacted(message))
             one_line = redacted(" ".join(shown.split()))  # a driver's error may quote a DSN
+            if shown != message.strip():  # a Java or Python stack trace: kept, not shown
+                one_line += f" (the whole error: {_keep_whole(redacted(message))})"
             typer.secho(f"error: {printable(one_line)}", err=True, fg=typer.colors.RED)
             raise typer.Exit(code) from None
+
+
+def _keep_whole(text: str) -> str:
+    """Write an error's whole (redacted) text, stack traces and all, to a file of its own in
+    the temporary directory; its path."""
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", prefix="lakesync-error-", suffix=".log", delete=False
+    ) as out:
+        out.write(text + "\n")
+    return out.name
 
 
 app = typer.Typer(

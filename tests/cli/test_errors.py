@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
+import typer
 from typer.testing import CliRunner, Result
 
 from lakesync.cli.main import app, expected_failure
@@ -317,3 +318,31 @@ def test_other_syntax_errors_are_duckdbs_text() -> None:
     with pytest.raises(duckdb.ParserException) as raised:
         duckdb.connect().execute("selec 1")
     assert expected_failure(raised.value) == (str(raised.value), 1)
+
+
+def test_a_stack_trace_is_kept_in_a_file_the_error_line_names() -> None:
+    """A failure whose text carries a stack trace (a Spark job's, a driver's) shows one line
+    without it, naming the file that holds the whole text."""
+    from lakesync.cli.main import _ErrorBoundary
+    from lakesync.errors import LakeSyncError
+
+    failing = typer.Typer(cls=_ErrorBoundary)
+
+    @failing.command()
+    def run() -> None:
+        raise LakeSyncError(
+            "the model failed\nTraceback (most recent call last):\n  File \"x.py\", line 1, "
+            "in <module>\nKeyError: 'k'"
+        )
+
+    @failing.command()
+    def other() -> None:  # two commands: typer keeps the group
+        pass
+
+    result = CliRunner().invoke(failing, ["run"])
+    assert result.exit_code == 1
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error: ")]
+    assert "Traceback" not in result.stderr and "File \"x.py\"" not in result.stderr, line
+    where = line.split("(the whole error: ")[1].rstrip(")")
+    assert "Traceback (most recent call last)" in Path(where).read_text(encoding="utf-8")
+    Path(where).unlink()
