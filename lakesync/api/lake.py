@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio.to_thread
@@ -29,7 +27,8 @@ from lakesync.api.services.status import record_landing_flush
 from lakesync.api.settings import GatewaySettings
 from lakesync.config import Config
 from lakesync.errors import is_store_outage
-from lakesync.hotlog.ports import Coordination, DocumentStore, LakeStore
+from lakesync.hotlog.ports import Coordination, LakeStore
+from lakesync.lakehouse.history import record_pipeline_run, record_shipped
 from lakesync.lakehouse.runtime import WorkerJobs
 from lakesync.lakehouse.schedule import (
     HotLogMaintenance,
@@ -37,20 +36,12 @@ from lakesync.lakehouse.schedule import (
     SchemaPublisher,
     scheduled_lake_jobs,
 )
-from lakesync.status import (
-    HISTORY_GATEWAY,
-    HISTORY_KIND,
-    PipelineRun,
-    Shipment,
-    record_run,
-    record_shipments,
-)
 
 if TYPE_CHECKING:
     from lakesync.destinations.metrics import DestinationMetrics
-    from lakesync.lakehouse.worker import RunReply
 
-# HotLogMaintenance and SchemaPublisher live in lakesync.lakehouse.schedule; re-exported here.
+# HotLogMaintenance and SchemaPublisher live in lakesync.lakehouse.schedule, the recorders in
+# lakesync.lakehouse.history; re-exported here.
 __all__ = [
     "HotLogMaintenance", "Lead", "SchemaPublisher", "lake_jobs", "record_pipeline_run",
     "record_shipped",
@@ -136,35 +127,3 @@ def lake_jobs(
         yield flusher
 
 
-def record_pipeline_run(store: DocumentStore, started: float, reply: RunReply) -> None:
-    """Record a pipeline run (started at ``started``, epoch seconds) and its shipments in the
-    store's history, read by ``lakesync status`` and the console: the gateway's runs and those
-    a command ran without it. A failure to record is logged: it must not stop the schedule or
-    fail a run that was done."""
-    run = PipelineRun(
-        datetime.fromtimestamp(started, UTC), round(reply.elapsed_s, 3), reply.ok, reply.error,
-        reply.rows_merged, reply.rows_shipped,
-        None if reply.position is None else str(reply.position),
-    )
-    try:
-        store.update_doc(HISTORY_GATEWAY, HISTORY_KIND, "pipeline", lambda d: record_run(d, run))
-    except Exception:
-        _log.exception("could not record the pipeline run in the hot log")
-        return
-    record_shipped(store, reply.shipments)
-
-
-def record_shipped(store: DocumentStore, shipments: list[Shipment]) -> None:
-    """Record shipments (a pipeline run's, or ``lakesync materialise``'s) in the store's
-    history, where the status reads each destination's last shipment (a failure to record is
-    logged)."""
-    if not shipments:
-        return
-    at = time.time()
-    try:
-        store.update_doc(
-            HISTORY_GATEWAY, HISTORY_KIND, "destinations",
-            lambda d: record_shipments(d, shipments, at),
-        )
-    except Exception:
-        _log.exception("could not record the shipments in the hot log")

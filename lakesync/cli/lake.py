@@ -27,7 +27,6 @@ from rich.progress import (
 from rich.table import Table
 
 from lakesync import hlc as hlc_mod
-from lakesync.api.lake import record_pipeline_run
 from lakesync.cli.handover import InProcessOption, lake_job, record_here
 from lakesync.cli.jars import fetch_spark_jars, say_on
 from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
@@ -37,6 +36,7 @@ from lakesync.config import load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.lakehouse.catalog import require_lake
+from lakesync.lakehouse.history import record_pipeline_run
 from lakesync.lakehouse.models import GENERATED
 from lakesync.lakehouse.pipeline import (
     Built,

@@ -20,7 +20,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from lakesync.api.lake import record_shipped
 from lakesync.cli.handover import InProcessOption, LakeJob, lake_job, record_here
 from lakesync.cli.jars import fetch_spark_jars, say_on
 from lakesync.cli.output import hide_secrets, plain, print_table
@@ -30,11 +29,11 @@ from lakesync.destinations.migrate import migrate_table
 from lakesync.errors import ConfigError, LakeSyncError
 from lakesync.lakehouse import shipping
 from lakesync.lakehouse.catalog import lake_catalog, require_lake
+from lakesync.lakehouse.history import record_shipped, shipments
 from lakesync.lakehouse.pipeline import NodeProgress, Shipped
 from lakesync.lakehouse.settings import LakeSettings, config_redactor
 from lakesync.lakehouse.shipping import ShipResult
 from lakesync.lakehouse.worker import Queued, WorkerEvent
-from lakesync.status import Shipment
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -147,7 +146,7 @@ def ship(
             shipped = shipping.ship(settings, config, on_result=show.shipped,
                                     on_progress=show.building)
             # As the gateway records the shipments its worker makes.
-            done = [Shipment(r.destination, r.table, r.rows, r.error) for r in shipped]
+            done = shipments(shipped)
             record_here(config, settings.data_dir, lambda store: record_shipped(store, done))
             return shipped
 

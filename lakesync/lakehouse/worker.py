@@ -57,6 +57,7 @@ from lakesync.config import load_config
 from lakesync.destinations.metrics import DestinationMetrics
 from lakesync.errors import LakeSyncError
 from lakesync.lakehouse.compaction import TableCompaction, compact
+from lakesync.lakehouse.history import shipments
 from lakesync.lakehouse.pipeline import (
     Built,
     NodeProgress,
@@ -276,7 +277,7 @@ def _shipping(shipped: list[ShipResult], metrics: DestinationMetrics) -> dict[st
             SecondaryFailures(d, s, n)
             for (d, s), n in metrics.secondary_failure_counts().items()
         ],
-        "shipments": [Shipment(s.destination, s.table, s.rows, s.error) for s in shipped],
+        "shipments": shipments(shipped),
     }
 
 
