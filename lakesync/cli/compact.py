@@ -23,7 +23,7 @@ from rich.progress import (
 )
 
 from lakesync.cli.handover import InProcessOption, lake_job
-from lakesync.cli.jars import fetch_spark_jars, say_on
+from lakesync.cli.jars import ProgressLine, fetch_spark_jars
 from lakesync.cli.lake import DataDirOption
 from lakesync.cli.materialise import ConfigOption
 from lakesync.cli.output import plain, printable
@@ -62,7 +62,7 @@ def progress_line(t: TableCompaction) -> str:
     )
 
 
-class CompactView:
+class CompactView(ProgressLine):
     """What ``lakesync compact`` shows while it runs: each table's figures on ``out`` as it is
     done and, in a terminal, a progress bar over the tables (done/total, the one being
     maintained, elapsed) on ``console``; elsewhere only the figures."""
@@ -93,15 +93,6 @@ class CompactView:
         self._done += 1
         self._out.print(plain(progress_line(table)))
         self._draw()
-
-    def preparing(self, line: str, news: bool) -> None:
-        """A step before Spark starts (downloading its jars, :func:`fetch_spark_jars`)."""
-        say_on(self._console, self._describe if self._progress is not None else None)(line, news)
-
-    def _describe(self, text: str) -> None:
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, description=text)
-            self._progress.refresh()
 
     def waiting(self, running: str) -> None:
         """The gateway's worker runs ``running`` first."""

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import Progress, TaskID
 
 from lakesync.cli.output import plain, printable
 from lakesync.lakehouse.bootstrap import fetch_jars, missing_jars
 from lakesync.lakehouse.settings import MAVEN_CENTRAL, SPARK_JARS, MavenJar
 
-__all__ = ["Say", "fetch_spark_jars", "say_on"]
+__all__ = ["ProgressLine", "Say", "fetch_spark_jars", "say_on"]
 
 Say = Callable[[str, bool], None]
 """Shows a line of the download: ``news`` for its start and end (worth a line in a log), not
@@ -62,3 +63,22 @@ def say_on(console: Console, describe: Callable[[str], None] | None) -> Say:
             console.print(plain(line), soft_wrap=True)
 
     return say
+
+
+class ProgressLine:
+    """A command's view whose progress bar's text says what happens (set by the subclass in a
+    terminal: ``_progress`` and its ``_task``; None elsewhere), with the steps before Spark
+    starts shown on it."""
+
+    _console: Console
+    _progress: Progress | None
+    _task: TaskID | None
+
+    def preparing(self, line: str, news: bool) -> None:
+        """A step before Spark starts (downloading its jars, :func:`fetch_spark_jars`)."""
+        say_on(self._console, self._describe if self._progress is not None else None)(line, news)
+
+    def _describe(self, text: str) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=text)
+            self._progress.refresh()

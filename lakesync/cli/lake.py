@@ -28,7 +28,7 @@ from rich.table import Table
 
 from lakesync import hlc as hlc_mod
 from lakesync.cli.handover import InProcessOption, lake_job, record_here
-from lakesync.cli.jars import fetch_spark_jars, say_on
+from lakesync.cli.jars import ProgressLine, fetch_spark_jars
 from lakesync.cli.materialise import ConfigOption, ShippingStatus, report_shipments
 from lakesync.cli.output import plain, print_table, printable
 from lakesync.cli.query import DataDirOption, FormatOption, print_result, query_command
@@ -156,7 +156,7 @@ class _HandedRun:
         return PipelineOutcome(self._built[0], self._shipped)
 
 
-class RunView:
+class RunView(ProgressLine):
     """What ``lakesync pipeline run`` shows while it runs. In a terminal: a progress bar over
     dbt's nodes (done/total, the node running, failures so far, elapsed), each failed node
     printed above it, the run's summary table once built, then the shipping spinner. Elsewhere
@@ -209,15 +209,6 @@ class RunView:
             case Shipped(result=result):
                 if self._shipping is not None:
                     self._shipping.shipped(result)
-
-    def preparing(self, line: str, news: bool) -> None:
-        """A step before Spark starts (downloading its jars, :func:`fetch_spark_jars`)."""
-        say_on(self._console, self._describe if self._progress is not None else None)(line, news)
-
-    def _describe(self, text: str) -> None:
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, description=text)
-            self._progress.refresh()
 
     def waiting(self, running: str) -> None:
         """The gateway's worker runs ``running`` first: say so until this run starts."""
