@@ -65,6 +65,19 @@ def fresh_pg_database() -> str:
     return urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}"))
 
 
+def allow_connections(url: str, allow: bool) -> None:
+    """Let a database of :func:`fresh_pg_database` take connections or refuse them (its open
+    sessions ended): a store that is down while its server runs."""
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'alter database "{name}" allow_connections {str(allow).lower()}')
+        if not allow:
+            conn.execute(
+                "select pg_terminate_backend(pid) from pg_stat_activity where datname = %s",
+                (name,),
+            )
+
+
 def drop_pg_database(url: str) -> None:
     """Drop the database :func:`fresh_pg_database` made for ``url``."""
     name = urlsplit(url).path.lstrip("/")

@@ -14,6 +14,8 @@ from litestar.testing import TestClient
 
 from lakesync.api.settings import GatewaySettings
 from lakesync.delta import RowDelta
+from lakesync.hotlog.base import HotLog
+from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from lakesync.merge import MergedState
 from lakesync.tokens import mint_token
 from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
@@ -251,3 +253,44 @@ class WholeRowReplica:
             for k, (_, values) in self.state.items()
             if values is not None
         }
+
+
+MEMBERS_RULES = {
+    "version": 1,
+    "buckets": [
+        {
+            "name": "shared",
+            "tables": ["todos"],
+            "filters": [
+                {
+                    "column": "list_id",
+                    "op": "in",
+                    "value": {
+                        "table": "list_members",
+                        "select": "list_id",
+                        "where": [{"column": "user_id", "op": "eq", "value": "jwt:sub"}],
+                    },
+                }
+            ],
+        },
+        {
+            "name": "memberships",
+            "tables": ["list_members"],
+            "filters": [{"column": "user_id", "op": "eq", "value": "jwt:sub"}],
+        },
+    ],
+}
+"""Relational rules: the todos of every list the client is a member of, and its memberships."""
+
+
+def set_rules(gateway: Gateway, rules: dict[str, Any], gw: str = "gw1") -> None:
+    r = gateway.admin("POST", f"/v1/admin/sync-rules/{gw}", gw=gw, json=rules)
+    assert r.status_code == 200, r.text
+
+
+def checkpoint_now(store: HotLog, gw: str = "gw1", budget: int = 300) -> int:
+    """Publish a checkpoint of the store's rows through its head (small chunks: many frames),
+    as the lake's checkpoint job does; its position."""
+    page = store.read_all_rows(gw)
+    assert write_checkpoint(store, gw, page.head, sorted(page.rows.items()), budget) is not None
+    return page.head

@@ -21,7 +21,6 @@ from lakesync.checkpoint_chunks import CONTENT_TYPE
 from lakesync.hlc import HLC
 from lakesync.hotlog.base import HotLog
 from lakesync.hotlog.sqlite import SqliteHotLog
-from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from lakesync.rules import parse_rules, visible
 from lakesync.wsframes import decode_response
 from tests.api.helpers import (
@@ -29,6 +28,7 @@ from tests.api.helpers import (
     PlainReplica,
     Replica,
     auth,
+    checkpoint_now,
     delta,
     make_settings,
     now_hlc,
@@ -63,12 +63,6 @@ def gateway(tmp_path: Path, store: HotLog) -> Iterator[Gateway]:
     with TestClient(create_app(make_settings(tmp_path), store=store)) as client:
         yield Gateway(client)
 
-
-def checkpoint_now(store: HotLog, gw: str = "gw1", budget: int = 300) -> int:
-    """Publish a checkpoint of the store's rows through its head (small chunks: many frames)."""
-    page = store.read_all_rows(gw)
-    assert write_checkpoint(store, gw, page.head, sorted(page.rows.items()), budget) is not None
-    return page.head
 
 
 def download(gateway: Gateway, tok: str) -> tuple[int, list[list[dict[str, Any]]]]:

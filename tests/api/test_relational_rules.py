@@ -9,46 +9,25 @@ from typing import Any
 
 import pytest
 
-from lakesync.hotlog.base import HotLog
-from lakesync.lakehouse.checkpoint_builder import write_checkpoint
 from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
 from lakesync.wsframes import decode_server_frame, encode_pull
 from tests.api.conftest import Served
-from tests.api.helpers import Gateway, PlainReplica, Replica, WholeRowReplica, delta, token
+from tests.api.helpers import (
+    MEMBERS_RULES,
+    Gateway,
+    PlainReplica,
+    Replica,
+    WholeRowReplica,
+    checkpoint_now,
+    delta,
+    set_rules,
+    token,
+)
 from tests.wire_json import as_json
 
-MEMBERS_RULES = {
-    "version": 1,
-    "buckets": [
-        {
-            "name": "shared",
-            "tables": ["todos"],
-            "filters": [
-                {
-                    "column": "list_id",
-                    "op": "in",
-                    "value": {
-                        "table": "list_members",
-                        "select": "list_id",
-                        "where": [{"column": "user_id", "op": "eq", "value": "jwt:sub"}],
-                    },
-                }
-            ],
-        },
-        {
-            "name": "memberships",
-            "tables": ["list_members"],
-            "filters": [{"column": "user_id", "op": "eq", "value": "jwt:sub"}],
-        },
-    ],
-}
 ALICE, BOB, ADMIN = token("alice"), token("bob"), token("root", role="admin")
 Replicas = Replica | PlainReplica | WholeRowReplica
 
-
-def set_rules(gateway: Gateway, rules: dict[str, Any]) -> None:
-    r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=rules)
-    assert r.status_code == 200, r.text
 
 
 def member(gateway: Gateway, row: str, user: str, list_id: str) -> None:
@@ -146,10 +125,6 @@ def test_a_checkpoint_first_sync_equals_a_pull_from_zero(
     assert seeded.rows() == full.rows()
     assert todos(full) == {"t1", "t2", "t5"}
 
-
-def checkpoint_now(store: HotLog) -> None:
-    page = store.read_all_rows("gw1")
-    assert write_checkpoint(store, "gw1", page.head, sorted(page.rows.items()), 300) is not None
 
 
 def test_rules_naming_unknown_tables_or_columns_in_a_subquery_are_refused(

@@ -23,8 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 
 from lakesync.delta import RowDelta
 from lakesync.merge import merge_state
-from tests.api.helpers import Gateway, Replica, WholeRowReplica, auth, token
-from tests.api.test_relational_rules import MEMBERS_RULES
+from tests.api.helpers import MEMBERS_RULES, Gateway, Replica, WholeRowReplica, auth, token
 
 CLIENTS = ["alice", "bob", "carol"]
 LISTS = ["l1", "l2", "l3"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lakesync.rules import parse_rules, visible
-from tests.api.helpers import Gateway, PlainReplica, Replica, auth, delta, token
+from tests.api.helpers import Gateway, PlainReplica, Replica, auth, delta, set_rules, token
 
 OWNER_RULES = {
     "version": 1,
@@ -24,10 +24,6 @@ HANDOVER_RULES = {  # the same view, and a client may give its rows away
 }
 ALICE, BOB, CAROL = token("alice"), token("bob"), token("carol")
 
-
-def set_rules(gateway: Gateway, rules: dict[str, Any]) -> None:
-    r = gateway.admin("POST", "/v1/admin/sync-rules/gw1", json=rules)
-    assert r.status_code == 200, r.text
 
 
 def expected(

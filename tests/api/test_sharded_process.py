@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import psycopg
@@ -27,7 +26,7 @@ from lakesync.delta import RowDelta
 from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
 from lakesync.wsframes import decode_server_frame
 from tests.api.helpers import auth, delta, token
-from tests.conftest import PG_DSN, drop_pg_database, fresh_pg_database
+from tests.conftest import allow_connections, drop_pg_database, fresh_pg_database
 from tests.gateway_process import ServerProcess
 from tests.hotlog.common import slow_commits
 from tests.netns import wait_for
@@ -65,7 +64,7 @@ def deployment(tmp_path: Path) -> Iterator[Deployment]:
         for s in servers:
             s.stop()
         for url in urls:
-            _allow_connections(url, True)
+            allow_connections(url, True)
             drop_pg_database(url)
 
 
@@ -104,16 +103,6 @@ def _tables_held(url: str) -> set[str]:
     with psycopg.connect(url, autocommit=True) as conn:
         return {str(t) for (t,) in conn.execute("select distinct tbl from lakesync.log")}
 
-
-def _allow_connections(url: str, allow: bool) -> None:
-    name = urlsplit(url).path.lstrip("/")
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f'alter database "{name}" allow_connections {str(allow).lower()}')
-        if not allow:
-            conn.execute(
-                "select pg_terminate_backend(pid) from pg_stat_activity where datname = %s",
-                (name,),
-            )
 
 
 def test_concurrent_pushes_on_two_stores_reach_every_puller_once_in_order(
@@ -232,7 +221,7 @@ def test_a_shard_refusing_connections_fails_only_what_needs_it(deployment: Deplo
     one, two = deployment.servers
     assert _push(one, "a", [delta("INSERT", "t0", "a", table="todos", n=0),
                             delta("INSERT", "e0", "a", table="events", n=0)]).status_code == 200
-    _allow_connections(deployment.shard_url, False)
+    allow_connections(deployment.shard_url, False)
     late = [delta("INSERT", "t1", "a", table="todos", n=1),
             delta("INSERT", "e1", "a", table="events", n=1)]
     refused = _push(one, "a", late)
@@ -241,7 +230,7 @@ def test_a_shard_refusing_connections_fails_only_what_needs_it(deployment: Deplo
     # A push that touches the default store only is acknowledged.
     ok = _push(two, "b", [delta("INSERT", "t2", "b", table="todos", n=2)])
     assert ok.status_code == 200, ok.text
-    _allow_connections(deployment.shard_url, True)
+    allow_connections(deployment.shard_url, True)
     retries: list[httpx.Response] = []
 
     def retried() -> bool:

@@ -18,8 +18,7 @@ from lakesync.api.app import create_app
 from lakesync.hlc import HLC, encode
 from lakesync.hotlog.base import HotLog
 from lakesync.hotlog.sqlite import SqliteHotLog
-from lakesync.lakehouse.checkpoint_builder import write_checkpoint
-from tests.api.helpers import Gateway, auth, delta, make_settings, token
+from tests.api.helpers import Gateway, auth, checkpoint_now, delta, make_settings, token
 from tests.gateway_process import serve_in_thread
 from tests.lakesync_ts import require_ts_client, run_script
 from tests.wire_json import as_json
@@ -88,10 +87,9 @@ def test_the_first_sync_on_a_gateway_with_a_published_checkpoint(
         assert r.status_code == 200, r.text
     # What the checkpoint job does after a pipeline run: publish, then trim what is older than
     # the retention (here nothing) or, the second time, everything the checkpoint holds.
-    page = store.read_all_rows(GW)
-    assert write_checkpoint(store, GW, page.head, sorted(page.rows.items()), 300) is not None
-    store.mark_flushed(page.head)
-    cutoff = page.head if trimmed else encode(int((time.time() - RETENTION_S) * 1000), 0)
+    head = checkpoint_now(store, GW)
+    store.mark_flushed(head)
+    cutoff = head if trimmed else encode(int((time.time() - RETENTION_S) * 1000), 0)
     assert (store.trim_log(GW, cutoff) > 0) is trimmed
     assert (store.trimmed_through(GW) > 0) is trimmed
     # A row after the checkpoint, which the first sync pulls from its position.
@@ -106,7 +104,7 @@ def test_the_first_sync_on_a_gateway_with_a_published_checkpoint(
     assert alice == [row("a1", "alice"), row("a2", "alice"), row("a3", "alice")]
     assert bob == [row("b1", "bob")]
     # The cursors come from the checkpoint and the pull after it, never from a pull since 0.
-    assert int(result["cursors"]["alice"]) > page.head
+    assert int(result["cursors"]["alice"]) > head
 
 
 @pytest.mark.parametrize("ws", [False, True], ids=["HTTP", "WebSocket"])

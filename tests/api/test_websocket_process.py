@@ -17,8 +17,7 @@ from websockets.sync.client import ClientConnection, connect
 from lakesync.delta import RowDelta
 from lakesync.wire import FEATURES_HEADER, VIEW_EVICTIONS_FEATURE
 from lakesync.wsframes import decode_server_frame, encode_pull
-from tests.api.helpers import Replica, auth, delta, token
-from tests.api.test_relational_rules import MEMBERS_RULES
+from tests.api.helpers import MEMBERS_RULES, Replica, auth, delta, token
 from tests.conftest import PG_DSN, drop_pg_schema, fresh_pg_schema, require_postgres
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json

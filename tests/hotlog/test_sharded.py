@@ -11,7 +11,6 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -28,7 +27,7 @@ from lakesync.hotlog.sharded import ShardedHotLog, clip, merge_pages, open_shard
 from lakesync.hotlog.sqlite import SqliteHotLog
 from lakesync.merge import RowState
 from lakesync.shard_specs import ShardSpec
-from tests.conftest import PG_DSN, drop_pg_database, fresh_pg_database
+from tests.conftest import allow_connections, drop_pg_database, fresh_pg_database
 from tests.gateway_process import free_port
 from tests.hotlog.common import RULES, slow_commits
 from tests.netns import wait_for
@@ -256,16 +255,6 @@ def _retry(store: ShardedHotLog, deltas: list[RowDelta], results: list[AppendRes
     return True
 
 
-def _allow_connections(url: str, allow: bool) -> None:
-    name = urlsplit(url).path.lstrip("/")
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(f'alter database "{name}" allow_connections {str(allow).lower()}')
-        if not allow:
-            conn.execute(
-                "select pg_terminate_backend(pid) from pg_stat_activity where datname = %s",
-                (name,),
-            )
-
 
 @pytest.mark.postgres
 @pytest.mark.slow
@@ -276,7 +265,7 @@ def test_a_store_refusing_connections_fails_only_what_needs_it() -> None:
     sharded = ShardedHotLog(made, SHARDS)
     try:
         sharded.append("gw1", [delta("todos", "t0", 1), delta("events", "e0", 2)])
-        _allow_connections(urls[1], False)
+        allow_connections(urls[1], False)
         late = [delta("todos", "t1", 3), delta("events", "e1", 4)]
         with pytest.raises(psycopg.OperationalError):  # the gateway answers 503
             sharded.append("gw1", late)
@@ -284,7 +273,7 @@ def test_a_store_refusing_connections_fails_only_what_needs_it() -> None:
             sharded.read_page("gw1", 0, 10, False)
         # A push touching only the healthy store is acknowledged.
         assert sharded.append("gw1", [delta("todos", "t2", 5)]).accepted == 1
-        _allow_connections(urls[1], True)
+        allow_connections(urls[1], True)
         retries: list[AppendResult] = []
         wait_for("the store to take connections again", lambda: _retry(sharded, late, retries))
         # t1 was kept the first time; e1 lands once, whichever retry got through.
@@ -292,7 +281,7 @@ def test_a_store_refusing_connections_fails_only_what_needs_it() -> None:
         rows = [d.row_id for d in _pull_all(sharded, "gw1", 2)]
         assert sorted(rows) == ["e0", "e1", "t0", "t1", "t2"]
     finally:
-        _allow_connections(urls[1], True)
+        allow_connections(urls[1], True)
         sharded.close()
         for url in urls:
             drop_pg_database(url)
