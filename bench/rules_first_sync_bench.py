@@ -40,7 +40,7 @@ import msgspec
 
 from bench.checkpoint_bench import peak_rss_mib
 from lakesync.delta import RowDelta
-from tests.api.helpers import auth, now_hlc, token
+from tests.api.helpers import MEMBERS_RULES, auth, now_hlc, token
 from tests.gateway_process import ServerProcess
 from tests.wire_json import as_json
 
@@ -56,26 +56,8 @@ RULES = {
 }
 
 
-RELATIONAL_RULES = {
-    "version": 1,
-    "buckets": [
-        {
-            "name": "shared",
-            "tables": ["todos"],
-            "filters": [
-                {
-                    "column": "list_id",
-                    "op": "in",
-                    "value": {
-                        "table": "list_members",
-                        "select": "list_id",
-                        "where": [{"column": "user_id", "op": "eq", "value": "jwt:sub"}],
-                    },
-                }
-            ],
-        }
-    ],
-}
+# The todos of every list the client is a member of (its memberships not synced themselves).
+RELATIONAL_RULES = {"version": 1, "buckets": MEMBERS_RULES["buckets"][:1]}
 LISTS = 100
 """The lists the other users' rows are spread over (``--relations``)."""
 
